@@ -1,0 +1,128 @@
+// codegen/graph.h — the tensor-graph IR: the contract between symbolic/ (which records it) and
+// the backends (which compile it).
+//
+// A Graph is a list of nodes in execution order. Every node is one ATen operator overload (an
+// OpId row of codegen/ops.def) applied to arguments given in the ATen schema's order, so a
+// backend can call the operator without re-normalising. Values are tensors only; non-tensor
+// arguments are constants inside the node. Each value carries the metadata its producer's rule
+// computed (dtype, device, sizes, strides) so passes never run ATen to learn shapes.
+// Text form (print_graph / parse_graph, graph_text.cpp) exists for golden tests and dumps.
+// NB: no ATen headers here — only c10's small ScalarType/Device — so this header stays cheap.
+#pragma once
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fastdyn::codegen {
+
+enum class OpCategory : uint8_t { Pointwise, Reduction, View, Extern, InPlace, Factory, Random };
+
+enum class OpId : uint16_t {
+#define FD_OP(id, aten, overload, category, rule) id,
+#include "codegen/ops.def"
+  kCount
+};
+
+struct OpInfo {
+  const char* id;        // "add_Tensor"
+  const char* aten;      // "add"
+  const char* overload;  // "Tensor" ("" = default overload)
+  OpCategory category;
+};
+const OpInfo& op_info(OpId op);
+// Looks an op up by "aten::name.overload" (or "aten::name" for the default overload).
+std::optional<OpId> op_by_qualified_name(std::string_view qualified);
+std::string qualified_name(OpId op);  // "aten::add.Tensor"
+
+using ValueId = int32_t;
+
+struct TensorMeta {
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t storage_offset = 0;
+  bool requires_grad = false;
+
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t numel() const;
+  bool operator==(const TensorMeta& o) const;
+};
+
+// One argument of a node, in ATen schema order. `Scalar` schema arguments are Int/Double/Bool.
+struct Arg {
+  enum class Kind : uint8_t {
+    Value,      // a tensor value (value)
+    ValueList,  // Tensor[] (values), e.g. cat
+    None,       // an optional argument left out
+    Int,        // i
+    Double,     // d
+    Bool,       // b
+    IntList,    // ints, e.g. sizes, dims
+    DType,      // dtype
+    Device,     // device
+    String,     // str, e.g. gelu's approximate="tanh"
+  };
+  Kind kind = Kind::None;
+  ValueId value = -1;
+  std::vector<ValueId> values;
+  int64_t i = 0;
+  double d = 0.0;
+  bool b = false;
+  std::vector<int64_t> ints;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  std::string str;
+
+  static Arg of_value(ValueId v) { Arg a; a.kind = Kind::Value; a.value = v; return a; }
+  static Arg of_values(std::vector<ValueId> v) { Arg a; a.kind = Kind::ValueList; a.values = std::move(v); return a; }
+  static Arg none() { return Arg(); }
+  static Arg of_int(int64_t v) { Arg a; a.kind = Kind::Int; a.i = v; return a; }
+  static Arg of_double(double v) { Arg a; a.kind = Kind::Double; a.d = v; return a; }
+  static Arg of_bool(bool v) { Arg a; a.kind = Kind::Bool; a.b = v; return a; }
+  static Arg of_ints(std::vector<int64_t> v) { Arg a; a.kind = Kind::IntList; a.ints = std::move(v); return a; }
+  static Arg of_dtype(c10::ScalarType t) { Arg a; a.kind = Kind::DType; a.dtype = t; return a; }
+  static Arg of_device(c10::Device dev) { Arg a; a.kind = Kind::Device; a.device = dev; return a; }
+  static Arg of_string(std::string s) { Arg a; a.kind = Kind::String; a.str = std::move(s); return a; }
+  bool operator==(const Arg& o) const;
+};
+
+struct Node {
+  OpId op;
+  std::vector<Arg> args;         // ATen schema order, every positional and keyword argument
+  std::vector<ValueId> outputs;  // a Tensor[] return expands to one value per element
+};
+
+struct Graph {
+  std::vector<TensorMeta> values;  // indexed by ValueId
+  std::vector<ValueId> inputs;     // graph inputs, in calling order
+  std::vector<Node> nodes;         // execution order
+  std::vector<ValueId> outputs;    // may repeat values or name inputs
+
+  ValueId add_value(TensorMeta meta) {
+    values.push_back(std::move(meta));
+    return static_cast<ValueId>(values.size() - 1);
+  }
+  ValueId add_input(TensorMeta meta) {
+    ValueId v = add_value(std::move(meta));
+    inputs.push_back(v);
+    return v;
+  }
+  const TensorMeta& meta(ValueId v) const { return values.at(static_cast<size_t>(v)); }
+};
+
+// Text form, one line per node, e.g.
+//   graph(%0: f32[4, 8]{8, 1}, %1: f32[8]{1}):
+//     %2: f32[4, 8]{8, 1} = aten::add.Tensor(%0, %1, 1)
+//     return (%2)
+// parse_graph(print_graph(g)) == g for every graph. parse_graph throws UserError naming the line.
+std::string print_graph(const Graph& g);
+Graph parse_graph(std::string_view text);
+bool operator==(const Graph& a, const Graph& b);
+
+}  // namespace fastdyn::codegen

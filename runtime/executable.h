@@ -1,0 +1,26 @@
+// runtime/executable.h — what runs on every call of a compiled graph.
+//
+// An Executable takes the graph inputs (tensors, in Graph::inputs order) and returns the graph
+// outputs (in Graph::outputs order). Backends in codegen/ build them; the eval hook calls them
+// through the Python callable of runtime/compiled_graph.h, with no Python per op.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fastdyn::runtime {
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Throws c10::Error (from ATen) or fastdyn::BackendError; never returns partial outputs.
+  virtual std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) = 0;
+  // Human-readable description: backend name and its program (for explain / FASTDYN_LOG=code).
+  virtual std::string describe() const = 0;
+};
+
+using ExecutablePtr = std::shared_ptr<Executable>;
+
+}  // namespace fastdyn::runtime

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything fastdyn needs on a fresh Debian machine and builds it.
+# Idempotent: a second run only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if command -v apt-get >/dev/null 2>&1; then
+  need=""
+  for p in cmake ninja-build g++ libgtest-dev llvm-19-dev; do
+    dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
+  done
+  if [ -n "$need" ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need
+  fi
+fi
+
+# NB: torch==2.13.0 is the CPU build on this machine's disk; a plain `torch` pulls a CUDA build.
+$PY -m pip install -q -r requirements.txt
+$PY -m pip install -q --no-build-isolation -e .
+
+# Put the native launcher on PATH next to the interpreter.
+bindir=$($PY -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+ln -sf "$PWD/python/fastdyn/bin/fastdyn" "$bindir/fastdyn"
+echo "fastdyn: setup done ($($PY -c 'import torch; print("torch", torch.__version__)'))"
