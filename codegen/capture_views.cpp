@@ -1,1 +1,1142 @@
-// placeholder, being written
+// codegen/capture_views.cpp — binders of the view, reshape, indexing, split and join families.
+//
+// Each binder binds the Python signature, validates the way eager does (errors name the op and
+// the culprit), picks the ATen overload and computes its outputs' metadata with the layout rules
+// of meta_views.h. Views are emitted as ATen view ops, so the aten backend returns real views
+// (same storage) exactly where eager does. Calls that return their input unchanged in eager
+// (`flatten(d, d)`, `contiguous()` on a contiguous tensor) emit nothing and return the input's
+// value, so the result aliases as it does in eager.
+#include "codegen/binder.h"
+#include "codegen/meta_views.h"
+#include "runtime/errors.h"
+
+#include <c10/core/MemoryFormat.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace fastdyn::codegen {
+namespace {
+
+using meta::Ints;
+using meta::MetaResult;
+
+bool differentiable(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
+
+// `out` with requires_grad as eager sets it: some input requires grad, grad mode is on and
+// the output's dtype can carry gradients.
+TensorMeta derived(const BindCall& c, TensorMeta out, const std::vector<ValueId>& from) {
+  bool any = false;
+  for (ValueId v : from) any = any || c.graph.meta(v).requires_grad;
+  out.requires_grad = any && c.ctx.grad_enabled && differentiable(out.dtype);
+  return out;
+}
+
+CaptureResult fail(const char* op, const std::string& why) { return CaptureResult::fail(std::string(op) + ": " + why); }
+
+// Binds `call` to `sig`; on failure fills `err`.
+bool bind_sig(const Signature& sig, const BindCall& call, BoundArgs& a, CaptureResult& err) {
+  if (auto e = sig.bind(call, a)) {
+    err = CaptureResult::fail(*e);
+    return false;
+  }
+  return true;
+}
+
+// Wraps `dim` for an op; on failure fills `err` naming the op.
+bool wrap(const char* op, int64_t& dim, int64_t ndim, CaptureResult& err) {
+  std::string e;
+  auto d = meta::wrap_dim(dim, ndim, e);
+  if (!d) {
+    err = fail(op, e);
+    return false;
+  }
+  dim = *d;
+  return true;
+}
+
+Arg opt_int(const std::optional<int64_t>& v) { return v ? Arg::of_int(*v) : Arg::none(); }
+Arg memory_format_arg(c10::MemoryFormat f) { return Arg::of_int(static_cast<int64_t>(f)); }
+
+// ---- emitters shared by several families -------------------------------------------------
+
+ValueId emit_view(BindCall& c, ValueId self, const Ints& shape, const TensorMeta& out) {
+  return emit1(c.graph, OpId::view, {Arg::of_value(self), Arg::of_ints(shape)}, derived(c, out, {self}));
+}
+
+ValueId emit_permute(BindCall& c, ValueId self, const Ints& dims) {
+  MetaResult r = meta::permute(c.graph.meta(self), dims);
+  FD_CHECK(r.ok(), "permute with checked dims failed: " + r.error);
+  return emit1(c.graph, OpId::permute, {Arg::of_value(self), Arg::of_ints(dims)}, derived(c, r.meta, {self}));
+}
+
+ValueId emit_transpose(BindCall& c, ValueId self, int64_t d0, int64_t d1) {
+  TensorMeta out = meta::transpose(c.graph.meta(self), d0, d1);
+  return emit1(c.graph, OpId::transpose_int, {Arg::of_value(self), Arg::of_int(d0), Arg::of_int(d1)},
+               derived(c, out, {self}));
+}
+
+ValueId emit_unsqueeze(BindCall& c, ValueId self, int64_t dim) {
+  TensorMeta out = meta::unsqueeze(c.graph.meta(self), dim);
+  return emit1(c.graph, OpId::unsqueeze, {Arg::of_value(self), Arg::of_int(dim)}, derived(c, out, {self}));
+}
+
+ValueId emit_slice(BindCall& c, ValueId self, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
+                   int64_t step) {
+  TensorMeta out = meta::slice(c.graph.meta(self), dim, start, end, step);
+  return emit1(c.graph, OpId::slice_Tensor,
+               {Arg::of_value(self), Arg::of_int(dim), opt_int(start), opt_int(end), Arg::of_int(step)},
+               derived(c, out, {self}));
+}
+
+// expand(self, sizes) after validation; `sizes` as the user gave them (-1 allowed).
+CaptureResult expand_to(BindCall& c, const char* op, ValueId self, const Ints& sizes) {
+  MetaResult r = meta::expand(c.graph.meta(self), sizes);
+  if (!r.ok()) return fail(op, r.error);
+  return tensor_result(emit1(c.graph, OpId::expand, {Arg::of_value(self), Arg::of_ints(sizes), Arg::of_bool(false)},
+                             derived(c, r.meta, {self})));
+}
+
+ValueId emit_clone(BindCall& c, ValueId self, std::optional<c10::MemoryFormat> format) {
+  const TensorMeta& m = c.graph.meta(self);
+  Ints strides = format ? meta::contiguous_strides(m.sizes) : meta::preserve_format_strides(m);
+  return emit1(c.graph, OpId::clone, {Arg::of_value(self), format ? memory_format_arg(*format) : Arg::none()},
+               derived(c, meta::fresh(m, m.sizes, strides), {self}));
+}
+
+// reshape: a view when the strides allow one, else a contiguous copy viewed to the new shape.
+CaptureResult reshape_to(BindCall& c, const char* op, ValueId self, const Ints& shape) {
+  const TensorMeta& m = c.graph.meta(self);
+  std::string err;
+  auto sizes = meta::infer_size(shape, m.numel(), err);
+  if (!sizes) return fail(op, err);
+  MetaResult r = meta::view(m, *sizes);
+  if (!r.ok()) {
+    ValueId copy = emit_clone(c, self, c10::MemoryFormat::Contiguous);
+    self = copy;
+    r = meta::view(c.graph.meta(copy), *sizes);
+    FD_CHECK(r.ok(), "view of a contiguous copy failed: " + r.error);
+  }
+  return tensor_result(emit_view(c, self, *sizes, r.meta));
+}
+
+CaptureResult view_to(BindCall& c, const char* op, ValueId self, const Ints& shape) {
+  MetaResult r = meta::view(c.graph.meta(self), shape);
+  if (!r.ok()) return fail(op, r.error);
+  return tensor_result(emit_view(c, self, r.meta.sizes, r.meta));
+}
+
+// Wraps every entry of `dims` against `ndim`.
+bool wrap_all(const char* op, Ints& dims, int64_t ndim, CaptureResult& err) {
+  for (int64_t& d : dims)
+    if (!wrap(op, d, ndim, err)) return false;
+  return true;
+}
+
+bool is_index_dtype(c10::ScalarType t) { return t == c10::ScalarType::Long || t == c10::ScalarType::Int; }
+
+}  // namespace
+
+// ---- view / reshape ------------------------------------------------------------------------
+
+CaptureResult bind_view(BindCall& call) {
+  // x.view(dtype) reinterprets the bytes; only the same-width case keeps the geometry.
+  if (call.args.size() == 2 && call.args[1].kind == CallArg::Kind::DType && call.args[0].kind == CallArg::Kind::Tensor) {
+    ValueId self = call.args[0].value;
+    const TensorMeta& m = call.graph.meta(self);
+    if (c10::elementSize(m.dtype) != c10::elementSize(call.args[1].dtype))
+      return fail("view", "reinterpreting a tensor as a dtype of another width is not supported");
+    return fail("view", "view(dtype) has no ATen overload in the op table yet");
+  }
+  static const Signature sig("view(Tensor input, int[] *size)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return view_to(call, "view", a.tensor("input"), a.ints("size"));
+}
+
+CaptureResult bind_view_as(BindCall& call) {
+  static const Signature sig("view_as(Tensor input, Tensor other)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return view_to(call, "view_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
+}
+
+CaptureResult bind_reshape(BindCall& call) {
+  static const Signature sig("reshape(Tensor input, int[] *shape)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return reshape_to(call, "reshape", a.tensor("input"), a.ints("shape"));
+}
+
+CaptureResult bind_reshape_as(BindCall& call) {
+  static const Signature sig("reshape_as(Tensor input, Tensor other)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return reshape_to(call, "reshape_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
+}
+
+CaptureResult bind_flatten(BindCall& call) {
+  static const Signature sig("flatten(Tensor input, int start_dim=0, int end_dim=-1)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  int64_t s = a.integer("start_dim"), e = a.integer("end_dim");
+  if (!wrap("flatten", s, m.dim(), err) || !wrap("flatten", e, m.dim(), err)) return err;
+  if (m.dim() == 0) return reshape_to(call, "flatten", self, {1});
+  if (s > e) return fail("flatten", "flatten() has invalid args: start_dim cannot come after end_dim");
+  if (s == e) return tensor_result(self);  // eager returns self itself
+  Ints shape(m.sizes.begin(), m.sizes.begin() + s);
+  shape.push_back(std::accumulate(m.sizes.begin() + s, m.sizes.begin() + e + 1, int64_t{1}, std::multiplies<>()));
+  shape.insert(shape.end(), m.sizes.begin() + e + 1, m.sizes.end());
+  return reshape_to(call, "flatten", self, shape);
+}
+
+CaptureResult bind_unflatten(BindCall& call) {
+  static const Signature sig("unflatten(Tensor input, int dim, int[] sizes)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  int64_t dim = a.integer("dim");
+  if (!wrap("unflatten", dim, m.dim(), err)) return err;
+  Ints sizes = a.ints("sizes");
+  if (sizes.empty()) return fail("unflatten", "sizes must be non-empty");
+  std::string e;
+  const int64_t dim_size = m.dim() == 0 ? 1 : m.sizes[dim];
+  auto inferred = meta::infer_size(sizes, dim_size, e);
+  if (!inferred)
+    return fail("unflatten", "Provided sizes " + meta::format_ints(sizes) + " don't multiply up to the size of dim " +
+                                 std::to_string(dim) + " (" + std::to_string(dim_size) + ") in the input tensor");
+  Ints shape(m.sizes.begin(), m.sizes.begin() + dim);
+  shape.insert(shape.end(), inferred->begin(), inferred->end());
+  if (m.dim() > 0) shape.insert(shape.end(), m.sizes.begin() + dim + 1, m.sizes.end());
+  return view_to(call, "unflatten", self, shape);
+}
+
+// ---- dimension shuffles ----------------------------------------------------------------------
+
+CaptureResult bind_permute(BindCall& call) {
+  static const Signature sig("permute(Tensor input, int[] *dims)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  Ints dims = a.ints("dims");
+  MetaResult r = meta::permute(call.graph.meta(self), dims);
+  if (!r.ok()) return fail("permute", r.error);
+  return tensor_result(emit1(call.graph, OpId::permute, {Arg::of_value(self), Arg::of_ints(dims)},
+                             derived(call, r.meta, {self})));
+}
+
+CaptureResult bind_transpose(BindCall& call) {
+  static const Signature sig("transpose(Tensor input, int dim0, int dim1)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const int64_t n = call.graph.meta(self).dim();
+  int64_t d0 = a.integer("dim0"), d1 = a.integer("dim1");
+  if (!wrap("transpose", d0, n, err) || !wrap("transpose", d1, n, err)) return err;
+  return tensor_result(emit_transpose(call, self, d0, d1));
+}
+
+CaptureResult bind_t(BindCall& call) {
+  static const Signature sig("t(Tensor input)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const int64_t n = call.graph.meta(self).dim();
+  if (n > 2) return fail("t", "t() expects a tensor with <= 2 dimensions, but self is " + std::to_string(n) + "D");
+  return tensor_result(emit_transpose(call, self, 0, n < 2 ? 0 : 1));
+}
+
+namespace {
+// Tensor.T / .H on a real tensor: all dims reversed.
+CaptureResult reversed_dims(BindCall& call, const char* op, bool matrices_only) {
+  if (call.args.size() != 1 || call.args[0].kind != CallArg::Kind::Tensor) return fail(op, "expects one tensor");
+  ValueId self = call.args[0].value;
+  const TensorMeta& m = call.graph.meta(self);
+  if (matrices_only && m.dim() != 0 && m.dim() != 2)
+    return fail(op, "tensor.H is only supported on matrices (2-D tensors). Got " + std::to_string(m.dim()) + "-D tensor.");
+  if (c10::isComplexType(m.dtype) && matrices_only) return fail(op, "conjugate views of complex tensors are not supported");
+  if (m.dim() == 0) return tensor_result(emit1(call.graph, OpId::alias, {Arg::of_value(self)}, derived(call, m, {self})));
+  Ints dims(static_cast<size_t>(m.dim()));
+  for (int64_t i = 0; i < m.dim(); ++i) dims[i] = m.dim() - 1 - i;
+  return tensor_result(emit_permute(call, self, dims));
+}
+
+// Tensor.mT / .mH: the last two dims swapped.
+CaptureResult matrix_transpose(BindCall& call, const char* op, bool conj) {
+  if (call.args.size() != 1 || call.args[0].kind != CallArg::Kind::Tensor) return fail(op, "expects one tensor");
+  ValueId self = call.args[0].value;
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() < 2)
+    return fail(op, std::string("tensor.") + (op + 7) + " is only supported on matrices or batches of matrices. Got " +
+                        std::to_string(m.dim()) + "-D tensor.");
+  if (conj && c10::isComplexType(m.dtype)) return fail(op, "conjugate views of complex tensors are not supported");
+  return tensor_result(emit_transpose(call, self, m.dim() - 2, m.dim() - 1));
+}
+}  // namespace
+
+CaptureResult bind_prop_T(BindCall& call) { return reversed_dims(call, "Tensor.T", false); }
+CaptureResult bind_prop_H(BindCall& call) { return reversed_dims(call, "Tensor.H", true); }
+CaptureResult bind_prop_mT(BindCall& call) { return matrix_transpose(call, "Tensor.mT", false); }
+CaptureResult bind_prop_mH(BindCall& call) { return matrix_transpose(call, "Tensor.mH", true); }
+
+CaptureResult bind_movedim(BindCall& call) {
+  static const Signature sig("movedim(Tensor input, int[] source, int[] destination)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const int64_t n = call.graph.meta(self).dim();
+  Ints src = a.ints("source"), dst = a.ints("destination");
+  if (src.size() != dst.size())
+    return fail("movedim", "Invalid source or destination dims: source (" + meta::format_ints(src) +
+                               " dims) should contain the same number of dims as destination (" +
+                               meta::format_ints(dst) + " dims)");
+  if (!wrap_all("movedim", src, n, err) || !wrap_all("movedim", dst, n, err)) return err;
+  Ints order(static_cast<size_t>(std::max<int64_t>(n, 0)), -1);
+  std::vector<bool> used(order.size(), false);
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (n == 0) break;
+    if (order[dst[i]] != -1) return fail("movedim", "repeated dim in `destination` (" + meta::format_ints(a.ints("destination")) + ")");
+    if (used[src[i]]) return fail("movedim", "repeated dim in `source` (" + meta::format_ints(a.ints("source")) + ")");
+    order[dst[i]] = src[i];
+    used[src[i]] = true;
+  }
+  // The remaining dims keep their relative order in the free slots.
+  size_t next = 0;
+  for (auto& o : order) {
+    if (o != -1) continue;
+    while (used[next]) ++next;
+    o = static_cast<int64_t>(next);
+    used[next] = true;
+  }
+  if (n == 0) return tensor_result(emit1(call.graph, OpId::alias, {Arg::of_value(self)},
+                                         derived(call, call.graph.meta(self), {self})));
+  return tensor_result(emit_permute(call, self, order));
+}
+
+CaptureResult bind_unsqueeze(BindCall& call) {
+  static const Signature sig("unsqueeze(Tensor input, int dim)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  int64_t dim = a.integer("dim");
+  if (!wrap("unsqueeze", dim, call.graph.meta(self).dim() + 1, err)) return err;
+  return tensor_result(emit_unsqueeze(call, self, dim));
+}
+
+CaptureResult bind_squeeze(BindCall& call) {
+  static const Signature sig("squeeze(Tensor input, Any dim=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  const CallArg& d = a.get("dim");
+  if (d.kind == CallArg::Kind::None) {
+    Ints all(static_cast<size_t>(m.dim()));
+    std::iota(all.begin(), all.end(), 0);
+    return tensor_result(emit1(call.graph, OpId::squeeze, {Arg::of_value(self)},
+                               derived(call, meta::squeeze(m, all), {self})));
+  }
+  if (d.kind == CallArg::Kind::Int) {
+    int64_t dim = d.i;
+    if (!wrap("squeeze", dim, m.dim(), err)) return err;
+    return tensor_result(emit1(call.graph, OpId::squeeze_dim, {Arg::of_value(self), Arg::of_int(d.i)},
+                               derived(call, meta::squeeze(m, {dim}), {self})));
+  }
+  if (d.kind == CallArg::Kind::IntList) {
+    Ints dims = d.ints;
+    if (!wrap_all("squeeze", dims, m.dim(), err)) return err;
+    return tensor_result(emit1(call.graph, OpId::squeeze_dims, {Arg::of_value(self), Arg::of_ints(d.ints)},
+                               derived(call, meta::squeeze(m, dims), {self})));
+  }
+  return fail("squeeze", "argument 'dim' must be int or tuple of ints");
+}
+
+// ---- expand ----------------------------------------------------------------------------------
+
+CaptureResult bind_expand(BindCall& call) {
+  static const Signature sig("expand(Tensor input, int[] *size)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return expand_to(call, "expand", a.tensor("input"), a.ints("size"));
+}
+
+CaptureResult bind_expand_as(BindCall& call) {
+  static const Signature sig("expand_as(Tensor input, Tensor other)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return expand_to(call, "expand_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
+}
+
+CaptureResult bind_broadcast_to(BindCall& call) {
+  static const Signature sig("broadcast_to(Tensor input, int[] size)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return expand_to(call, "broadcast_to", a.tensor("input"), a.ints("size"));
+}
+
+// ---- copies ----------------------------------------------------------------------------------
+
+CaptureResult bind_contiguous(BindCall& call) {
+  static const Signature sig("contiguous(Tensor input, *, Any memory_format=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  if (!a.is_none("memory_format")) return fail("contiguous", "only the default memory_format is supported");
+  ValueId self = a.tensor("input");
+  if (meta::is_contiguous(call.graph.meta(self))) return tensor_result(self);  // eager returns self itself
+  return tensor_result(emit_clone(call, self, c10::MemoryFormat::Contiguous));
+}
+
+CaptureResult bind_clone(BindCall& call) {
+  static const Signature sig("clone(Tensor input, *, Any memory_format=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  if (!a.is_none("memory_format")) return fail("clone", "only the default memory_format is supported");
+  return tensor_result(emit_clone(call, a.tensor("input"), std::nullopt));
+}
+
+CaptureResult bind_flip(BindCall& call) {
+  static const Signature sig("flip(Tensor input, int[] *dims)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  Ints dims = a.ints("dims");
+  if (!wrap_all("flip", dims, m.dim(), err)) return err;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (std::count(dims.begin(), dims.end(), dims[i]) > 1)
+      return fail("flip", "dim " + std::to_string(dims[i]) + " appears multiple times in the list of dims");
+  TensorMeta out = meta::fresh(m, m.sizes, meta::preserve_format_strides(m));
+  return tensor_result(emit1(call.graph, OpId::flip, {Arg::of_value(self), Arg::of_ints(a.ints("dims"))},
+                             derived(call, out, {self})));
+}
+
+CaptureResult bind_roll(BindCall& call) {
+  static const Signature sig("roll(Tensor input, int[] shifts, int[] dims=[])");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  Ints shifts = a.ints("shifts"), dims = a.ints("dims");
+  if (dims.empty() ? shifts.size() != 1 : shifts.size() != dims.size())
+    return fail("roll", "shifts and dimensions must align. shifts: " + std::to_string(shifts.size()) +
+                            ", dims:" + std::to_string(dims.size()));
+  Ints wrapped = dims;
+  if (!wrap_all("roll", wrapped, m.dim(), err)) return err;
+  return tensor_result(emit1(call.graph, OpId::roll, {Arg::of_value(self), Arg::of_ints(shifts), Arg::of_ints(dims)},
+                             derived(call, meta::fresh_contiguous(m, m.sizes), {self})));
+}
+
+namespace {
+CaptureResult repeat_by(BindCall& call, const char* op, ValueId self, const Ints& repeats) {
+  const TensorMeta& m = call.graph.meta(self);
+  if (static_cast<int64_t>(repeats.size()) < m.dim())
+    return fail(op, "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor");
+  Ints sizes(repeats.size());
+  const size_t pad = repeats.size() - m.sizes.size();
+  for (size_t i = 0; i < repeats.size(); ++i) {
+    if (repeats[i] < 0) return fail(op, "Trying to create tensor with negative dimension " + std::to_string(repeats[i]));
+    sizes[i] = repeats[i] * (i < pad ? 1 : m.sizes[i - pad]);
+  }
+  return tensor_result(emit1(call.graph, OpId::repeat, {Arg::of_value(self), Arg::of_ints(repeats)},
+                             derived(call, meta::fresh_contiguous(m, sizes), {self})));
+}
+}  // namespace
+
+CaptureResult bind_repeat(BindCall& call) {
+  static const Signature sig("repeat(Tensor input, int[] *repeats)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  return repeat_by(call, "repeat", a.tensor("input"), a.ints("repeats"));
+}
+
+CaptureResult bind_tile(BindCall& call) {
+  static const Signature sig("tile(Tensor input, int[] *dims)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  Ints reps = a.ints("dims");
+  const size_t n = static_cast<size_t>(call.graph.meta(self).dim());
+  if (reps.size() < n) reps.insert(reps.begin(), n - reps.size(), 1);  // tile pads with leading ones
+  return repeat_by(call, "tile", self, reps);
+}
+
+CaptureResult bind_repeat_interleave(BindCall& call) {
+  static const Signature sig("repeat_interleave(Tensor input, Any repeats, int? dim=None, *, int? output_size=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  const CallArg& rep = a.get("repeats");
+  if (rep.kind != CallArg::Kind::Int)
+    return fail("repeat_interleave", "tensor 'repeats' give a data-dependent output shape; only an int is supported");
+  if (rep.i < 0) return fail("repeat_interleave", "repeats can not be negative");
+  Ints sizes;
+  Arg dim_arg = Arg::none();
+  if (a.is_none("dim")) {
+    sizes = {m.numel() * rep.i};
+  } else {
+    int64_t dim = a.integer("dim");
+    if (!wrap("repeat_interleave", dim, m.dim(), err)) return err;
+    sizes = m.sizes;
+    if (!sizes.empty()) sizes[dim] *= rep.i;
+    else sizes = {rep.i};
+    dim_arg = Arg::of_int(a.integer("dim"));
+  }
+  Arg output_size = a.is_none("output_size") ? Arg::none() : Arg::of_int(a.integer("output_size"));
+  return tensor_result(emit1(call.graph, OpId::repeat_interleave_self_int,
+                             {Arg::of_value(self), Arg::of_int(rep.i), dim_arg, output_size},
+                             derived(call, meta::fresh_contiguous(m, sizes), {self})));
+}
+
+namespace {
+CaptureResult triangle(BindCall& call, const char* op, OpId id) {
+  static const Signature sig("tril(Tensor input, int diagonal=0)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() < 2) return fail(op, "input tensor must have at least 2 dimensions");
+  return tensor_result(emit1(call.graph, id, {Arg::of_value(self), Arg::of_int(a.integer("diagonal"))},
+                             derived(call, meta::fresh_contiguous(m, m.sizes), {self})));
+}
+}  // namespace
+
+CaptureResult bind_tril(BindCall& call) { return triangle(call, "tril", OpId::tril); }
+CaptureResult bind_triu(BindCall& call) { return triangle(call, "triu", OpId::triu); }
+
+// ---- narrowing views -------------------------------------------------------------------------
+
+CaptureResult bind_narrow(BindCall& call) {
+  static const Signature sig("narrow(Tensor input, int dim, int start, int length)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  int64_t dim = a.integer("dim");
+  if (!wrap("narrow", dim, m.dim(), err)) return err;
+  MetaResult r = meta::narrow(m, dim, a.integer("start"), a.integer("length"));
+  if (!r.ok()) return fail("narrow", r.error);
+  int64_t start = a.integer("start");
+  if (start < 0) start += m.sizes[dim];
+  return tensor_result(emit_slice(call, self, dim, start, start + a.integer("length"), 1));
+}
+
+CaptureResult bind_select(BindCall& call) {
+  static const Signature sig("select(Tensor input, int dim, int index)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  int64_t dim = a.integer("dim");
+  if (!wrap("select", dim, m.dim(), err)) return err;
+  MetaResult r = meta::select(m, dim, a.integer("index"));
+  if (!r.ok()) return fail("select", r.error);
+  return tensor_result(emit1(call.graph, OpId::select_int,
+                             {Arg::of_value(self), Arg::of_int(dim), Arg::of_int(a.integer("index"))},
+                             derived(call, r.meta, {self})));
+}
+
+CaptureResult bind_diagonal(BindCall& call) {
+  static const Signature sig("diagonal(Tensor input, int offset=0, int dim1=0, int dim2=1)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  int64_t d1 = a.integer("dim1"), d2 = a.integer("dim2");
+  if (m.dim() < 2) return fail("diagonal", "diagonal dimensions requires ndim larger than 1, but got " + std::to_string(m.dim()));
+  if (!wrap("diagonal", d1, m.dim(), err) || !wrap("diagonal", d2, m.dim(), err)) return err;
+  if (d1 == d2)
+    return fail("diagonal", "diagonal dimensions cannot be identical " + std::to_string(a.integer("dim1")) + ", " +
+                                std::to_string(a.integer("dim2")));
+  TensorMeta out = meta::diagonal(m, a.integer("offset"), d1, d2);
+  return tensor_result(emit1(call.graph, OpId::diagonal,
+                             {Arg::of_value(self), Arg::of_int(a.integer("offset")), Arg::of_int(d1), Arg::of_int(d2)},
+                             derived(call, out, {self})));
+}
+
+CaptureResult bind_unfold(BindCall& call) {
+  static const Signature sig("unfold(Tensor input, int dimension, int size, int step)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  int64_t dim = a.integer("dimension");
+  if (!wrap("unfold", dim, m.dim(), err)) return err;
+  MetaResult r = meta::unfold(m, dim, a.integer("size"), a.integer("step"));
+  if (!r.ok()) return fail("unfold", r.error);
+  return tensor_result(emit1(call.graph, OpId::unfold,
+                             {Arg::of_value(self), Arg::of_int(dim), Arg::of_int(a.integer("size")),
+                              Arg::of_int(a.integer("step"))},
+                             derived(call, r.meta, {self})));
+}
+
+// ---- splits ----------------------------------------------------------------------------------
+
+namespace {
+// Emits one multi-output view node whose pieces are `sizes` along `dim`.
+CaptureResult emit_pieces(BindCall& call, OpId op, std::vector<Arg> args, ValueId self, int64_t dim, const Ints& sizes) {
+  std::vector<TensorMeta> outs;
+  for (auto& piece : meta::split_sizes_views(call.graph.meta(self), dim, sizes))
+    outs.push_back(derived(call, piece, {self}));
+  return tuple_result(emit(call.graph, op, std::move(args), std::move(outs)));
+}
+
+CaptureResult split_by_size(BindCall& call, const char* op, ValueId self, int64_t split_size, int64_t dim) {
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() == 0) return fail(op, "split expects at least a 1-dimensional tensor");
+  if (split_size < 0) return fail(op, "split expects split_size be non-negative, but got split_size=" + std::to_string(split_size));
+  const int64_t n = m.sizes[dim];
+  if (split_size == 0 && n != 0)
+    return fail(op, "split_size can only be 0 if dimension size is 0, but got dimension size of " + std::to_string(n));
+  const int64_t pieces = split_size == 0 ? 1 : std::max<int64_t>((n + split_size - 1) / split_size, 1);
+  Ints sizes(static_cast<size_t>(pieces), split_size);
+  sizes.back() = n - split_size * (pieces - 1);
+  return emit_pieces(call, OpId::split_Tensor, {Arg::of_value(self), Arg::of_int(split_size), Arg::of_int(dim)}, self, dim,
+                     sizes);
+}
+
+CaptureResult split_by_sizes(BindCall& call, const char* op, ValueId self, const Ints& sizes, int64_t dim) {
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() == 0) return fail(op, "split expects at least a 1-dimensional tensor");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) return fail(op, "split_with_sizes expects split_sizes have only non-negative entries, but got split_sizes=" +
+                                   meta::format_ints(sizes));
+    total += s;
+  }
+  if (total != m.sizes[dim])
+    return fail(op, "split_with_sizes expects split_sizes to sum exactly to " + std::to_string(m.sizes[dim]) +
+                        " (input tensor's size at dimension " + std::to_string(dim) + "), but got split_sizes=" +
+                        meta::format_ints(sizes));
+  return emit_pieces(call, OpId::split_with_sizes, {Arg::of_value(self), Arg::of_ints(sizes), Arg::of_int(dim)}, self, dim,
+                     sizes);
+}
+}  // namespace
+
+CaptureResult bind_split(BindCall& call) {
+  static const Signature sig("split(Tensor tensor, Any split_size_or_sections, int dim=0)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("tensor");
+  int64_t dim = a.integer("dim");
+  if (!wrap("split", dim, call.graph.meta(self).dim(), err)) return err;
+  const CallArg& s = a.get("split_size_or_sections");
+  if (s.kind == CallArg::Kind::Int) return split_by_size(call, "split", self, s.i, dim);
+  if (s.kind == CallArg::Kind::IntList) return split_by_sizes(call, "split", self, s.ints, dim);
+  return fail("split", "argument 'split_size_or_sections' must be int or list of ints");
+}
+
+CaptureResult bind_chunk(BindCall& call) {
+  static const Signature sig("chunk(Tensor input, int chunks, int dim=0)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() == 0) return fail("chunk", "chunk expects at least a 1-dimensional tensor");
+  const int64_t chunks = a.integer("chunks");
+  if (chunks <= 0) return fail("chunk", "chunk expects `chunks` to be greater than 0, got: " + std::to_string(chunks));
+  int64_t dim = a.integer("dim");
+  if (!wrap("chunk", dim, m.dim(), err)) return err;
+  const int64_t n = m.sizes[dim];
+  const int64_t split_size = (n + chunks - 1) / chunks;
+  // An empty dim keeps the requested number of (empty) chunks: split_with_sizes, as eager.
+  if (split_size == 0 && n == 0) return split_by_sizes(call, "chunk", self, Ints(static_cast<size_t>(chunks), 0), dim);
+  return split_by_size(call, "chunk", self, split_size, dim);
+}
+
+CaptureResult bind_unbind(BindCall& call) {
+  static const Signature sig("unbind(Tensor input, int dim=0)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() == 0) return fail("unbind", "Dimension specified as 0 but tensor has no dimensions");
+  int64_t dim = a.integer("dim");
+  if (!wrap("unbind", dim, m.dim(), err)) return err;
+  std::vector<TensorMeta> outs;
+  for (int64_t i = 0; i < m.sizes[dim]; ++i) outs.push_back(derived(call, meta::select(m, dim, i).meta, {self}));
+  return tuple_result(emit(call.graph, OpId::unbind_int, {Arg::of_value(self), Arg::of_int(dim)}, std::move(outs)));
+}
+
+// ---- joins -----------------------------------------------------------------------------------
+
+namespace {
+// cat's output: promoted dtype, the shared memory format of the inputs (else contiguous).
+CaptureResult cat_values(BindCall& call, const char* op, const std::vector<ValueId>& ts, int64_t dim_arg) {
+  if (ts.empty()) return fail(op, "expected a non-empty list of Tensors");
+  const Graph& g = call.graph;
+  // 1-d empty tensors are skipped by the shape checks (legacy behaviour kept by ATen).
+  auto skipped = [&](ValueId v) { return g.meta(v).dim() == 1 && g.meta(v).sizes[0] == 0; };
+  std::optional<size_t> ref;
+  c10::ScalarType dtype = g.meta(ts[0]).dtype;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorMeta& m = g.meta(ts[i]);
+    if (m.dim() == 0)
+      return fail(op, "zero-dimensional tensor (at position " + std::to_string(i) + ") cannot be concatenated");
+    if (m.device != g.meta(ts[0]).device) return fail(op, "all input tensors must be on the same device");
+    dtype = c10::promoteTypes(dtype, m.dtype);
+    if (!ref && !skipped(ts[i])) ref = i;
+  }
+  const TensorMeta& r = g.meta(ts[ref.value_or(0)]);
+  int64_t dim = dim_arg;
+  CaptureResult err;
+  if (!wrap(op, dim, r.dim(), err)) return err;
+  Ints sizes = r.sizes;
+  if (ref) {
+    sizes[dim] = 0;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const TensorMeta& m = g.meta(ts[i]);
+      if (skipped(ts[i])) continue;
+      if (m.dim() != r.dim())
+        return fail(op, "Tensors must have same number of dimensions: got " + std::to_string(r.dim()) + " and " +
+                            std::to_string(m.dim()));
+      for (int64_t d = 0; d < r.dim(); ++d)
+        if (d != dim && m.sizes[d] != r.sizes[d])
+          return fail(op, "Sizes of tensors must match except in dimension " + std::to_string(dim) + ". Expected size " +
+                              std::to_string(r.sizes[d]) + " but got size " + std::to_string(m.sizes[d]) +
+                              " for tensor number " + std::to_string(i) + " in the list.");
+      sizes[dim] += m.sizes[dim];
+    }
+  }
+  // Memory format: every input suggesting the same non-contiguous format keeps it.
+  std::optional<meta::MemoryFormat> format;
+  for (ValueId v : ts) {
+    meta::MemoryFormat f = meta::suggest_memory_format(g.meta(v));
+    if (f == meta::MemoryFormat::Contiguous || (format && *format != f)) {
+      format = meta::MemoryFormat::Contiguous;
+      break;
+    }
+    format = f;
+  }
+  TensorMeta out = meta::fresh(r, sizes, meta::strides_for_format(sizes, *format));
+  out.dtype = dtype;
+  return tensor_result(emit1(call.graph, OpId::cat, {Arg::of_values(ts), Arg::of_int(dim_arg)}, derived(call, out, ts)));
+}
+
+// Tensors reshaped to at least `n` dims, as atleast_1d / atleast_2d do (views).
+std::vector<ValueId> at_least(BindCall& call, const std::vector<ValueId>& ts, int64_t n) {
+  std::vector<ValueId> out;
+  for (ValueId v : ts) {
+    const TensorMeta& m = call.graph.meta(v);
+    if (m.dim() >= n) {
+      out.push_back(v);
+    } else {
+      Ints shape(static_cast<size_t>(n - m.dim()), 1);
+      shape.insert(shape.end(), m.sizes.begin(), m.sizes.end());
+      MetaResult r = meta::view(m, shape);
+      out.push_back(emit_view(call, v, shape, r.meta));
+    }
+  }
+  return out;
+}
+}  // namespace
+
+CaptureResult bind_cat(BindCall& call) {
+  static const Signature sig("cat(Tensor[] tensors, int dim=0, *, Any out=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  if (!a.is_none("out")) return fail("cat", "out= is not supported");
+  return cat_values(call, "cat", a.tensors("tensors"), a.integer("dim"));
+}
+
+CaptureResult bind_stack(BindCall& call) {
+  static const Signature sig("stack(Tensor[] tensors, int dim=0, *, Any out=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  if (!a.is_none("out")) return fail("stack", "out= is not supported");
+  std::vector<ValueId> ts = a.tensors("tensors");
+  if (ts.empty()) return fail("stack", "stack expects a non-empty TensorList");
+  const TensorMeta& first = call.graph.meta(ts[0]);
+  for (size_t i = 1; i < ts.size(); ++i)
+    if (call.graph.meta(ts[i]).sizes != first.sizes)
+      return fail("stack", "stack expects each tensor to be equal size, but got " + meta::format_ints(first.sizes) +
+                               " at entry 0 and " + meta::format_ints(call.graph.meta(ts[i]).sizes) + " at entry " +
+                               std::to_string(i));
+  int64_t dim = a.integer("dim");
+  if (!wrap("stack", dim, first.dim() + 1, err)) return err;
+  c10::ScalarType dtype = first.dtype;
+  for (ValueId v : ts) dtype = c10::promoteTypes(dtype, call.graph.meta(v).dtype);
+  Ints sizes = first.sizes;
+  sizes.insert(sizes.begin() + dim, static_cast<int64_t>(ts.size()));
+  TensorMeta out = meta::fresh_contiguous(first, sizes);
+  out.dtype = dtype;
+  return tensor_result(emit1(call.graph, OpId::stack, {Arg::of_values(ts), Arg::of_int(dim)}, derived(call, out, ts)));
+}
+
+CaptureResult bind_hstack(BindCall& call) {
+  static const Signature sig("hstack(Tensor[] tensors, *, Any out=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  std::vector<ValueId> ts = at_least(call, a.tensors("tensors"), 1);
+  if (ts.empty()) return fail("hstack", "expects a non-empty TensorList");
+  return cat_values(call, "hstack", ts, call.graph.meta(ts[0]).dim() == 1 ? 0 : 1);
+}
+
+CaptureResult bind_vstack(BindCall& call) {
+  static const Signature sig("vstack(Tensor[] tensors, *, Any out=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  std::vector<ValueId> ts = at_least(call, a.tensors("tensors"), 2);
+  if (ts.empty()) return fail("vstack", "expects a non-empty TensorList");
+  return cat_values(call, "vstack", ts, 0);
+}
+
+// ---- gathers ---------------------------------------------------------------------------------
+
+CaptureResult bind_index_select(BindCall& call) {
+  static const Signature sig("index_select(Tensor input, int dim, Tensor index)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input"), index = a.tensor("index");
+  const TensorMeta& m = call.graph.meta(self);
+  const TensorMeta& im = call.graph.meta(index);
+  int64_t dim = a.integer("dim");
+  if (!wrap("index_select", dim, m.dim(), err)) return err;
+  if (im.dim() > 1) return fail("index_select", "Index is supposed to be a vector");
+  if (!is_index_dtype(im.dtype)) return fail("index_select", "Expected dtype int32 or int64 for index");
+  Ints sizes = m.sizes;
+  if (!sizes.empty()) sizes[dim] = im.numel();
+  else if (im.numel() != 1) return fail("index_select", "index_select(): Index to scalar can have only 1 value, got " +
+                                                           std::to_string(im.numel()) + " value(s)");
+  return tensor_result(emit1(call.graph, OpId::index_select, {Arg::of_value(self), Arg::of_int(dim), Arg::of_value(index)},
+                             derived(call, meta::fresh_contiguous(m, sizes), {self})));
+}
+
+namespace {
+// gather after its argument checks; `index` already has self's rank.
+CaptureResult gather_values(BindCall& call, const char* op, ValueId self, int64_t dim, ValueId index) {
+  const TensorMeta& m = call.graph.meta(self);
+  const TensorMeta& im = call.graph.meta(index);
+  if (im.dtype != c10::ScalarType::Long) return fail(op, "gather(): Expected dtype int64 for index");
+  if (std::max<int64_t>(m.dim(), 1) != std::max<int64_t>(im.dim(), 1))
+    return fail(op, "Index tensor must have the same number of dimensions as input tensor");
+  CaptureResult err;
+  if (!wrap(op, dim, m.dim(), err)) return err;
+  for (int64_t d = 0; d < im.dim() && m.dim() > 0; ++d)
+    if (d != dim && im.sizes[d] > m.sizes[d])
+      return fail(op, "Size does not match at dimension " + std::to_string(d) + " expected index " +
+                          meta::format_ints(im.sizes) + " to be no larger than self " + meta::format_ints(m.sizes) +
+                          " apart from dimension " + std::to_string(dim));
+  TensorMeta out = meta::fresh_contiguous(m, im.sizes);
+  return tensor_result(emit1(call.graph, OpId::gather,
+                             {Arg::of_value(self), Arg::of_int(dim), Arg::of_value(index), Arg::of_bool(false)},
+                             derived(call, out, {self})));
+}
+}  // namespace
+
+CaptureResult bind_gather(BindCall& call) {
+  static const Signature sig("gather(Tensor input, int dim, Tensor index, *, bool sparse_grad=False)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  if (a.boolean("sparse_grad")) return fail("gather", "sparse_grad=True is not supported");
+  return gather_values(call, "gather", a.tensor("input"), a.integer("dim"), a.tensor("index"));
+}
+
+CaptureResult bind_take_along_dim(BindCall& call) {
+  static const Signature sig("take_along_dim(Tensor input, Tensor indices, int? dim=None)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input"), idx = a.tensor("indices");
+  const TensorMeta m = call.graph.meta(self), im = call.graph.meta(idx);
+  if (!is_index_dtype(im.dtype) || im.dtype != c10::ScalarType::Long)
+    return fail("take_along_dim", "dtype of indices should be Long but got " + std::string(c10::toString(im.dtype)));
+  if (a.is_none("dim")) {
+    // Both flattened: self.view(-1).gather(0, indices.view(-1)).
+    MetaResult fs = meta::view(m, {-1}), fi = meta::view(im, {-1});
+    if (!fs.ok()) return fail("take_along_dim", fs.error);
+    if (!fi.ok()) return fail("take_along_dim", fi.error);
+    ValueId s = emit_view(call, self, fs.meta.sizes, fs.meta), i = emit_view(call, idx, fi.meta.sizes, fi.meta);
+    return gather_values(call, "take_along_dim", s, 0, i);
+  }
+  if (m.dim() != im.dim())
+    return fail("take_along_dim", "input and indices should have the same number of dimensions, but got " +
+                                      std::to_string(m.dim()) + " dimensions for input, and " + std::to_string(im.dim()) +
+                                      " dimensions for indices");
+  int64_t dim = a.integer("dim");
+  if (!wrap("take_along_dim", dim, m.dim(), err)) return err;
+  // Broadcast both operands over every dim but `dim`.
+  Ints self_sizes = m.sizes;
+  if (!self_sizes.empty()) self_sizes[dim] = im.sizes[dim];
+  std::string e;
+  auto shape = meta::broadcast_shapes(self_sizes, im.sizes, e);
+  if (!shape) return fail("take_along_dim", e);
+  Ints idx_shape = *shape, self_shape = *shape;
+  if (!self_shape.empty()) self_shape[dim] = m.sizes[dim];
+  ValueId s = self, i = idx;
+  if (self_shape != m.sizes) s = expand_to(call, "take_along_dim", self, self_shape).values.at(0);
+  if (idx_shape != im.sizes) i = expand_to(call, "take_along_dim", idx, idx_shape).values.at(0);
+  return gather_values(call, "take_along_dim", s, dim, i);
+}
+
+// ---- subscripts: x[idx] ------------------------------------------------------------------------
+//
+// The index is applied item by item as eager does: ints select (removing the dim), slices slice,
+// None and True/False insert a dim, `...` skips the dims the other items do not consume, and
+// tensors (or lists of ints) are collected as advanced indices at the dim they stand at. After
+// the basic items, one aten::index.Tensor applies all advanced indices at once.
+
+namespace {
+
+// ATen's advanced-indexing geometry: shape from broadcasting the index shapes (placed where the
+// indexed dims were when they are adjacent, else first), strides from TensorIterator over the
+// restrided source and the reshaped indices. `idx[d]` is the index for dim d or nullptr.
+MetaResult advanced_index_meta(const TensorMeta& self, std::vector<const TensorMeta*> idx) {
+  const int64_t n = self.dim();
+  idx.resize(static_cast<size_t>(n), nullptr);
+  std::vector<int64_t> defined;
+  Ints shape_b;
+  bool first = true;
+  for (int64_t d = 0; d < n; ++d) {
+    if (!idx[d]) continue;
+    defined.push_back(d);
+    if (first) {
+      shape_b = idx[d]->sizes;
+      first = false;
+      continue;
+    }
+    std::string e;
+    auto b = meta::broadcast_shapes(shape_b, idx[d]->sizes, e);
+    if (!b) return MetaResult::fail("shape mismatch: indexing tensors could not be broadcast together");
+    shape_b = *b;
+  }
+  std::vector<TensorMeta> expanded(static_cast<size_t>(n));
+  for (int64_t d : defined) expanded[d] = meta::expand(*idx[d], shape_b).meta;
+  const bool adjacent = defined.back() - defined.front() + 1 == static_cast<int64_t>(defined.size());
+  TensorMeta src = self;
+  std::vector<bool> has(static_cast<size_t>(n), false);
+  for (int64_t d : defined) has[d] = true;
+  if (!adjacent) {  // indexed dims move to the front, in order
+    Ints perm = defined;
+    for (int64_t d = 0; d < n; ++d)
+      if (!has[d]) perm.push_back(d);
+    src = meta::permute(self, perm).meta;
+    std::vector<TensorMeta> reordered;
+    std::vector<bool> has2;
+    for (int64_t d : perm) {
+      reordered.push_back(expanded[d]);
+      has2.push_back(has[d]);
+    }
+    expanded = std::move(reordered);
+    has = std::move(has2);
+  }
+  int64_t before = 0;
+  while (!has[before]) ++before;
+  const int64_t indexed = static_cast<int64_t>(defined.size());
+  const int64_t after = n - before - indexed;
+  int64_t b_numel = 1;
+  for (int64_t s : shape_b) b_numel *= s;
+  for (int64_t d = before; d < before + indexed; ++d)
+    if (src.sizes[d] == 0 && b_numel != 0) return MetaResult::fail("index is out of bounds for dimension with size 0");
+  Ints shape(src.sizes.begin(), src.sizes.begin() + before), st(src.strides.begin(), src.strides.begin() + before);
+  shape.insert(shape.end(), shape_b.begin(), shape_b.end());
+  st.insert(st.end(), shape_b.size(), 0);
+  shape.insert(shape.end(), src.sizes.begin() + before + indexed, src.sizes.end());
+  st.insert(st.end(), src.strides.begin() + before + indexed, src.strides.end());
+  std::vector<Ints> operands{st};
+  for (int64_t d = before; d < before + indexed; ++d) {
+    Ints ishape(static_cast<size_t>(before), 1);
+    ishape.insert(ishape.end(), shape_b.begin(), shape_b.end());
+    ishape.insert(ishape.end(), static_cast<size_t>(after), 1);
+    auto vs = meta::view_strides(expanded[d].sizes, expanded[d].strides, ishape);
+    TensorMeta im = expanded[d];
+    im.sizes = ishape;
+    im.strides = vs ? *vs : meta::contiguous_strides(ishape);
+    operands.push_back(meta::broadcast_strides(im, shape));
+  }
+  Ints out_strides = meta::tensor_iterator_strides(shape, operands);
+  return {meta::fresh(self, shape, out_strides), {}};
+}
+
+// A list of Python ints as a 1-d long tensor built in the graph (one scalar_tensor per entry).
+ValueId int_list_tensor(BindCall& call, const Ints& values, c10::Device device) {
+  TensorMeta scalar;
+  scalar.dtype = c10::ScalarType::Long;
+  scalar.device = device;
+  std::vector<ValueId> items;
+  for (int64_t v : values)
+    items.push_back(emit1(call.graph, OpId::scalar_tensor,
+                          {Arg::of_int(v), Arg::of_dtype(c10::ScalarType::Long), Arg::none(), Arg::of_device(device),
+                           Arg::none()},
+                          scalar));
+  TensorMeta out = meta::fresh_contiguous(scalar, {static_cast<int64_t>(values.size())});
+  if (items.empty())
+    return emit1(call.graph, OpId::empty_memory_format,
+                 {Arg::of_ints({0}), Arg::of_dtype(c10::ScalarType::Long), Arg::none(), Arg::of_device(device), Arg::none(),
+                  Arg::none()},
+                 out);
+  return emit1(call.graph, OpId::stack, {Arg::of_values(items), Arg::of_int(0)}, out);
+}
+
+// The index tensor eager substitutes for a boolean scalar: [0] for True, [] for False.
+ValueId bool_index_tensor(BindCall& call, bool value, c10::Device device) {
+  TensorMeta scalar;
+  scalar.dtype = c10::ScalarType::Long;
+  scalar.device = device;
+  const int64_t n = value ? 1 : 0;
+  return emit1(call.graph, OpId::zeros,
+               {Arg::of_ints({n}), Arg::of_dtype(c10::ScalarType::Long), Arg::none(), Arg::of_device(device), Arg::none()},
+               meta::fresh_contiguous(scalar, {n}));
+}
+
+const char* index_kind_name(const CallArg& a) {
+  switch (a.kind) {
+    case CallArg::Kind::Double: return "float";
+    case CallArg::Kind::String: return "str";
+    case CallArg::Kind::DType: return "torch.dtype";
+    case CallArg::Kind::Device: return "torch.device";
+    case CallArg::Kind::TensorList: return "list of Tensors";
+    case CallArg::Kind::Tuple: return "nested sequence";
+    default: return "object";
+  }
+}
+
+}  // namespace
+
+CaptureResult bind_getitem(BindCall& call) {
+  static const char* op = "getitem";
+  if (call.args.size() != 2 || !call.kwargs.empty() || call.args[0].kind != CallArg::Kind::Tensor)
+    return fail(op, "expects a tensor and one index");
+  ValueId cur = call.args[0].value;
+  const TensorMeta self = call.graph.meta(cur);
+  const c10::Device device = self.device;
+  const CallArg& index = call.args[1];
+  const std::vector<CallArg> single{index};
+  const std::vector<CallArg>& items = index.kind == CallArg::Kind::Tuple ? index.items : single;
+
+  // Pass 1: how many dims the items consume, so that `...` knows how many it stands for.
+  int64_t consumed = 0, ellipses = 0;
+  for (const CallArg& it : items) {
+    switch (it.kind) {
+      case CallArg::Kind::Int:
+      case CallArg::Kind::Slice:
+      case CallArg::Kind::IntList: ++consumed; break;
+      case CallArg::Kind::Tensor: {
+        const TensorMeta& im = call.graph.meta(it.value);
+        if (im.dtype == c10::ScalarType::Bool || im.dtype == c10::ScalarType::Byte)
+          return fail(op, "indexing with a boolean mask gives a data-dependent output shape (unknown at trace time)");
+        if (!is_index_dtype(im.dtype))
+          return fail(op, "tensors used as indices must be long, int, byte or bool tensors (got " +
+                              std::string(c10::toString(im.dtype)) + ")");
+        ++consumed;
+        break;
+      }
+      case CallArg::Kind::None:
+      case CallArg::Kind::Bool: break;
+      case CallArg::Kind::Ellipsis: ++ellipses; break;
+      default:
+        return fail(op, std::string("only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables "
+                                    "are valid indices (got ") + index_kind_name(it) + ")");
+    }
+  }
+  if (ellipses > 1) return fail(op, "an index can only have a single ellipsis ('...')");
+  if (consumed > self.dim())
+    return fail(op, "too many indices for tensor of dimension " + std::to_string(self.dim()));
+
+  // Pass 2: basic indexing as a chain of views; advanced indices collected by dim.
+  std::vector<ValueId> advanced;  // per dim of `cur`, -1 where none
+  auto record_advanced = [&](int64_t dim, ValueId v) {
+    if (static_cast<int64_t>(advanced.size()) <= dim) advanced.resize(static_cast<size_t>(dim) + 1, -1);
+    advanced[dim] = v;
+  };
+  int64_t dim = 0;
+  bool emitted = false;
+  for (const CallArg& it : items) {
+    switch (it.kind) {
+      case CallArg::Kind::Int: {
+        MetaResult r = meta::select(call.graph.meta(cur), dim, it.i);
+        if (!r.ok()) return fail(op, r.error);
+        cur = emit1(call.graph, OpId::select_int, {Arg::of_value(cur), Arg::of_int(dim), Arg::of_int(it.i)},
+                    derived(call, r.meta, {cur}));
+        emitted = true;
+        break;
+      }
+      case CallArg::Kind::Slice: {
+        const int64_t step = it.slice_step.value_or(1);
+        if (step == 0) return fail(op, "slice step cannot be zero");
+        if (step < 0) return fail(op, "step must be greater than zero");
+        cur = emit_slice(call, cur, dim, it.slice_start, it.slice_stop, step);
+        emitted = true;
+        ++dim;
+        break;
+      }
+      case CallArg::Kind::None:
+        cur = emit_unsqueeze(call, cur, dim);
+        emitted = true;
+        ++dim;
+        break;
+      case CallArg::Kind::Bool:
+        cur = emit_unsqueeze(call, cur, dim);
+        record_advanced(dim, bool_index_tensor(call, it.b, device));
+        emitted = true;
+        ++dim;
+        break;
+      case CallArg::Kind::Ellipsis: dim += self.dim() - consumed; break;
+      case CallArg::Kind::Tensor:
+        record_advanced(dim, it.value);
+        ++dim;
+        break;
+      case CallArg::Kind::IntList:
+        record_advanced(dim, int_list_tensor(call, it.ints, device));
+        ++dim;
+        break;
+      default: break;  // rejected in pass 1
+    }
+  }
+  if (!advanced.empty()) {
+    std::vector<const TensorMeta*> metas;
+    std::vector<ValueId> inputs{cur};
+    for (ValueId v : advanced) {
+      metas.push_back(v < 0 ? nullptr : &call.graph.meta(v));
+      if (v >= 0) inputs.push_back(v);
+    }
+    MetaResult r = advanced_index_meta(call.graph.meta(cur), metas);
+    if (!r.ok()) return fail(op, r.error);
+    TensorMeta out = derived(call, r.meta, {cur});
+    return tensor_result(emit1(call.graph, OpId::index_Tensor, {Arg::of_value(cur), Arg::of_values(advanced)}, out));
+  }
+  if (!emitted)  // x[...], x[()]: eager returns a fresh alias of x
+    cur = emit1(call.graph, OpId::alias, {Arg::of_value(cur)}, derived(call, call.graph.meta(cur), {cur}));
+  return tensor_result(cur);
+}
+
+}  // namespace fastdyn::codegen

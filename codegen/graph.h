@@ -58,7 +58,7 @@ struct TensorMeta {
 struct Arg {
   enum class Kind : uint8_t {
     Value,      // a tensor value (value)
-    ValueList,  // Tensor[] (values), e.g. cat
+    ValueList,  // Tensor[] (values), e.g. cat; in a Tensor?[] (index.Tensor) -1 stands for None
     None,       // an optional argument left out
     Int,        // i
     Double,     // d
@@ -123,6 +123,8 @@ struct Graph {
 // parse_graph(print_graph(g)) == g for every graph. parse_graph throws UserError naming the line.
 std::string print_graph(const Graph& g);
 Graph parse_graph(std::string_view text);
+// One node's line without indentation ("%2: f32[4]{1} = aten::relu(%1)"), for error messages.
+std::string print_node(const Graph& g, const Node& n);
 bool operator==(const Graph& a, const Graph& b);
 
 }  // namespace fastdyn::codegen

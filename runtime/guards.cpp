@@ -1,1 +1,373 @@
-// placeholder
+// runtime/guards.cpp — guard tree construction and evaluation (see guards.h).
+#include "runtime/guards.h"
+
+#include <ATen/core/grad_mode.h>
+#include <c10/core/DefaultDtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <sstream>
+
+namespace fastdyn::runtime {
+namespace {
+
+// A path from the frame to the object being checked, kept on the C stack and only formatted
+// when a failure is reported.
+struct PathLink {
+  const Accessor* accessor;
+  const PathLink* parent;
+};
+
+std::string format_path(const PathLink* link) {
+  if (!link) return "";
+  std::string base = format_path(link->parent);
+  const Accessor& a = *link->accessor;
+  switch (a.kind) {
+    case AccessKind::Local: return "L['" + a.name + "']";
+    case AccessKind::Global: return "G['" + a.name + "']";
+    case AccessKind::Builtin: return "B['" + a.name + "']";
+    case AccessKind::Closure: return "C['" + a.name + "']";
+    case AccessKind::Attr: return base + "." + a.name;
+    case AccessKind::Item: return base + "[" + std::to_string(a.index) + "]";
+  }
+  return base;
+}
+
+std::string repr(PyObject* o) {
+  PyObject* r = PyObject_Repr(o);
+  if (!r) { PyErr_Clear(); return "<unrepresentable>"; }
+  const char* s = PyUnicode_AsUTF8(r);
+  std::string out = s ? s : "<unrepresentable>";
+  Py_DECREF(r);
+  if (out.size() > 80) out = out.substr(0, 77) + "...";
+  return out;
+}
+
+std::string list_str(c10::IntArrayRef v) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  os << "]";
+  return os.str();
+}
+
+std::string describe_tensor(const TensorSpec& s) {
+  std::ostringstream os;
+  os << "tensor(type=" << s.type->tp_name << ", dtype=" << c10::toString(s.dtype)
+     << ", device=" << s.device << ", size=" << list_str(s.sizes)
+     << ", stride=" << list_str(s.strides) << ", requires_grad=" << (s.requires_grad ? "True" : "False")
+     << ")";
+  return os.str();
+}
+
+std::string describe_check(const Check& c) {
+  switch (c.kind) {
+    case CheckKind::TypeIs: return "type is " + std::string(reinterpret_cast<PyTypeObject*>(c.expected)->tp_name);
+    case CheckKind::IdIs: return "is " + repr(c.expected);
+    case CheckKind::Equals: return "== " + repr(c.expected);
+    case CheckKind::Tensor: return "matches " + describe_tensor(c.tensor);
+    case CheckKind::SameAs: return "is tensor input " + std::to_string(c.alias_slot);
+    case CheckKind::LenIs: return "has length " + std::to_string(c.length);
+  }
+  return "?";
+}
+
+// Returns a new reference to the accessed object, or nullptr (no exception left set).
+// `parent` is borrowed.
+PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
+  PyObject* out = nullptr;
+  switch (a.kind) {
+    case AccessKind::Local:
+      out = f.fast_locals[a.index];
+      Py_XINCREF(out);
+      return out;
+    case AccessKind::Global:
+    case AccessKind::Builtin: {
+      PyObject* dict = a.kind == AccessKind::Global ? f.globals : f.builtins;
+      if (!dict) return nullptr;
+      // NB: the accessor caches no interned key; PyDict_GetItemString is fine for the few
+      // globals a graph reads, and it never raises.
+      out = PyDict_GetItemString(dict, a.name.c_str());
+      Py_XINCREF(out);
+      return out;
+    }
+    case AccessKind::Closure: {
+      if (!f.closure || a.index >= PyTuple_GET_SIZE(f.closure)) return nullptr;
+      out = PyCell_GET(PyTuple_GET_ITEM(f.closure, a.index));
+      Py_XINCREF(out);
+      return out;
+    }
+    case AccessKind::Attr:
+      if (PyModule_CheckExact(parent)) {
+        out = PyDict_GetItemString(PyModule_GetDict(parent), a.name.c_str());
+        Py_XINCREF(out);
+        return out;
+      }
+      out = PyObject_GetAttrString(parent, a.name.c_str());
+      if (!out) PyErr_Clear();
+      return out;
+    case AccessKind::Item:
+      if (PyTuple_CheckExact(parent)) {
+        if (a.index >= PyTuple_GET_SIZE(parent)) return nullptr;
+        out = PyTuple_GET_ITEM(parent, a.index);
+      } else if (PyList_CheckExact(parent)) {
+        if (a.index >= PyList_GET_SIZE(parent)) return nullptr;
+        out = PyList_GET_ITEM(parent, a.index);
+      }
+      Py_XINCREF(out);
+      return out;
+  }
+  return nullptr;
+}
+
+bool tensor_matches(PyObject* obj, const TensorSpec& s, std::string* why) {
+  if (Py_TYPE(obj) != s.type) {
+    if (why) *why = std::string("expected ") + s.type->tp_name + ", got " + Py_TYPE(obj)->tp_name;
+    return false;
+  }
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (t.scalar_type() != s.dtype) {
+    if (why) *why = std::string("dtype ") + c10::toString(t.scalar_type()) + " != " + c10::toString(s.dtype);
+    return false;
+  }
+  if (t.device() != s.device) {
+    if (why) *why = "device " + t.device().str() + " != " + s.device.str();
+    return false;
+  }
+  if (t.sizes() != c10::IntArrayRef(s.sizes)) {
+    if (why) *why = "size " + list_str(t.sizes()) + " != " + list_str(s.sizes);
+    return false;
+  }
+  if (t.strides() != c10::IntArrayRef(s.strides)) {
+    if (why) *why = "stride " + list_str(t.strides()) + " != " + list_str(s.strides);
+    return false;
+  }
+  if (t.requires_grad() != s.requires_grad) {
+    if (why) *why = std::string("requires_grad ") + (t.requires_grad() ? "True" : "False") + " changed";
+    return false;
+  }
+  if (t.key_set().raw_repr() != s.dispatch_keys) {
+    if (why) *why = "dispatch keys changed";
+    return false;
+  }
+  return true;
+}
+
+bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std::string* why) {
+  switch (c.kind) {
+    case CheckKind::TypeIs:
+      if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) == c.expected) return true;
+      if (why) *why = std::string("type is ") + Py_TYPE(obj)->tp_name;
+      return false;
+    case CheckKind::IdIs:
+      if (obj == c.expected) return true;
+      if (why) *why = "is now " + repr(obj);
+      return false;
+    case CheckKind::Equals: {
+      if (Py_TYPE(obj) == Py_TYPE(c.expected)) {
+        if (obj == c.expected) return true;
+        int eq = PyObject_RichCompareBool(obj, c.expected, Py_EQ);
+        if (eq == 1) return true;
+        if (eq < 0) PyErr_Clear();
+      }
+      if (why) *why = "is now " + repr(obj);
+      return false;
+    }
+    case CheckKind::Tensor:
+      return tensor_matches(obj, c.tensor, why);
+    case CheckKind::SameAs:
+      if (obj == alias_table[c.alias_slot]) return true;
+      if (why) *why = "is a different object";
+      return false;
+    case CheckKind::LenIs: {
+      Py_ssize_t n = PyObject_Length(obj);
+      if (n < 0) PyErr_Clear();
+      if (n == c.length) return true;
+      if (why) *why = "has length " + std::to_string(n);
+      return false;
+    }
+  }
+  return false;
+}
+
+struct EvalState {
+  const GuardFrame& frame;
+  GuardFailure* why;
+  PyObject** alias_table;  // borrowed tensor objects by alias slot
+};
+
+bool eval_node(const GuardNode& n, PyObject* parent, const PathLink* parent_link, EvalState& st) {
+  PathLink link{&n.accessor, parent_link};
+  PyObject* obj = access(n.accessor, parent, st.frame);
+  if (!obj) {
+    if (st.why) st.why->description = format_path(&link) + " is missing";
+    return false;
+  }
+  bool ok = true;
+  for (const Check& c : n.checks) {
+    std::string detail;
+    if (!check_one(c, obj, st.alias_table, st.why ? &detail : nullptr)) {
+      if (st.why) st.why->description = format_path(&link) + " " + describe_check(c) + ": " + detail;
+      ok = false;
+      break;
+    }
+    if (c.kind == CheckKind::Tensor) st.alias_table[c.alias_slot] = obj;  // kept alive by its owner
+  }
+  for (size_t i = 0; ok && i < n.children.size(); ++i) ok = eval_node(*n.children[i], obj, &link, st);
+  Py_DECREF(obj);
+  return ok;
+}
+
+void describe_node(const GuardNode& n, const PathLink* parent_link, std::vector<std::string>& out) {
+  PathLink link{&n.accessor, parent_link};
+  for (const Check& c : n.checks) out.push_back(format_path(&link) + " " + describe_check(c));
+  for (const auto& child : n.children) describe_node(*child, &link, out);
+}
+
+size_t count_node(const GuardNode& n) {
+  size_t k = n.checks.size();
+  for (const auto& child : n.children) k += count_node(*child);
+  return k;
+}
+
+void release_node(GuardNode& n) {
+  for (Check& c : n.checks) Py_CLEAR(c.expected);
+  for (auto& child : n.children) release_node(*child);
+}
+
+bool same_accessor(const Accessor& a, const Accessor& b) {
+  return a.kind == b.kind && a.index == b.index && a.name == b.name;
+}
+
+}  // namespace
+
+GuardTree::~GuardTree() {
+  if (!Py_IsInitialized()) return;  // interpreter already gone: leak rather than crash
+  PyGILState_STATE g = PyGILState_Ensure();
+  for (auto& r : roots_) release_node(*r);
+  PyGILState_Release(g);
+}
+
+GuardNode* GuardTree::node(GuardNode* parent, const Accessor& accessor) {
+  auto& list = parent ? parent->children : roots_;
+  for (auto& n : list)
+    if (same_accessor(n->accessor, accessor)) return n.get();
+  list.push_back(std::make_unique<GuardNode>());
+  list.back()->accessor = accessor;
+  return list.back().get();
+}
+
+void GuardTree::add_type_is(GuardNode* n, PyTypeObject* type) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::TypeIs) return;
+  Check c;
+  c.kind = CheckKind::TypeIs;
+  c.expected = Py_NewRef(reinterpret_cast<PyObject*>(type));
+  n->checks.push_back(c);
+}
+
+void GuardTree::add_id_is(GuardNode* n, PyObject* obj) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::IdIs) return;
+  Check c;
+  c.kind = CheckKind::IdIs;
+  c.expected = Py_NewRef(obj);
+  n->checks.push_back(c);
+}
+
+void GuardTree::add_equals(GuardNode* n, PyObject* value) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::Equals) return;
+  Check c;
+  c.kind = CheckKind::Equals;
+  c.expected = Py_NewRef(value);
+  n->checks.push_back(c);
+}
+
+int GuardTree::add_tensor(GuardNode* n, PyObject* tensor) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::Tensor) return c.alias_slot;
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  Check c;
+  c.kind = CheckKind::Tensor;
+  c.tensor.type = Py_TYPE(tensor);
+  c.tensor.dtype = t.scalar_type();
+  c.tensor.device = t.device();
+  c.tensor.sizes = t.sizes().vec();
+  c.tensor.strides = t.strides().vec();
+  c.tensor.requires_grad = t.requires_grad();
+  c.tensor.dispatch_keys = t.key_set().raw_repr();
+  c.alias_slot = alias_slots_++;
+  n->checks.push_back(c);
+  return c.alias_slot;
+}
+
+void GuardTree::add_len_is(GuardNode* n, Py_ssize_t length) {
+  Check c;
+  c.kind = CheckKind::LenIs;
+  c.length = length;
+  n->checks.push_back(c);
+}
+
+void GuardTree::add_same_as(GuardNode* n, int alias_slot) {
+  Check c;
+  c.kind = CheckKind::SameAs;
+  c.alias_slot = alias_slot;
+  n->checks.push_back(c);
+}
+
+void GuardTree::guard_global_state() {
+  has_global_state_ = true;
+  grad_enabled_ = at::GradMode::is_enabled();
+  default_dtype_ = c10::typeMetaToScalarType(c10::get_default_dtype());
+}
+
+bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
+  if (has_global_state_) {
+    if (at::GradMode::is_enabled() != grad_enabled_) {
+      if (why) why->description = std::string("grad_mode == ") + (grad_enabled_ ? "True" : "False");
+      return false;
+    }
+    if (c10::typeMetaToScalarType(c10::get_default_dtype()) != default_dtype_) {
+      if (why) why->description = std::string("default_dtype == ") + c10::toString(default_dtype_);
+      return false;
+    }
+  }
+  constexpr int kInline = 16;
+  PyObject* inline_table[kInline];
+  std::vector<PyObject*> heap_table;
+  PyObject** table = inline_table;
+  if (alias_slots_ > kInline) {
+    heap_table.resize(alias_slots_);
+    table = heap_table.data();
+  }
+  EvalState st{frame, why, table};
+  for (const auto& r : roots_)
+    if (!eval_node(*r, nullptr, nullptr, st)) return false;
+  // Aliasing: tensors that were distinct objects at compile time must still be distinct.
+  for (int i = 0; i < alias_slots_; ++i)
+    for (int j = i + 1; j < alias_slots_; ++j)
+      if (table[i] == table[j]) {
+        if (why) why->description = "tensor inputs " + std::to_string(i) + " and " + std::to_string(j) + " are now the same object";
+        return false;
+      }
+  return true;
+}
+
+std::vector<std::string> GuardTree::describe() const {
+  std::vector<std::string> out;
+  if (has_global_state_) {
+    out.push_back(std::string("grad_mode == ") + (grad_enabled_ ? "True" : "False"));
+    out.push_back(std::string("default_dtype == ") + c10::toString(default_dtype_));
+  }
+  for (const auto& r : roots_) describe_node(*r, nullptr, out);
+  if (alias_slots_ > 1) out.push_back("the " + std::to_string(alias_slots_) + " tensor inputs are distinct objects");
+  return out;
+}
+
+size_t GuardTree::size() const {
+  size_t k = has_global_state_ ? 2 : 0;
+  for (const auto& r : roots_) k += count_node(*r);
+  return k;
+}
+
+}  // namespace fastdyn::runtime

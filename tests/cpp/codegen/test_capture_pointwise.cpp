@@ -1,1 +1,583 @@
-// placeholder
+// tests/cpp/codegen/test_capture_pointwise.cpp — cross-checks the elementwise, reduction and nn
+// binders (codegen/capture_pointwise.cpp, capture_reductions.cpp, capture_nn.cpp) against eager
+// ATen.
+//
+// One harness, cases as data: each case names a family, its input tensors (dtype, sizes and a
+// layout: contiguous, transposed, sliced, expanded, channels-last), its Python-level arguments
+// and the eager ATen call it stands for. The harness records the call into a Graph and checks
+//   (1) record_call succeeds exactly when eager does (an eager error must be a capture failure);
+//   (2) every recorded output's dtype, sizes, strides and requires_grad equal eager's;
+//   (3) running the graph through compile_aten gives eager's values and the same strides.
+// Python numbers in eager calls are wrapped-number tensors, as Python's argument parser makes
+// them, so eager promotes exactly as `x + 2.5` does.
+#include "codegen/aten_backend.h"
+#include "codegen/binder.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <sstream>
+
+namespace fastdyn::codegen {
+namespace {
+
+using ST = c10::ScalarType;
+using Tensors = std::vector<at::Tensor>;
+
+// ---- inputs -------------------------------------------------------------------------------------
+
+enum class Layout { C, T, Sliced, Expanded, CL };
+
+struct TSpec {
+  ST dtype = ST::Float;
+  std::vector<int64_t> sizes;
+  Layout layout = Layout::C;
+  bool requires_grad = false;
+};
+
+TSpec F(std::vector<int64_t> s, Layout l = Layout::C) { return {ST::Float, std::move(s), l}; }
+TSpec D(std::vector<int64_t> s, Layout l = Layout::C) { return {ST::Double, std::move(s), l}; }
+TSpec BF(std::vector<int64_t> s, Layout l = Layout::C) { return {ST::BFloat16, std::move(s), l}; }
+TSpec L(std::vector<int64_t> s, Layout l = Layout::C) { return {ST::Long, std::move(s), l}; }
+TSpec Bo(std::vector<int64_t> s, Layout l = Layout::C) { return {ST::Bool, std::move(s), l}; }
+TSpec RG(TSpec t) { t.requires_grad = true; return t; }
+
+at::Tensor values(ST dtype, at::IntArrayRef sizes) {
+  if (dtype == ST::Bool) return at::randint(0, 2, sizes, at::kLong).to(at::kBool);
+  if (c10::isIntegralType(dtype, false)) return at::randint(1, 6, sizes, at::kLong).to(dtype);
+  return at::randn(sizes, at::kDouble).to(dtype);
+}
+
+at::Tensor make(const TSpec& s) {
+  at::Tensor t;
+  std::vector<int64_t> base = s.sizes;
+  switch (s.layout) {
+    case Layout::C: t = values(s.dtype, base); break;
+    case Layout::T: {  // all dims reversed: a permuted view
+      std::vector<int64_t> rev(base.rbegin(), base.rend()), perm;
+      for (int64_t i = static_cast<int64_t>(base.size()) - 1; i >= 0; --i) perm.push_back(i);
+      t = values(s.dtype, rev).permute(perm);
+      break;
+    }
+    case Layout::Sliced: {  // every other element of a twice-as-long last dim, at an offset
+      base.back() = base.back() * 2 + 1;
+      t = values(s.dtype, base).slice(-1, 1, base.back(), 2);
+      break;
+    }
+    case Layout::Expanded: {
+      base[0] = 1;
+      t = values(s.dtype, base).expand(s.sizes);
+      break;
+    }
+    case Layout::CL: t = values(s.dtype, base).contiguous(at::MemoryFormat::ChannelsLast); break;
+  }
+  if (s.requires_grad) {
+    t = t.detach().requires_grad_(true);
+  }
+  return t;
+}
+
+TensorMeta meta_of(const at::Tensor& t) {
+  TensorMeta m;
+  m.dtype = t.scalar_type();
+  m.device = t.device();
+  m.sizes = t.sizes().vec();
+  m.strides = t.strides().vec();
+  m.storage_offset = t.storage_offset();
+  m.requires_grad = t.requires_grad();
+  return m;
+}
+
+// ---- arguments ------------------------------------------------------------------------------------
+
+// A Python-level argument: an input tensor (by index) or a constant.
+struct A {
+  int tensor = -1;
+  CallArg c;
+};
+A T(int i) { A a; a.tensor = i; return a; }
+A I(int64_t v) { return {-1, CallArg::of_int(v)}; }
+A Dbl(double v) { return {-1, CallArg::of_double(v)}; }
+A B(bool v) { return {-1, CallArg::of_bool(v)}; }
+A Str(const char* s) { return {-1, CallArg::of_string(s)}; }
+A None() { return {-1, CallArg::none()}; }
+A Ints(std::vector<int64_t> v) { return {-1, CallArg::of_ints(std::move(v))}; }
+A DT(ST t) { return {-1, CallArg::of_dtype(t)}; }
+
+// The eager value Python would pass for an argument: a tensor, or a wrapped number.
+at::Tensor eager_value(const A& a, const Tensors& ts) {
+  if (a.tensor >= 0) return ts[a.tensor];
+  at::Tensor w;
+  switch (a.c.kind) {
+    case CallArg::Kind::Int: w = at::scalar_tensor(a.c.i, at::kLong); break;
+    case CallArg::Kind::Double: w = at::scalar_tensor(a.c.d, at::kDouble); break;
+    case CallArg::Kind::Bool: w = at::scalar_tensor(a.c.b, at::kBool); break;
+    default: ADD_FAILURE() << "eager_value of a non-number"; return {};
+  }
+  w.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return w;
+}
+
+using Eager = std::function<Tensors(const Tensors& args)>;  // args: every A as a tensor
+
+struct Case {
+  std::string name;
+  Family family;
+  std::vector<TSpec> inputs;
+  std::vector<A> args;
+  std::vector<std::pair<std::string, A>> kwargs;
+  Eager eager;  // receives the positional args (tensors / wrapped numbers) in order
+};
+
+std::string describe(const TensorMeta& m) {
+  std::ostringstream os;
+  os << c10::toString(m.dtype) << "[";
+  for (auto s : m.sizes) os << s << ",";
+  os << "]{";
+  for (auto s : m.strides) os << s << ",";
+  os << "}+" << m.storage_offset << (m.requires_grad ? " rg" : "");
+  return os.str();
+}
+
+void run_case(const Case& k) {
+  SCOPED_TRACE(k.name);
+  CaptureContext ctx;
+  // Eager on one set of inputs, the graph on an identical second set (in-place ops mutate).
+  auto make_all = [&] {
+    at::manual_seed(1234);
+    Tensors ts;
+    for (const auto& s : k.inputs) ts.push_back(make(s));
+    return ts;
+  };
+  Tensors eager_in = make_all();
+  Tensors eager_args;
+  for (const auto& a : k.args) eager_args.push_back(eager_value(a, eager_in));
+  Tensors expected;
+  bool eager_ok = true;
+  std::string eager_error;
+  try {
+    expected = k.eager(eager_args);
+  } catch (const std::exception& e) {
+    eager_ok = false;
+    eager_error = e.what();
+  }
+
+  Graph g;
+  Tensors graph_in = make_all();
+  std::vector<ValueId> ids;
+  for (const auto& t : graph_in) ids.push_back(g.add_input(meta_of(t)));
+  auto to_call = [&](const A& a) { return a.tensor >= 0 ? CallArg::tensor(ids[a.tensor]) : a.c; };
+  std::vector<CallArg> args;
+  for (const auto& a : k.args) args.push_back(to_call(a));
+  std::vector<std::pair<std::string, CallArg>> kwargs;
+  for (const auto& kw : k.kwargs) kwargs.emplace_back(kw.first, to_call(kw.second));
+  CaptureResult r = record_call(g, ctx, k.family, args, kwargs);
+
+  ASSERT_EQ(eager_ok, r.ok) << "eager: " << (eager_ok ? "ok" : eager_error.substr(0, 200))
+                            << "\ncapture: " << (r.ok ? "ok" : r.reason);
+  if (!r.ok) {
+    EXPECT_EQ(g.nodes.size(), 0u) << "a failed capture must leave the graph unchanged";
+    EXPECT_NE(r.reason.find(family_name(k.family)), std::string::npos) << r.reason;
+    return;
+  }
+  ASSERT_EQ(r.values.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    TensorMeta want = meta_of(expected[i]);
+    const TensorMeta& got = g.meta(r.values[i]);
+    EXPECT_EQ(got.dtype, want.dtype) << "output " << i << ": " << describe(got) << " vs eager " << describe(want);
+    EXPECT_EQ(got.sizes, want.sizes) << "output " << i << ": " << describe(got) << " vs eager " << describe(want);
+    EXPECT_EQ(got.strides, want.strides) << "output " << i << ": " << describe(got) << " vs eager " << describe(want);
+    EXPECT_EQ(got.requires_grad, want.requires_grad) << "output " << i;
+  }
+  // Values through the aten backend.
+  g.outputs = r.values;
+  Tensors got = compile_aten(g)->run(graph_in);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(got[i].strides().vec(), expected[i].strides().vec()) << "run output " << i;
+    EXPECT_EQ(got[i].scalar_type(), expected[i].scalar_type());
+    at::Tensor a = got[i].detach(), b = expected[i].detach();
+    if (at::isFloatingType(b.scalar_type()))
+      EXPECT_TRUE(at::allclose(a.to(at::kDouble), b.to(at::kDouble), 1e-3, 1e-4, /*equal_nan=*/true))
+          << "output " << i << " values differ";
+    else
+      EXPECT_TRUE(at::equal(a, b)) << "output " << i << " values differ";
+  }
+}
+
+// ---- binary families ----------------------------------------------------------------------------
+
+struct BinaryFamily {
+  Family family;
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> eager;
+  bool numbers;  // accepts Python numbers
+};
+
+const std::vector<BinaryFamily>& binary_families() {
+  static const std::vector<BinaryFamily> v = {
+      {Family::add, [](auto& a, auto& b) { return at::add(a, b); }, true},
+      {Family::sub, [](auto& a, auto& b) { return at::sub(a, b); }, true},
+      {Family::mul, [](auto& a, auto& b) { return at::mul(a, b); }, true},
+      {Family::div, [](auto& a, auto& b) { return at::div(a, b); }, true},
+      {Family::true_divide, [](auto& a, auto& b) { return at::true_divide(a, b); }, true},
+      {Family::truediv, [](auto& a, auto& b) { return at::div(a, b); }, true},
+      {Family::floor_divide, [](auto& a, auto& b) { return at::floor_divide(a, b); }, true},
+      {Family::remainder, [](auto& a, auto& b) { return at::remainder(a, b); }, true},
+      {Family::fmod, [](auto& a, auto& b) { return at::fmod(a, b); }, true},
+      // Python runs pow(number, tensor) and pow(tensor, number) through the Scalar overloads.
+      {Family::pow,
+       [](auto& a, auto& b) {
+         if (a.unsafeGetTensorImpl()->is_wrapped_number()) return at::pow(a.item(), b);
+         if (b.unsafeGetTensorImpl()->is_wrapped_number()) return at::pow(a, b.item());
+         return at::pow(a, b);
+       },
+       true},
+      {Family::rsub, [](auto& a, auto& b) { return at::rsub(a, b); }, true},
+      {Family::maximum, [](auto& a, auto& b) { return at::maximum(a, b); }, false},
+      {Family::minimum, [](auto& a, auto& b) { return at::minimum(a, b); }, false},
+      {Family::atan2, [](auto& a, auto& b) { return at::atan2(a, b); }, false},
+      {Family::logical_and, [](auto& a, auto& b) { return at::logical_and(a, b); }, false},
+      {Family::logical_or, [](auto& a, auto& b) { return at::logical_or(a, b); }, false},
+      {Family::logical_xor, [](auto& a, auto& b) { return at::logical_xor(a, b); }, false},
+      {Family::eq, [](auto& a, auto& b) { return at::eq(a, b); }, true},
+      {Family::ne, [](auto& a, auto& b) { return at::ne(a, b); }, true},
+      {Family::lt, [](auto& a, auto& b) { return at::lt(a, b); }, true},
+      {Family::le, [](auto& a, auto& b) { return at::le(a, b); }, true},
+      {Family::gt, [](auto& a, auto& b) { return at::gt(a, b); }, true},
+      {Family::ge, [](auto& a, auto& b) { return at::ge(a, b); }, true},
+      {Family::bitwise_and, [](auto& a, auto& b) { return at::bitwise_and(a, b); }, true},
+      {Family::bitwise_or, [](auto& a, auto& b) { return at::bitwise_or(a, b); }, true},
+      {Family::bitwise_xor, [](auto& a, auto& b) { return at::bitwise_xor(a, b); }, true},
+      {Family::bitwise_left_shift, [](auto& a, auto& b) { return at::bitwise_left_shift(a, b); }, true},
+      {Family::bitwise_right_shift, [](auto& a, auto& b) { return at::bitwise_right_shift(a, b); }, true},
+  };
+  return v;
+}
+
+struct OperandPair {
+  const char* name;
+  std::vector<TSpec> inputs;
+  A a, b;
+  bool numbers;  // involves a Python number
+};
+
+const std::vector<OperandPair>& operand_pairs() {
+  static const std::vector<OperandPair> v = {
+      {"f32_same", {F({3, 4}), F({3, 4})}, T(0), T(1), false},
+      {"f32_bcast_row", {F({3, 4}), F({4})}, T(0), T(1), false},
+      {"transposed_vs_contig", {F({3, 4}, Layout::T), F({3, 4})}, T(0), T(1), false},
+      {"both_transposed", {F({3, 4}, Layout::T), D({3, 4}, Layout::T)}, T(0), T(1), false},
+      {"outer_bcast", {F({3, 1}), F({1, 4})}, T(0), T(1), false},
+      {"sliced_vs_transposed", {F({2, 3, 4}, Layout::Sliced), F({3, 4}, Layout::T)}, T(0), T(1), false},
+      {"expanded_vs_transposed", {F({3, 4}, Layout::Expanded), F({3, 4}, Layout::T)}, T(0), T(1), false},
+      {"int_float", {L({3, 4}), F({3, 4})}, T(0), T(1), false},
+      {"bf16_zero_dim_f64", {BF({3, 4}), D({})}, T(0), T(1), false},
+      {"zero_dim_int_vs_int", {L({}), L({2, 3}, Layout::T)}, T(0), T(1), false},
+      {"int_int", {L({3, 4}), L({4})}, T(0), T(1), false},
+      {"bool_bool", {Bo({3, 4}), Bo({3, 4}, Layout::T)}, T(0), T(1), false},
+      {"bool_long", {Bo({3, 4}), L({3, 4})}, T(0), T(1), false},
+      {"empty_bcast", {F({0, 4}), F({4})}, T(0), T(1), false},
+      {"channels_last", {F({2, 3, 4, 5}, Layout::CL), F({2, 3, 4, 5}, Layout::CL)}, T(0), T(1), false},
+      {"channels_last_bcast", {F({2, 3, 4, 5}, Layout::CL), F({5})}, T(0), T(1), false},
+      {"channels_last_vs_contig", {F({2, 3, 4, 5}, Layout::CL), F({2, 3, 4, 5})}, T(0), T(1), false},
+      {"requires_grad", {RG(F({3, 4})), F({4})}, T(0), T(1), false},
+      {"f32_int_scalar", {F({3, 4}, Layout::T)}, T(0), I(3), true},
+      {"long_float_scalar", {L({3, 4})}, T(0), Dbl(2.5), true},
+      {"bf16_float_scalar", {BF({3, 4})}, T(0), Dbl(2.0), true},
+      {"bool_int_scalar", {Bo({3, 4})}, T(0), I(3), true},
+      {"bool_bool_scalar", {Bo({3, 4})}, T(0), B(true), true},
+      {"long_int_scalar", {L({3, 4}, Layout::Sliced)}, T(0), I(2), true},
+      {"scalar_first_int", {F({3, 4}, Layout::T)}, I(2), T(0), true},
+      {"scalar_first_float_on_long", {L({3, 4})}, Dbl(1.5), T(0), true},
+      {"scalar_first_on_zero_dim", {L({})}, Dbl(0.5), T(0), true},
+      {"scalar_on_shape_1", {F({3, 1})}, T(0), I(2), true},
+  };
+  return v;
+}
+
+TEST(CapturePointwise, BinaryFamiliesMatchEager) {
+  for (const auto& fam : binary_families()) {
+    for (const auto& pair : operand_pairs()) {
+      if (pair.numbers && !fam.numbers) continue;
+      Case k{std::string(family_name(fam.family)) + "/" + pair.name, fam.family, pair.inputs, {pair.a, pair.b}, {},
+             [&](const Tensors& t) { return Tensors{fam.eager(t[0], t[1])}; }};
+      run_case(k);
+    }
+  }
+}
+
+// Binary families with extra arguments, in-place forms and their errors.
+TEST(CapturePointwise, BinaryExtrasAndInplace) {
+  const std::vector<Case> cases = {
+      {"add_alpha", Family::add, {F({3, 4}), F({4})}, {T(0), T(1)}, {{"alpha", I(2)}},
+       [](const Tensors& t) { return Tensors{at::add(t[0], t[1], 2)}; }},
+      {"add_scalar_first_alpha", Family::add, {F({3, 4})}, {Dbl(2.0), T(0)}, {{"alpha", Dbl(3.0)}},
+       [](const Tensors& t) { return Tensors{at::add(t[0], t[1], 3.0)}; }},
+      {"add_int_float_alpha_fails", Family::add, {L({3}), L({3})}, {T(0), T(1)}, {{"alpha", Dbl(0.5)}},
+       [](const Tensors& t) { return Tensors{at::add(t[0], t[1], 0.5)}; }},
+      {"sub_alpha_scalar_first", Family::sub, {F({3, 4}, Layout::T)}, {I(2), T(0)}, {{"alpha", I(3)}},
+       [](const Tensors& t) { return Tensors{at::sub(t[0], t[1], 3)}; }},
+      {"div_floor", Family::div, {L({3, 4}), L({4})}, {T(0), T(1)}, {{"rounding_mode", Str("floor")}},
+       [](const Tensors& t) { return Tensors{at::div(t[0], t[1], "floor")}; }},
+      {"div_trunc_scalar", Family::div, {F({3, 4}, Layout::T)}, {T(0), Dbl(0.7)}, {{"rounding_mode", Str("trunc")}},
+       [](const Tensors& t) { return Tensors{at::div(t[0], t[1], "trunc")}; }},
+      {"div_bad_mode", Family::div, {F({3})}, {T(0), T(0)}, {{"rounding_mode", Str("round")}},
+       [](const Tensors& t) { return Tensors{at::div(t[0], t[1], "round")}; }},
+      {"pow_int_negative_fails", Family::pow, {L({3})}, {T(0), I(-1)}, {},
+       [](const Tensors& t) { return Tensors{at::pow(t[0], t[1].item())}; }},
+      {"add_inplace", Family::add_, {F({3, 4}, Layout::T), F({4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].add_(t[1])}; }},
+      {"add_inplace_scalar_alpha", Family::add_, {F({3, 4})}, {T(0), I(2)}, {{"alpha", I(2)}},
+       [](const Tensors& t) { return Tensors{t[0].add_(t[1], 2)}; }},
+      {"add_inplace_int_float_fails", Family::add_, {L({3})}, {T(0), Dbl(2.5)}, {},
+       [](const Tensors& t) { return Tensors{t[0].add_(t[1])}; }},
+      {"add_inplace_bcast_self_fails", Family::add_, {F({4}), F({3, 4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].add_(t[1])}; }},
+      {"iadd_on_number_is_add", Family::add_, {F({3})}, {I(2), T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::add(t[0], t[1])}; }},
+      {"sub_inplace_long_float_tensor_fails", Family::sub_, {L({3}), F({3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].sub_(t[1])}; }},
+      {"mul_inplace_f64_by_f32", Family::mul_, {D({2, 3}, Layout::Sliced), F({3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].mul_(t[1])}; }},
+      {"div_inplace_int_fails", Family::div_, {L({3})}, {T(0), I(2)}, {},
+       [](const Tensors& t) { return Tensors{t[0].div_(t[1])}; }},
+      {"div_inplace_floor_int", Family::div_, {L({3})}, {T(0), I(2)}, {{"rounding_mode", Str("floor")}},
+       [](const Tensors& t) { return Tensors{t[0].div_(t[1], "floor")}; }},
+      {"pow_inplace_scalar", Family::pow_, {F({2, 2})}, {T(0), I(2)}, {},
+       [](const Tensors& t) { return Tensors{t[0].pow_(t[1])}; }},
+      {"ior_bool", Family::bitwise_or_, {Bo({2, 3}), Bo({3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].bitwise_or_(t[1])}; }},
+      {"floor_divide_inplace", Family::floor_divide_, {L({2, 3})}, {T(0), I(2)}, {},
+       [](const Tensors& t) { return Tensors{t[0].floor_divide_(t[1])}; }},
+      {"remainder_inplace", Family::remainder_, {F({2, 3})}, {T(0), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{t[0].remainder_(t[1])}; }},
+  };
+  for (const auto& k : cases) run_case(k);
+}
+
+// ---- unary families -----------------------------------------------------------------------------
+
+struct UnaryFamily {
+  Family family;
+  std::function<at::Tensor(const at::Tensor&)> eager;
+  bool inplace = false;
+};
+
+const std::vector<UnaryFamily>& unary_families() {
+#define U(f) {Family::f, [](const at::Tensor& x) { return at::f(x); }}
+#define UI(f) {Family::f##_, [](const at::Tensor& x) { return at::Tensor(x).f##_(); }, true}
+  static const std::vector<UnaryFamily> v = {
+      U(abs), U(neg), U(exp), U(exp2), U(log), U(log2), U(log10), U(log1p), U(expm1), U(sqrt), U(rsqrt), U(sin),
+      U(cos), U(tan), U(asin), U(acos), U(atan), U(sinh), U(cosh), U(tanh), U(sigmoid), U(erf), U(erfc),
+      U(reciprocal), U(sign), U(floor), U(ceil), U(round), U(trunc), U(frac), U(square), U(isnan), U(isinf),
+      U(isfinite), U(signbit), U(logical_not), U(bitwise_not), U(nan_to_num), U(relu), U(relu6), U(gelu), U(silu),
+      U(mish), U(elu), U(selu), U(celu), U(leaky_relu), U(hardtanh), U(hardsigmoid), U(hardswish), U(softplus),
+      {Family::logsigmoid, [](const at::Tensor& x) { return at::log_sigmoid(x); }},
+      {Family::softsign, [](const at::Tensor& x) { return at::div(x, at::add(at::abs(x), 1)); }},
+      {Family::tanhshrink, [](const at::Tensor& x) { return at::sub(x, at::tanh(x)); }},
+      {Family::positive, [](const at::Tensor& x) { return at::positive(x); }},
+      UI(abs), UI(neg), UI(exp), UI(log), UI(sqrt), UI(sin), UI(cos), UI(tanh), UI(sigmoid), UI(reciprocal), UI(sign),
+      UI(floor), UI(ceil), UI(round), UI(trunc), UI(frac), UI(square), UI(bitwise_not), UI(relu), UI(nan_to_num),
+      UI(logical_not),
+  };
+#undef U
+#undef UI
+  return v;
+}
+
+const std::vector<std::pair<const char*, TSpec>>& unary_inputs() {
+  static const std::vector<std::pair<const char*, TSpec>> v = {
+      {"f32", F({3, 4})},
+      {"f32_transposed", F({3, 4}, Layout::T)},
+      {"f32_sliced", F({2, 3, 5}, Layout::Sliced)},
+      {"f64_expanded", D({3, 4}, Layout::Expanded)},
+      {"f32_channels_last", F({2, 3, 4, 5}, Layout::CL)},
+      {"f32_empty", F({0, 3})},
+      {"f32_zero_dim", F({})},
+      {"bf16", BF({3, 4}, Layout::T)},
+      {"i64", L({3, 4})},
+      {"bool", Bo({3, 4})},
+      {"requires_grad", RG(F({2, 3}))},
+  };
+  return v;
+}
+
+TEST(CapturePointwise, UnaryFamiliesMatchEager) {
+  for (const auto& fam : unary_families()) {
+    for (const auto& in : unary_inputs()) {
+      // In-place on a leaf that requires grad is an autograd error we do not model.
+      if (fam.inplace && in.second.requires_grad) continue;
+      Case k{std::string(family_name(fam.family)) + "/" + in.first, fam.family, {in.second}, {T(0)}, {},
+             [&](const Tensors& t) { return Tensors{fam.eager(t[0])}; }};
+      run_case(k);
+    }
+  }
+}
+
+TEST(CapturePointwise, ActivationArgumentsMatchEager) {
+  const std::vector<Case> cases = {
+      {"gelu_tanh", Family::gelu, {F({3, 4}, Layout::T)}, {T(0)}, {{"approximate", Str("tanh")}},
+       [](const Tensors& t) { return Tensors{at::gelu(t[0], "tanh")}; }},
+      {"gelu_bad_approximate", Family::gelu, {F({3})}, {T(0)}, {{"approximate", Str("fast")}},
+       [](const Tensors& t) { return Tensors{at::gelu(t[0], "fast")}; }},
+      {"leaky_relu_slope", Family::leaky_relu, {F({3, 4})}, {T(0), Dbl(0.2)}, {},
+       [](const Tensors& t) { return Tensors{at::leaky_relu(t[0], 0.2)}; }},
+      {"leaky_relu_inplace", Family::leaky_relu, {F({3, 4}, Layout::T)}, {T(0)}, {{"inplace", B(true)}},
+       [](const Tensors& t) { at::Tensor x = t[0]; return Tensors{at::leaky_relu_(x, 0.01)}; }},
+      {"relu_inplace_kw", Family::relu, {F({3, 4})}, {T(0)}, {{"inplace", B(true)}},
+       [](const Tensors& t) { at::Tensor x = t[0]; return Tensors{at::relu_(x)}; }},
+      {"elu_alpha", Family::elu, {F({3, 4})}, {T(0), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{at::elu(t[0], 0.5)}; }},
+      {"celu_alpha", Family::celu, {F({3, 4})}, {T(0)}, {{"alpha", Dbl(2.0)}},
+       [](const Tensors& t) { return Tensors{at::celu(t[0], 2.0)}; }},
+      {"hardtanh_bounds", Family::hardtanh, {L({3, 4})}, {T(0), I(-1), I(2)}, {},
+       [](const Tensors& t) { return Tensors{at::hardtanh(t[0], -1, 2)}; }},
+      {"softplus_beta", Family::softplus, {F({3, 4}, Layout::Sliced)}, {T(0), I(2), I(10)}, {},
+       [](const Tensors& t) { return Tensors{at::softplus(t[0], 2, 10)}; }},
+      {"threshold", Family::threshold, {F({3, 4})}, {T(0), Dbl(0.1), Dbl(20.0)}, {},
+       [](const Tensors& t) { return Tensors{at::threshold(t[0], 0.1, 20.0)}; }},
+      {"threshold_inplace_fn", Family::threshold_, {F({3, 4})}, {T(0), Dbl(0.1), Dbl(20.0)}, {},
+       [](const Tensors& t) { at::Tensor x = t[0]; return Tensors{at::threshold_(x, 0.1, 20.0)}; }},
+      {"nan_to_num_args", Family::nan_to_num, {F({3, 4})}, {T(0)}, {{"nan", Dbl(0.0)}, {"posinf", Dbl(1.0)}},
+       [](const Tensors& t) { return Tensors{at::nan_to_num(t[0], 0.0, 1.0)}; }},
+      {"glu_last", Family::glu, {F({3, 4})}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::glu(t[0], -1)}; }},
+      {"glu_dim0_transposed", Family::glu, {F({4, 6}, Layout::T)}, {T(0), I(0)}, {},
+       [](const Tensors& t) { return Tensors{at::glu(t[0], 0)}; }},
+      {"glu_odd_fails", Family::glu, {F({3, 5})}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::glu(t[0], -1)}; }},
+      {"exp_inplace_int_fails", Family::exp_, {L({3})}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{t[0].exp_()}; }},
+  };
+  for (const auto& k : cases) run_case(k);
+}
+
+// ---- where, masked_fill, clamp, lerp, addcmul, addcdiv ------------------------------------------
+
+TEST(CapturePointwise, SelectionAndTernaryMatchEager) {
+  const std::vector<Case> cases = {
+      {"where_tensors", Family::where, {Bo({3, 4}), F({3, 4}, Layout::T), D({4})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::where(t[0], t[1], t[2])}; }},
+      {"where_scalar_other", Family::where, {Bo({3, 1}), BF({3, 4})}, {T(0), T(1), Dbl(0.0)}, {},
+       [](const Tensors& t) { return Tensors{at::where(t[0], t[1], t[2])}; }},
+      {"where_scalar_self_int", Family::where, {Bo({3, 4}), L({3, 4})}, {T(0), Dbl(1.5), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::where(t[0], t[1], t[2])}; }},
+      {"where_two_scalars", Family::where, {Bo({3, 4}, Layout::T)}, {T(0), Dbl(1.0), Dbl(0.0)}, {},
+       [](const Tensors& t) { return Tensors{at::where(t[0], t[1], t[2])}; }},
+      {"where_two_int_scalars", Family::where, {Bo({2, 3})}, {T(0), I(1), I(0)}, {},
+       [](const Tensors& t) { return Tensors{at::where(t[0], t[1], t[2])}; }},
+      {"where_float_condition_fails", Family::where, {F({3}), F({3})}, {T(0), T(1), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::where(t[0], t[1], t[2])}; }},
+      {"where_method", Family::where_method, {F({3, 4}), Bo({4}), F({3, 4})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::where(t[1], t[0], t[2])}; }},
+      {"masked_fill_scalar", Family::masked_fill, {F({3, 4}, Layout::T), Bo({4})}, {T(0), T(1), Dbl(-1.0)}, {},
+       [](const Tensors& t) { return Tensors{at::masked_fill(t[0], t[1], -1.0)}; }},
+      {"masked_fill_bcast_mask", Family::masked_fill, {F({3, 1}), Bo({3, 4}), F({})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::masked_fill(t[0], t[1], t[2])}; }},
+      {"masked_fill_int_value_on_long", Family::masked_fill, {L({2, 3}), Bo({2, 3})}, {T(0), T(1), I(7)}, {},
+       [](const Tensors& t) { return Tensors{at::masked_fill(t[0], t[1], 7)}; }},
+      {"masked_fill_float_mask_fails", Family::masked_fill, {F({2, 3}), F({2, 3})}, {T(0), T(1), I(7)}, {},
+       [](const Tensors& t) { return Tensors{at::masked_fill(t[0], t[1], 7)}; }},
+      {"masked_fill_inplace", Family::masked_fill_, {F({2, 3}, Layout::T), Bo({3})}, {T(0), T(1), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{t[0].masked_fill_(t[1], 0.5)}; }},
+      {"clamp_scalars", Family::clamp, {F({3, 4}, Layout::T)}, {T(0), Dbl(-0.5), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{at::clamp(t[0], -0.5, 0.5)}; }},
+      {"clamp_min_only_long_float", Family::clamp, {L({3, 4})}, {T(0)}, {{"min", Dbl(2.5)}},
+       [](const Tensors& t) { return Tensors{at::clamp(t[0], 2.5)}; }},
+      {"clamp_max_only_expanded", Family::clamp, {F({3, 4}, Layout::Expanded)}, {T(0)}, {{"max", I(0)}},
+       [](const Tensors& t) { return Tensors{at::clamp(t[0], c10::nullopt, 0)}; }},
+      {"clamp_tensor_bounds", Family::clamp, {F({3, 4}), F({4}), D({3, 1})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::clamp(t[0], t[1], t[2])}; }},
+      {"clamp_none_fails", Family::clamp, {F({3})}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::clamp(t[0], c10::optional<at::Scalar>(), c10::optional<at::Scalar>())}; }},
+      {"clamp_inplace", Family::clamp_, {F({3, 4}, Layout::T)}, {T(0), Dbl(-0.5), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{t[0].clamp_(-0.5, 0.5)}; }},
+      {"clamp_inplace_long_float_fails", Family::clamp_, {L({3})}, {T(0), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{t[0].clamp_(0.5)}; }},
+      {"lerp_scalar", Family::lerp, {F({3, 4}, Layout::T), F({4})}, {T(0), T(1), Dbl(0.3)}, {},
+       [](const Tensors& t) { return Tensors{at::lerp(t[0], t[1], 0.3)}; }},
+      {"lerp_tensor", Family::lerp, {F({3, 4}), F({3, 4}, Layout::T), F({3, 1})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::lerp(t[0], t[1], t[2])}; }},
+      {"lerp_dtype_mismatch_fails", Family::lerp, {F({3}), D({3})}, {T(0), T(1), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{at::lerp(t[0], t[1], 0.5)}; }},
+      {"addcmul", Family::addcmul, {F({3, 4}), F({4}), D({3, 1})}, {T(0), T(1), T(2)}, {{"value", Dbl(0.5)}},
+       [](const Tensors& t) { return Tensors{at::addcmul(t[0], t[1], t[2], 0.5)}; }},
+      {"addcdiv", Family::addcdiv, {F({3, 4}, Layout::T), F({3, 4}), F({3, 4})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::addcdiv(t[0], t[1], t[2])}; }},
+      {"addcdiv_int_fails", Family::addcdiv, {F({3}), L({3}), L({3})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::addcdiv(t[0], t[1], t[2])}; }},
+  };
+  for (const auto& k : cases) run_case(k);
+}
+
+// ---- binding errors -------------------------------------------------------------------------------
+
+struct ErrorCase {
+  Family family;
+  std::vector<A> args;
+  std::vector<std::pair<std::string, A>> kwargs;
+  const char* must_contain;
+};
+
+TEST(CapturePointwise, BindingErrorsNameTheCulprit) {
+  const std::vector<ErrorCase> cases = {
+      {Family::add, {T(0), T(0)}, {{"alpah", I(2)}}, "unexpected keyword argument 'alpah'"},
+      {Family::add, {T(0), Str("x")}, {}, "argument 'other'"},
+      {Family::add, {T(0)}, {}, "missing required argument 'other'"},
+      {Family::add, {T(0), T(0), T(0)}, {}, "positional argument"},
+      {Family::add, {T(0), T(0)}, {{"other", T(0)}}, "multiple values for argument 'other'"},
+      {Family::gelu, {T(0)}, {{"approximate", I(1)}}, "argument 'approximate' must be str"},
+      {Family::clamp, {T(0)}, {}, "'min' or 'max'"},
+      {Family::relu, {I(3)}, {}, "argument 'input' must be Tensor"},
+      {Family::glu, {T(0)}, {{"dim", I(5)}}, "glu: dim 5 out of range"},
+  };
+  for (const auto& k : cases) {
+    Graph g;
+    ValueId x = g.add_input(meta_of(at::zeros({2, 4})));
+    auto to_call = [&](const A& a) { return a.tensor >= 0 ? CallArg::tensor(x) : a.c; };
+    std::vector<CallArg> args;
+    for (const auto& a : k.args) args.push_back(to_call(a));
+    std::vector<std::pair<std::string, CallArg>> kwargs;
+    for (const auto& kw : k.kwargs) kwargs.emplace_back(kw.first, to_call(kw.second));
+    CaptureResult r = record_call(g, CaptureContext{}, k.family, args, kwargs);
+    EXPECT_FALSE(r.ok) << k.must_contain;
+    EXPECT_NE(r.reason.find(k.must_contain), std::string::npos) << r.reason;
+    EXPECT_TRUE(g.nodes.empty());
+  }
+}
+
+TEST(CapturePointwise, GradModeOffClearsRequiresGrad) {
+  Graph g;
+  TensorMeta m = meta_of(at::zeros({2, 3}));
+  m.requires_grad = true;
+  ValueId x = g.add_input(m);
+  CaptureContext ctx;
+  ctx.grad_enabled = false;
+  CaptureResult r = record_call(g, ctx, Family::exp, {CallArg::tensor(x)}, {});
+  ASSERT_TRUE(r.ok) << r.reason;
+  EXPECT_FALSE(g.meta(r.values[0]).requires_grad);
+}
+
+TEST(CapturePointwise, DefaultDtypeDrivesIntToFloat) {
+  Graph g;
+  ValueId x = g.add_input(meta_of(at::zeros({2, 3}, at::kLong)));
+  CaptureContext ctx;
+  ctx.default_dtype = ST::Double;
+  CaptureResult r = record_call(g, ctx, Family::add, {CallArg::tensor(x), CallArg::of_double(0.5)}, {});
+  ASSERT_TRUE(r.ok) << r.reason;
+  EXPECT_EQ(g.meta(r.values[0]).dtype, ST::Double);
+  r = record_call(g, ctx, Family::sqrt, {CallArg::tensor(x)}, {});
+  ASSERT_TRUE(r.ok) << r.reason;
+  EXPECT_EQ(g.meta(r.values[0]).dtype, ST::Double);
+}
+
+TEST(CapturePointwise, EveryFamilyHasPythonNames) {
+  for (size_t i = 0; i < static_cast<size_t>(Family::kCount); ++i) {
+    auto f = static_cast<Family>(i);
+    EXPECT_FALSE(family_python_names(f).empty()) << family_name(f);
+  }
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen

@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Runs every benchmark case under eager, torch.compile (inductor) and fastdyn, side by side.
+
+    python3 bench/run.py                      # every case x every mode (inductor is slow)
+    python3 bench/run.py --quick              # skip inductor
+    python3 bench/run.py --cases mlp,attention --modes eager,fastdyn --out bench/results
+
+Each (case, mode) runs in a fresh process (`run.py --one CASE MODE`), so that first-call times
+include everything a cold process pays: compilation, lazy initialisation, kernel caches.
+The parent only orchestrates and compares outputs with eager's; it never runs a case itself.
+Results: OUT/results.json and OUT/results.md (see bench/README.md for the columns).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+MODES = ("eager", "inductor", "fastdyn")
+THREADS = 2
+
+# Steady-state timing: warm-up for WARMUP_S, then batches of about BATCH_S seconds each, for
+# about --min-time seconds in total.
+WARMUP_S = 0.2
+BATCH_S = 0.05
+MIN_BATCHES, MAX_BATCHES = 5, 200
+
+
+# ================================ child: one case, one mode ====================================
+
+def _no_fastdyn_skip(fn):
+    return fn
+
+
+class Runner:
+    """Builds the callable for a mode; all compilation happens lazily, inside the first call."""
+
+    def __init__(self, case, mode: str, backend: str):
+        self.case, self.mode = case, mode
+        self.fastdyn = None
+        self.skip = _no_fastdyn_skip
+        fn, self.args = case.factory()
+        if mode == "eager":
+            self.fn = fn
+        elif mode == "inductor":
+            import torch
+            self.fn = torch.compile(fn)  # lazy: compiles on the first call
+        elif mode == "fastdyn":
+            import fastdyn  # a failure here is reported as the cell's error
+            self.fastdyn = fastdyn
+            self.skip = getattr(fastdyn, "skip", _no_fastdyn_skip)
+            kwargs = {"backend": backend} if backend else {}
+            if hasattr(fastdyn, "reset"):
+                fastdyn.reset()  # stats count only the timed calls
+            if case.whole_process:
+                self.fn = fn
+                fastdyn.enable(**kwargs)  # the timed calls below run with the hook on
+            else:
+                self.fn = fastdyn.jit(fn, **kwargs)
+        else:
+            raise ValueError(f"unknown mode {mode!r}")
+
+    def stats(self):
+        if self.fastdyn is None or not hasattr(self.fastdyn, "stats"):
+            return None
+        return {k: v for k, v in dict(self.fastdyn.stats()).items()
+                if isinstance(v, (int, float, str, bool))}
+
+
+def measure(fn, args, min_time_s: float, iters: int):
+    """First call, then warm-up, then timed batches, then one more call.
+
+    Returns (first_ns, per-call ns of each batch, calls per batch, first output, last output):
+    the first call compiles, the last one runs what is cached, and both are checked.
+
+    NB: wrapped by fastdyn.skip in fastdyn mode, so that whole-process mode compiles the case's
+    own frames and not this loop."""
+    from time import perf_counter_ns as now
+    t0 = now()
+    out = fn(*args)
+    first_ns = now() - t0
+
+    warm = []
+    deadline = now() + int(WARMUP_S * 1e9)
+    while len(warm) < 3 or (now() < deadline and len(warm) < 1000):
+        t0 = now()
+        fn(*args)
+        warm.append(now() - t0)
+    est_ns = max(statistics.median(warm), 1)
+
+    if iters:
+        n_batches = min(10, iters)
+        per_batch = max(1, iters // n_batches)
+    else:
+        per_batch = max(1, int(BATCH_S * 1e9 / est_ns))
+        n_batches = int(min(MAX_BATCHES, max(MIN_BATCHES, min_time_s * 1e9 / (per_batch * est_ns))))
+    batches = []
+    for _ in range(n_batches):
+        t0 = now()
+        for _ in range(per_batch):
+            fn(*args)
+        batches.append((now() - t0) / per_batch)
+    return first_ns, batches, per_batch, out, fn(*args)
+
+
+def run_one(case_name: str, mode: str, json_out: Path, tensors_out: Path, min_time_s: float,
+            iters: int, backend: str) -> int:
+    result = {"case": case_name, "mode": mode, "status": "failed", "stage": "import",
+              "loadavg_1m_start": os.getloadavg()[0]}
+
+    def write():
+        json_out.write_text(json.dumps(result, indent=1))
+
+    try:
+        import torch
+        torch.set_num_threads(THREADS)
+        sys.path.insert(0, str(HERE))
+        from cases import CASES, flatten_outputs
+        case = CASES[case_name]
+        result["stage"] = "setup"
+        t0 = time.perf_counter_ns()
+        runner = Runner(case, mode, backend)
+        result["setup_ms"] = (time.perf_counter_ns() - t0) / 1e6
+        result["stage"] = "run"
+        timed = runner.skip(measure)
+        with torch.no_grad():
+            first_ns, batches, per_batch, first, last = timed(runner.fn, runner.args, min_time_s, iters)
+        if runner.fastdyn is not None and case.whole_process:
+            runner.fastdyn.disable()
+        result.update(
+            loadavg_1m_end=os.getloadavg()[0], status="ok", stage="done", first_call_ns=first_ns,
+            median_ns=statistics.median(batches), min_ns=min(batches),
+            batches=len(batches), iters_per_batch=per_batch, fastdyn_stats=runner.stats())
+        outputs = case.outputs or flatten_outputs
+        values = outputs(first) + outputs(last)
+        torch.save([v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values],
+                   tensors_out)
+    except BaseException as e:  # the harness reports every failure as a cell, never crashes
+        import traceback
+        result["error"] = f"{type(e).__name__}: {e}".strip()[:2000]
+        result["traceback"] = traceback.format_exc()[-4000:]
+    write()
+    return 0 if result["status"] == "ok" else 1
+
+
+# ================================ parent: orchestration =========================================
+
+def machine_info():
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "threads": THREADS,
+            "python": platform.python_version(), "platform": platform.platform()}
+    probe = ("import torch, json; v = {'torch': torch.__version__}\n"
+             "try:\n import fastdyn; v['fastdyn'] = fastdyn.__version__\n"
+             "except Exception as e: v['fastdyn'] = 'unavailable (%s)' % type(e).__name__\n"
+             "print(json.dumps(v))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=120, env=child_env("eager", "warm", None))
+        info.update(json.loads(out.stdout.strip().splitlines()[-1]))
+    except Exception as e:
+        info["torch"] = f"unknown ({e})"
+    try:
+        info["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                        capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    return info
+
+
+def child_env(mode: str, inductor_cache: str, scratch):
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(THREADS)
+    # The source tree's package (CMake builds _C into it) unless PYTHONPATH names another.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [p for p in [env.get("PYTHONPATH")] if p] + [str(ROOT / "python")])
+    if mode == "inductor" and inductor_cache != "warm":
+        # A fresh cache per process: otherwise a second run measures a cache hit, not a compile.
+        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_", dir=scratch)
+        if inductor_cache == "cold":
+            # NB: inductor keeps its precompiled C++ header (~150 MB, ~25 s to build here) under
+            # tempfile.gettempdir(), outside TORCHINDUCTOR_CACHE_DIR; a fresh TMPDIR rebuilds it.
+            env["TMPDIR"] = tempfile.mkdtemp(prefix="tmp_", dir=scratch)
+    return env
+
+
+def run_cell(case: str, mode: str, args, raw: Path, scratch: Path, rep: int = 0):
+    json_out = raw / f"{case}__{mode}__{rep}.json"
+    tensors_out = raw / f"{case}__{mode}__{rep}.pt"
+    for p in (json_out, tensors_out):
+        p.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", case, mode,
+           "--json-out", str(json_out), "--tensors-out", str(tensors_out),
+           "--min-time", str(args.min_time), "--iters", str(args.iters)]
+    if args.fastdyn_backend:
+        cmd += ["--fastdyn-backend", args.fastdyn_backend]
+    t0 = time.monotonic()
+    # A session of its own, so that a timeout also ends the compile workers it may have started.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env(mode, args.inductor_cache, scratch), cwd=str(ROOT),
+                            start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"case": case, "mode": mode, "status": "timeout",
+                "error": f"no result after {args.timeout} s", "wall_s": args.timeout}
+    wall = time.monotonic() - t0
+    if json_out.exists():
+        result = json.loads(json_out.read_text())
+    else:  # the child died without writing: a crash (signal) or an abort
+        rc = proc.returncode
+        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+        result = {"case": case, "mode": mode, "status": "crashed",
+                  "error": f"{how}: " + stderr.strip()[-1500:]}
+    result["wall_s"] = round(wall, 2)
+    result["tensors"] = str(tensors_out) if tensors_out.exists() else None
+    if stderr.strip():
+        result["stderr_tail"] = stderr.strip()[-2000:]
+    return result
+
+
+def merge_repeats(runs):
+    """One cell from its repeats: any failure fails the cell; per call is the best median (the
+    least disturbed by other load), first call the median of the first calls."""
+    bad = [r for r in runs if r["status"] != "ok"]
+    if bad:
+        return dict(bad[0], repeats=len(runs), failed_repeats=len(bad))
+    cell = dict(min(runs, key=lambda r: r["median_ns"]))
+    cell["first_call_ns"] = statistics.median(r["first_call_ns"] for r in runs)
+    if len(runs) > 1:
+        cell["repeats"] = [{"first_call_ns": r["first_call_ns"], "median_ns": r["median_ns"]}
+                           for r in runs]
+    return cell
+
+
+def check_outputs(merged, runs):
+    """Sets correct / max_abs_diff on each cell: every repeat's outputs against eager's."""
+    ref = next((r for r in runs.get("eager", []) if r.get("tensors")), None)
+    for mode, cell in merged.items():
+        if cell["status"] != "ok":
+            continue
+        if ref is None or not all(r.get("tensors") for r in runs[mode]):
+            cell["correct"] = None  # nothing to compare with
+            continue
+        cell["correct"], cell["max_abs_diff"] = True, 0.0
+        for r in runs[mode]:
+            if r is ref:
+                continue
+            ok, diff, msg = compare(ref["tensors"], r["tensors"])
+            cell["max_abs_diff"] = max(cell["max_abs_diff"], diff or 0.0)
+            if not ok:
+                cell["correct"], cell["mismatch"] = False, msg
+                break
+
+
+def tolerance(dtype):
+    import torch
+    table = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2),
+             torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-9)}
+    return table.get(dtype, (0.0, 0.0))  # integers and bools: exact
+
+
+def compare(ref_path, got_path):
+    """(ok, max abs diff, message) of a mode's outputs against eager's."""
+    import torch
+    ref, got = torch.load(ref_path), torch.load(got_path)
+    if len(ref) != len(got):
+        return False, None, f"{len(got)} outputs, eager has {len(ref)}"
+    worst = 0.0
+    for i, (r, g) in enumerate(zip(ref, got)):
+        if isinstance(r, torch.Tensor) != isinstance(g, torch.Tensor):
+            return False, None, f"output {i}: {type(g).__name__}, eager gives {type(r).__name__}"
+        if not isinstance(r, torch.Tensor):
+            if r != g:
+                return False, None, f"output {i}: {g!r} != eager's {r!r}"
+            continue
+        if r.dtype != g.dtype or r.shape != g.shape:
+            return False, None, (f"output {i}: {g.dtype}{list(g.shape)}, "
+                                 f"eager gives {r.dtype}{list(r.shape)}")
+        if r.numel():
+            diff = (r.double() - g.double()).abs()
+            finite = torch.isfinite(diff)
+            worst = max(worst, float(diff[finite].max()) if finite.any() else 0.0)
+        rtol, atol = tolerance(r.dtype)
+        if not torch.allclose(r, g, rtol=rtol, atol=atol, equal_nan=True):
+            return False, worst, f"output {i} differs: max abs diff {worst:.3g}"
+    return True, worst, ""
+
+
+def fmt_time(ns):
+    if ns is None:
+        return "—"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def cell_note(r):
+    if r["status"] != "ok":
+        first = (r.get("error") or "").strip().splitlines()[:1]
+        stage = f"{r['stage']}: " if r.get("stage") else ""
+        return (stage + (first[0][:160] if first else "")).replace("|", "\\|")
+    st = r.get("fastdyn_stats")
+    if not st:
+        return ""
+    keys = ("frames_compiled", "graphs", "graph_breaks", "recompiles")
+    note = ", ".join(f"{k}={st[k]}" for k in keys if k in st)
+    if "compile_seconds" in st:
+        note += f", compile={st['compile_seconds'] * 1e3:.3g} ms"
+    if st.get("frames_compiled") == 0:
+        note += " (nothing compiled: ran eagerly)"
+    return note
+
+
+def args_cache_note(info):
+    return {
+        "fresh": "a new TORCHINDUCTOR_CACHE_DIR per process; the machine-wide precompiled "
+                 f"header built beforehand ({info.get('inductor_warmup', 'not needed')}), "
+                 "as on any machine that has run torch.compile once",
+        "cold": "a new TORCHINDUCTOR_CACHE_DIR and TMPDIR per process (precompiled header "
+                "rebuilt each time, as on a fresh machine)",
+        "warm": "reused from earlier runs (first call may be a cache hit)",
+    }[info["inductor_cache"]]
+
+
+def max_load(results):
+    loads = [r.get(k) for r in results for k in ("loadavg_1m_start", "loadavg_1m_end")]
+    return max([x for x in loads if x is not None], default=float("nan"))
+
+
+def write_reports(out: Path, info, results, cases, modes, argv):
+    (out / "results.json").write_text(json.dumps(
+        {"machine": info, "command": argv, "results": results}, indent=1))
+    lines = [
+        "# fastdyn benchmark",
+        "",
+        f"- machine: {info['cpu']}, {info['cores']} cores; torch.set_num_threads({THREADS})",
+        f"- python {info['python']}, torch {info.get('torch')}, fastdyn {info.get('fastdyn')}"
+        + (f" (commit {info['commit']})" if info.get("commit") else ""),
+        f"- date: {info['date']}; command: `{' '.join(argv)}`",
+        "- each case x mode in a fresh process; first call includes compilation; per call is the "
+        "median of timed batches after warm-up"
+        + (f" (best of {info['repeat']} processes, interleaved)" if info["repeat"] > 1 else "")
+        + "; outputs compared with eager's (torch.allclose: float32 rtol 1e-4, atol 1e-5)",
+        f"- load average (1 min) seen by the runs: max {max_load(results):.2f} "
+        f"(other work on these {info['cores']} cores slows OpenMP regions a lot: rerun if high)",
+    ] + ([f"- inductor caches: {args_cache_note(info)}"] if "inductor" in modes else []) + [
+        "",
+        "| case | mode | first call | per call (median) | vs eager | correct | notes |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    by_key = {(r["case"], r["mode"]): r for r in results}
+    for case in cases:
+        eager = by_key.get((case, "eager"))
+        for mode in modes:
+            r = by_key.get((case, mode))
+            if r is None:
+                continue
+            if r["status"] != "ok":
+                lines.append(f"| {case} | {mode} | {r['status'].upper()} | — | — | — | "
+                             f"{cell_note(r)} |")
+                continue
+            speed = "—"
+            if eager and eager["status"] == "ok":
+                speed = f"{eager['median_ns'] / r['median_ns']:.2f}×"
+            correct = {True: "yes", False: "NO", None: "?"}[r.get("correct")]
+            if r.get("max_abs_diff") is not None and mode != "eager":
+                correct += f" ({r['max_abs_diff']:.1g})"
+            note = cell_note(r)
+            if r.get("correct") is False:
+                note = (r.get("mismatch", "") + "; " + note).strip("; ")
+            lines.append(f"| {case} | {mode} | {fmt_time(r['first_call_ns'])} | "
+                         f"{fmt_time(r['median_ns'])} | {speed} | {correct} | {note} |")
+    lines.append("")
+    (out / "results.md").write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    import torch  # noqa: F401  (only for comparing outputs; cases run in children)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
+    p.add_argument("--modes", help=f"comma-separated, of {','.join(MODES)} (default: all)")
+    p.add_argument("--quick", action="store_true", help="skip inductor (tens of seconds per case)")
+    p.add_argument("--out", default=str(HERE / "results"), help="output folder")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per (case, mode) process")
+    p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed steady state")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="processes per cell, interleaved across modes; per call = best median")
+    p.add_argument("--iters", type=int, default=0, help="fixed number of timed calls instead")
+    p.add_argument("--inductor-cache", choices=("fresh", "cold", "warm"), default="fresh",
+                   help="fresh: a new inductor cache per process, but the machine-wide\n"
+                        "  precompiled header is built once beforehand (not timed);\n"
+                        "cold: rebuild that header in every inductor process too;\n"
+                        "warm: reuse whatever inductor has cached on disk")
+    p.add_argument("--fastdyn-backend", default="", help="backend= for fastdyn.jit / enable")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    p.add_argument("--one", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
+    p.add_argument("--json-out", help=argparse.SUPPRESS)
+    p.add_argument("--tensors-out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.one:
+        return run_one(args.one[0], args.one[1], Path(args.json_out), Path(args.tensors_out),
+                       args.min_time, args.iters, args.fastdyn_backend)
+
+    sys.path.insert(0, str(HERE))
+    from cases import CASES
+    if args.list:
+        for c in CASES.values():
+            print(f"{c.name:18} {c.description}")
+        return 0
+    cases = args.cases.split(",") if args.cases else list(CASES)
+    modes = args.modes.split(",") if args.modes else [
+        m for m in MODES if not (args.quick and m == "inductor")]
+    bad = [c for c in cases if c not in CASES] + [m for m in modes if m not in MODES]
+    if bad:
+        p.error(f"unknown case or mode: {', '.join(bad)} (see --list)")
+    if "eager" not in modes:
+        modes.insert(0, "eager")  # the reference for speed-ups and correctness
+    modes.sort(key=MODES.index)
+
+    out = Path(args.out).resolve()
+    raw = out / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="fastdyn_bench_"))
+    info = machine_info()
+    info["inductor_cache"], info["repeat"] = args.inductor_cache, args.repeat
+    info["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cmdline = ["python3", "bench/run.py"] + list(sys.argv[1:] if argv is None else argv)
+
+    results = []
+    try:
+        if "inductor" in modes and args.inductor_cache == "fresh":
+            print("[bench] inductor warm-up (machine-wide precompiled header; not reported) ...",
+                  end="", flush=True)
+            warm = run_cell("overhead16", "inductor", args, scratch, scratch)
+            info["inductor_warmup"] = f"{warm['status']} in {warm['wall_s']} s"
+            print(f" {info['inductor_warmup']}", flush=True)
+        for case in cases:
+            runs = {m: [] for m in modes}
+            for rep in range(args.repeat):  # interleaved, so that load changes hit every mode
+                for mode in modes:
+                    tag = f" #{rep + 1}" if args.repeat > 1 else ""
+                    print(f"[bench] {case:18} {mode:9}{tag} ...", end="", flush=True)
+                    r = run_cell(case, mode, args, raw, scratch, rep)
+                    runs[mode].append(r)
+                    if r["status"] == "ok":
+                        print(f" first {fmt_time(r['first_call_ns']):>9}, per call "
+                              f"{fmt_time(r['median_ns']):>9} ({r['wall_s']} s)", flush=True)
+                    else:
+                        print(f" {r['status'].upper()}: {(r.get('error') or '')[:200]}",
+                              flush=True)
+            merged = {m: merge_repeats(rs) for m, rs in runs.items()}
+            check_outputs(merged, runs)
+            results += [merged[m] for m in modes]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = write_reports(out, info, results, cases, modes, cmdline)
+    print()
+    print(table)
+    print(f"[bench] wrote {out / 'results.json'} and {out / 'results.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

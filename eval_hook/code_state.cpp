@@ -1,0 +1,83 @@
+// eval_hook/code_state.cpp — co_extra storage (see code_state.h).
+#include "eval_hook/code_state.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "runtime/errors.h"
+
+namespace fastdyn::eval_hook {
+namespace {
+
+Py_ssize_t g_extra_index = -1;
+CodeState g_skip;
+// Weak registry of code objects carrying state, so reset() can clear them.
+std::unordered_set<PyCodeObject*>& registry() {
+  static auto* r = new std::unordered_set<PyCodeObject*>();
+  return *r;
+}
+std::unordered_map<CodeState*, PyCodeObject*>& owners() {
+  static auto* o = new std::unordered_map<CodeState*, PyCodeObject*>();
+  return *o;
+}
+
+void free_state(void* p) {
+  auto* st = static_cast<CodeState*>(p);
+  if (!st || st == &g_skip) return;
+  auto it = owners().find(st);
+  if (it != owners().end()) {
+    registry().erase(it->second);
+    owners().erase(it);
+  }
+  delete st;
+}
+
+}  // namespace
+
+CacheEntry::~CacheEntry() {
+  Py_XDECREF(fn);
+  Py_XDECREF(graph);
+}
+
+CodeState* skip_marker() { return &g_skip; }
+
+void init_code_extra() {
+  if (g_extra_index >= 0) return;
+  g_extra_index = _PyEval_RequestCodeExtraIndex(free_state);
+  FD_CHECK(g_extra_index >= 0, "no co_extra slot available");
+}
+
+CodeState* code_state(PyCodeObject* code) {
+  void* p = nullptr;
+  _PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, &p);
+  return static_cast<CodeState*>(p);
+}
+
+void set_code_state(PyCodeObject* code, CodeState* state) {
+  CodeState* old = code_state(code);
+  if (old == state) return;
+  // NB: _PyCode_SetExtra does not call the free function on the old value.
+  _PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, state);
+  free_state(old);
+  if (state && state != &g_skip) {
+    registry().insert(code);
+    owners()[state] = code;
+  }
+}
+
+void mark_skip(PyCodeObject* code) { set_code_state(code, &g_skip); }
+
+CodeState* ensure_code_state(PyCodeObject* code) {
+  CodeState* st = code_state(code);
+  if (st && st != &g_skip) return st;
+  st = new CodeState();
+  set_code_state(code, st);
+  return st;
+}
+
+void reset_all_code_states() {
+  std::vector<PyCodeObject*> codes(registry().begin(), registry().end());
+  for (PyCodeObject* c : codes) set_code_state(c, nullptr);
+}
+
+}  // namespace fastdyn::eval_hook

@@ -1,0 +1,44 @@
+// eval_hook/code_state.h — what fastdyn keeps per code object, in its co_extra slot.
+//
+// The slot holds nullptr (not seen yet), kSkip (run by the default evaluator, forever: the
+// cost of a skipped frame is one pointer read), or a CodeState with its cache entries, most
+// recently hit first. The CodeState is freed when the code object dies.
+#pragma once
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/guards.h"
+
+namespace fastdyn::eval_hook {
+
+struct CacheEntry {
+  std::unique_ptr<runtime::GuardTree> guards;
+  PyObject* fn = nullptr;     // strong: function object running the transformed code
+  PyObject* graph = nullptr;  // strong: the compiled graph it calls
+  int nargs = 0;              // argument slots passed to fn
+  std::string graph_text;     // for explain/logging
+  ~CacheEntry();
+};
+
+struct CodeState {
+  std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently hit first
+  int compiles = 0;
+  bool limit_logged = false;
+};
+
+// Sentinel stored in co_extra for skipped code.
+CodeState* skip_marker();
+
+// Borrowed; nullptr if never seen. NB: the slot index is requested once, at import.
+CodeState* code_state(PyCodeObject* code);
+void set_code_state(PyCodeObject* code, CodeState* state);  // takes ownership (or kSkip)
+void mark_skip(PyCodeObject* code);
+CodeState* ensure_code_state(PyCodeObject* code);
+void init_code_extra();  // once, at module import
+// Drops every cache entry of every code object seen so far (fastdyn.reset()).
+void reset_all_code_states();
+
+}  // namespace fastdyn::eval_hook

@@ -1,0 +1,147 @@
+// eval_hook/compiler.cpp — see compiler.h.
+#include "eval_hook/compiler.h"
+
+#include <chrono>
+
+#include "codegen/aten_backend.h"
+#include "eval_hook/config.h"
+#include "runtime/compiled_graph.h"
+#include "runtime/errors.h"
+#include "symbolic/assembler.h"
+#include "symbolic/bytecode.h"
+#include "symbolic/guard_builder.h"
+
+namespace fastdyn::eval_hook {
+namespace {
+
+using symbolic::SymValue;
+
+// Builds how the compiled graph's outputs become the frame's return value, appending the graph
+// outputs it needs. Throws Unsupported-style InternalError for values it cannot rebuild.
+bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplate& t, std::string& why) {
+  switch (v.kind) {
+    case SymValue::Kind::Tensor: {
+      t.kind = runtime::OutputTemplate::Kind::Output;
+      for (size_t i = 0; i < g.outputs.size(); ++i)
+        if (g.outputs[i] == v.tensor) {
+          t.output = static_cast<int>(i);
+          return true;
+        }
+      g.outputs.push_back(v.tensor);
+      t.output = static_cast<int>(g.outputs.size() - 1);
+      return true;
+    }
+    case SymValue::Kind::Constant:
+      t.kind = runtime::OutputTemplate::Kind::Constant;
+      t.constant = Py_NewRef(v.obj);
+      return true;
+    case SymValue::Kind::Tuple:
+    case SymValue::Kind::List:
+      t.kind = v.kind == SymValue::Kind::Tuple ? runtime::OutputTemplate::Kind::Tuple : runtime::OutputTemplate::Kind::List;
+      t.items.resize(v.items.size());
+      for (size_t i = 0; i < v.items.size(); ++i)
+        if (!build_template(v.items[i], g, t.items[i], why)) return false;
+      return true;
+    default:
+      why = "returning a value of this kind (named tuple, method, slice) is not supported";
+      return false;
+  }
+}
+
+std::map<std::string, int> count_ops(const codegen::Graph& g) {
+  std::map<std::string, int> counts;
+  for (const codegen::Node& n : g.nodes) counts[codegen::qualified_name(n.op)]++;
+  return counts;
+}
+
+struct Prepared {
+  symbolic::TraceResult trace;
+  runtime::OutputTemplate out;
+  std::string why;
+  bool ok = false;
+};
+
+Prepared prepare(const symbolic::FrameInputs& frame) {
+  Prepared p;
+  p.trace = symbolic::trace_frame(frame);
+  if (!p.trace.ok) {
+    p.why = p.trace.reason;
+    return p;
+  }
+  if (!build_template(p.trace.return_value, p.trace.graph, p.out, p.why)) return p;
+  p.ok = true;
+  return p;
+}
+
+}  // namespace
+
+CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func) {
+  const auto t0 = std::chrono::steady_clock::now();
+  CompileOutcome outcome;
+  Prepared p = prepare(frame);
+  outcome.filename = p.trace.filename;
+  outcome.lineno = p.trace.lineno;
+  if (!p.ok) {
+    outcome.kind = CompileOutcome::Kind::Unsupported;
+    outcome.reason = p.why;
+    return outcome;
+  }
+  if (p.trace.graph.nodes.empty()) {
+    outcome.kind = CompileOutcome::Kind::NoTensors;
+    return outcome;
+  }
+  auto entry = std::make_unique<CacheEntry>();
+  runtime::ExecutablePtr exe = codegen::compile_aten(p.trace.graph);
+  entry->graph_text = codegen::print_graph(p.trace.graph);
+  const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
+  entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
+  if (!entry->graph) throw InternalError("creating the compiled graph object failed");
+  PyCodeObject* code = symbolic::assemble_graph_call(frame.code, p.trace, entry->graph);
+  mark_skip(code);  // the transformed code runs by the default evaluator
+  entry->fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code), frame.globals, frame.code->co_qualname);
+  Py_DECREF(code);
+  if (!entry->fn) {
+    PyErr_Clear();
+    throw InternalError("creating the transformed function failed");
+  }
+  if (func && func->func_closure) PyFunction_SetClosure(entry->fn, func->func_closure);
+  entry->nargs = symbolic::argument_slots(frame.code);
+  entry->guards = symbolic::build_guards(p.trace);
+
+  const Config& cfg = config();
+  if (cfg.log_graphs) log_event("graph", std::string(qualname ? qualname : "?") + "\n" + entry->graph_text);
+  if (cfg.log_guards) {
+    std::string g;
+    for (const std::string& s : entry->guards->describe()) g += "\n  " + s;
+    log_event("guards", std::string(qualname ? qualname : "?") + g);
+  }
+  if (cfg.log_code) {
+    log_event("code", std::string(qualname ? qualname : "?") + "\n" +
+                          symbolic::disassemble(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(entry->fn))));
+  }
+  stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  outcome.kind = CompileOutcome::Kind::Compiled;
+  outcome.entry = std::move(entry);
+  return outcome;
+}
+
+ExplainReport explain_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func) {
+  ExplainReport r;
+  Prepared p = prepare(frame);
+  if (!p.ok) {
+    r.graph_break_count = 1;
+    r.break_reasons.push_back(p.why);
+    r.break_filenames.push_back(p.trace.filename);
+    r.break_linenos.push_back(p.trace.lineno);
+    return r;
+  }
+  if (p.trace.graph.nodes.empty()) return r;
+  r.graph_count = 1;
+  r.op_counts.push_back(count_ops(p.trace.graph));
+  r.graphs.push_back(codegen::print_graph(p.trace.graph));
+  r.guards = symbolic::build_guards(p.trace)->describe();
+  (void)func;
+  return r;
+}
+
+}  // namespace fastdyn::eval_hook

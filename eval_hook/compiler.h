@@ -1,0 +1,47 @@
+// eval_hook/compiler.h — compile-on-miss: trace a frame, compile its graph, build its guards and
+// transformed code, and package the result as a cache entry.
+#pragma once
+#include <Python.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eval_hook/code_state.h"
+#include "symbolic/interpreter.h"
+
+namespace fastdyn::eval_hook {
+
+struct CompileOutcome {
+  enum class Kind : uint8_t {
+    Compiled,    // entry is set
+    NoTensors,   // the frame records no tensor op: skip it for good
+    Unsupported, // capture failed: reason/filename/lineno say where; run eagerly
+  };
+  Kind kind = Kind::Unsupported;
+  std::unique_ptr<CacheEntry> entry;
+  std::string reason;
+  std::string filename;
+  int lineno = -1;
+};
+
+// Traces and compiles the frame. `func` (borrowed) supplies closure and qualname. Must be called
+// with the hook off for this thread. Throws only fastdyn InternalError/BackendError.
+CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func);
+
+// What fastdyn.explain reports for one frame, without running it.
+struct ExplainReport {
+  int graph_count = 0;
+  int graph_break_count = 0;
+  std::vector<std::string> break_reasons;  // parallel with filenames/linenos
+  std::vector<std::string> break_filenames;
+  std::vector<int> break_linenos;
+  std::vector<std::map<std::string, int>> op_counts;
+  std::vector<std::string> guards;
+  std::vector<std::string> graphs;  // graph text
+  std::vector<std::string> code;    // transformed bytecode disassembly
+};
+ExplainReport explain_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func);
+
+}  // namespace fastdyn::eval_hook

@@ -1,0 +1,72 @@
+// eval_hook/config.cpp — see config.h.
+#include "eval_hook/config.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace fastdyn::eval_hook {
+namespace {
+Mode g_process_mode = Mode::Off;
+bool g_process_fullgraph = false;
+thread_local ThreadMode t_mode;
+}  // namespace
+
+Config& config() {
+  static Config c;
+  return c;
+}
+
+Stats& stats() {
+  static Stats s;
+  return s;
+}
+
+void load_config_from_env() {
+  Config& c = config();
+  const char* env = std::getenv("FASTDYN_LOG");
+  if (!env) return;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const bool all = item == "all";
+    if (all || item == "graph_breaks") c.log_graph_breaks = true;
+    if (all || item == "recompiles") c.log_recompiles = true;
+    if (all || item == "guards") c.log_guards = true;
+    if (all || item == "graphs") c.log_graphs = true;
+    if (all || item == "code") c.log_code = true;
+  }
+}
+
+ThreadMode& thread_mode() { return t_mode; }
+
+void set_process_mode(Mode m, bool fullgraph) {
+  g_process_mode = m;
+  g_process_fullgraph = fullgraph;
+}
+
+Mode effective_mode(bool* fullgraph) {
+  const ThreadMode& t = t_mode;
+  if (t.overridden) {
+    if (fullgraph) *fullgraph = t.fullgraph;
+    return t.mode;
+  }
+  if (fullgraph) *fullgraph = g_process_fullgraph;
+  return g_process_mode;
+}
+
+ModeGuard::ModeGuard(Mode m, bool fullgraph) : saved_(t_mode) {
+  t_mode.mode = m;
+  t_mode.fullgraph = fullgraph;
+  t_mode.overridden = true;
+}
+
+ModeGuard::~ModeGuard() { t_mode = saved_; }
+
+void log_event(const char* kind, const std::string& message) {
+  std::fprintf(stderr, "[fastdyn] %s: %s\n", kind, message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace fastdyn::eval_hook

@@ -1,0 +1,190 @@
+// eval_hook/hook.cpp — see hook.h.
+#include "eval_hook/hook.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "eval_hook/code_state.h"
+#include "eval_hook/compiler.h"
+#include "eval_hook/config.h"
+#include "eval_hook/cpython_compat.h"
+#include "eval_hook/skip_rules.h"
+#include "runtime/errors.h"
+
+namespace fastdyn::eval_hook {
+namespace {
+
+int g_install_count = 0;
+EvalFrameFn g_previous = nullptr;
+GraphBreakRaiser g_raise_graph_break = nullptr;
+
+PyObject* run_previous(PyThreadState* tstate, Frame* frame, int throwflag) {
+  if (g_previous) return g_previous(tstate, frame, throwflag);
+  return fd_eval_default(tstate, frame, throwflag);
+}
+
+runtime::GuardFrame guard_frame(Frame* frame) {
+  PyFunctionObject* fn = fd_frame_func(frame);
+  runtime::GuardFrame gf;
+  gf.fast_locals = fd_frame_localsplus(frame);
+  gf.globals = fd_frame_globals(frame);
+  gf.builtins = fd_frame_builtins(frame);
+  gf.closure = fn ? fn->func_closure : nullptr;
+  return gf;
+}
+
+// Runs a cache entry's transformed code with the frame's arguments, then releases the frame.
+PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
+  PyFunctionObject* fn = fd_frame_func(frame);
+  auto* target = reinterpret_cast<PyFunctionObject*>(entry.fn);
+  // Functions made by one `def` share code but not closures: point the entry at this one's.
+  if (fn && target->func_closure != fn->func_closure) PyFunction_SetClosure(entry.fn, fn->func_closure);
+  PyObject* result = PyObject_Vectorcall(entry.fn, fd_frame_localsplus(frame), static_cast<size_t>(entry.nargs), nullptr);
+  fd_frame_release(tstate, frame);
+  return result;
+}
+
+void report_break(const CompileOutcome& out, PyCodeObject* code) {
+  stats().graph_breaks++;
+  if (config().log_graph_breaks) {
+    const char* name = PyUnicode_AsUTF8(code->co_qualname);
+    log_event("graph_break", std::string(name ? name : "?") + " at " + out.filename + ":" +
+                                 std::to_string(out.lineno) + ": " + out.reason + " (the frame runs eagerly)");
+  }
+}
+
+// Compile-on-miss. Returns the new entry (owned by the code state), or nullptr to run eagerly.
+// Sets *raise when fullgraph=True and capture failed (a Python exception is then set).
+CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* raise) {
+  PyCodeObject* code = fd_frame_code(frame);
+  PyFunctionObject* fn = fd_frame_func(frame);
+  symbolic::FrameInputs fi;
+  fi.code = code;
+  fi.localsplus = fd_frame_localsplus(frame);
+  fi.globals = fd_frame_globals(frame);
+  fi.builtins = fd_frame_builtins(frame);
+  fi.closure = fn ? fn->func_closure : nullptr;
+
+  CompileOutcome out;
+  {
+    ModeGuard off(Mode::Off, false);  // no re-entrance while compiling
+    try {
+      out = compile_frame(fi, fn);
+    } catch (const std::exception& e) {
+      // A fastdyn bug: warn once per code object and run eagerly for good.
+      PyErr_Clear();
+      const char* name = PyUnicode_AsUTF8(code->co_qualname);
+      log_event("internal_error", std::string(name ? name : "?") + ": " + e.what() + " (running eagerly)");
+      mark_skip(code);
+      return nullptr;
+    }
+  }
+  switch (out.kind) {
+    case CompileOutcome::Kind::Compiled: {
+      stats().frames_compiled++;
+      stats().graphs++;
+      if (st->compiles > 0) {
+        stats().recompiles++;
+        if (config().log_recompiles) {
+          const char* name = PyUnicode_AsUTF8(code->co_qualname);
+          log_event("recompile", std::string(name ? name : "?") + " (entry " + std::to_string(st->compiles + 1) + ")");
+        }
+      }
+      st->compiles++;
+      st->entries.insert(st->entries.begin(), std::move(out.entry));
+      return st->entries.front().get();
+    }
+    case CompileOutcome::Kind::NoTensors:
+      if (st->entries.empty()) mark_skip(code);  // NB: frees st
+      return nullptr;
+    case CompileOutcome::Kind::Unsupported:
+      report_break(out, code);
+      if (fullgraph && g_raise_graph_break) {
+        g_raise_graph_break(out.reason, out.filename, out.lineno);
+        *raise = true;
+        return nullptr;
+      }
+      if (st->entries.empty()) mark_skip(code);
+      else st->compiles++;  // a failed recompile counts toward the bound: no retrace per call
+      return nullptr;
+  }
+  return nullptr;
+}
+
+PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag) {
+  bool fullgraph = false;
+  const Mode mode = effective_mode(&fullgraph);
+  if (mode == Mode::Off || throwflag) return run_previous(tstate, frame, throwflag);
+  PyCodeObject* code = fd_frame_code(frame);
+  CodeState* st = code_state(code);
+  if (st == skip_marker()) return run_previous(tstate, frame, throwflag);
+  if (!st) {
+    if (should_skip(code)) {
+      mark_skip(code);
+      return run_previous(tstate, frame, throwflag);
+    }
+  }
+  if (!fd_frame_is_fresh(frame) || fd_thread_is_tracing(tstate)) return run_previous(tstate, frame, throwflag);
+  stats().frames_seen++;
+  if (st) {
+    const runtime::GuardFrame gf = guard_frame(frame);
+    auto& entries = st->entries;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i]->guards->check(gf)) {
+        stats().cache_hits++;
+        if (i > 0) std::rotate(entries.begin(), entries.begin() + static_cast<long>(i), entries.begin() + static_cast<long>(i) + 1);
+        return run_entry(tstate, frame, *entries.front());
+      }
+    }
+    if (config().log_recompiles && !entries.empty()) {
+      runtime::GuardFailure why;
+      entries.front()->guards->check(gf, &why);
+      const char* name = PyUnicode_AsUTF8(code->co_qualname);
+      log_event("guard_miss", std::string(name ? name : "?") + ": " + why.description);
+    }
+  }
+  stats().cache_misses++;
+  if (mode != Mode::Compile) return run_previous(tstate, frame, throwflag);
+  st = ensure_code_state(code);
+  if (st->compiles >= config().recompile_limit) {
+    if (!st->limit_logged) {
+      st->limit_logged = true;
+      const char* name = PyUnicode_AsUTF8(code->co_qualname);
+      log_event("recompile_limit", std::string(name ? name : "?") + ": " + std::to_string(config().recompile_limit) +
+                                       " compiled entries reached; further misses run eagerly");
+    }
+    return run_previous(tstate, frame, throwflag);
+  }
+  bool raise = false;
+  CacheEntry* entry = compile_miss(frame, st, fullgraph, &raise);
+  if (raise) {
+    fd_frame_release(tstate, frame);
+    return nullptr;
+  }
+  if (!entry) return run_previous(tstate, frame, throwflag);
+  return run_entry(tstate, frame, *entry);
+}
+
+}  // namespace
+
+void install() {
+  if (g_install_count++ > 0) return;
+  PyThreadState* tstate = PyThreadState_Get();
+  init_code_extra();
+  g_previous = fd_get_eval_frame(tstate);
+  if (g_previous == fd_eval_default || g_previous == fastdyn_eval_frame) g_previous = nullptr;
+  fd_set_eval_frame(tstate, fastdyn_eval_frame);
+}
+
+void uninstall() {
+  if (g_install_count == 0 || --g_install_count > 0) return;
+  PyThreadState* tstate = PyThreadState_Get();
+  fd_set_eval_frame(tstate, g_previous ? g_previous : fd_eval_default);
+  g_previous = nullptr;
+}
+
+bool installed() { return g_install_count > 0; }
+
+void set_graph_break_raiser(GraphBreakRaiser fn) { g_raise_graph_break = fn; }
+
+}  // namespace fastdyn::eval_hook

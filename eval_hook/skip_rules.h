@@ -1,0 +1,18 @@
+// eval_hook/skip_rules.h — which code objects are never traced: the standard library, torch,
+// fastdyn itself (by file path prefix), generators and coroutines, module and class bodies.
+// Functions decorated with fastdyn.skip are marked directly in their co_extra slot.
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+namespace fastdyn::eval_hook {
+
+// The longest matching prefix decides: `skip` paths (stdlib, torch, fastdyn) are skipped unless
+// a longer `keep` prefix (site-packages inside the stdlib tree) matches.
+void set_path_rules(std::vector<std::string> skip, std::vector<std::string> keep);
+// True if `code` must always run by the default evaluator.
+bool should_skip(PyCodeObject* code);
+
+}  // namespace fastdyn::eval_hook

@@ -1,0 +1,168 @@
+// pymodule/module.cpp — fastdyn._C, the native side of the public API (python/fastdyn/api.py).
+//
+// Thin bindings only: every function here forwards to eval_hook/, symbolic/ or runtime/ and
+// translates fastdyn's C++ errors into Python exceptions (UserError -> ValueError,
+// BackendError/InternalError -> RuntimeError).
+#include <Python.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "eval_hook/code_state.h"
+#include "eval_hook/compiler.h"
+#include "eval_hook/config.h"
+#include "eval_hook/hook.h"
+#include "eval_hook/skip_rules.h"
+#include "pymodule/jit_function.h"
+#include "runtime/errors.h"
+#include "symbolic/assembler.h"
+#include "symbolic/bytecode.h"
+
+namespace py = pybind11;
+using namespace fastdyn;
+
+namespace {
+
+PyObject* g_graph_break_error = nullptr;  // fastdyn.GraphBreakError (strong)
+bool g_enabled = false;
+
+void raise_graph_break(const std::string& reason, const std::string& filename, int lineno) {
+  if (!g_graph_break_error) {
+    PyErr_SetString(PyExc_RuntimeError, reason.c_str());
+    return;
+  }
+  PyObject* exc = PyObject_CallFunction(g_graph_break_error, "ssi", reason.c_str(), filename.c_str(), lineno);
+  if (exc) {
+    PyErr_SetObject(g_graph_break_error, exc);
+    Py_DECREF(exc);
+  }
+}
+
+void check_backend(const std::string& backend) {
+  if (backend != "native" && backend != "aten")
+    throw py::value_error("fastdyn: unknown backend '" + backend + "' (expected 'native' or 'aten')");
+}
+
+PyCodeObject* code_of(py::handle fn) {
+  py::object f = py::reinterpret_borrow<py::object>(fn);
+  if (PyObject* target = pymodule::jit_function_target(f.ptr())) f = py::reinterpret_borrow<py::object>(target);
+  if (PyMethod_Check(f.ptr())) f = py::reinterpret_borrow<py::object>(PyMethod_GET_FUNCTION(f.ptr()));
+  if (PyCode_Check(f.ptr())) return reinterpret_cast<PyCodeObject*>(f.ptr());
+  if (!PyFunction_Check(f.ptr())) throw py::type_error("fastdyn: expected a Python function, got " + std::string(Py_TYPE(f.ptr())->tp_name));
+  return reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(f.ptr()));
+}
+
+py::dict explain(py::handle fn, py::list slots) {
+  py::object f = py::reinterpret_borrow<py::object>(fn);
+  if (!PyFunction_Check(f.ptr())) throw py::type_error("fastdyn.explain: expected a Python function");
+  auto* func = reinterpret_cast<PyFunctionObject*>(f.ptr());
+  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(func->func_code);
+  const int nargs = symbolic::argument_slots(code);
+  if (static_cast<int>(py::len(slots)) != nargs) throw py::value_error("fastdyn.explain: wrong number of argument slots");
+  std::vector<PyObject*> localsplus(static_cast<size_t>(code->co_nlocalsplus), nullptr);
+  for (int i = 0; i < nargs; ++i) localsplus[static_cast<size_t>(i)] = slots[static_cast<size_t>(i)].ptr();
+  symbolic::FrameInputs fi;
+  fi.code = code;
+  fi.localsplus = localsplus.data();
+  fi.globals = func->func_globals;
+  fi.builtins = PyEval_GetBuiltins();
+  fi.closure = func->func_closure;
+  eval_hook::ModeGuard off(eval_hook::Mode::Off, false);
+  eval_hook::ExplainReport r;
+  try {
+    r = eval_hook::explain_frame(fi, func);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("fastdyn.explain: internal error: ") + e.what());
+  }
+  py::dict d;
+  d["graph_count"] = r.graph_count;
+  d["graph_break_count"] = r.graph_break_count;
+  py::list breaks;
+  for (size_t i = 0; i < r.break_reasons.size(); ++i)
+    breaks.append(py::make_tuple(r.break_reasons[i], r.break_filenames[i], r.break_linenos[i]));
+  d["breaks"] = breaks;
+  d["op_counts"] = r.op_counts;
+  d["guards"] = r.guards;
+  d["graphs"] = r.graphs;
+  return d;
+}
+
+py::dict stats() {
+  const eval_hook::Stats& s = eval_hook::stats();
+  py::dict d;
+  d["frames_seen"] = s.frames_seen;
+  d["frames_compiled"] = s.frames_compiled;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["recompiles"] = s.recompiles;
+  d["graph_breaks"] = s.graph_breaks;
+  d["graphs"] = s.graphs;
+  d["compile_seconds"] = s.compile_seconds;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "fastdyn native core";
+  eval_hook::init_code_extra();
+  eval_hook::load_config_from_env();
+  eval_hook::set_graph_break_raiser(raise_graph_break);
+  py::register_exception<UserError>(m, "UserError", PyExc_ValueError);
+
+  m.def("enable", [](const std::string& backend, bool fullgraph) {
+    check_backend(backend);
+    if (!g_enabled) eval_hook::install();
+    g_enabled = true;
+    eval_hook::set_process_mode(eval_hook::Mode::Compile, fullgraph);
+  }, py::arg("backend") = "native", py::arg("fullgraph") = false);
+  m.def("disable", [] {
+    eval_hook::set_process_mode(eval_hook::Mode::Off, false);
+    if (g_enabled) eval_hook::uninstall();
+    g_enabled = false;
+  });
+  m.def("is_enabled", [] { return g_enabled; });
+  m.def("hook_installed", [] { return eval_hook::installed(); });
+  m.def("jit", [](py::handle fn, const std::string& backend, bool fullgraph) {
+    check_backend(backend);
+    PyObject* w = pymodule::make_jit_function(fn.ptr(), fullgraph);
+    if (!w) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(w);
+  }, py::arg("fn"), py::arg("backend") = "native", py::arg("fullgraph") = false);
+  m.def("jit_target", [](py::handle obj) -> py::object {
+    PyObject* t = pymodule::jit_function_target(obj.ptr());
+    return t ? py::reinterpret_borrow<py::object>(t) : py::none();
+  });
+  m.def("explain", &explain);
+  m.def("stats", &stats);
+  m.def("reset", [] {
+    eval_hook::reset_all_code_states();
+    eval_hook::stats() = eval_hook::Stats();
+  });
+  m.def("mark_skip", [](py::handle fn) { eval_hook::mark_skip(code_of(fn)); });
+  m.def("set_path_rules", &eval_hook::set_path_rules);
+  m.def("set_graph_break_error", [](py::handle cls) {
+    Py_XDECREF(g_graph_break_error);
+    g_graph_break_error = Py_NewRef(cls.ptr());
+  });
+  m.def("set_recompile_limit", [](int n) {
+    if (n < 0) throw py::value_error("fastdyn: recompile_limit must be >= 0");
+    eval_hook::config().recompile_limit = n;
+  });
+  m.def("recompile_limit", [] { return eval_hook::config().recompile_limit; });
+  m.def("disassemble", [](py::handle fn) { return symbolic::disassemble(code_of(fn)); });
+  m.def("cache_size", [](py::handle fn) -> int {
+    eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));
+    if (!st || st == eval_hook::skip_marker()) return 0;
+    return static_cast<int>(st->entries.size());
+  });
+  m.def("transformed_code", [](py::handle fn) -> py::object {
+    eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));
+    if (!st || st == eval_hook::skip_marker() || st->entries.empty()) return py::none();
+    return py::reinterpret_borrow<py::object>(PyFunction_GET_CODE(st->entries.front()->fn));
+  });
+  m.def("graph_text", [](py::handle fn) -> py::object {
+    eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));
+    if (!st || st == eval_hook::skip_marker() || st->entries.empty()) return py::none();
+    return py::str(st->entries.front()->graph_text);
+  });
+}

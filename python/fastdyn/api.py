@@ -1,0 +1,175 @@
+"""The public API of fastdyn. Everything here forwards to the C++ core in fastdyn._C."""
+import functools
+import inspect
+import os
+import sys
+import sysconfig
+
+import torch
+
+from . import _C
+
+__all__ = ["GraphBreakError", "ExplainOutput", "BreakReason", "enable", "disable", "jit",
+           "explain", "stats", "reset", "skip"]
+
+
+class GraphBreakError(RuntimeError):
+    """Raised when fullgraph=True and fastdyn cannot capture a frame as one graph."""
+
+    def __init__(self, reason, filename="", lineno=-1):
+        super().__init__(f"{reason} (at {filename}:{lineno})")
+        self.reason = reason
+        self.filename = filename
+        self.lineno = lineno
+
+
+_C.set_graph_break_error(GraphBreakError)
+
+
+def _install_path_rules():
+    # Never trace the standard library, torch or fastdyn; keep site-packages (user libraries
+    # such as transformers live there).
+    skip = [sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
+            os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__))]
+    keep = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    skip = [os.path.join(p, "") for p in skip]
+    keep = [os.path.join(p, "") for p in keep]
+    _C.set_path_rules(skip, keep)
+
+
+_install_path_rules()
+
+
+def enable(backend="native", fullgraph=False):
+    """Make every Python frame of the process a compilation candidate."""
+    _C.enable(backend, bool(fullgraph))
+
+
+def disable():
+    """Stop compiling new frames (frames already running are unaffected)."""
+    _C.disable()
+
+
+def jit(fn_or_module=None, *, backend="native", fullgraph=False):
+    """Compile a function or nn.Module on call. Usable as @jit or @jit(backend=..., fullgraph=...)."""
+    if fn_or_module is None:
+        return functools.partial(jit, backend=backend, fullgraph=fullgraph)
+    if isinstance(fn_or_module, torch.nn.Module):
+        return _JitModule(fn_or_module, backend, fullgraph)
+    if not callable(fn_or_module):
+        raise TypeError(f"fastdyn.jit: expected a function or torch.nn.Module, got {type(fn_or_module).__name__}")
+    wrapper = _C.jit(fn_or_module, backend, bool(fullgraph))
+    try:
+        functools.update_wrapper(wrapper, fn_or_module)
+    except (AttributeError, TypeError):
+        pass
+    return wrapper
+
+
+class _JitModule(torch.nn.Module):
+    """A module whose forward runs under fastdyn; parameters stay the original module's."""
+
+    def __init__(self, module, backend, fullgraph):
+        super().__init__()
+        self._orig_mod = module
+        self._fastdyn_call = _C.jit(module.__call__, backend, bool(fullgraph))
+
+    def forward(self, *args, **kwargs):
+        return self._fastdyn_call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._orig_mod, name)
+
+
+class BreakReason:
+    __slots__ = ("reason", "filename", "lineno")
+
+    def __init__(self, reason, filename, lineno):
+        self.reason, self.filename, self.lineno = reason, filename, lineno
+
+    def __repr__(self):
+        return f"BreakReason({self.reason!r}, {self.filename}:{self.lineno})"
+
+
+class ExplainOutput:
+    """What fastdyn would do with one call: graphs, breaks (with source lines), ops and guards."""
+
+    def __init__(self, report, fn_name):
+        self.fn_name = fn_name
+        self.graph_count = report["graph_count"]
+        self.graph_break_count = report["graph_break_count"]
+        self.break_reasons = [BreakReason(*b) for b in report["breaks"]]
+        self.op_counts = [dict(c) for c in report["op_counts"]]
+        self.guards = list(report["guards"])
+        self.graphs = list(report["graphs"])
+
+    def __str__(self):
+        lines = [f"fastdyn.explain({self.fn_name}): {self.graph_count} graph(s), "
+                 f"{self.graph_break_count} graph break(s)"]
+        for b in self.break_reasons:
+            lines.append(f"  break: {b.reason} ({b.filename}:{b.lineno})")
+        for i, (ops, text) in enumerate(zip(self.op_counts, self.graphs)):
+            lines.append(f"  graph {i}: {sum(ops.values())} op(s): " +
+                         ", ".join(f"{k} x{v}" for k, v in sorted(ops.items())))
+            lines.extend("    " + line for line in text.rstrip().splitlines())
+        if self.guards:
+            lines.append("  guards:")
+            lines.extend("    " + g for g in self.guards)
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _argument_slots(fn, args, kwargs):
+    """Binds a call the way CPython fills a frame's argument slots (co_varnames order)."""
+    sig = inspect.signature(fn)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    code = fn.__code__
+    nslots = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS) \
+        + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    values = []
+    for name in code.co_varnames[:nslots]:
+        values.append(bound.arguments[name])
+    return values
+
+
+def explain(fn, *args, **kwargs):
+    """Reports how fastdyn captures fn(*args, **kwargs), without running it."""
+    target = fn
+    if isinstance(target, _JitModule):
+        target = target._orig_mod
+    if isinstance(target, torch.nn.Module):
+        target = target.forward
+    inner = _C.jit_target(target)
+    if inner is not None:
+        target = inner
+    if inspect.ismethod(target):
+        args = (target.__self__,) + args
+        target = target.__func__
+    if not inspect.isfunction(target):
+        raise TypeError(f"fastdyn.explain: expected a Python function or nn.Module, got {type(fn).__name__}")
+    # Bind against the unbound function (self included in args for methods).
+    sig_fn = target
+    slots = _argument_slots(sig_fn, args, kwargs)
+    return ExplainOutput(_C.explain(target, slots), getattr(target, "__qualname__", "?"))
+
+
+def stats():
+    """Counters since the last reset(): frames_seen, frames_compiled, cache_hits, cache_misses,
+    recompiles, graph_breaks, graphs, compile_seconds."""
+    return dict(_C.stats())
+
+
+def reset():
+    """Forget every compiled entry and zero the counters."""
+    _C.reset()
+
+
+def skip(fn):
+    """Never compile fn itself (what it calls is still compiled)."""
+    _C.mark_skip(fn)
+    return fn

@@ -1,0 +1,110 @@
+// runtime/guards.h — guard trees: the conditions under which a compiled cache entry is valid.
+//
+// A tree of accessor nodes (frame local by index, global, builtin, closure cell, attribute,
+// tuple/list item) with leaf checks (type identity, object identity, constant equality, tensor
+// dtype/device/sizes/strides/requires_grad/dispatch keys) plus global state (grad mode, default
+// dtype) and aliasing (tensor inputs that were distinct objects must stay distinct). It is
+// evaluated in C++ directly on the frame's fast locals: no dict or Python object is built on the
+// hit path, and shared accessor prefixes are evaluated once.
+// One evaluator serves both the fast boolean check and the "why did this miss" report: pass a
+// non-null GuardFailure to get the first failing guard described.
+// Ownership: the tree holds strong references to every object it compares against.
+#pragma once
+#include <Python.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fastdyn::runtime {
+
+// What a frame offers to guards; all borrowed.
+struct GuardFrame {
+  PyObject* const* fast_locals = nullptr;  // localsplus: arguments by slot index
+  PyObject* globals = nullptr;             // dict
+  PyObject* builtins = nullptr;            // dict
+  PyObject* closure = nullptr;             // tuple of cells, or nullptr
+};
+
+enum class AccessKind : uint8_t { Local, Global, Builtin, Closure, Attr, Item };
+
+struct Accessor {
+  AccessKind kind = AccessKind::Local;
+  int index = 0;              // Local slot, Closure index, Item index
+  std::string name;           // Global/Builtin/Attr name, and the Local's name for messages
+};
+
+struct TensorSpec {
+  PyTypeObject* type = nullptr;  // exact Python type (torch.Tensor, nn.Parameter, ...)
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  bool requires_grad = false;
+  uint64_t dispatch_keys = 0;    // raw DispatchKeySet
+};
+
+enum class CheckKind : uint8_t {
+  TypeIs,   // type(obj) is expected
+  IdIs,     // obj is expected
+  Equals,   // type(obj) is type(expected) and obj == expected (ints, floats, str, None, tuples)
+  Tensor,   // TensorSpec matches; records obj in its alias slot
+  SameAs,   // obj is the tensor recorded in alias_slot (one object reached by two paths)
+  LenIs,    // len(obj) == length (tuples and lists whose items are guarded one by one)
+};
+
+struct Check {
+  CheckKind kind = CheckKind::TypeIs;
+  PyObject* expected = nullptr;  // strong; the type for TypeIs
+  TensorSpec tensor;
+  int alias_slot = -1;           // Tensor: slot in the aliasing table, -1 if not tracked
+  Py_ssize_t length = 0;         // LenIs
+};
+
+struct GuardNode {
+  Accessor accessor;
+  std::vector<Check> checks;
+  std::vector<std::unique_ptr<GuardNode>> children;
+};
+
+struct GuardFailure {
+  std::string description;  // "L['x'].size() == [4, 8], got [2, 8]"
+};
+
+class GuardTree {
+ public:
+  GuardTree() = default;
+  ~GuardTree();
+  GuardTree(const GuardTree&) = delete;
+  GuardTree& operator=(const GuardTree&) = delete;
+
+  // Building (compile time). Returns the node for `accessor` under `parent` (nullptr = root),
+  // reusing an existing equal node so that shared prefixes are evaluated once.
+  GuardNode* node(GuardNode* parent, const Accessor& accessor);
+  void add_type_is(GuardNode* n, PyTypeObject* type);
+  void add_id_is(GuardNode* n, PyObject* obj);
+  void add_equals(GuardNode* n, PyObject* value);
+  // Spec read from the live tensor. Returns its alias slot.
+  int add_tensor(GuardNode* n, PyObject* tensor);
+  void add_same_as(GuardNode* n, int alias_slot);
+  void add_len_is(GuardNode* n, Py_ssize_t length);
+  void guard_global_state();                        // grad mode and default dtype, as now
+
+  // Hit path. Returns true if every guard holds. With `why`, also describes the first failure.
+  // Never leaves a Python exception set.
+  bool check(const GuardFrame& frame, GuardFailure* why = nullptr) const;
+
+  std::vector<std::string> describe() const;  // one readable line per guard
+  size_t size() const;                        // number of leaf checks
+
+ private:
+  std::vector<std::unique_ptr<GuardNode>> roots_;
+  bool has_global_state_ = false;
+  bool grad_enabled_ = true;
+  c10::ScalarType default_dtype_ = c10::ScalarType::Float;
+  int alias_slots_ = 0;
+};
+
+}  // namespace fastdyn::runtime

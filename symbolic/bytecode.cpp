@@ -1,0 +1,122 @@
+// symbolic/bytecode.cpp — instruction decoding and the disassembly dump.
+#include "symbolic/bytecode.h"
+
+#include <cstdio>
+
+#include "runtime/errors.h"
+#include "symbolic/opcodes.h"
+
+namespace fastdyn::symbolic {
+namespace {
+
+struct PyRef {  // owns one reference
+  PyObject* p;
+  ~PyRef() { Py_XDECREF(p); }
+};
+
+std::string repr_of(PyObject* o) {
+  PyObject* r = PyObject_Repr(o);
+  if (!r) { PyErr_Clear(); return "?"; }
+  const char* s = PyUnicode_AsUTF8(r);
+  std::string out = s ? s : "?";
+  Py_DECREF(r);
+  if (out.size() > 40) out = out.substr(0, 37) + "...";
+  return out;
+}
+
+// The argument's meaning, for the dump: a name, a constant, a local.
+std::string describe_arg(PyCodeObject* code, const Instruction& in) {
+  const OpcodeInfo& info = opcode_info(in.opcode);
+  auto tuple_item = [](PyObject* t, int i) -> std::string {
+    if (!t || i < 0 || i >= PyTuple_GET_SIZE(t)) return "?";
+    return repr_of(PyTuple_GET_ITEM(t, i));
+  };
+  if (info.flags & kHasConst) return tuple_item(code->co_consts, in.arg);
+  if (info.flags & kHasName) {
+    int namei = in.arg;
+    if (in.opcode == op::LOAD_GLOBAL) namei >>= 1;
+#if FD_PY_MINOR >= 12
+    if (in.opcode == op::LOAD_ATTR || in.opcode == op::LOAD_SUPER_ATTR) namei >>= 1;
+#endif
+    return tuple_item(code->co_names, namei);
+  }
+  // In 3.11+ local, cell and free opargs all index localsplus.
+  if (info.flags & (kHasLocal | kHasFree)) {
+    PyObject* names = code->co_localsplusnames;
+    if (in.arg < PyTuple_GET_SIZE(names)) {
+      const char* s = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, in.arg));
+      return s ? s : "?";
+    }
+    return "?";
+  }
+  if (in.opcode == op::BINARY_OP) {
+    const char* s = binary_op_symbol(in.arg);
+    return s ? s : "?";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<Instruction> decode(PyCodeObject* code) {
+  PyRef bytes{PyCode_GetCode(code)};
+  FD_CHECK(bytes.p && PyBytes_Check(bytes.p), "co_code is not bytes");
+  const auto* raw = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.p));
+  const int n_units = static_cast<int>(PyBytes_GET_SIZE(bytes.p) / 2);
+  std::vector<Instruction> out;
+  int ext = 0;
+  int start = -1;
+  for (int i = 0; i < n_units;) {
+    uint8_t opc = raw[2 * i];
+    int arg = raw[2 * i + 1] | (ext << 8);
+    const OpcodeInfo& info = opcode_info(opc);
+    FD_CHECK(info.name != nullptr, "unknown opcode " + std::to_string(opc));
+    if (start < 0) start = i;
+    int next = i + 1 + info.cache_entries;
+    if (opc == op::EXTENDED_ARG) {
+      ext = arg;
+      i = next;
+      continue;
+    }
+    Instruction in;
+    in.index = i;
+    in.start = start;
+    in.opcode = opc;
+    in.arg = arg;
+    in.line = PyCode_Addr2Line(code, i * 2);
+    in.next = next;
+    out.push_back(in);
+    ext = 0;
+    start = -1;
+    i = next;
+  }
+  return out;
+}
+
+std::string disassemble(PyCodeObject* code) {
+  std::string out;
+  const int first = code->co_firstlineno;
+  int last_line = -2;
+  for (const Instruction& in : decode(code)) {
+    char line_col[16] = "";
+    if (in.line != last_line) {
+      if (in.line < 0) std::snprintf(line_col, sizeof line_col, "L?");
+      else std::snprintf(line_col, sizeof line_col, "L+%d", in.line - first);
+      last_line = in.line;
+    }
+    const OpcodeInfo& info = opcode_info(in.opcode);
+    char buf[160];
+    std::string desc = describe_arg(code, in);
+    if (in.opcode >= FD_HAVE_ARGUMENT) {
+      std::snprintf(buf, sizeof buf, "%-6s %4d %-22s %3d%s%s%s\n", line_col, in.index * 2,
+                    info.name, in.arg, desc.empty() ? "" : " (", desc.c_str(),
+                    desc.empty() ? "" : ")");
+    } else {
+      std::snprintf(buf, sizeof buf, "%-6s %4d %s\n", line_col, in.index * 2, info.name);
+    }
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace fastdyn::symbolic

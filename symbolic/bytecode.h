@@ -1,0 +1,30 @@
+// symbolic/bytecode.h — decoding a code object's bytecode into instructions, and a readable
+// disassembly for golden tests.
+//
+// Inline CACHE entries are skipped and EXTENDED_ARG prefixes folded into the following
+// instruction's argument, so an Instruction is exactly what the interpreter executes.
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+namespace fastdyn::symbolic {
+
+struct Instruction {
+  int index = 0;       // code-unit index of the opcode (after any EXTENDED_ARG prefix)
+  int start = 0;       // code-unit index of the first EXTENDED_ARG prefix (== index if none)
+  uint8_t opcode = 0;
+  int arg = 0;
+  int line = -1;       // source line, -1 when none
+  int next = 0;        // code-unit index of the next instruction (after inline caches)
+};
+
+// Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
+std::vector<Instruction> decode(PyCodeObject* code);
+
+// One line per instruction: "  L+2   12 LOAD_FAST        0 (x)". Lines are relative to
+// co_firstlineno so that goldens survive edits above the function.
+std::string disassemble(PyCodeObject* code);
+
+}  // namespace fastdyn::symbolic

@@ -1,0 +1,244 @@
+// symbolic/conversions.cpp — between Python objects, symbolic values and the op table's call
+// arguments: wrapping inputs (with their guards), turning symbolic values into CallArgs, and
+// materialising constants.
+#include <torch/csrc/Device.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Size.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "runtime/errors.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+namespace {
+
+bool is_int(PyObject* o) { return PyLong_CheckExact(o); }
+bool is_plain_constant(PyObject* o) {
+  return o == Py_None || o == Py_Ellipsis || PyBool_Check(o) || PyLong_CheckExact(o) ||
+         PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) || THPDtype_Check(o) ||
+         THPDevice_Check(o) || THPSize_Check(o) || PyComplex_CheckExact(o);
+}
+
+codegen::TensorMeta meta_of(const at::Tensor& t) {
+  codegen::TensorMeta m;
+  m.dtype = t.scalar_type();
+  m.device = t.device();
+  m.sizes = t.sizes().vec();
+  m.strides = t.strides().vec();
+  m.storage_offset = t.storage_offset();
+  m.requires_grad = t.requires_grad();
+  return m;
+}
+
+}  // namespace
+
+std::string py_repr(PyObject* o) {
+  PyObject* r = PyObject_Repr(o);
+  if (!r) { PyErr_Clear(); return "<object>"; }
+  const char* s = PyUnicode_AsUTF8(r);
+  std::string out = s ? s : "<object>";
+  Py_DECREF(r);
+  if (out.size() > 60) out = out.substr(0, 57) + "...";
+  return out;
+}
+
+std::string describe(const SymValue& v) {
+  switch (v.kind) {
+    case SymValue::Kind::Null: return "NULL";
+    case SymValue::Kind::Constant: return py_repr(v.obj);
+    case SymValue::Kind::Tensor: return "Tensor";
+    case SymValue::Kind::Tuple: return "tuple";
+    case SymValue::Kind::List: return "list";
+    case SymValue::Kind::Slice: return "slice";
+    case SymValue::Kind::Method: return "Tensor." + v.name;
+    case SymValue::Kind::NamedTuple: return "named tuple";
+  }
+  return "?";
+}
+
+SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
+  auto guard = [&](GuardKind kind) {
+    GuardSpec g;
+    g.source = source;
+    g.kind = kind;
+    g.obj = Py_NewRef(obj);
+    result_.guards.push_back(std::move(g));
+  };
+  if (THPVariable_Check(obj)) {
+    auto it = tensor_inputs_.find(obj);
+    if (it != tensor_inputs_.end()) {
+      // One tensor reached by a second path: guard that it is still the same object.
+      guard(GuardKind::Tensor);
+      SymValue v = SymValue::of_tensor(it->second);
+      v.source = source;
+      return v;
+    }
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (t.is_sparse() || t.layout() != c10::kStrided)
+      throw Unsupported("input " + source_name(*source) + " is not a strided tensor");
+    if (t.unsafeGetTensorImpl()->is_python_dispatch() || t.is_nested())
+      throw Unsupported("input " + source_name(*source) + " is a tensor subclass with custom dispatch");
+    codegen::ValueId id = result_.graph.add_input(meta_of(t));
+    result_.input_sources.push_back(source);
+    tensor_inputs_.emplace(obj, id);
+    guard(GuardKind::Tensor);
+    SymValue v = SymValue::of_tensor(id);
+    v.source = source;
+    v.obj = Py_NewRef(obj);
+    return v;
+  }
+  if (is_plain_constant(obj)) {
+    guard(THPDtype_Check(obj) || obj == Py_None || obj == Py_Ellipsis ? GuardKind::IdIs : GuardKind::Equals);
+    return SymValue::constant(obj, source);
+  }
+  if (PyTuple_CheckExact(obj)) {
+    // Tuples of constants are constants; a tuple holding tensors is a tuple of wrapped items.
+    bool all_plain = true;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i)
+      all_plain = all_plain && is_plain_constant(PyTuple_GET_ITEM(obj, i));
+    if (all_plain) {
+      guard(GuardKind::Equals);
+      return SymValue::constant(obj, source);
+    }
+    guard(GuardKind::TypeAndLen);  // items are guarded one by one below
+    std::vector<SymValue> items;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
+      auto item_src = std::make_shared<Source>();
+      item_src->kind = Source::Kind::Item;
+      item_src->index = static_cast<int>(i);
+      item_src->parent = source;
+      items.push_back(wrap(PyTuple_GET_ITEM(obj, i), item_src));
+    }
+    SymValue v = SymValue::tuple(std::move(items));
+    v.source = source;
+    return v;
+  }
+  // Modules, functions, classes, other objects: identity.
+  guard(GuardKind::IdIs);
+  return SymValue::constant(obj, source);
+}
+
+codegen::CallArg Tracer::to_call_arg(const SymValue& v) const {
+  using codegen::CallArg;
+  switch (v.kind) {
+    case SymValue::Kind::Tensor: return CallArg::tensor(v.tensor);
+    case SymValue::Kind::Constant: {
+      PyObject* o = v.obj;
+      if (o == Py_None) return CallArg::none();
+      if (o == Py_Ellipsis) return CallArg::ellipsis();
+      if (PyBool_Check(o)) return CallArg::of_bool(o == Py_True);
+      if (is_int(o)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow) throw Unsupported("integer argument " + py_repr(o) + " does not fit in 64 bits");
+        return CallArg::of_int(x);
+      }
+      if (PyFloat_CheckExact(o)) return CallArg::of_double(PyFloat_AS_DOUBLE(o));
+      if (PyUnicode_CheckExact(o)) return CallArg::of_string(PyUnicode_AsUTF8(o));
+      if (THPDtype_Check(o)) return CallArg::of_dtype(reinterpret_cast<THPDtype*>(o)->scalar_type);
+      if (THPDevice_Check(o)) return CallArg::of_device(reinterpret_cast<THPDevice*>(o)->device);
+      if (PySlice_Check(o)) {
+        auto* s = reinterpret_cast<PySliceObject*>(o);
+        auto part = [&](PyObject* p) -> std::optional<int64_t> {
+          if (p == Py_None) return std::nullopt;
+          if (!PyLong_Check(p)) throw Unsupported("slice bound " + py_repr(p) + " is not an int");
+          return PyLong_AsLongLong(p);
+        };
+        return CallArg::slice(part(s->start), part(s->stop), part(s->step));
+      }
+      if (PyTuple_Check(o) || PyList_Check(o)) {  // includes torch.Size
+        PyObject* fast = PySequence_Fast(o, "");
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+        std::vector<SymValue> items;
+        for (Py_ssize_t i = 0; i < n; ++i) items.push_back(SymValue::constant(PySequence_Fast_GET_ITEM(fast, i)));
+        Py_DECREF(fast);
+        SymValue t = SymValue::tuple(std::move(items));
+        return to_call_arg(t);
+      }
+      throw Unsupported("argument " + py_repr(o) + " of type " + Py_TYPE(o)->tp_name + " is not supported in a tensor op");
+    }
+    case SymValue::Kind::Tuple:
+    case SymValue::Kind::List: {
+      std::vector<CallArg> items;
+      bool all_ints = true, all_tensors = true;
+      for (const SymValue& i : v.items) {
+        items.push_back(to_call_arg(i));
+        all_ints = all_ints && items.back().kind == CallArg::Kind::Int;
+        all_tensors = all_tensors && items.back().kind == CallArg::Kind::Tensor;
+      }
+      if (all_ints) {
+        std::vector<int64_t> ints;
+        for (const CallArg& a : items) ints.push_back(a.i);
+        return CallArg::of_ints(std::move(ints));
+      }
+      if (all_tensors) {
+        std::vector<codegen::ValueId> ids;
+        for (const CallArg& a : items) ids.push_back(a.value);
+        return CallArg::of_tensors(std::move(ids));
+      }
+      return CallArg::tuple(std::move(items));
+    }
+    case SymValue::Kind::Slice: {
+      auto part = [&](const SymValue& p) -> std::optional<int64_t> {
+        CallArg a = to_call_arg(p);
+        if (a.kind == CallArg::Kind::None) return std::nullopt;
+        if (a.kind != CallArg::Kind::Int) throw Unsupported("slice bound is not an int");
+        return a.i;
+      };
+      return CallArg::slice(part(v.items[0]), part(v.items[1]), part(v.items[2]));
+    }
+    default:
+      throw Unsupported("argument of kind " + describe(v) + " is not supported in a tensor op");
+  }
+}
+
+PyObject* Tracer::materialize(const SymValue& v) const {
+  switch (v.kind) {
+    case SymValue::Kind::Constant: return Py_NewRef(v.obj);
+    case SymValue::Kind::Tuple:
+    case SymValue::Kind::List:
+    case SymValue::Kind::Slice: {
+      const Py_ssize_t n = static_cast<Py_ssize_t>(v.items.size());
+      std::vector<PyObject*> objs;
+      for (const SymValue& i : v.items) {
+        PyObject* o = materialize(i);
+        if (!o) {
+          for (PyObject* p : objs) Py_DECREF(p);
+          return nullptr;
+        }
+        objs.push_back(o);
+      }
+      PyObject* out = nullptr;
+      if (v.kind == SymValue::Kind::Slice) {
+        out = PySlice_New(objs[0], objs[1], objs[2]);
+        for (PyObject* p : objs) Py_DECREF(p);
+        return out;
+      }
+      out = v.kind == SymValue::Kind::Tuple ? PyTuple_New(n) : PyList_New(n);
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        if (v.kind == SymValue::Kind::Tuple) PyTuple_SET_ITEM(out, i, objs[i]);
+        else PyList_SET_ITEM(out, i, objs[i]);
+      }
+      return out;
+    }
+    default: return nullptr;
+  }
+}
+
+SymValue Tracer::from_capture(const codegen::CaptureResult& r) const {
+  if (r.shape == codegen::CaptureResult::Shape::Tensor) {
+    FD_CHECK(r.values.size() == 1, "tensor capture result with " + std::to_string(r.values.size()) + " values");
+    return SymValue::of_tensor(r.values[0]);
+  }
+  std::vector<SymValue> items;
+  for (codegen::ValueId id : r.values) items.push_back(SymValue::of_tensor(id));
+  SymValue t = SymValue::tuple(std::move(items));
+  if (!r.field_names.empty()) {
+    t.kind = SymValue::Kind::NamedTuple;
+    t.field_names = r.field_names;
+  }
+  return t;
+}
+
+}  // namespace fastdyn::symbolic

@@ -1,0 +1,58 @@
+// symbolic/guard_builder.cpp — GuardSpec list -> runtime::GuardTree (see guard_builder.h).
+#include "symbolic/guard_builder.h"
+
+#include <unordered_map>
+
+namespace fastdyn::symbolic {
+namespace {
+
+runtime::AccessKind access_kind(Source::Kind k) {
+  switch (k) {
+    case Source::Kind::Local: return runtime::AccessKind::Local;
+    case Source::Kind::Global: return runtime::AccessKind::Global;
+    case Source::Kind::Builtin: return runtime::AccessKind::Builtin;
+    case Source::Kind::Closure: return runtime::AccessKind::Closure;
+    case Source::Kind::Attr: return runtime::AccessKind::Attr;
+    case Source::Kind::Item: return runtime::AccessKind::Item;
+  }
+  return runtime::AccessKind::Local;
+}
+
+runtime::GuardNode* node_for(runtime::GuardTree& tree, const Source& s) {
+  runtime::GuardNode* parent = s.parent ? node_for(tree, *s.parent) : nullptr;
+  runtime::Accessor a;
+  a.kind = access_kind(s.kind);
+  a.index = s.index;
+  a.name = s.name;
+  return tree.node(parent, a);
+}
+
+}  // namespace
+
+std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
+  auto tree = std::make_unique<runtime::GuardTree>();
+  tree->guard_global_state();
+  std::unordered_map<PyObject*, int> alias_slot;  // tensor object -> its alias slot
+  for (const GuardSpec& g : trace.guards) {
+    runtime::GuardNode* n = node_for(*tree, *g.source);
+    // A builtin is only what the name means if no global shadows it.
+    switch (g.kind) {
+      case GuardKind::TypeIs: tree->add_type_is(n, Py_TYPE(g.obj)); break;
+      case GuardKind::IdIs: tree->add_id_is(n, g.obj); break;
+      case GuardKind::Equals: tree->add_equals(n, g.obj); break;
+      case GuardKind::TypeAndLen:
+        tree->add_type_is(n, Py_TYPE(g.obj));
+        tree->add_len_is(n, PyObject_Length(g.obj));
+        break;
+      case GuardKind::Tensor: {
+        auto it = alias_slot.find(g.obj);
+        if (it == alias_slot.end()) alias_slot.emplace(g.obj, tree->add_tensor(n, g.obj));
+        else tree->add_same_as(n, it->second);
+        break;
+      }
+    }
+  }
+  return tree;
+}
+
+}  // namespace fastdyn::symbolic

@@ -1,0 +1,66 @@
+// symbolic/opcodes.cpp — lookup tables over the generated opcode list.
+#include "symbolic/opcodes.h"
+
+#include <array>
+
+namespace fastdyn::symbolic {
+namespace {
+
+std::array<OpcodeInfo, 256> build_table() {
+  std::array<OpcodeInfo, 256> t{};
+#define FD_OPCODE(name, num, caches, fl) t[num] = OpcodeInfo{#name, static_cast<uint8_t>(caches), static_cast<uint32_t>(fl)};
+#define FD_BINARY_OP(i, sym)
+#define FD_COMPARE_OP(i, sym)
+#define FD_INTRINSIC1(i, name)
+#include "opcode_table.inc"
+#undef FD_OPCODE
+#undef FD_BINARY_OP
+#undef FD_COMPARE_OP
+#undef FD_INTRINSIC1
+  return t;
+}
+
+constexpr const char* kBinaryOps[] = {
+#define FD_OPCODE(name, num, caches, fl)
+#define FD_BINARY_OP(i, sym) sym,
+#define FD_COMPARE_OP(i, sym)
+#define FD_INTRINSIC1(i, name)
+#include "opcode_table.inc"
+#undef FD_OPCODE
+#undef FD_BINARY_OP
+#undef FD_COMPARE_OP
+#undef FD_INTRINSIC1
+};
+
+constexpr const char* kCompareOps[] = {
+#define FD_OPCODE(name, num, caches, fl)
+#define FD_BINARY_OP(i, sym)
+#define FD_COMPARE_OP(i, sym) sym,
+#define FD_INTRINSIC1(i, name)
+#include "opcode_table.inc"
+#undef FD_OPCODE
+#undef FD_BINARY_OP
+#undef FD_COMPARE_OP
+#undef FD_INTRINSIC1
+};
+
+}  // namespace
+
+const OpcodeInfo& opcode_info(uint8_t opcode) {
+  static const std::array<OpcodeInfo, 256> table = build_table();
+  return table[opcode];
+}
+
+const char* binary_op_symbol(int oparg) {
+  constexpr int n = sizeof(kBinaryOps) / sizeof(kBinaryOps[0]);
+  return oparg >= 0 && oparg < n ? kBinaryOps[oparg] : nullptr;
+}
+
+const char* compare_op_symbol(int index) {
+  constexpr int n = sizeof(kCompareOps) / sizeof(kCompareOps[0]);
+  return index >= 0 && index < n ? kCompareOps[index] : nullptr;
+}
+
+int python_minor() { return FD_PY_MINOR; }
+
+}  // namespace fastdyn::symbolic

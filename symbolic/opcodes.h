@@ -1,0 +1,49 @@
+// symbolic/opcodes.h — the target interpreter's opcodes, from the table generated at build time
+// (symbolic/gen_opcode_table.py -> opcode_table.inc). Names and numbers come from the Python
+// fastdyn is built for; an opcode that version lacks is simply absent from the enum, and code
+// that needs it tests FD_PY_MINOR.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace fastdyn::symbolic {
+
+enum OpcodeFlags : uint32_t {
+  kHasConst = 1u << 0,
+  kHasName = 1u << 1,
+  kHasLocal = 1u << 2,
+  kHasFree = 1u << 3,
+  kHasCompare = 1u << 4,
+  kJumpRelative = 1u << 5,
+  kJumpAbsolute = 1u << 6,
+  kJumpBackward = 1u << 7,
+};
+
+namespace op {
+enum Opcode : uint8_t {
+#define FD_OPCODE(name, num, caches, flags) name = num,
+#define FD_BINARY_OP(i, sym)
+#define FD_COMPARE_OP(i, sym)
+#define FD_INTRINSIC1(i, name)
+#include "opcode_table.inc"
+#undef FD_OPCODE
+#undef FD_BINARY_OP
+#undef FD_COMPARE_OP
+#undef FD_INTRINSIC1
+};
+}  // namespace op
+
+struct OpcodeInfo {
+  const char* name = nullptr;  // nullptr: not an opcode of this Python
+  uint8_t cache_entries = 0;
+  uint32_t flags = 0;
+};
+
+const OpcodeInfo& opcode_info(uint8_t opcode);
+// The symbol of BINARY_OP's oparg ("+", "+=", "@"...), COMPARE_OP's ("<", "=="...); nullptr if
+// out of range.
+const char* binary_op_symbol(int oparg);
+const char* compare_op_symbol(int index);
+int python_minor();  // 11 or 12
+
+}  // namespace fastdyn::symbolic

@@ -1,0 +1,26 @@
+// symbolic/py_ops.h — resolving the op table's Python entry points to objects, once.
+//
+// codegen/families.def names every Python way to reach a tensor op ("torch.add", "Tensor.add",
+// "torch.nn.functional.relu", "operator.add"). At first use these names are resolved to the
+// live objects, so a trace looks a call up by identity (one hash lookup), and a tensor
+// method or property by name.
+#pragma once
+#include <Python.h>
+
+#include <optional>
+#include <string>
+
+#include "codegen/capture.h"
+
+namespace fastdyn::symbolic {
+
+using codegen::Family;
+
+// `obj` borrowed. torch.add, F.relu, torch.Tensor.add (unbound), operator.add ...
+std::optional<Family> family_of_object(PyObject* obj);
+// "add" -> the family listing "Tensor.add" (methods and properties alike).
+std::optional<Family> family_of_tensor_attr(const std::string& name);
+// "operator.add", "builtins.abs" ...
+std::optional<Family> family_of_name(const std::string& python_name);
+
+}  // namespace fastdyn::symbolic

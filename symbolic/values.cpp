@@ -1,0 +1,71 @@
+// symbolic/values.cpp — reference counting of SymValue's Python object.
+#include "symbolic/values.h"
+
+namespace fastdyn::symbolic {
+
+SymValue::SymValue(const SymValue& o)
+    : kind(o.kind), obj(o.obj), tensor(o.tensor), items(o.items), name(o.name),
+      field_names(o.field_names), source(o.source) {
+  Py_XINCREF(obj);
+}
+
+SymValue& SymValue::operator=(const SymValue& o) {
+  if (this != &o) {
+    Py_XINCREF(o.obj);
+    Py_XDECREF(obj);
+    kind = o.kind;
+    obj = o.obj;
+    tensor = o.tensor;
+    items = o.items;
+    name = o.name;
+    field_names = o.field_names;
+    source = o.source;
+  }
+  return *this;
+}
+
+SymValue::SymValue(SymValue&& o) noexcept
+    : kind(o.kind), obj(o.obj), tensor(o.tensor), items(std::move(o.items)), name(std::move(o.name)),
+      field_names(std::move(o.field_names)), source(std::move(o.source)) {
+  o.obj = nullptr;
+}
+
+SymValue& SymValue::operator=(SymValue&& o) noexcept {
+  if (this != &o) {
+    Py_XDECREF(obj);
+    kind = o.kind;
+    obj = o.obj;
+    o.obj = nullptr;
+    tensor = o.tensor;
+    items = std::move(o.items);
+    name = std::move(o.name);
+    field_names = std::move(o.field_names);
+    source = std::move(o.source);
+  }
+  return *this;
+}
+
+SymValue::~SymValue() { Py_XDECREF(obj); }
+
+SymValue SymValue::constant(PyObject* borrowed, SourcePtr src) {
+  SymValue v;
+  v.kind = Kind::Constant;
+  v.obj = Py_NewRef(borrowed);
+  v.source = std::move(src);
+  return v;
+}
+
+bool SymValue::is_python_constant() const {
+  switch (kind) {
+    case Kind::Constant: return true;
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Slice:
+      for (const SymValue& i : items)
+        if (!i.is_python_constant()) return false;
+      return true;
+    default: return false;
+  }
+}
+
+}  // namespace fastdyn::symbolic

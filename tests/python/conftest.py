@@ -1,0 +1,52 @@
+"""pytest configuration of the end-to-end suite.
+
+Every test starts from a clean fastdyn (caches and stats reset, hook disabled) and a fixed seed,
+and after every test the autouse fixture proves that fastdyn.disable() really left the process
+clean: a plain function called afterwards must not be seen by the hook.
+Helpers live in fdcheck.py (`check`, `assert_same`, ...).
+"""
+import pytest
+import torch
+
+from fdcheck import IMPORT_ERROR, fastdyn
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "no_fastdyn: the test checks the suite itself and does not need fastdyn")
+
+
+def _probe(x):
+    return x + 1
+
+
+def _hook_sees_plain_frames():
+    before = fastdyn.stats()["frames_seen"]
+    _probe(torch.ones(2))
+    return fastdyn.stats()["frames_seen"] != before
+
+
+@pytest.fixture(autouse=True)
+def reset(request):
+    torch.manual_seed(0)
+    if request.node.get_closest_marker("no_fastdyn"):
+        yield
+        return
+    if fastdyn is None:
+        pytest.fail("import fastdyn failed:\n" + IMPORT_ERROR, pytrace=False)
+    fastdyn.disable()
+    fastdyn.reset()
+    grad_mode = torch.is_grad_enabled()
+    yield
+    torch.set_grad_enabled(grad_mode)
+    fastdyn.disable()
+    fastdyn.reset()
+    assert not _hook_sees_plain_frames(), (
+        "after fastdyn.disable() the hook still sees the frames of plain functions")
+    fastdyn.reset()
+
+
+@pytest.fixture
+def check():
+    from fdcheck import check as check_fn
+    return check_fn

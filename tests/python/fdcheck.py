@@ -1,0 +1,210 @@
+"""Shared helpers of the end-to-end pytest suite: import fastdyn, compare fastdyn with eager.
+
+`check(fn, *args, graphs=1)` is the workhorse of the suite. It runs `fn` eagerly on cloned inputs,
+then through `fastdyn.jit(fn)` twice (the compile call and the cached call), and demands that
+fastdyn's results are indistinguishable from eager: the same values, dtypes, shapes, strides,
+requires_grad, the same aliasing between outputs and inputs, and the same in-place effects on the
+inputs. It then asks `fastdyn.explain` for the graph count.
+
+The import of fastdyn is guarded so that, while the package is broken or unbuilt, every test that
+needs it fails with the import error (conftest.py's autouse fixture does that) instead of the whole
+suite dying at collection, and the tests that only check the suite itself still run.
+"""
+import dis
+import os
+import sys
+import traceback
+import types
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+try:
+    import fastdyn  # noqa: F401
+    IMPORT_ERROR = None
+except ImportError:
+    # Not installed (pip install -e .): fall back to the source tree, where CMake puts _C.
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    sys.modules.pop("fastdyn", None)
+    try:
+        import fastdyn  # noqa: F401
+        IMPORT_ERROR = None
+    except Exception:  # a missing _C or a broken symbol: report it in every test
+        fastdyn = None
+        IMPORT_ERROR = traceback.format_exc()
+except Exception:
+    fastdyn = None
+    IMPORT_ERROR = traceback.format_exc()
+
+
+# --------------------------------------------------------------------------- cloning inputs
+
+def clone_tensor(t):
+    """A copy of `t` with the same sizes, strides (non-dense and expanded ones included), dtype
+    and requires_grad, so that fastdyn sees exactly the layout eager saw."""
+    src = t.detach()
+    if any(st == 0 and n > 1 for st, n in zip(src.stride(), src.shape)):
+        # An expanded tensor: copy the un-expanded base and expand it again.
+        index = tuple(slice(0, 1) if st == 0 else slice(None)
+                      for st in src.stride())
+        out = clone_tensor(src[index]).detach().expand(src.shape)
+    else:
+        out = torch.empty_strided(src.shape, src.stride(), dtype=src.dtype, device=src.device)
+        out.copy_(src)
+    if t.requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def clone_tree(obj):
+    if isinstance(obj, torch.Tensor):
+        return clone_tensor(obj)
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(clone_tree(o) for o in obj)
+    if isinstance(obj, list):
+        return [clone_tree(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: clone_tree(v) for k, v in obj.items()}
+    return obj
+
+
+def tensors_of(obj):
+    """Tensors of a nested structure, in a fixed order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in tensors_of(o)]
+    if isinstance(obj, dict):
+        return [t for k in sorted(obj, key=str) for t in tensors_of(obj[k])]
+    return []
+
+
+# --------------------------------------------------------------------------- comparing results
+
+def assert_same(got, expected, what="output", check_strides=True, rtol=None, atol=None):
+    """fastdyn's `got` must be indistinguishable from eager's `expected`."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{what}: expected a tensor, got {type(got)}"
+        assert got.dtype == expected.dtype, f"{what}: dtype {got.dtype} != eager {expected.dtype}"
+        assert got.shape == expected.shape, f"{what}: shape {tuple(got.shape)} != eager {tuple(expected.shape)}"
+        assert got.device == expected.device, f"{what}: device {got.device} != eager {expected.device}"
+        if check_strides:
+            assert got.stride() == expected.stride(), (
+                f"{what}: strides {got.stride()} != eager {expected.stride()}")
+        assert got.requires_grad == expected.requires_grad, (
+            f"{what}: requires_grad {got.requires_grad} != eager {expected.requires_grad}")
+        torch.testing.assert_close(got.detach(), expected.detach(), equal_nan=True,
+                                   rtol=rtol, atol=atol, check_stride=False,
+                                   msg=lambda m: f"{what}: values differ from eager\n{m}")
+        return
+    assert type(got) is type(expected), f"{what}: type {type(got).__name__} != eager {type(expected).__name__}"
+    if isinstance(expected, (tuple, list)):
+        assert len(got) == len(expected), f"{what}: length {len(got)} != eager {len(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_same(g, e, f"{what}[{i}]", check_strides, rtol, atol)
+        return
+    if isinstance(expected, dict):
+        assert got.keys() == expected.keys(), f"{what}: keys {got.keys()} != eager {expected.keys()}"
+        for k in expected:
+            assert_same(got[k], expected[k], f"{what}[{k!r}]", check_strides, rtol, atol)
+        return
+    assert got == expected, f"{what}: {got!r} != eager {expected!r}"
+
+
+def aliasing(outputs, inputs):
+    """Which output tensors share storage with which input tensors (and with each other)."""
+    outs, ins = tensors_of(outputs), tensors_of(inputs)
+
+    def ptr(t):
+        return t.untyped_storage().data_ptr()
+    return ([[ptr(o) == ptr(i) for i in ins] for o in outs],
+            [[ptr(a) == ptr(b) for b in outs] for a in outs])
+
+
+# --------------------------------------------------------------------------- the check
+
+def stats_delta(before, after):
+    return {k: after[k] - before[k] for k in before}
+
+
+def check(fn, *args, graphs=1, kwargs=None, check_strides=True, rtol=None, atol=None):
+    """Run `fn` eagerly and through fastdyn; they must agree, and fastdyn must find `graphs`
+    graphs. Returns the eager result."""
+    kwargs = kwargs or {}
+    eager_args, eager_kwargs = clone_tree(args), clone_tree(kwargs)
+    expected = fn(*eager_args, **eager_kwargs)
+    eager_alias = aliasing(expected, (eager_args, eager_kwargs))
+
+    jitted = fastdyn.jit(fn)
+    for call in ("compile call", "cached call"):
+        run_args, run_kwargs = clone_tree(args), clone_tree(kwargs)
+        before = fastdyn.stats()
+        got = jitted(*run_args, **run_kwargs)
+        delta = stats_delta(before, fastdyn.stats())
+        assert_same(got, expected, f"{fn.__name__}: {call}: output", check_strides, rtol, atol)
+        assert_same(run_args, eager_args, f"{fn.__name__}: {call}: positional inputs after the call",
+                    check_strides, rtol, atol)
+        assert_same(run_kwargs, eager_kwargs, f"{fn.__name__}: {call}: keyword inputs after the call",
+                    check_strides, rtol, atol)
+        assert aliasing(got, (run_args, run_kwargs)) == eager_alias, (
+            f"{fn.__name__}: {call}: outputs alias inputs differently from eager")
+        if graphs:
+            if call == "compile call":
+                assert delta["frames_compiled"] == 1 and delta["cache_misses"] == 1, (
+                    f"{fn.__name__}: the first call should compile the frame once: {delta}")
+            else:
+                assert delta["cache_hits"] == 1 and delta["cache_misses"] == 0 and \
+                    delta["frames_compiled"] == 0, (
+                        f"{fn.__name__}: the second call should hit the cache: {delta}")
+
+    report = fastdyn.explain(fn, *clone_tree(args), **clone_tree(kwargs))
+    assert report.graph_count == graphs, (
+        f"{fn.__name__}: graph_count {report.graph_count} != {graphs}\n{report}")
+    if graphs:
+        assert report.graph_break_count == 0, f"{fn.__name__}: unexpected graph breaks\n{report}"
+        assert len(report.op_counts) == graphs, f"{fn.__name__}: op_counts per graph\n{report}"
+    return expected
+
+
+# --------------------------------------------------------------------------- bytecode facts
+
+JUMP_OPCODES = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_ALLOWED_GLOBAL_TYPES = (types.ModuleType, torch.Tensor, int, float, bool, type(None), tuple,
+                         torch.dtype, torch.device, torch.Size)
+
+
+def straight_line_problems(fn):
+    """Why `fn` is not straight-line in the sense of the issue (no jumps, no calls of Python-level
+    functions other than torch's), as a list of strings; empty when it is."""
+    problems = []
+    codes = [fn.__code__]
+    codes += [c for c in fn.__code__.co_consts if isinstance(c, types.CodeType)]
+    if len(codes) > 1:
+        problems.append("defines a nested function, lambda or comprehension")
+    for ins in dis.get_instructions(fn):
+        if ins.opcode in JUMP_OPCODES:
+            problems.append(f"jump {ins.opname} on line {ins.positions.lineno}")
+        if ins.opname == "LOAD_GLOBAL":
+            name = ins.argval
+            if name not in fn.__globals__:
+                problems.append(f"reads builtin {name}")
+            elif not isinstance(fn.__globals__[name], _ALLOWED_GLOBAL_TYPES):
+                problems.append(f"reads global {name} of type {type(fn.__globals__[name]).__name__}")
+    return problems
+
+
+def line_of(fn, marker):
+    """The absolute line number of the line of `fn` that contains `marker` (a comment)."""
+    import inspect
+    lines, first = inspect.getsourcelines(fn)
+    hits = [first + i for i, text in enumerate(lines) if marker in text]
+    assert len(hits) == 1, f"marker {marker!r} must appear once in {fn.__name__}"
+    return hits[0]
+
+
+def call_with_stats(fn, *args, **kwargs):
+    """(result, stats delta) of one call."""
+    before = fastdyn.stats()
+    out = fn(*args, **kwargs)
+    return out, stats_delta(before, fastdyn.stats())

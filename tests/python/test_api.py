@@ -1,0 +1,212 @@
+"""The public API of issue 2: fastdyn.jit in all its forms (functions, decorators with and without
+arguments, nn.Module instances), fastdyn.explain's report, fastdyn.stats and fastdyn.reset, and
+bad arguments."""
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fdcheck import assert_same, call_with_stats, fastdyn, line_of
+
+STATS_KEYS = {"frames_seen", "frames_compiled", "cache_hits", "cache_misses", "recompiles",
+              "graph_breaks", "graphs", "compile_seconds"}
+
+
+def three_ops(x):
+    return torch.relu(x * 2 + 1)
+
+
+def with_break(x):
+    y = x + 1
+    print("breaking")  # BREAK
+    return y
+
+
+# --------------------------------------------------------------------------- jit forms
+
+def test_jit_call_form():
+    x = torch.randn(3, 4)
+    assert_same(fastdyn.jit(three_ops)(x), three_ops(x))
+    assert fastdyn.stats()["graphs"] == 1
+
+
+def test_jit_decorator_without_arguments():
+    @fastdyn.jit
+    def f(x):
+        return x.sin() * 3
+
+    x = torch.randn(5)
+    assert_same(f(x), x.sin() * 3)
+    assert fastdyn.stats()["frames_compiled"] == 1
+
+
+def test_jit_decorator_with_arguments():
+    @fastdyn.jit(backend="native", fullgraph=True)
+    def f(x):
+        return x.cos() - 1
+
+    x = torch.randn(5)
+    assert_same(f(x), x.cos() - 1)
+    assert fastdyn.stats()["frames_compiled"] == 1
+
+
+def test_jit_with_aten_backend():
+    x = torch.randn(3, 4)
+    assert_same(fastdyn.jit(three_ops, backend="aten")(x), three_ops(x))
+    assert fastdyn.stats()["graphs"] == 1
+
+
+@pytest.mark.parametrize("bad", ["no_such_backend", ""])
+def test_unknown_backend_is_a_user_error_naming_it(bad):
+    with pytest.raises((ValueError, TypeError)) as info:
+        fastdyn.jit(three_ops, backend=bad)(torch.randn(2))
+    if bad:
+        assert bad in str(info.value), f"the error must name the backend: {info.value}"
+    with pytest.raises((ValueError, TypeError)):
+        fastdyn.enable(backend=bad)
+    fastdyn.disable()
+
+
+def test_jit_rejects_non_callables():
+    with pytest.raises(TypeError):
+        fastdyn.jit(42)
+
+
+class ScaledLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(6, 4))
+        self.bias = nn.Parameter(torch.randn(6))
+        self.scale = 0.5
+
+    def forward(self, x):
+        return F.gelu(F.linear(x, self.weight, self.bias)) * self.scale
+
+
+def test_jit_on_a_module_instance():
+    m = ScaledLinear()
+    jm = fastdyn.jit(m)
+    x = torch.randn(3, 4)
+    out = jm(x)
+    assert_same(out, m(x))
+    assert out.requires_grad, "parameters require grad: so must the output"
+    assert fastdyn.stats()["graphs"] >= 1, f"the module's forward was not compiled: {fastdyn.stats()}"
+    out.sum().backward()
+    assert m.weight.grad is not None
+
+
+def test_jit_module_sees_parameter_updates_and_attribute_changes():
+    m = ScaledLinear()
+    jm = fastdyn.jit(m)
+    x = torch.randn(3, 4)
+    jm(x)
+    with torch.no_grad():
+        m.weight.add_(1.0)  # an optimizer step: in place
+    assert_same(jm(x), m(x), "after an in-place parameter update")
+    m.scale = 3.0
+    assert_same(jm(x), m(x), "after changing a Python attribute of the module")
+    m.bias = nn.Parameter(torch.zeros(6))
+    assert_same(jm(x), m(x), "after replacing a parameter")
+
+
+def test_jit_on_a_module_built_from_torch_layers():
+    m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.LayerNorm(8), nn.Dropout(0.1)).eval()
+    x = torch.randn(2, 4)
+    assert_same(fastdyn.jit(m)(x), m(x))
+
+
+# --------------------------------------------------------------------------- stats and reset
+
+def test_stats_has_the_documented_keys():
+    s = fastdyn.stats()
+    assert set(s) == STATS_KEYS
+    assert all(v == 0 for v in s.values()), f"reset() must zero every counter: {s}"
+
+
+def test_stats_count_one_compile_and_one_hit():
+    f = fastdyn.jit(three_ops)
+    x = torch.randn(3, 4)
+    f(x)
+    f(x)
+    s = fastdyn.stats()
+    assert (s["frames_compiled"], s["cache_misses"], s["cache_hits"], s["graphs"]) == (1, 1, 1, 1), s
+    assert (s["recompiles"], s["graph_breaks"]) == (0, 0), s
+    assert s["frames_seen"] >= 2, s
+    assert isinstance(s["compile_seconds"], float) and 0 < s["compile_seconds"] < 5, s
+
+
+def test_stats_count_graph_breaks(capsys):
+    fastdyn.jit(with_break)(torch.randn(3))
+    s = fastdyn.stats()
+    assert s["graph_breaks"] == 1 and s["graphs"] == 0, s
+
+
+def test_reset_clears_caches_and_counters():
+    f = fastdyn.jit(three_ops)
+    x = torch.randn(3, 4)
+    f(x)
+    fastdyn.reset()
+    assert all(v == 0 for v in fastdyn.stats().values()), fastdyn.stats()
+    out, d = call_with_stats(f, x)
+    assert d["cache_misses"] == 1 and d["frames_compiled"] == 1, f"reset() must drop the cache: {d}"
+    assert_same(out, three_ops(x))
+
+
+# --------------------------------------------------------------------------- explain
+
+def test_explain_reports_graph_ops_and_guards():
+    x = torch.randn(3, 4)
+    report = fastdyn.explain(three_ops, x)
+    assert isinstance(report, fastdyn.ExplainOutput)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    assert list(report.break_reasons) == []
+    assert len(report.op_counts) == 1
+    ops = report.op_counts[0]
+    assert sum(ops.values()) == 3, f"relu(x * 2 + 1) is three ATen ops: {ops}"
+    for name in ("mul", "add", "relu"):
+        assert any(name in op for op in ops), f"{name} missing from {ops}"
+    assert report.guards and all(isinstance(g, str) for g in report.guards)
+    assert any("float32" in g for g in report.guards), f"no dtype guard on x: {report.guards}"
+    text = str(report)
+    assert "relu" in text, text
+    for guard in report.guards:
+        assert guard in text, f"str(explain) misses the guard {guard!r}:\n{text}"
+
+
+def test_explain_counts_ops_per_graph():
+    def two_matmuls(a, b, c):
+        return (a @ b) @ c
+
+    report = fastdyn.explain(two_matmuls, torch.randn(2, 3), torch.randn(3, 4), torch.randn(4, 5))
+    assert report.graph_count == 1
+    assert sum(report.op_counts[0].values()) == 2, report.op_counts
+
+
+def test_explain_passes_keyword_arguments():
+    def scaled(x, *, factor):
+        return x * factor
+
+    report = fastdyn.explain(scaled, torch.randn(3), factor=2.0)
+    assert report.graph_count == 1, str(report)
+
+
+def test_explain_reports_break_reason_and_line(capsys):
+    report = fastdyn.explain(with_break, torch.randn(3))
+    assert report.graph_count == 0 and report.graph_break_count == 1, str(report)
+    (reason,) = report.break_reasons
+    lineno = line_of(with_break, "# BREAK")
+    assert reason.lineno == lineno and reason.reason
+    assert os.path.samefile(reason.filename, __file__), reason.filename
+    text = str(report)
+    assert str(lineno) in text and reason.reason in text, text
+
+
+def test_explain_does_not_change_the_function():
+    x = torch.randn(3, 4)
+    fastdyn.explain(three_ops, x)
+    assert_same(three_ops(x), torch.relu(x * 2 + 1))
+    fastdyn.reset()
+    _, d = call_with_stats(three_ops, x)
+    assert d["frames_seen"] == 0, f"explain left the hook on for a plain call: {d}"

@@ -1,0 +1,625 @@
+"""The frame-evaluation hook as a user meets it: enable/disable, threads, exceptions and tracebacks,
+generators, the recompile bound, fastdyn.skip, frames without tensors, fullgraph=True and
+GraphBreakError, and FASTDYN_LOG.
+
+Functions that must break capture carry a `# BREAK` comment on the line that breaks it; the
+tests demand that fastdyn names exactly that file and line.
+"""
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import traceback
+
+import pytest
+import torch
+
+from fdcheck import assert_same, call_with_stats, fastdyn, line_of, stats_delta
+
+
+def plain(x):
+    return x * 2 + 1
+
+
+def other_plain(x):
+    return x - 3
+
+
+def uses_helper(x):
+    return plain(x) * 3
+
+
+# --------------------------------------------------------------------------- enable / disable
+
+def test_enable_compiles_plain_functions_and_disable_stops_it():
+    x = torch.randn(3, 4)
+    fastdyn.enable()
+    try:  # NB: no Python helpers in enabled regions, so only the frames under test are seen
+        s0 = fastdyn.stats()
+        out1 = plain(x)
+        s1 = fastdyn.stats()
+        out2 = plain(x)
+        s2 = fastdyn.stats()
+    finally:
+        fastdyn.disable()
+    d1, d2 = stats_delta(s0, s1), stats_delta(s1, s2)
+    assert_same(out1, plain(x))
+    assert_same(out2, plain(x))
+    assert d1["frames_compiled"] == 1, f"enable(): the first call must compile: {d1}"
+    assert d2["cache_hits"] == 1 and d2["frames_compiled"] == 0, f"second call must hit: {d2}"
+    out, d = call_with_stats(other_plain, x)
+    assert d["frames_seen"] == 0 and d["frames_compiled"] == 0, f"after disable(): {d}"
+    assert_same(out, other_plain(x))
+
+
+def test_enable_twice_does_not_hook_twice():
+    x = torch.randn(3, 4)
+    fastdyn.enable()
+    fastdyn.enable()
+    try:
+        s0 = fastdyn.stats()
+        plain(x)
+        s1 = fastdyn.stats()
+        plain(x)
+        s2 = fastdyn.stats()
+    finally:
+        fastdyn.disable()
+        fastdyn.disable()
+    d1, d2 = stats_delta(s0, s1), stats_delta(s1, s2)
+    assert d1["frames_compiled"] == 1 and d1["cache_misses"] == 1, d1
+    assert d2["cache_hits"] == 1, f"a doubly installed hook would count two hits: {d2}"
+    _, d = call_with_stats(other_plain, x)
+    assert d["frames_seen"] == 0, f"balanced enable/disable pairs must leave fastdyn off: {d}"
+
+
+def test_disable_without_enable_is_harmless():
+    fastdyn.disable()
+    fastdyn.disable()
+    x = torch.randn(2)
+    _, d = call_with_stats(plain, x)
+    assert d["frames_seen"] == 0, d
+    assert_same(fastdyn.jit(plain)(x), plain(x))
+
+
+def test_jit_wrapper_keeps_working_across_enable_and_disable():
+    f = fastdyn.jit(plain)
+    x = torch.randn(3)
+    f(x)
+    fastdyn.enable()
+    try:
+        s0 = fastdyn.stats()
+        out = f(x)
+        s1 = fastdyn.stats()
+    finally:
+        fastdyn.disable()
+    d = stats_delta(s0, s1)
+    assert_same(out, plain(x))
+    assert d["cache_hits"] == 1 and d["frames_compiled"] == 0, d
+    out, d = call_with_stats(f, x)
+    assert_same(out, plain(x))
+    assert d["cache_hits"] == 1, f"disable() must not switch off the jit wrapper: {d}"
+
+
+def test_enable_compiles_callees_of_plain_functions():
+    x = torch.randn(3)
+    fastdyn.enable()
+    try:
+        s0 = fastdyn.stats()
+        out = uses_helper(x)
+        s1 = fastdyn.stats()
+    finally:
+        fastdyn.disable()
+    d = stats_delta(s0, s1)
+    assert_same(out, uses_helper(x))
+    # uses_helper calls a Python function, so it runs eagerly; plain is straight-line.
+    assert d["frames_compiled"] >= 1, d
+
+
+# --------------------------------------------------------------------------- threads
+
+def run_in_threads(targets):
+    errors = []
+
+    def guarded(target):
+        try:
+            target()
+        except BaseException:  # report every failure of the thread to the test
+            errors.append(traceback.format_exc())
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a thread hung"
+    assert not errors, "\n".join(errors)
+
+
+def test_two_threads_run_jitted_functions_concurrently():
+    def mlp(x, w):
+        return torch.nn.functional.gelu(x @ w).sum(-1)
+
+    f = fastdyn.jit(mlp)
+
+    def worker(rows, cols):
+        x, w = torch.randn(rows, 16), torch.randn(16, cols)
+        expected = mlp(x, w)
+        for _ in range(300):
+            assert_same(f(x, w), expected)
+    run_in_threads([lambda: worker(4, 8), lambda: worker(5, 3)])
+
+
+def test_two_threads_under_enable():
+    def worker(shape):
+        x = torch.randn(*shape)
+        for _ in range(300):
+            assert_same(plain(x), x * 2 + 1)
+            assert_same(other_plain(x), x - 3)
+    fastdyn.enable()
+    try:
+        run_in_threads([lambda: worker((3, 4)), lambda: worker((7,))])
+    finally:
+        fastdyn.disable()
+    assert fastdyn.stats()["frames_compiled"] >= 2
+
+
+def test_jit_mode_does_not_leak_into_other_threads():
+    inside, release = threading.Event(), threading.Event()
+
+    def block():
+        inside.set()
+        release.wait(30)
+
+    def outer(x):
+        block()
+        return x + 1
+
+    f = fastdyn.jit(outer)
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("out", f(torch.ones(2))))
+    t.start()
+    try:
+        assert inside.wait(30)
+        x = torch.randn(3)
+        _, d = call_with_stats(plain, x)  # this thread never asked for fastdyn
+        _, d2 = call_with_stats(plain, x)
+    finally:
+        release.set()
+        t.join(30)
+    assert d["frames_compiled"] == 0 and d["frames_seen"] == 0, d
+    assert d2["frames_seen"] == 0, d2
+    assert_same(result["out"], torch.full((2,), 2.0))
+
+
+# --------------------------------------------------------------------------- exceptions
+
+def fails_in_eager_frame(x):
+    y = x + 1
+    if y.sum() > -1e9:  # a tensor-valued branch: the frame runs eagerly
+        raise ValueError("raised by user code")  # RAISE
+    return y
+
+
+def fails_at_trace_time(x, w):
+    return x @ w  # RAISE
+
+
+def fails_inside_graph(x, i):
+    y = x * 2
+    return y[i]  # RAISE
+
+
+def helper_that_raises(x):
+    raise KeyError("from the helper")  # RAISE
+
+
+def calls_raising_helper(x):
+    y = x + 1
+    return helper_that_raises(y)  # CALL
+
+
+def frames_of(exc_info):
+    return [(fr.name, fr.lineno) for fr in traceback.extract_tb(exc_info.tb)]
+
+
+def test_exception_in_eager_fallback_keeps_user_traceback():
+    f = fastdyn.jit(fails_in_eager_frame)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="raised by user code") as info:
+            f(torch.randn(3))
+        assert ("fails_in_eager_frame", line_of(fails_in_eager_frame, "# RAISE")) in frames_of(info)
+
+
+def test_shape_error_at_first_call_raises_eagers_error_from_user_line():
+    x, w = torch.randn(3, 4), torch.randn(5, 6)
+    with pytest.raises(RuntimeError) as eager:
+        fails_at_trace_time(x, w)
+    f = fastdyn.jit(fails_at_trace_time)
+    with pytest.raises(RuntimeError) as info:
+        f(x, w)
+    assert str(info.value) == str(eager.value)
+    assert ("fails_at_trace_time", line_of(fails_at_trace_time, "# RAISE")) in frames_of(info)
+    # The function still compiles and runs for good inputs afterwards.
+    good = torch.randn(4, 6)
+    assert_same(f(x, good), x @ good)
+
+
+def test_exception_inside_a_compiled_graph_propagates():
+    f = fastdyn.jit(fails_inside_graph)
+    x = torch.randn(5, 3)
+    ok = torch.tensor([0, 4, 2])
+    assert_same(f(x, ok), fails_inside_graph(x, ok))
+    bad = torch.tensor([0, 99, 2])  # same metadata: a cache hit that fails while running
+    with pytest.raises(IndexError) as eager:
+        fails_inside_graph(x, bad)
+    with pytest.raises(type(eager.value)) as info:
+        f(x, bad)
+    names = [name for name, _ in frames_of(info)]
+    assert "fails_inside_graph" in names, f"the user's frame is missing from {frames_of(info)}"
+    lineno = dict(frames_of(info))["fails_inside_graph"]
+    first = fails_inside_graph.__code__.co_firstlineno
+    assert first <= lineno <= line_of(fails_inside_graph, "# RAISE"), (
+        f"line {lineno} is outside fails_inside_graph")
+    assert_same(f(x, ok), fails_inside_graph(x, ok))  # still usable afterwards
+
+
+def test_exception_from_a_callee_keeps_both_frames():
+    f = fastdyn.jit(calls_raising_helper)
+    with pytest.raises(KeyError) as info:
+        f(torch.randn(2))
+    frames = frames_of(info)
+    assert ("calls_raising_helper", line_of(calls_raising_helper, "# CALL")) in frames, frames
+    assert ("helper_that_raises", line_of(helper_that_raises, "# RAISE")) in frames, frames
+
+
+def test_exception_under_enable_keeps_user_traceback():
+    fastdyn.enable()
+    try:
+        try:
+            calls_raising_helper(torch.randn(2))
+        except KeyError:
+            tb = traceback.extract_tb(sys.exc_info()[2])
+        else:
+            tb = None
+    finally:
+        fastdyn.disable()
+    assert tb is not None, "the KeyError was swallowed"
+    frames = [(fr.name, fr.lineno) for fr in tb]
+    assert ("helper_that_raises", line_of(helper_that_raises, "# RAISE")) in frames, frames
+
+
+# --------------------------------------------------------------------------- generators
+
+def tensor_generator(x):
+    yield x + 1
+    yield x * 2
+    yield torch.relu(x)
+
+
+def looping_generator(x, n):
+    for i in range(n):
+        yield x * i
+
+
+def generator_with_handler(x):
+    try:
+        yield x + 1
+    except ValueError:
+        yield x * 10
+
+
+async def tensor_coroutine(x):
+    return torch.tanh(x) * 2
+
+
+def test_generators_are_untouched_under_enable():
+    x = torch.randn(3)
+    fastdyn.enable()
+    try:
+        before = fastdyn.stats()
+        got = list(tensor_generator(x))
+        got_loop = list(looping_generator(x, 4))
+        g = generator_with_handler(x)
+        first = next(g)
+        thrown = g.throw(ValueError("into the generator"))
+        after = fastdyn.stats()
+    finally:
+        fastdyn.disable()
+    assert_same(got, [x + 1, x * 2, torch.relu(x)])
+    assert_same(got_loop, [x * i for i in range(4)])
+    assert_same(first, x + 1)
+    assert_same(thrown, x * 10)
+    d = stats_delta(before, after)
+    assert d["frames_compiled"] == 0 and d["graphs"] == 0, f"generator frames must run by default: {d}"
+
+
+def test_jit_of_a_generator_function_yields_the_right_values():
+    x = torch.randn(3)
+    got = list(fastdyn.jit(tensor_generator)(x))
+    assert_same(got, [x + 1, x * 2, torch.relu(x)])
+
+
+def test_coroutines_are_untouched():
+    x = torch.randn(3)
+    fastdyn.enable()
+    try:
+        got = asyncio.run(tensor_coroutine(x))
+    finally:
+        fastdyn.disable()
+    assert_same(got, torch.tanh(x) * 2)
+
+
+# --------------------------------------------------------------------------- the recompile bound
+
+def bounded(x):
+    return x * 3 - 1
+
+
+def test_recompile_bound_falls_back_to_eager():
+    f = fastdyn.jit(bounded)
+    # Twelve ranks: twelve shapes that no dynamic-shape generalisation can merge.
+    inputs = [torch.randn(*([2] * rank)) for rank in range(1, 13)]
+    compiled = []
+    for x in inputs:
+        out, d = call_with_stats(f, x)
+        assert_same(out, bounded(x), f"rank {x.ndim}")
+        compiled.append(d["frames_compiled"])
+    s = fastdyn.stats()
+    assert 7 <= s["recompiles"] <= 8, f"the default bound is 8 recompiles: {s}"
+    assert s["frames_compiled"] == s["recompiles"] + 1, s
+    assert compiled[-3:] == [0, 0, 0], f"past the bound the frame must run eagerly: {compiled}"
+    out, d = call_with_stats(f, inputs[0].clone())
+    assert_same(out, bounded(inputs[0]))
+    assert d["cache_hits"] == 1, f"entries compiled before the bound must still hit: {d}"
+    out, d = call_with_stats(f, inputs[-1].clone())
+    assert_same(out, bounded(inputs[-1]))
+    assert d["frames_compiled"] == 0, d
+
+
+# --------------------------------------------------------------------------- skip
+
+@fastdyn.skip if fastdyn else (lambda fn: fn)
+def skipped_straight(x):
+    return x * 5
+
+
+@fastdyn.skip if fastdyn else (lambda fn: fn)
+def skipped_caller(x):
+    return plain(x) + 1
+
+
+def test_skip_never_compiles_the_function():
+    f = fastdyn.jit(skipped_straight)
+    x = torch.randn(3)
+    for _ in range(2):
+        out, d = call_with_stats(f, x)
+        assert_same(out, x * 5)
+        assert d["frames_compiled"] == 0 and d["cache_hits"] == 0, d
+    assert fastdyn.explain(skipped_straight, x).graph_count == 0
+
+
+def test_skip_still_compiles_what_it_calls():
+    x = torch.randn(3)
+    fastdyn.enable()
+    try:
+        s0 = fastdyn.stats()
+        out = skipped_caller(x)
+        s1 = fastdyn.stats()
+    finally:
+        fastdyn.disable()
+    d = stats_delta(s0, s1)
+    assert_same(out, plain(x) + 1)
+    assert d["frames_compiled"] == 1, f"plain() under a skipped caller must compile: {d}"
+
+
+def test_skip_returns_a_callable_with_the_same_behaviour():
+    assert skipped_straight.__name__ == "skipped_straight"
+    assert_same(skipped_straight(torch.ones(2)), torch.full((2,), 5.0))
+
+
+# --------------------------------------------------------------------------- frames without tensors
+
+def no_tensors(a, b):
+    return a * b + len(str(a))
+
+
+def test_functions_without_tensors_are_not_compiled():
+    f = fastdyn.jit(no_tensors)
+    for _ in range(2):
+        out, d = call_with_stats(f, 6, 7)
+        assert out == 43
+        assert d["frames_compiled"] == 0 and d["graphs"] == 0, d
+    report = fastdyn.explain(no_tensors, 6, 7)
+    assert report.graph_count == 0, str(report)
+
+
+def test_functions_without_tensors_under_enable():
+    fastdyn.enable()
+    try:
+        s0 = fastdyn.stats()
+        out = no_tensors(2, 3)
+        s1 = fastdyn.stats()
+    finally:
+        fastdyn.disable()
+    d = stats_delta(s0, s1)
+    assert out == 7
+    assert d["frames_compiled"] == 0, d
+
+
+# --------------------------------------------------------------------------- graph breaks, fullgraph
+
+def breaks_on_print(x):
+    y = x + 1
+    print("side effect")  # BREAK
+    return y * 2
+
+
+def breaks_on_tensor_branch(x):
+    y = x * 2
+    if y.sum() > 0:  # BREAK
+        return y
+    return -y
+
+
+def breaks_on_python_call(x):
+    y = x * 2
+    return plain(y)  # BREAK
+
+
+def breaks_on_loop(x):
+    y = x
+    for _ in range(3):  # BREAK
+        y = y + 1
+    return y
+
+
+def breaks_on_missing_op(x):
+    y = x + 1
+    return torch.kthvalue(y, 2, dim=-1)  # BREAK
+
+
+BREAKERS = [breaks_on_print, breaks_on_tensor_branch, breaks_on_python_call, breaks_on_loop,
+            breaks_on_missing_op]
+
+
+@pytest.mark.parametrize("fn", BREAKERS, ids=lambda fn: fn.__name__)
+def test_fullgraph_raises_graph_break_error_naming_the_line(fn, capsys):
+    f = fastdyn.jit(fn, fullgraph=True)
+    for _ in range(2):  # the error must not be cached away
+        with pytest.raises(fastdyn.GraphBreakError) as info:
+            f(torch.randn(2, 3))
+        err = info.value
+        assert isinstance(err.reason, str) and err.reason, "GraphBreakError.reason is empty"
+        assert os.path.samefile(err.filename, __file__), err.filename
+        assert err.lineno == line_of(fn, "# BREAK"), (err.lineno, err.reason)
+    assert "side effect" not in capsys.readouterr().out, "fullgraph raised after running the print"
+
+
+def test_graph_break_error_is_an_exception_with_a_message():
+    assert issubclass(fastdyn.GraphBreakError, Exception)
+    f = fastdyn.jit(fullgraph=True)(breaks_on_missing_op)
+    with pytest.raises(fastdyn.GraphBreakError) as info:
+        f(torch.randn(2, 3))
+    assert "kthvalue" in info.value.reason, f"the reason must name the missing op: {info.value.reason}"
+    assert "kthvalue" in str(info.value)
+
+
+@pytest.mark.parametrize("fn", BREAKERS, ids=lambda fn: fn.__name__)
+def test_graph_break_runs_the_whole_frame_eagerly(fn, capsys):
+    x = torch.randn(2, 3)
+    expected = fn(x)
+    f = fastdyn.jit(fn)
+    for _ in range(2):
+        out, d = call_with_stats(f, x)
+        assert_same(out, expected)
+    report = fastdyn.explain(fn, x)
+    assert report.graph_count == 0, str(report)
+    assert report.graph_break_count >= 1, str(report)
+    first = report.break_reasons[0]
+    assert first.reason, str(report)
+    assert os.path.samefile(first.filename, __file__), first.filename
+    assert first.lineno == line_of(fn, "# BREAK"), str(report)
+    assert fastdyn.stats()["graph_breaks"] >= 1, fastdyn.stats()
+
+
+def test_fullgraph_raises_even_after_a_non_fullgraph_run(capsys):
+    x = torch.randn(2, 3)
+    fastdyn.jit(breaks_on_print)(x)  # runs eagerly, and may remember that
+    with pytest.raises(fastdyn.GraphBreakError) as info:
+        fastdyn.jit(breaks_on_print, fullgraph=True)(x)
+    assert info.value.lineno == line_of(breaks_on_print, "# BREAK")
+
+
+def test_enable_with_fullgraph_raises():
+    fastdyn.enable(fullgraph=True)
+    try:
+        try:
+            breaks_on_loop(torch.randn(2))
+        except fastdyn.GraphBreakError as e:
+            raised = e
+        else:
+            raised = None
+    finally:
+        fastdyn.disable()
+    assert raised is not None, "enable(fullgraph=True) did not raise GraphBreakError"
+    assert raised.lineno == line_of(breaks_on_loop, "# BREAK")
+
+
+# --------------------------------------------------------------------------- FASTDYN_LOG
+
+LOG_SCRIPT = textwrap.dedent('''
+    import torch
+    import fastdyn
+
+    @fastdyn.jit
+    def fd_log_pointwise(x):
+        return torch.relu(x * 2 + 1)
+
+    def fd_log_breaker(x):
+        y = x + 1
+        print("hello from the breaker")  # BREAK
+        return y
+
+    @fastdyn.jit
+    def fd_log_bounded(x):
+        return x - 1
+
+    fd_log_pointwise(torch.randn(3, 5))
+    fd_log_pointwise(torch.randn(3, 5))
+    fd_log_pointwise(torch.randn(4, 5, dtype=torch.float64))
+    fastdyn.jit(fd_log_breaker)(torch.randn(2))
+    for rank in range(1, 13):
+        fd_log_bounded(torch.ones([2] * rank))
+    print("done")
+''')
+
+
+def run_logged(tmp_path, log):
+    script = tmp_path / "log_script.py"
+    script.write_text(LOG_SCRIPT)
+    env = dict(os.environ)
+    env.pop("FASTDYN_LOG", None)
+    if log is not None:
+        env["FASTDYN_LOG"] = log
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(fastdyn.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([package_root, env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "hello from the breaker\ndone\n", "logs must go to stderr, not stdout"
+    break_line = 1 + LOG_SCRIPT.splitlines().index(
+        next(ln for ln in LOG_SCRIPT.splitlines() if "# BREAK" in ln))
+    return proc.stderr, break_line
+
+
+def test_log_all_categories(tmp_path):
+    err, break_line = run_logged(tmp_path, "graph_breaks,recompiles,guards,graphs,code")
+    lines = err.splitlines()
+    assert any("log_script.py" in ln and re.search(rf"\b{break_line}\b", ln) for ln in lines), (
+        f"graph_breaks: no line names log_script.py:{break_line}\n{err}")
+    assert any("fd_log_pointwise" in ln and re.search("recompil", ln, re.I) for ln in lines), (
+        f"recompiles: no recompile line for fd_log_pointwise\n{err}")
+    assert any("fd_log_bounded" in ln and re.search("limit|bound|eager", ln, re.I) for ln in lines), (
+        f"recompiles: nothing says why fd_log_bounded runs eagerly\n{err}")
+    assert re.search(r"float32", err) and re.search(r"3,\s*5", err), (
+        f"guards: no dtype/size guard of the (3, 5) float32 input\n{err}")
+    assert "relu" in err, f"graphs: the graph of fd_log_pointwise (relu) was not printed\n{err}"
+    assert "RETURN_VALUE" in err or "RETURN_CONST" in err, f"code: no disassembly\n{err}"
+
+
+def test_log_is_selective(tmp_path):
+    err, _ = run_logged(tmp_path, "graphs")
+    assert "relu" in err, err
+    assert "RETURN_VALUE" not in err and "LOAD_FAST" not in err, f"code dumps without 'code'\n{err}"
+    assert not any("fd_log_pointwise" in ln and re.search("recompil", ln, re.I)
+                   for ln in err.splitlines()), f"recompile events without 'recompiles'\n{err}"
+    assert "log_script.py" not in err, f"graph breaks without 'graph_breaks'\n{err}"
+
+
+def test_no_log_without_the_variable(tmp_path):
+    err, _ = run_logged(tmp_path, None)
+    # Hitting the recompile bound may warn unconditionally; nothing else may be printed.
+    other = [ln for ln in err.splitlines() if "fd_log_bounded" not in ln]
+    assert other == [], f"fastdyn wrote to stderr without FASTDYN_LOG:\n{err}"

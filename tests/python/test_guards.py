@@ -1,0 +1,274 @@
+"""Guards: whatever the compiled code assumed must be checked on every call.
+
+Each test compiles a function, changes one thing the trace depended on (an input's shape, dtype,
+strides or requires_grad, a global, a module attribute, grad mode), and demands a recompile and a
+result equal to eager's — never a stale one. Going back to what was compiled first must hit the
+cache again.
+"""
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fdcheck import assert_same, call_with_stats, clone_tree, fastdyn
+
+SCALE = 2.0
+ACTIVATION = torch.relu
+TABLE = torch.arange(6.0)
+cfg = types.ModuleType("cfg")
+cfg.scale = 3.0
+
+
+def pointwise(x):
+    return x * 2 + 1
+
+
+def expect_compile(delta, what):
+    assert delta["cache_misses"] == 1 and delta["frames_compiled"] == 1, (
+        f"{what}: expected a recompile, stats delta {delta}")
+    assert delta["recompiles"] == 1, f"{what}: stats()['recompiles'] did not grow: {delta}"
+
+
+def expect_hit(delta, what):
+    assert delta["cache_hits"] == 1 and delta["cache_misses"] == 0 and \
+        delta["frames_compiled"] == 0, f"{what}: expected a cache hit, stats delta {delta}"
+
+
+def test_shape_change_recompiles_and_first_shape_still_hits():
+    f = fastdyn.jit(pointwise)
+    a, b = torch.randn(4, 6), torch.randn(5, 6)
+    out, d = call_with_stats(f, a)
+    assert d["frames_compiled"] == 1 and d["recompiles"] == 0, d
+    assert_same(out, pointwise(a))
+    out, d = call_with_stats(f, b)
+    expect_compile(d, "shape (4, 6) -> (5, 6)")
+    assert_same(out, pointwise(b))
+    out, d = call_with_stats(f, a.clone())
+    expect_hit(d, "back to shape (4, 6)")
+    assert_same(out, pointwise(a))
+    out, d = call_with_stats(f, b.clone())
+    expect_hit(d, "back to shape (5, 6)")
+    assert_same(out, pointwise(b))
+
+
+def test_rank_change_recompiles():
+    f = fastdyn.jit(pointwise)
+    f(torch.randn(6))
+    x = torch.randn(2, 3)
+    out, d = call_with_stats(f, x)
+    expect_compile(d, "rank 1 -> rank 2")
+    assert_same(out, pointwise(x))
+
+
+def test_dtype_change_recompiles():
+    f = fastdyn.jit(pointwise)
+    f(torch.randn(3, 4))
+    for dtype in (torch.float64, torch.int64, torch.bfloat16):
+        x = torch.randn(3, 4).mul(4).to(dtype)
+        out, d = call_with_stats(f, x)
+        expect_compile(d, f"float32 -> {dtype}")
+        assert_same(out, pointwise(x))
+
+
+def test_stride_change_recompiles():
+    f = fastdyn.jit(pointwise)
+    f(torch.randn(4, 6))
+    x = torch.randn(6, 4).t()  # same shape (4, 6), transposed strides
+    out, d = call_with_stats(f, x)
+    expect_compile(d, "contiguous -> transposed input")
+    assert_same(out, pointwise(x))  # strides of the output included
+
+
+def test_non_tensor_argument_change_is_not_stale():
+    def scale_and_view(x, k, s):
+        return x.view(k, -1) * s
+
+    f = fastdyn.jit(scale_and_view)
+    x = torch.randn(6, 4)
+    for k, s in ((2, 1.5), (3, 1.5), (3, -2.0), (2, 0.25)):
+        assert_same(f(x, k, s), scale_and_view(x, k, s), f"k={k}, s={s}")
+
+
+def use_global_constant(x):
+    return x * SCALE
+
+
+def test_rebinding_a_global_constant_recompiles(monkeypatch):
+    f = fastdyn.jit(use_global_constant)
+    x = torch.randn(3, 4)
+    assert_same(f(x), x * 2.0)
+    monkeypatch.setitem(globals(), "SCALE", 5.0)
+    out, d = call_with_stats(f, x)
+    expect_compile(d, "SCALE 2.0 -> 5.0")
+    assert_same(out, x * 5.0)
+
+
+def use_global_function(x):
+    return ACTIVATION(x)
+
+
+def test_rebinding_a_global_torch_function_recompiles(monkeypatch):
+    f = fastdyn.jit(use_global_function)
+    x = torch.randn(3, 4)
+    assert_same(f(x), torch.relu(x))
+    monkeypatch.setitem(globals(), "ACTIVATION", torch.tanh)
+    out, d = call_with_stats(f, x)
+    expect_compile(d, "ACTIVATION relu -> tanh")
+    assert_same(out, torch.tanh(x))
+
+
+def use_module_attribute(x):
+    return x * cfg.scale
+
+
+def test_changing_a_module_attribute_recompiles(monkeypatch):
+    f = fastdyn.jit(use_module_attribute)
+    x = torch.randn(3, 4)
+    assert_same(f(x), x * 3.0)
+    monkeypatch.setattr(cfg, "scale", 0.5)
+    out, d = call_with_stats(f, x)
+    expect_compile(d, "cfg.scale 3.0 -> 0.5")
+    assert_same(out, x * 0.5)
+
+
+def use_global_tensor(x):
+    return x + TABLE
+
+
+def test_rebinding_a_global_tensor_is_not_stale(monkeypatch):
+    f = fastdyn.jit(use_global_tensor)
+    x = torch.randn(6)
+    assert_same(f(x), x + TABLE)
+    monkeypatch.setitem(globals(), "TABLE", torch.full((6,), -4.0))
+    assert_same(f(x), x - 4.0, "same-shape global tensor rebound")
+    monkeypatch.setitem(globals(), "TABLE", torch.ones(2, 6, dtype=torch.float64))
+    assert_same(f(x), x + torch.ones(2, 6, dtype=torch.float64), "global rebound to a new shape")
+
+
+def test_mutating_a_global_tensor_in_place_is_seen(monkeypatch):
+    monkeypatch.setitem(globals(), "TABLE", torch.arange(6.0))
+    f = fastdyn.jit(use_global_tensor)
+    x = torch.randn(6)
+    f(x)
+    TABLE.add_(10)  # no rebinding: a graph that baked the old values in would be stale
+    assert_same(f(x), x + torch.arange(6.0) + 10)
+
+
+def test_grad_mode_is_guarded():
+    f = fastdyn.jit(pointwise)
+    x = torch.randn(3, 4, requires_grad=True)
+    out, d = call_with_stats(f, x)
+    assert out.requires_grad and out.grad_fn is not None, "enabled grad mode: output needs a grad_fn"
+    with torch.no_grad():
+        out, d = call_with_stats(f, x)
+    assert not out.requires_grad, "no_grad: the output must not require grad"
+    assert d["cache_misses"] == 1 and d["frames_compiled"] == 1, f"grad mode change: {d}"
+    with torch.no_grad():
+        expected = pointwise(x)
+    assert_same(out, expected)
+    out, d = call_with_stats(f, x)
+    expect_hit(d, "back to grad mode enabled")
+    assert out.requires_grad
+
+
+def test_inference_mode_output_is_not_stale():
+    f = fastdyn.jit(pointwise)
+    x = torch.randn(3, 4, requires_grad=True)
+    f(x)
+    with torch.inference_mode():
+        y = torch.randn(3, 4)
+        out = f(y)
+        expected = pointwise(y)
+    assert_same(out, expected)
+    assert out.is_inference() == expected.is_inference()
+
+
+def test_requires_grad_change_of_an_input_recompiles():
+    def layer(x, w):
+        return F.linear(x, w).relu()
+
+    f = fastdyn.jit(layer)
+    x, w = torch.randn(3, 4), torch.randn(5, 4)
+    assert not f(x, w).requires_grad
+    w.requires_grad_(True)
+    out, d = call_with_stats(f, x, w)
+    expect_compile(d, "w.requires_grad False -> True")
+    assert_same(out, layer(x, w))
+    assert out.requires_grad
+
+
+def test_backward_through_a_compiled_graph_matches_eager():
+    def loss_fn(x, w, b):
+        return F.gelu(F.linear(x, w, b)).softmax(-1).pow(2).sum()
+
+    args = (torch.randn(4, 8), torch.randn(6, 8, requires_grad=True), torch.randn(6, requires_grad=True))
+    eager_args = clone_tree(args)
+    loss_fn(*eager_args).backward()
+    f = fastdyn.jit(loss_fn)
+    for _ in range(2):  # compile call, then cached call
+        run_args = clone_tree(args)
+        loss = f(*run_args)
+        assert loss.requires_grad
+        loss.backward()
+        assert_same(run_args[1].grad, eager_args[1].grad, "grad of w")
+        assert_same(run_args[2].grad, eager_args[2].grad, "grad of b")
+
+
+def test_aliased_inputs_are_not_treated_as_distinct():
+    def accumulate(x, y):
+        x.add_(y)
+        return x * y
+
+    f = fastdyn.jit(accumulate)
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    f(a.clone(), b.clone())  # compiled for two distinct tensors
+    a1, a2 = a.clone(), a.clone()
+    expected = accumulate(a1, a1)
+    got = f(a2, a2)  # the same tensor twice
+    assert_same(got, expected)
+    assert_same(a2, a1, "the aliased input after the call")
+
+
+def test_view_of_same_storage_inputs_are_not_stale():
+    def add_into(x, y):
+        x.mul_(2)
+        return x + y
+
+    f = fastdyn.jit(add_into)
+    f(torch.randn(4), torch.randn(4))
+    base_e, base_g = torch.arange(8.0), torch.arange(8.0)
+    expected = add_into(base_e[:4], base_e[2:6])  # overlapping views of one storage
+    got = f(base_g[:4], base_g[2:6])
+    assert_same(got, expected)
+    assert_same(base_g, base_e, "the shared storage after the call")
+
+
+def test_default_dtype_change_is_not_stale():
+    def make(x):
+        return torch.zeros(3) + torch.ones(3) * 2
+
+    f = fastdyn.jit(make)
+    x = torch.randn(3)
+    assert f(x).dtype == torch.float32
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert_same(f(x), make(x))
+    finally:
+        torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("order", ["ABAB", "AABBA", "BAAB"])
+def test_alternating_inputs_always_get_their_own_entry(order):
+    def body(x, y):
+        return (x @ y).softmax(-1)
+
+    inputs = {
+        "A": (torch.randn(3, 4), torch.randn(4, 5)),
+        "B": (torch.randn(2, 4, dtype=torch.float64), torch.randn(4, 7, dtype=torch.float64)),
+    }
+    f = fastdyn.jit(body)
+    for key in order:
+        assert_same(f(*inputs[key]), body(*inputs[key]), f"inputs {key}")
+    assert fastdyn.stats()["frames_compiled"] == 2, fastdyn.stats()
