@@ -56,9 +56,8 @@ CodeState* code_state(PyCodeObject* code) {
 void set_code_state(PyCodeObject* code, CodeState* state) {
   CodeState* old = code_state(code);
   if (old == state) return;
-  // NB: _PyCode_SetExtra does not call the free function on the old value.
+  // NB: _PyCode_SetExtra calls the free function (free_state) on the old value itself.
   _PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, state);
-  free_state(old);
   if (state && state != &g_skip) {
     registry().insert(code);
     owners()[state] = code;

@@ -25,7 +25,10 @@ void pop_frame(PyThreadState* tstate, Frame* f) {
     _PyStackChunk* previous = chunk->previous;
     tstate->datastack_top = &previous->data[previous->top];
     tstate->datastack_chunk = previous;
-    _PyObject_VirtualFree(chunk, chunk->size);
+    // NB: _PyObject_VirtualFree is not exported; the public arena allocator is what it calls.
+    PyObjectArenaAllocator arena;
+    PyObject_GetArenaAllocator(&arena);
+    arena.free(arena.ctx, chunk, chunk->size);
     tstate->datastack_limit = reinterpret_cast<PyObject**>(reinterpret_cast<char*>(previous) + previous->size);
   } else {
     tstate->datastack_top = base;

@@ -14,9 +14,6 @@
 
 #define Py_BUILD_CORE
 #include <internal/pycore_frame.h>
-#if PY_VERSION_HEX >= 0x030C0000
-#include <internal/pycore_pystate.h>
-#endif
 #undef Py_BUILD_CORE
 
 namespace fastdyn::eval_hook {

@@ -1,0 +1,137 @@
+// GoogleTest for symbolic/: bytecode decoding and the assembler, against an embedded CPython
+// (the same version fastdyn is built for). No torch needed.
+#include <Python.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "symbolic/assembler.h"
+#include "symbolic/bytecode.h"
+#include "symbolic/opcodes.h"
+
+using namespace fastdyn::symbolic;
+
+namespace {
+
+class PythonEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    // An embedded interpreter finds its standard library from the home it was built with.
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    PyConfig_SetBytesString(&config, &config.home, FASTDYN_PYTHON_HOME);
+    Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+  }
+  void TearDown() override { Py_FinalizeEx(); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new PythonEnv);
+
+// Compiles `src` and returns a new reference to the code of the function named `name`.
+PyCodeObject* function_code(const char* src, const char* name) {
+  PyObject* globals = PyDict_New();
+  PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+  PyObject* r = PyRun_String(src, Py_file_input, globals, globals);
+  EXPECT_NE(r, nullptr);
+  Py_XDECREF(r);
+  PyObject* fn = PyDict_GetItemString(globals, name);
+  PyObject* code = PyObject_GetAttrString(fn, "__code__");
+  Py_DECREF(globals);
+  return reinterpret_cast<PyCodeObject*>(code);
+}
+
+std::vector<std::string> names(const std::vector<Instruction>& ins) {
+  std::vector<std::string> out;
+  for (const Instruction& i : ins) out.push_back(opcode_info(i.opcode).name);
+  return out;
+}
+
+}  // namespace
+
+TEST(Bytecode, DecodeSkipsCachesAndKeepsOrder) {
+  PyCodeObject* code = function_code("def f(x, y):\n    return x + y\n", "f");
+  const auto ins = decode(code);
+  const auto n = names(ins);
+  ASSERT_GE(n.size(), 4u);
+  EXPECT_EQ(n.front(), "RESUME");
+  EXPECT_EQ(n.back(), "RETURN_VALUE");
+  // BINARY_OP has one inline cache entry: the next instruction starts two units later.
+  for (size_t i = 0; i + 1 < ins.size(); ++i) {
+    if (n[i] == "BINARY_OP") {
+      EXPECT_EQ(ins[i].next, ins[i].index + 2);
+      EXPECT_EQ(ins[i + 1].index, ins[i].next);
+      EXPECT_STREQ(binary_op_symbol(ins[i].arg), "+");
+    }
+  }
+  Py_DECREF(code);
+}
+
+TEST(Bytecode, DecodeFoldsExtendedArg) {
+  // 300 locals force LOAD_FAST with an argument above 255.
+  std::string src = "def f():\n";
+  for (int i = 0; i < 300; ++i) src += "    v" + std::to_string(i) + " = " + std::to_string(i) + "\n";
+  src += "    return v299\n";
+  PyCodeObject* code = function_code(src.c_str(), "f");
+  const auto ins = decode(code);
+  bool found = false;
+  for (const Instruction& i : ins)
+    if (std::string(opcode_info(i.opcode).name).rfind("LOAD_FAST", 0) == 0 && i.arg == 299) {
+      found = true;
+      EXPECT_LT(i.start, i.index);  // an EXTENDED_ARG prefix precedes it
+    }
+  EXPECT_TRUE(found);
+  for (const Instruction& i : ins) EXPECT_NE(i.opcode, op::EXTENDED_ARG);
+  Py_DECREF(code);
+}
+
+TEST(Bytecode, LinesFollowTheSource) {
+  PyCodeObject* code = function_code("def f(x):\n    y = x * 2\n    return y\n", "f");
+  const auto ins = decode(code);
+  const int first = code->co_firstlineno;
+  EXPECT_EQ(ins.back().line, first + 2);
+  bool saw_mul_line = false;
+  for (const Instruction& i : ins)
+    if (i.opcode == op::BINARY_OP) saw_mul_line = i.line == first + 1;
+  EXPECT_TRUE(saw_mul_line);
+  Py_DECREF(code);
+}
+
+TEST(Bytecode, DisassemblyIsRelativeToFirstLine) {
+  PyCodeObject* code = function_code("\n\n\ndef f(x):\n    return x\n", "f");
+  const std::string text = disassemble(code);
+  EXPECT_NE(text.find("L+0"), std::string::npos) << text;
+  EXPECT_NE(text.find("L+1"), std::string::npos) << text;
+  EXPECT_NE(text.find("LOAD_FAST"), std::string::npos) << text;
+  EXPECT_NE(text.find("(x)"), std::string::npos) << text;
+  Py_DECREF(code);
+}
+
+TEST(Assembler, StackDepthAndLineTable) {
+  Assembler as;
+  as.emit(op::RESUME, 0, 10);
+  as.emit(op::LOAD_CONST, 0, 11);
+  as.emit(op::LOAD_CONST, 1, 11);
+  as.emit(op::BINARY_OP, 0, 12);
+  as.emit(op::RETURN_VALUE, 0, 12);
+  EXPECT_EQ(as.max_stack_depth(), 2);
+  PyObject* code = as.code_bytes();
+  // RESUME, 2x LOAD_CONST, BINARY_OP (+1 cache), RETURN_VALUE = 6 units.
+  EXPECT_EQ(PyBytes_GET_SIZE(code), 2 * (5 + opcode_info(op::BINARY_OP).cache_entries));
+  Py_DECREF(code);
+  PyObject* lines = as.line_table(10);
+  EXPECT_GT(PyBytes_GET_SIZE(lines), 0);
+  Py_DECREF(lines);
+}
+
+TEST(Assembler, ExtendedArgIsEmitted) {
+  Assembler as;
+  as.emit(op::LOAD_CONST, 0x1234, 1);
+  PyObject* code = as.code_bytes();
+  const auto* b = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(code));
+  EXPECT_EQ(b[0], op::EXTENDED_ARG);
+  EXPECT_EQ(b[1], 0x12);
+  EXPECT_EQ(b[2], op::LOAD_CONST);
+  EXPECT_EQ(b[3], 0x34);
+  Py_DECREF(code);
+}
