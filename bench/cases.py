@@ -124,6 +124,7 @@ def make_gpt2_2layer():
     from transformers import GPT2Config, GPT2LMHeadModel  # imported here: it is slow
     _seeded()
     config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=128,
+                        bos_token_id=999, eos_token_id=999,  # inside the small vocabulary
                         use_cache=False)  # NB: a KV cache object in the output is not a tensor
     model = GPT2LMHeadModel(config).eval()  # random weights from the seed: no download
     input_ids = torch.randint(0, config.vocab_size, (1, 64),

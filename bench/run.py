@@ -77,6 +77,27 @@ class Runner:
                 if isinstance(v, (int, float, str, bool))}
 
 
+def _cpu_ticks():
+    """(busy ticks of the whole machine, ticks of this process), from /proc; None elsewhere."""
+    try:
+        cpu = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        # /proc/stat: user nice system idle iowait irq softirq steal ...; /proc/self/stat after
+        # the command name: utime and stime are fields 12 and 13.
+        return sum(cpu[:3]) + sum(cpu[5:8]), int(own[11]) + int(own[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others_cpu(before, after, wall_ns: int):
+    """Cores' worth of CPU that other processes used meanwhile: the noise in our timings."""
+    if before is None or after is None or wall_ns <= 0:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return round(max(others, 0) / hz / (wall_ns / 1e9), 2)
+
+
 def measure(fn, args, min_time_s: float, iters: int):
     """First call, then warm-up, then timed batches, then one more call.
 
@@ -115,8 +136,7 @@ def measure(fn, args, min_time_s: float, iters: int):
 
 def run_one(case_name: str, mode: str, json_out: Path, tensors_out: Path, min_time_s: float,
             iters: int, backend: str) -> int:
-    result = {"case": case_name, "mode": mode, "status": "failed", "stage": "import",
-              "loadavg_1m_start": os.getloadavg()[0]}
+    result = {"case": case_name, "mode": mode, "status": "failed", "stage": "import"}
 
     def write():
         json_out.write_text(json.dumps(result, indent=1))
@@ -133,12 +153,14 @@ def run_one(case_name: str, mode: str, json_out: Path, tensors_out: Path, min_ti
         result["setup_ms"] = (time.perf_counter_ns() - t0) / 1e6
         result["stage"] = "run"
         timed = runner.skip(measure)
+        ticks, t0 = _cpu_ticks(), time.perf_counter_ns()
         with torch.no_grad():
             first_ns, batches, per_batch, first, last = timed(runner.fn, runner.args, min_time_s, iters)
+        result["others_cpu"] = others_cpu(ticks, _cpu_ticks(), time.perf_counter_ns() - t0)
         if runner.fastdyn is not None and case.whole_process:
             runner.fastdyn.disable()
         result.update(
-            loadavg_1m_end=os.getloadavg()[0], status="ok", stage="done", first_call_ns=first_ns,
+            status="ok", stage="done", first_call_ns=first_ns,
             median_ns=statistics.median(batches), min_ns=min(batches),
             batches=len(batches), iters_per_batch=per_batch, fastdyn_stats=runner.stats())
         outputs = case.outputs or flatten_outputs
@@ -177,8 +199,12 @@ def machine_info():
     except Exception as e:
         info["torch"] = f"unknown ({e})"
     try:
-        info["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        git = ["git", "-C", str(ROOT)]
+        info["commit"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"],
                                         capture_output=True, text=True).stdout.strip()
+        if subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"],
+                          capture_output=True, text=True).stdout.strip():
+            info["commit"] += " + uncommitted changes"
     except OSError:
         pass
     return info
@@ -187,6 +213,7 @@ def machine_info():
 def child_env(mode: str, inductor_cache: str, scratch):
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(THREADS)
+    env["PYTHONFAULTHANDLER"] = "1"  # a crash names the Python line it happened under
     # The source tree's package (CMake builds _C into it) unless PYTHONPATH names another.
     env["PYTHONPATH"] = os.pathsep.join(
         [p for p in [env.get("PYTHONPATH")] if p] + [str(ROOT / "python")])
@@ -194,10 +221,31 @@ def child_env(mode: str, inductor_cache: str, scratch):
         # A fresh cache per process: otherwise a second run measures a cache hit, not a compile.
         env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_", dir=scratch)
         if inductor_cache == "cold":
-            # NB: inductor keeps its precompiled C++ header (~150 MB, ~25 s to build here) under
+            # NB: inductor keeps its precompiled C++ header (~150 MB) under
             # tempfile.gettempdir(), outside TORCHINDUCTOR_CACHE_DIR; a fresh TMPDIR rebuilds it.
             env["TMPDIR"] = tempfile.mkdtemp(prefix="tmp_", dir=scratch)
     return env
+
+
+def wait_quiet(max_wait_s: float, quiet_cores: float = 0.25):
+    """Waits until other processes use less than quiet_cores of CPU (sampled over 1 s), for at
+    most max_wait_s; returns the last sample."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        before, t0 = _cpu_ticks(), time.perf_counter_ns()
+        time.sleep(1.0)
+        busy = others_cpu(before, _cpu_ticks(), time.perf_counter_ns() - t0)
+        if busy is None or busy < quiet_cores or time.monotonic() >= deadline:
+            return busy
+
+
+def inductor_header_built() -> bool:
+    """Whether inductor's machine-wide precompiled header exists (see child_env)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        return any(Path(default_cache_dir(), "precompiled_headers").glob("*.gch"))
+    except Exception:  # a torch without that layout: warm up to be safe
+        return False
 
 
 def run_cell(case: str, mode: str, args, raw: Path, scratch: Path, rep: int = 0):
@@ -210,6 +258,7 @@ def run_cell(case: str, mode: str, args, raw: Path, scratch: Path, rep: int = 0)
            "--min-time", str(args.min_time), "--iters", str(args.iters)]
     if args.fastdyn_backend:
         cmd += ["--fastdyn-backend", args.fastdyn_backend]
+    busy_before = wait_quiet(args.wait_quiet) if args.wait_quiet > 0 else None
     t0 = time.monotonic()
     # A session of its own, so that a timeout also ends the compile workers it may have started.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -227,14 +276,28 @@ def run_cell(case: str, mode: str, args, raw: Path, scratch: Path, rep: int = 0)
         result = json.loads(json_out.read_text())
     else:  # the child died without writing: a crash (signal) or an abort
         rc = proc.returncode
-        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+        how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+        if rc < 0 and -rc in signal.valid_signals():
+            how = f"killed by {signal.Signals(-rc).name}"
         result = {"case": case, "mode": mode, "status": "crashed",
-                  "error": f"{how}: " + stderr.strip()[-1500:]}
+                  "error": f"{how} {crash_site(stderr)}".strip()}
     result["wall_s"] = round(wall, 2)
+    if busy_before is not None:
+        result["others_cpu_before"] = busy_before
     result["tensors"] = str(tensors_out) if tensors_out.exists() else None
     if stderr.strip():
-        result["stderr_tail"] = stderr.strip()[-2000:]
+        result["stderr_tail"] = stderr.strip()[-4000:]
     return result
+
+
+def crash_site(stderr: str) -> str:
+    """The innermost Python frame of faulthandler's report (PYTHONFAULTHANDLER is set)."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if "most recent call first" in line:
+            frame = next((x.strip() for x in lines[i + 1:] if x.strip().startswith("File ")), "")
+            return f"in {frame}" if frame else ""
+    return ""
 
 
 def merge_repeats(runs):
@@ -334,7 +397,7 @@ def cell_note(r):
 def args_cache_note(info):
     return {
         "fresh": "a new TORCHINDUCTOR_CACHE_DIR per process; the machine-wide precompiled "
-                 f"header built beforehand ({info.get('inductor_warmup', 'not needed')}), "
+                 f"header built beforehand ({info.get('inductor_warmup', 'already there')}), "
                  "as on any machine that has run torch.compile once",
         "cold": "a new TORCHINDUCTOR_CACHE_DIR and TMPDIR per process (precompiled header "
                 "rebuilt each time, as on a fresh machine)",
@@ -342,9 +405,9 @@ def args_cache_note(info):
     }[info["inductor_cache"]]
 
 
-def max_load(results):
-    loads = [r.get(k) for r in results for k in ("loadavg_1m_start", "loadavg_1m_end")]
-    return max([x for x in loads if x is not None], default=float("nan"))
+def max_others(results):
+    loads = [r["others_cpu"] for r in results if r.get("others_cpu") is not None]
+    return f"{max(loads):.2f}" if loads else "unknown"
 
 
 def write_reports(out: Path, info, results, cases, modes, argv):
@@ -361,12 +424,13 @@ def write_reports(out: Path, info, results, cases, modes, argv):
         "median of timed batches after warm-up"
         + (f" (best of {info['repeat']} processes, interleaved)" if info["repeat"] > 1 else "")
         + "; outputs compared with eager's (torch.allclose: float32 rtol 1e-4, atol 1e-5)",
-        f"- load average (1 min) seen by the runs: max {max_load(results):.2f} "
-        f"(other work on these {info['cores']} cores slows OpenMP regions a lot: rerun if high)",
+        "- other load: cores' worth of CPU that other processes used while the cell was timed "
+        f"(max here {max_others(results)}; 0 is a quiet machine; on {info['cores']} cores, "
+        "anything above ~0.2 disturbs the timings, OpenMP regions most)",
     ] + ([f"- inductor caches: {args_cache_note(info)}"] if "inductor" in modes else []) + [
         "",
-        "| case | mode | first call | per call (median) | vs eager | correct | notes |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| case | mode | first call | per call (median) | vs eager | correct | other load | notes |",
+        "|---|---|---:|---:|---:|---|---:|---|",
     ]
     by_key = {(r["case"], r["mode"]): r for r in results}
     for case in cases:
@@ -376,7 +440,7 @@ def write_reports(out: Path, info, results, cases, modes, argv):
             if r is None:
                 continue
             if r["status"] != "ok":
-                lines.append(f"| {case} | {mode} | {r['status'].upper()} | — | — | — | "
+                lines.append(f"| {case} | {mode} | {r['status'].upper()} | — | — | — | — | "
                              f"{cell_note(r)} |")
                 continue
             speed = "—"
@@ -388,8 +452,10 @@ def write_reports(out: Path, info, results, cases, modes, argv):
             note = cell_note(r)
             if r.get("correct") is False:
                 note = (r.get("mismatch", "") + "; " + note).strip("; ")
+            others = r.get("others_cpu")
+            others = "?" if others is None else f"{others:.2f}"
             lines.append(f"| {case} | {mode} | {fmt_time(r['first_call_ns'])} | "
-                         f"{fmt_time(r['median_ns'])} | {speed} | {correct} | {note} |")
+                         f"{fmt_time(r['median_ns'])} | {speed} | {correct} | {others} | {note} |")
     lines.append("")
     (out / "results.md").write_text("\n".join(lines))
     return "\n".join(lines)
@@ -406,6 +472,9 @@ def main(argv=None):
     p.add_argument("--min-time", type=float, default=1.0, help="seconds of timed steady state")
     p.add_argument("--repeat", type=int, default=1,
                    help="processes per cell, interleaved across modes; per call = best median")
+    p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                   help="before each process, wait up to S seconds for other processes to\n"
+                        "  use less than a quarter of a core")
     p.add_argument("--iters", type=int, default=0, help="fixed number of timed calls instead")
     p.add_argument("--inductor-cache", choices=("fresh", "cold", "warm"), default="fresh",
                    help="fresh: a new inductor cache per process, but the machine-wide\n"
@@ -450,7 +519,7 @@ def main(argv=None):
 
     results = []
     try:
-        if "inductor" in modes and args.inductor_cache == "fresh":
+        if "inductor" in modes and args.inductor_cache == "fresh" and not inductor_header_built():
             print("[bench] inductor warm-up (machine-wide precompiled header; not reported) ...",
                   end="", flush=True)
             warm = run_cell("overhead16", "inductor", args, scratch, scratch)

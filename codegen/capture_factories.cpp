@@ -95,8 +95,17 @@ bool factory_meta(const char* op, const Options& o, c10::ScalarType dtype, c10::
   out.sizes = sizes;
   out.strides = strides;
   out.storage_offset = 0;
-  out.requires_grad = o.requires_grad;
+  out.requires_grad = false;  // set by emit_factory's requires_grad_ node, as Python's binding does
   return true;
+}
+
+// Emits the factory node, then `requires_grad_` when the call asked for it: ATen factories have
+// no requires_grad argument, so the graph must flip it itself to return what eager returns.
+CaptureResult emit_factory(BindCall& call, OpId op, std::vector<Arg> args, TensorMeta out, bool requires_grad) {
+  ValueId v = emit1(call.graph, op, std::move(args), out);
+  if (!requires_grad) return tensor_result(v);
+  out.requires_grad = true;
+  return tensor_result(emit1(call.graph, OpId::requires_grad_, {Arg::of_value(v), Arg::of_bool(true)}, out));
 }
 
 // The trailing `*, ScalarType? dtype, Layout? layout, Device? device, bool? pin_memory` of an
@@ -166,7 +175,7 @@ CaptureResult sized_factory(BindCall& call, const Signature& sig, const SizedFac
   if (fill) args.push_back(number_arg(a.get("fill_value")));
   push_tail(args, dtype, o.device);
   if (f.memory_format) args.push_back(Arg::none());
-  return tensor_result(emit1(call.graph, f.op, std::move(args), out));
+  return emit_factory(call, f.op, std::move(args), out, o.requires_grad);
 }
 
 // ---- *_like and new_* --------------------------------------------------------------------------
@@ -197,7 +206,7 @@ CaptureResult like_factory(BindCall& call, const Signature& sig, const LikeFacto
   if (fill) args.push_back(number_arg(a.get("fill_value")));
   push_tail(args, dtype, o.device);
   args.push_back(Arg::none());  // memory_format
-  return tensor_result(emit1(call.graph, f.op, std::move(args), out));
+  return emit_factory(call, f.op, std::move(args), out, o.requires_grad);
 }
 
 CaptureResult new_factory(BindCall& call, const Signature& sig, const char* name, OpId op, bool fill = false) {
@@ -216,7 +225,7 @@ CaptureResult new_factory(BindCall& call, const Signature& sig, const char* name
   std::vector<Arg> args{Arg::of_value(self), Arg::of_ints(sizes)};
   if (fill) args.push_back(number_arg(a.get("fill_value")));
   push_tail(args, dtype, o.device);
-  return tensor_result(emit1(call.graph, op, std::move(args), out));
+  return emit_factory(call, op, std::move(args), out, o.requires_grad);
 }
 
 }  // namespace
@@ -325,7 +334,7 @@ CaptureResult bind_arange(BindCall& call) {
   if (!factory_meta("arange", o, dtype, o.device.value_or(kCpu), sizes, {1}, out, err)) return err;
   std::vector<Arg> args{number_arg(start), number_arg(end), number_arg(step)};
   push_tail(args, dtype, o.device);
-  return tensor_result(emit1(call.graph, OpId::arange_start_step, std::move(args), out));
+  return emit_factory(call, OpId::arange_start_step, std::move(args), out, o.requires_grad);
 }
 
 CaptureResult bind_linspace(BindCall& call) {
@@ -344,7 +353,7 @@ CaptureResult bind_linspace(BindCall& call) {
   if (!factory_meta("linspace", o, dtype, o.device.value_or(kCpu), {steps}, {1}, out, err)) return err;
   std::vector<Arg> args{number_arg(a.get("start")), number_arg(a.get("end")), Arg::of_int(steps)};
   push_tail(args, dtype, o.device);
-  return tensor_result(emit1(call.graph, OpId::linspace, std::move(args), out));
+  return emit_factory(call, OpId::linspace, std::move(args), out, o.requires_grad);
 }
 
 CaptureResult bind_eye(BindCall& call) {
@@ -364,7 +373,7 @@ CaptureResult bind_eye(BindCall& call) {
   if (!factory_meta("eye", o, dtype, o.device.value_or(kCpu), {n, m}, meta::contiguous_strides({n, m}), out, err)) return err;
   std::vector<Arg> args{Arg::of_int(n), Arg::of_int(m)};
   push_tail(args, dtype, o.device);
-  return tensor_result(emit1(call.graph, OpId::eye_m, std::move(args), out));
+  return emit_factory(call, OpId::eye_m, std::move(args), out, o.requires_grad);
 }
 
 CaptureResult bind_randint(BindCall& call) {
@@ -377,7 +386,9 @@ CaptureResult bind_randint(BindCall& call) {
       "Any layout=None, Any device=None, bool requires_grad=False, bool pin_memory=False)");
   BoundArgs a;
   CaptureResult err;
-  const bool has_low = call.args.size() >= 3;
+  bool has_low = call.args.size() >= 3;
+  for (const auto& kw : call.kwargs)
+    has_low = has_low || kw.first == "low" || (kw.first == "size" && call.args.size() == 2);
   if (!bind_sig(has_low ? low_high : high_only, call, a, err)) return err;
   Options o;
   if (!read_options("randint", a, o, err)) return err;
@@ -392,7 +403,7 @@ CaptureResult bind_randint(BindCall& call) {
     return err;
   std::vector<Arg> args{Arg::of_int(low), Arg::of_int(high), Arg::of_ints(sizes)};
   push_tail(args, dtype, o.device);
-  return tensor_result(emit1(call.graph, OpId::randint_low, std::move(args), out));
+  return emit_factory(call, OpId::randint_low, std::move(args), out, o.requires_grad);
 }
 
 // ---- casts -----------------------------------------------------------------------------------

@@ -1,1 +1,604 @@
-// placeholder, being written
+// codegen/capture_nn.cpp — binders of linear algebra (matmul, mm, bmm, addmm, baddbmm, outer,
+// dot, F.linear) and torch.nn.functional ops (layer/rms/group/batch norm, dropout, embedding,
+// conv1d/conv2d, scaled_dot_product_attention, pad, normalize, mse_loss, cross_entropy).
+//
+// These ops are extern calls (ATen kernels, often composite), so their rules state the shapes
+// and the layouts eager returns for them, which the tests check case by case:
+//   - matmul-like and norm/loss outputs are contiguous;
+//   - conv, group/batch norm and pad keep a channels-last input channels-last;
+//   - dropout in training keeps the input's layout; outside training it is the input itself;
+//   - sdpa: the fused CPU kernel (inputs with unit last-dim stride) lays its output out in the
+//     query's dimension order, the math fallback contiguously.
+#include "codegen/binder.h"
+#include "codegen/meta_rules.h"
+
+#include "runtime/errors.h"
+
+#include <numeric>
+
+namespace fastdyn::codegen {
+
+namespace {
+
+using ST = c10::ScalarType;
+using K = CallArg::Kind;
+using Ints = std::vector<int64_t>;
+
+std::string dims_str(const Ints& s) {
+  std::string r;
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "x" : "") + std::to_string(s[i]);
+  return r;
+}
+
+std::optional<std::string> same_dtype(const BindCall& c, const std::string& op, const std::vector<ValueId>& vs) {
+  ST first = c.graph.meta(vs.front()).dtype;
+  for (ValueId v : vs)
+    if (c.graph.meta(v).dtype != first)
+      return op + ": expected all operands to have the same dtype, but got " + dtype_name(first) + " and " +
+             dtype_name(c.graph.meta(v).dtype);
+  if (first == ST::Bool) return op + ": not implemented for 'Bool'";
+  return std::nullopt;
+}
+
+TensorMeta contiguous_out(const BindCall& c, ST dt, c10::Device dev, Ints sizes, const std::vector<ValueId>& ins) {
+  return contiguous_meta(dt, dev, std::move(sizes), any_requires_grad(c.graph, c.ctx, ins));
+}
+
+// ---- matmul family ----------------------------------------------------------------------------
+
+// torch.matmul's shape rule: 1-d operands are promoted (and the added dim dropped afterwards),
+// batch dims broadcast.
+std::optional<std::string> matmul_shape(const std::string& op, const Ints& a, const Ints& b, Ints& out) {
+  if (a.empty() || b.empty()) return op + ": both arguments to matmul need to be at least 1D";
+  Ints a2 = a.size() == 1 ? Ints{1, a[0]} : a;
+  Ints b2 = b.size() == 1 ? Ints{b[0], 1} : b;
+  int64_t n = a2[a2.size() - 2], k = a2.back(), k2 = b2[b2.size() - 2], m = b2.back();
+  if (k != k2)
+    return op + ": mat1 and mat2 shapes cannot be multiplied (" + dims_str(a) + " and " + dims_str(b) + ")";
+  auto batch = broadcast_shapes({Ints(a2.begin(), a2.end() - 2), Ints(b2.begin(), b2.end() - 2)});
+  if (!batch) return op + ": batch dimensions of " + shape_str(a) + " and " + shape_str(b) + " do not broadcast";
+  out = *batch;
+  if (a.size() >= 2) out.push_back(n);
+  if (b.size() >= 2) out.push_back(m);
+  return std::nullopt;
+}
+
+CaptureResult record_matmul_like(BindCall& c, const std::string& op, OpId id, ValueId x, ValueId y,
+                                 int64_t need_dim_x, int64_t need_dim_y) {
+  const TensorMeta &a = c.graph.meta(x), &b = c.graph.meta(y);
+  if (need_dim_x && (a.dim() != need_dim_x || b.dim() != need_dim_y))
+    return CaptureResult::fail(op + ": expected " + std::to_string(need_dim_x) + "-d and " +
+                               std::to_string(need_dim_y) + "-d tensors, got " + std::to_string(a.dim()) + "-d and " +
+                               std::to_string(b.dim()) + "-d");
+  if (id == OpId::bmm && a.sizes[0] != b.sizes[0])
+    return CaptureResult::fail(op + ": batch sizes differ (" + std::to_string(a.sizes[0]) + " and " +
+                               std::to_string(b.sizes[0]) + ")");
+  if (auto err = same_dtype(c, op, {x, y})) return CaptureResult::fail(*err);
+  Ints shape;
+  if (auto err = matmul_shape(op, a.sizes, b.sizes, shape)) return CaptureResult::fail(*err);
+  return tensor_result(
+      emit1(c.graph, id, {Arg::of_value(x), Arg::of_value(y)}, contiguous_out(c, a.dtype, a.device, shape, {x, y})));
+}
+
+}  // namespace
+
+CaptureResult bind_matmul(BindCall& c) {
+  static const Signature sig("matmul(Tensor input, Tensor other)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  return record_matmul_like(c, "matmul", OpId::matmul, a.tensor("input"), a.tensor("other"), 0, 0);
+}
+
+CaptureResult bind_mm(BindCall& c) {
+  static const Signature sig("mm(Tensor input, Tensor mat2)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  return record_matmul_like(c, "mm", OpId::mm, a.tensor("input"), a.tensor("mat2"), 2, 2);
+}
+
+CaptureResult bind_bmm(BindCall& c) {
+  static const Signature sig("bmm(Tensor input, Tensor mat2)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  return record_matmul_like(c, "bmm", OpId::bmm, a.tensor("input"), a.tensor("mat2"), 3, 3);
+}
+
+CaptureResult bind_dot(BindCall& c) {
+  static const Signature sig("dot(Tensor input, Tensor tensor)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input"), y = a.tensor("tensor");
+  if (c.graph.meta(x).sizes != c.graph.meta(y).sizes)
+    return CaptureResult::fail("dot: inconsistent tensor sizes " + shape_str(c.graph.meta(x).sizes) + " and " +
+                               shape_str(c.graph.meta(y).sizes));
+  return record_matmul_like(c, "dot", OpId::dot, x, y, 1, 1);
+}
+
+CaptureResult bind_outer(BindCall& c) {
+  static const Signature sig("outer(Tensor input, Tensor vec2)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input"), y = a.tensor("vec2");
+  const TensorMeta &m = c.graph.meta(x), &n = c.graph.meta(y);
+  if (m.dim() != 1 || n.dim() != 1) return CaptureResult::fail("outer: expected 1-d tensors");
+  if (auto err = same_dtype(c, "outer", {x, y})) return CaptureResult::fail(*err);
+  return tensor_result(emit1(c.graph, OpId::outer, {Arg::of_value(x), Arg::of_value(y)},
+                             contiguous_out(c, m.dtype, m.device, {m.sizes[0], n.sizes[0]}, {x, y})));
+}
+
+namespace {
+// addmm / baddbmm: beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape.
+CaptureResult record_addmm_like(BindCall& c, const Signature& sig, OpId id, int64_t dims) {
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const std::string& op = sig.name();
+  ValueId in = a.tensor("input"), x = a.tensor(dims == 2 ? "mat1" : "batch1"), y = a.tensor(dims == 2 ? "mat2" : "batch2");
+  const TensorMeta &mx = c.graph.meta(x), &my = c.graph.meta(y);
+  if (mx.dim() != dims || my.dim() != dims)
+    return CaptureResult::fail(op + ": expected " + std::to_string(dims) + "-d matrices");
+  if (auto err = same_dtype(c, op, {in, x, y})) return CaptureResult::fail(*err);
+  Ints shape;
+  if (auto err = matmul_shape(op, mx.sizes, my.sizes, shape)) return CaptureResult::fail(*err);
+  if (dims == 3 && mx.sizes[0] != my.sizes[0]) return CaptureResult::fail(op + ": batch sizes differ");
+  auto b = broadcast_shapes({c.graph.meta(in).sizes, shape});
+  if (!b || *b != shape)
+    return CaptureResult::fail(op + ": 'input' of shape " + shape_str(c.graph.meta(in).sizes) +
+                               " does not broadcast to " + shape_str(shape));
+  return tensor_result(emit1(c.graph, id,
+                             {Arg::of_value(in), Arg::of_value(x), Arg::of_value(y), scalar_arg(a.get("beta")),
+                              scalar_arg(a.get("alpha"))},
+                             contiguous_out(c, mx.dtype, mx.device, shape, {in, x, y})));
+}
+}  // namespace
+
+CaptureResult bind_addmm(BindCall& c) {
+  static const Signature sig("addmm(Tensor input, Tensor mat1, Tensor mat2, *, Number beta=1, Number alpha=1)");
+  return record_addmm_like(c, sig, OpId::addmm, 2);
+}
+
+CaptureResult bind_baddbmm(BindCall& c) {
+  static const Signature sig(
+      "baddbmm(Tensor input, Tensor batch1, Tensor batch2, *, Number beta=1, Number alpha=1)");
+  return record_addmm_like(c, sig, OpId::baddbmm, 3);
+}
+
+CaptureResult bind_linear(BindCall& c) {
+  static const Signature sig("linear(Tensor input, Tensor weight, Tensor? bias=None)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input"), w = a.tensor("weight");
+  const TensorMeta &mx = c.graph.meta(x), &mw = c.graph.meta(w);
+  std::vector<ValueId> ins{x, w};
+  if (!a.is_none("bias")) ins.push_back(a.tensor("bias"));
+  if (auto err = same_dtype(c, "linear", ins)) return CaptureResult::fail(*err);
+  if (mx.dim() == 0 || mw.dim() == 0 || mw.dim() > 2) return CaptureResult::fail("linear: bad input/weight ranks");
+  int64_t in_features = mw.sizes.back();
+  if (mx.sizes.back() != in_features)
+    return CaptureResult::fail("linear: mat1 and mat2 shapes cannot be multiplied (" + dims_str(mx.sizes) + " and " +
+                               std::to_string(in_features) + "x" + std::to_string(mw.dim() == 2 ? mw.sizes[0] : 1) +
+                               ")");
+  Ints shape(mx.sizes.begin(), mx.sizes.end() - 1);
+  if (mw.dim() == 2) shape.push_back(mw.sizes[0]);
+  if (ins.size() == 3) {
+    auto b = broadcast_shapes({c.graph.meta(ins[2]).sizes, shape});
+    if (!b || *b != shape) return CaptureResult::fail("linear: 'bias' does not broadcast to the output shape");
+  }
+  return tensor_result(emit1(c.graph, OpId::linear, {Arg::of_value(x), Arg::of_value(w), const_arg(a.get("bias"))},
+                             contiguous_out(c, mx.dtype, mx.device, shape, ins)));
+}
+
+// ---- normalisation ----------------------------------------------------------------------------
+
+namespace {
+std::optional<std::string> check_normalized_shape(const std::string& op, const TensorMeta& m, const Ints& ns) {
+  bool ok = static_cast<int64_t>(ns.size()) <= m.dim() && !ns.empty();
+  for (size_t i = 0; ok && i < ns.size(); ++i) ok = m.sizes[m.sizes.size() - ns.size() + i] == ns[i];
+  if (!ok)
+    return op + ": given normalized_shape=" + shape_str(ns) + ", expected input with shape [*, " +
+           shape_str(ns).substr(1) + ", but got input of size " + shape_str(m.sizes);
+  return std::nullopt;
+}
+
+std::optional<std::string> check_affine(const BindCall& c, const std::string& op, const BoundArgs& a,
+                                        const char* name, const Ints& expect, std::vector<ValueId>& ins) {
+  if (a.is_none(name)) return std::nullopt;
+  ValueId v = a.tensor(name);
+  if (c.graph.meta(v).sizes != expect)
+    return op + ": '" + name + "' of shape " + shape_str(c.graph.meta(v).sizes) + " does not match " +
+           shape_str(expect);
+  ins.push_back(v);
+  return std::nullopt;
+}
+}  // namespace
+
+CaptureResult bind_layer_norm(BindCall& c) {
+  static const Signature sig(
+      "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input");
+  const TensorMeta& m = c.graph.meta(x);
+  Ints ns = a.ints("normalized_shape");
+  if (auto err = check_normalized_shape("layer_norm", m, ns)) return CaptureResult::fail(*err);
+  std::vector<ValueId> ins{x};
+  for (const char* p : {"weight", "bias"})
+    if (auto err = check_affine(c, "layer_norm", a, p, ns, ins)) return CaptureResult::fail(*err);
+  if (!is_floating(m.dtype)) return CaptureResult::fail("layer_norm: not implemented for '" + dtype_name(m.dtype) + "'");
+  return tensor_result(emit1(c.graph, OpId::layer_norm,
+                             {Arg::of_value(x), Arg::of_ints(ns), const_arg(a.get("weight")), const_arg(a.get("bias")),
+                              Arg::of_double(a.number("eps")), Arg::of_bool(true)},
+                             contiguous_out(c, m.dtype, m.device, m.sizes, ins)));
+}
+
+CaptureResult bind_rms_norm(BindCall& c) {
+  static const Signature sig("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input");
+  const TensorMeta& m = c.graph.meta(x);
+  Ints ns = a.ints("normalized_shape");
+  if (auto err = check_normalized_shape("rms_norm", m, ns)) return CaptureResult::fail(*err);
+  std::vector<ValueId> ins{x};
+  if (auto err = check_affine(c, "rms_norm", a, "weight", ns, ins)) return CaptureResult::fail(*err);
+  if (!is_floating(m.dtype)) return CaptureResult::fail("rms_norm: not implemented for '" + dtype_name(m.dtype) + "'");
+  ST out = m.dtype;
+  if (ins.size() == 2) {
+    std::vector<DtypeOperand> d{{m.dtype, false, false}, {c.graph.meta(ins[1]).dtype, false, false}};
+    out = result_type(d, c.ctx.default_dtype);
+  }
+  return tensor_result(emit1(c.graph, OpId::rms_norm,
+                             {Arg::of_value(x), Arg::of_ints(ns), const_arg(a.get("weight")), const_arg(a.get("eps"))},
+                             contiguous_out(c, out, m.device, m.sizes, ins)));
+}
+
+CaptureResult bind_group_norm(BindCall& c) {
+  static const Signature sig(
+      "group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input");
+  const TensorMeta& m = c.graph.meta(x);
+  int64_t g = a.integer("num_groups");
+  if (m.dim() < 2) return CaptureResult::fail("group_norm: expected an input of at least 2 dims");
+  if (g <= 0 || m.sizes[1] % g != 0)
+    return CaptureResult::fail("group_norm: expected number of channels in input to be divisible by num_groups, but "
+                               "got input of shape " + shape_str(m.sizes) + " and num_groups=" + std::to_string(g));
+  std::vector<ValueId> ins{x};
+  for (const char* p : {"weight", "bias"})
+    if (auto err = check_affine(c, "group_norm", a, p, {m.sizes[1]}, ins)) return CaptureResult::fail(*err);
+  TensorMeta out = make_meta(m.dtype, m.device, m.sizes, suggested_format_strides(m, m.sizes),
+                             any_requires_grad(c.graph, c.ctx, ins));
+  return tensor_result(emit1(c.graph, OpId::group_norm,
+                             {Arg::of_value(x), Arg::of_int(g), const_arg(a.get("weight")), const_arg(a.get("bias")),
+                              Arg::of_double(a.number("eps")), Arg::of_bool(true)},
+                             out));
+}
+
+CaptureResult bind_batch_norm(BindCall& c) {
+  static const Signature sig(
+      "batch_norm(Tensor input, Tensor? running_mean, Tensor? running_var, Tensor? weight=None, Tensor? bias=None, "
+      "bool training=False, float momentum=0.1, float eps=1e-05)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input");
+  const TensorMeta& m = c.graph.meta(x);
+  if (m.dim() < 2) return CaptureResult::fail("batch_norm: expected an input of at least 2 dims");
+  bool training = a.boolean("training");
+  if (!training && (a.is_none("running_mean") || a.is_none("running_var")))
+    return CaptureResult::fail("batch_norm: running_mean and running_var must be defined in evaluation mode");
+  std::vector<ValueId> ins{x};
+  for (const char* p : {"weight", "bias", "running_mean", "running_var"})
+    if (auto err = check_affine(c, "batch_norm", a, p, {m.sizes[1]}, ins)) return CaptureResult::fail(*err);
+  TensorMeta out = make_meta(m.dtype, m.device, m.sizes, suggested_format_strides(m, m.sizes),
+                             any_requires_grad(c.graph, c.ctx, {x, a.is_none("weight") ? -1 : a.tensor("weight"),
+                                                                a.is_none("bias") ? -1 : a.tensor("bias")}));
+  return tensor_result(emit1(c.graph, OpId::batch_norm,
+                             {Arg::of_value(x), const_arg(a.get("weight")), const_arg(a.get("bias")),
+                              const_arg(a.get("running_mean")), const_arg(a.get("running_var")), Arg::of_bool(training),
+                              Arg::of_double(a.number("momentum")), Arg::of_double(a.number("eps")),
+                              Arg::of_bool(true)},
+                             out));
+}
+
+// F.normalize is input / input.norm(p, dim, keepdim=True).clamp_min(eps).expand_as(input) in
+// eager; the same ops are recorded so values match bit for bit.
+CaptureResult bind_normalize(BindCall& c) {
+  static const Signature sig("normalize(Tensor input, Number p=2.0, int dim=1, float eps=1e-12)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const CallArg& x = a.get("input");
+  const TensorMeta m = c.graph.meta(x.value);
+  CaptureResult n = record_call(c.graph, c.ctx, Family::vector_norm, {x, a.get("p"), CallArg::of_ints({a.integer("dim")})},
+                                {{"keepdim", CallArg::of_bool(true)}});
+  if (!n.ok) return CaptureResult::fail("normalize: " + n.reason);
+  TensorMeta nm = c.graph.meta(n.values[0]);
+  TensorMeta cm = nm;
+  ValueId clamped = emit1(c.graph, OpId::clamp_min, {Arg::of_value(n.values[0]), Arg::of_double(a.number("eps"))}, cm);
+  TensorMeta em = cm;
+  em.sizes = m.sizes;
+  for (size_t i = 0; i < em.sizes.size(); ++i)
+    if (cm.sizes[i] != em.sizes[i]) em.strides[i] = 0;
+  ValueId expanded =
+      emit1(c.graph, OpId::expand, {Arg::of_value(clamped), Arg::of_ints(m.sizes), Arg::of_bool(false)}, em);
+  CaptureResult r = record_call(c.graph, c.ctx, Family::div, {x, CallArg::tensor(expanded)}, {});
+  if (!r.ok) return CaptureResult::fail("normalize: " + r.reason);
+  return r;
+}
+
+// ---- dropout, embedding, pad ------------------------------------------------------------------
+
+CaptureResult bind_dropout(BindCall& c) {
+  static const Signature sig("dropout(Tensor input, float p=0.5, bool training=True, bool inplace=False)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input");
+  double p = a.number("p");
+  if (p < 0.0 || p > 1.0)
+    return CaptureResult::fail("dropout: dropout probability has to be between 0 and 1, but got " + std::to_string(p));
+  if (a.boolean("inplace")) return CaptureResult::fail("dropout: inplace=True is not supported");
+  // NB: eager returns the input itself (no copy) outside training or with p == 0.
+  if (!a.boolean("training") || p == 0.0) return tensor_result(x);
+  const TensorMeta& m = c.graph.meta(x);
+  if (!is_floating(m.dtype)) return CaptureResult::fail("dropout: expected a floating point input");
+  TensorMeta out = make_meta(m.dtype, m.device, m.sizes, preserve_format_strides(m), any_requires_grad(c.graph, c.ctx, {x}));
+  return tensor_result(emit1(c.graph, OpId::dropout, {Arg::of_value(x), Arg::of_double(p), Arg::of_bool(true)}, out));
+}
+
+CaptureResult bind_embedding(BindCall& c) {
+  static const Signature sig(
+      "embedding(Tensor input, Tensor weight, int? padding_idx=None, float? max_norm=None, float norm_type=2.0, bool "
+      "scale_grad_by_freq=False, bool sparse=False)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId idx = a.tensor("input"), w = a.tensor("weight");
+  const TensorMeta &mi = c.graph.meta(idx), &mw = c.graph.meta(w);
+  if (!a.is_none("max_norm")) return CaptureResult::fail("embedding: 'max_norm' (renormalises weight in place) is not supported");
+  if (mi.dtype != ST::Long && mi.dtype != ST::Int)
+    return CaptureResult::fail("embedding: expected 'input' of dtype Long or Int, got " + dtype_name(mi.dtype));
+  if (mw.dim() != 2) return CaptureResult::fail("embedding: 'weight' must be 2-D");
+  int64_t pad = -1;
+  if (!a.is_none("padding_idx")) {
+    pad = a.integer("padding_idx");
+    if (pad >= mw.sizes[0] || pad < -mw.sizes[0])
+      return CaptureResult::fail("embedding: padding_idx must be within num_embeddings");
+    if (pad < 0) pad += mw.sizes[0];
+  }
+  Ints shape = mi.sizes;
+  shape.push_back(mw.sizes[1]);
+  return tensor_result(emit1(c.graph, OpId::embedding,
+                             {Arg::of_value(w), Arg::of_value(idx), Arg::of_int(pad),
+                              Arg::of_bool(a.boolean("scale_grad_by_freq")), Arg::of_bool(a.boolean("sparse"))},
+                             contiguous_out(c, mw.dtype, mw.device, shape, {w})));
+}
+
+CaptureResult bind_pad(BindCall& c) {
+  static const Signature sig("pad(Tensor input, int[] pad, str mode='constant', float? value=None)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input");
+  const TensorMeta& m = c.graph.meta(x);
+  Ints pad = a.ints("pad");
+  if (a.str("mode") != "constant") return CaptureResult::fail("pad: mode '" + a.str("mode") + "' is not supported");
+  if (pad.size() % 2 != 0 || static_cast<int64_t>(pad.size() / 2) > m.dim())
+    return CaptureResult::fail("pad: padding length must be even and at most twice the input's dims, got " +
+                               std::to_string(pad.size()));
+  Ints shape = m.sizes;
+  for (size_t i = 0; i < pad.size() / 2; ++i) {
+    int64_t& s = shape[shape.size() - 1 - i];
+    s += pad[2 * i] + pad[2 * i + 1];
+    if (s < 0) return CaptureResult::fail("pad: resulting padded dimension " + std::to_string(shape.size() - 1 - i) +
+                                          " would have negative size");
+  }
+  TensorMeta out =
+      make_meta(m.dtype, m.device, shape, suggested_format_strides(m, shape), any_requires_grad(c.graph, c.ctx, {x}));
+  return tensor_result(emit1(c.graph, OpId::pad,
+                             {Arg::of_value(x), Arg::of_ints(pad), Arg::of_string("constant"), const_arg(a.get("value"))},
+                             out));
+}
+
+// ---- convolution ------------------------------------------------------------------------------
+
+namespace {
+CaptureResult record_conv(BindCall& c, const Signature& sig, int64_t nd, OpId op, OpId op_padding) {
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const std::string& name = sig.name();
+  ValueId x = a.tensor("input"), w = a.tensor("weight");
+  const TensorMeta &mx = c.graph.meta(x), &mw = c.graph.meta(w);
+  std::vector<ValueId> ins{x, w};
+  if (!a.is_none("bias")) ins.push_back(a.tensor("bias"));
+  if (auto err = same_dtype(c, name, ins)) return CaptureResult::fail(*err);
+  bool batched = mx.dim() == nd + 2;
+  if (!batched && mx.dim() != nd + 1)
+    return CaptureResult::fail(name + ": expected " + std::to_string(nd + 1) + "-D (unbatched) or " +
+                               std::to_string(nd + 2) + "-D (batched) input, but got input of size " +
+                               shape_str(mx.sizes));
+  if (mw.dim() != nd + 2) return CaptureResult::fail(name + ": 'weight' must be " + std::to_string(nd + 2) + "-D");
+  Ints in = batched ? mx.sizes : Ints{1};
+  if (!batched) in.insert(in.end(), mx.sizes.begin(), mx.sizes.end());
+  int64_t groups = a.integer("groups");
+  if (groups <= 0 || in[1] != mw.sizes[1] * groups || mw.sizes[0] % groups != 0)
+    return CaptureResult::fail(name + ": expected input " + shape_str(mx.sizes) + " to have " +
+                               std::to_string(mw.sizes[1] * groups) + " channels for weight " + shape_str(mw.sizes) +
+                               " and groups=" + std::to_string(groups));
+  auto expand = [&](const char* p) {
+    Ints v = a.ints(p);
+    if (v.size() == 1) v.assign(static_cast<size_t>(nd), v[0]);
+    return v;
+  };
+  Ints stride = expand("stride"), dilation = expand("dilation");
+  const CallArg& pad_arg = a.get("padding");
+  Ints padding;
+  bool same = false;
+  if (pad_arg.kind == K::String) {
+    if (pad_arg.str == "same") same = true;
+    else if (pad_arg.str != "valid")
+      return CaptureResult::fail(name + ": invalid padding string '" + pad_arg.str + "'");
+    padding.assign(static_cast<size_t>(nd), 0);
+    if (same)
+      for (int64_t s : stride)
+        if (s != 1) return CaptureResult::fail(name + ": padding='same' is not supported for strided convolutions");
+  } else {
+    padding = pad_arg.kind == K::Int ? Ints(static_cast<size_t>(nd), pad_arg.i) : pad_arg.ints;
+  }
+  if (static_cast<int64_t>(stride.size()) != nd || static_cast<int64_t>(padding.size()) != nd ||
+      static_cast<int64_t>(dilation.size()) != nd)
+    return CaptureResult::fail(name + ": stride/padding/dilation must have " + std::to_string(nd) + " elements");
+  Ints shape{in[0], mw.sizes[0]};
+  for (int64_t i = 0; i < nd; ++i) {
+    int64_t k = dilation[i] * (mw.sizes[2 + i] - 1) + 1;
+    int64_t o = same ? in[2 + i] : (in[2 + i] + 2 * padding[i] - k) / stride[i] + 1;
+    if (o <= 0 || (!same && in[2 + i] + 2 * padding[i] < k))
+      return CaptureResult::fail(name + ": kernel size can't be greater than actual input size");
+    shape.push_back(o);
+  }
+  TensorMeta out;
+  bool rg = any_requires_grad(c.graph, c.ctx, ins);
+  if (!batched) {
+    shape.erase(shape.begin());
+    out = contiguous_meta(mx.dtype, mx.device, shape, rg);
+  } else {
+    out = make_meta(mx.dtype, mx.device, shape, suggested_format_strides(mx, shape), rg);
+  }
+  std::vector<Arg> args{Arg::of_value(x), Arg::of_value(w), const_arg(a.get("bias")), Arg::of_ints(stride)};
+  args.push_back(pad_arg.kind == K::String ? Arg::of_string(pad_arg.str) : Arg::of_ints(padding));
+  args.push_back(Arg::of_ints(dilation));
+  args.push_back(Arg::of_int(groups));
+  return tensor_result(emit1(c.graph, pad_arg.kind == K::String ? op_padding : op, std::move(args), out));
+}
+}  // namespace
+
+CaptureResult bind_conv1d(BindCall& c) {
+  static const Signature sig(
+      "conv1d(Tensor input, Tensor weight, Tensor? bias=None, int[] stride=1, Any padding=0, int[] dilation=1, int "
+      "groups=1)");
+  return record_conv(c, sig, 1, OpId::conv1d, OpId::conv1d_padding);
+}
+
+CaptureResult bind_conv2d(BindCall& c) {
+  static const Signature sig(
+      "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[] stride=1, Any padding=0, int[] dilation=1, int "
+      "groups=1)");
+  return record_conv(c, sig, 2, OpId::conv2d, OpId::conv2d_padding);
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
+  static const Signature sig(
+      "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float "
+      "dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId q = a.tensor("query"), k = a.tensor("key"), v = a.tensor("value");
+  const TensorMeta &mq = c.graph.meta(q), &mk = c.graph.meta(k), &mv = c.graph.meta(v);
+  if (auto err = same_dtype(c, "scaled_dot_product_attention", {q, k, v})) return CaptureResult::fail(*err);
+  if (mq.dim() < 2 || mk.dim() != mq.dim() || mv.dim() != mq.dim())
+    return CaptureResult::fail("scaled_dot_product_attention: query, key and value must have the same rank >= 2");
+  if (mq.sizes.back() != mk.sizes.back())
+    return CaptureResult::fail("scaled_dot_product_attention: query and key must have the same embedding size");
+  if (mk.sizes[mk.sizes.size() - 2] != mv.sizes[mv.sizes.size() - 2])
+    return CaptureResult::fail("scaled_dot_product_attention: key and value must have the same sequence length");
+  if (a.boolean("enable_gqa")) return CaptureResult::fail("scaled_dot_product_attention: enable_gqa is not supported");
+  for (size_t i = 0; i + 2 < mq.sizes.size(); ++i)
+    if (mq.sizes[i] != mk.sizes[i] || mq.sizes[i] != mv.sizes[i])
+      return CaptureResult::fail("scaled_dot_product_attention: batch dims of query, key and value differ");
+  std::vector<ValueId> ins{q, k, v};
+  if (!a.is_none("attn_mask")) {
+    ValueId m = a.tensor("attn_mask");
+    ins.push_back(m);
+    Ints scores(mq.sizes.begin(), mq.sizes.end() - 1);
+    scores.push_back(mk.sizes[mk.sizes.size() - 2]);
+    auto b = broadcast_shapes({c.graph.meta(m).sizes, scores});
+    if (!b || *b != scores)
+      return CaptureResult::fail("scaled_dot_product_attention: attn_mask of shape " +
+                                 shape_str(c.graph.meta(m).sizes) + " does not broadcast to " + shape_str(scores));
+    if (a.boolean("is_causal"))
+      return CaptureResult::fail("scaled_dot_product_attention: explicit attn_mask should not be set when is_causal=True");
+  }
+  Ints shape = mq.sizes;
+  shape.back() = mv.sizes.back();
+  // The fused CPU kernel (4-d, unit last-dim strides) follows the query's dimension order.
+  bool fused = mq.dim() == 4 && mq.strides.back() == 1 && mk.strides.back() == 1 && mv.strides.back() == 1;
+  Ints strides = contiguous_strides(shape);
+  if (fused) {
+    TensorMeta like = mq;
+    like.sizes = shape;
+    like.strides = mq.strides;
+    if (!is_non_overlapping_and_dense(like) || shape.back() != mq.sizes.back()) like.strides = contiguous_strides(shape);
+    strides = preserve_format_strides(like);
+  }
+  TensorMeta out = make_meta(mq.dtype, mq.device, shape, strides, any_requires_grad(c.graph, c.ctx, ins));
+  return tensor_result(emit1(c.graph, OpId::scaled_dot_product_attention,
+                             {Arg::of_value(q), Arg::of_value(k), Arg::of_value(v), const_arg(a.get("attn_mask")),
+                              Arg::of_double(a.number("dropout_p")), Arg::of_bool(a.boolean("is_causal")),
+                              const_arg(a.get("scale")), Arg::of_bool(false)},
+                             out));
+}
+
+// ---- losses -----------------------------------------------------------------------------------
+
+namespace {
+std::optional<int64_t> reduction_enum(const std::string& r) {
+  if (r == "none") return 0;
+  if (r == "mean") return 1;
+  if (r == "sum") return 2;
+  return std::nullopt;
+}
+}  // namespace
+
+CaptureResult bind_mse_loss(BindCall& c) {
+  static const Signature sig(
+      "mse_loss(Tensor input, Tensor target, Any size_average=None, Any reduce=None, str reduction='mean')");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  if (!a.is_none("size_average") || !a.is_none("reduce"))
+    return CaptureResult::fail("mse_loss: the deprecated 'size_average'/'reduce' arguments are not supported");
+  auto red = reduction_enum(a.str("reduction"));
+  if (!red) return CaptureResult::fail("mse_loss: " + a.str("reduction") + " is not a valid value for reduction");
+  ValueId x = a.tensor("input"), t = a.tensor("target");
+  const TensorMeta &mx = c.graph.meta(x), &mt = c.graph.meta(t);
+  if (mx.sizes != mt.sizes)
+    return CaptureResult::fail("mse_loss: input and target of different shapes (broadcasting) is not supported");
+  if (!is_floating(mx.dtype) || mx.dtype != mt.dtype)
+    return CaptureResult::fail("mse_loss: expected floating input and target of the same dtype");
+  TensorMeta out;
+  bool rg = any_requires_grad(c.graph, c.ctx, {x, t});
+  if (*red == 0) out = make_meta(mx.dtype, mx.device, mx.sizes, tensor_iterator_strides(mx.sizes, {&mx, &mt}), rg);
+  else out = contiguous_meta(mx.dtype, mx.device, {}, rg);
+  return tensor_result(
+      emit1(c.graph, OpId::mse_loss, {Arg::of_value(x), Arg::of_value(t), Arg::of_int(*red)}, out));
+}
+
+CaptureResult bind_cross_entropy(BindCall& c) {
+  static const Signature sig(
+      "cross_entropy(Tensor input, Tensor target, Tensor? weight=None, Any size_average=None, int ignore_index=-100, "
+      "Any reduce=None, str reduction='mean', float label_smoothing=0.0)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  if (!a.is_none("size_average") || !a.is_none("reduce"))
+    return CaptureResult::fail("cross_entropy: the deprecated 'size_average'/'reduce' arguments are not supported");
+  auto red = reduction_enum(a.str("reduction"));
+  if (!red) return CaptureResult::fail("cross_entropy: " + a.str("reduction") + " is not a valid value for reduction");
+  ValueId x = a.tensor("input"), t = a.tensor("target");
+  const TensorMeta &mx = c.graph.meta(x), &mt = c.graph.meta(t);
+  if (!is_floating(mx.dtype)) return CaptureResult::fail("cross_entropy: expected a floating point input");
+  if (mx.dim() < 1) return CaptureResult::fail("cross_entropy: input must have at least 1 dim");
+  Ints no_class = mx.sizes;
+  if (mx.dim() >= 2) no_class.erase(no_class.begin() + 1);
+  else no_class.clear();
+  bool probs = is_floating(mt.dtype);
+  if (probs ? mt.sizes != mx.sizes : (mt.dtype != ST::Long || mt.sizes != no_class))
+    return CaptureResult::fail("cross_entropy: target of shape " + shape_str(mt.sizes) + " and dtype " +
+                               dtype_name(mt.dtype) + " does not fit input of shape " + shape_str(mx.sizes));
+  std::vector<ValueId> ins{x, t};
+  if (!a.is_none("weight")) ins.push_back(a.tensor("weight"));
+  TensorMeta out =
+      contiguous_meta(mx.dtype, mx.device, *red == 0 ? no_class : Ints{}, any_requires_grad(c.graph, c.ctx, ins));
+  return tensor_result(emit1(c.graph, OpId::cross_entropy_loss,
+                             {Arg::of_value(x), Arg::of_value(t), const_arg(a.get("weight")), Arg::of_int(*red),
+                              Arg::of_int(a.integer("ignore_index")), Arg::of_double(a.number("label_smoothing"))},
+                             out));
+}
+
+}  // namespace fastdyn::codegen

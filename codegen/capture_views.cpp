@@ -23,8 +23,10 @@ using meta::MetaResult;
 
 bool differentiable(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
 
-// `out` with requires_grad as eager sets it: some input requires grad, grad mode is on and
-// the output's dtype can carry gradients.
+// `out` with requires_grad as eager sets it on a fresh result: some input requires grad, grad
+// mode is on and the output's dtype can carry gradients. NB: views need no such step: the view
+// rules copy the base's metadata, and eager views report their base's requires_grad even under
+// no_grad.
 TensorMeta derived(const BindCall& c, TensorMeta out, const std::vector<ValueId>& from) {
   bool any = false;
   for (ValueId v : from) any = any || c.graph.meta(v).requires_grad;
@@ -61,24 +63,24 @@ Arg memory_format_arg(c10::MemoryFormat f) { return Arg::of_int(static_cast<int6
 // ---- emitters shared by several families -------------------------------------------------
 
 ValueId emit_view(BindCall& c, ValueId self, const Ints& shape, const TensorMeta& out) {
-  return emit1(c.graph, OpId::view, {Arg::of_value(self), Arg::of_ints(shape)}, derived(c, out, {self}));
+  return emit1(c.graph, OpId::view, {Arg::of_value(self), Arg::of_ints(shape)}, out);
 }
 
 ValueId emit_permute(BindCall& c, ValueId self, const Ints& dims) {
   MetaResult r = meta::permute(c.graph.meta(self), dims);
   FD_CHECK(r.ok(), "permute with checked dims failed: " + r.error);
-  return emit1(c.graph, OpId::permute, {Arg::of_value(self), Arg::of_ints(dims)}, derived(c, r.meta, {self}));
+  return emit1(c.graph, OpId::permute, {Arg::of_value(self), Arg::of_ints(dims)}, r.meta);
 }
 
 ValueId emit_transpose(BindCall& c, ValueId self, int64_t d0, int64_t d1) {
   TensorMeta out = meta::transpose(c.graph.meta(self), d0, d1);
   return emit1(c.graph, OpId::transpose_int, {Arg::of_value(self), Arg::of_int(d0), Arg::of_int(d1)},
-               derived(c, out, {self}));
+               out);
 }
 
 ValueId emit_unsqueeze(BindCall& c, ValueId self, int64_t dim) {
   TensorMeta out = meta::unsqueeze(c.graph.meta(self), dim);
-  return emit1(c.graph, OpId::unsqueeze, {Arg::of_value(self), Arg::of_int(dim)}, derived(c, out, {self}));
+  return emit1(c.graph, OpId::unsqueeze, {Arg::of_value(self), Arg::of_int(dim)}, out);
 }
 
 ValueId emit_slice(BindCall& c, ValueId self, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
@@ -86,7 +88,7 @@ ValueId emit_slice(BindCall& c, ValueId self, int64_t dim, std::optional<int64_t
   TensorMeta out = meta::slice(c.graph.meta(self), dim, start, end, step);
   return emit1(c.graph, OpId::slice_Tensor,
                {Arg::of_value(self), Arg::of_int(dim), opt_int(start), opt_int(end), Arg::of_int(step)},
-               derived(c, out, {self}));
+               out);
 }
 
 // expand(self, sizes) after validation; `sizes` as the user gave them (-1 allowed).
@@ -94,7 +96,7 @@ CaptureResult expand_to(BindCall& c, const char* op, ValueId self, const Ints& s
   MetaResult r = meta::expand(c.graph.meta(self), sizes);
   if (!r.ok()) return fail(op, r.error);
   return tensor_result(emit1(c.graph, OpId::expand, {Arg::of_value(self), Arg::of_ints(sizes), Arg::of_bool(false)},
-                             derived(c, r.meta, {self})));
+                             r.meta));
 }
 
 ValueId emit_clone(BindCall& c, ValueId self, std::optional<c10::MemoryFormat> format) {
@@ -140,13 +142,14 @@ bool is_index_dtype(c10::ScalarType t) { return t == c10::ScalarType::Long || t 
 // ---- view / reshape ------------------------------------------------------------------------
 
 CaptureResult bind_view(BindCall& call) {
-  // x.view(dtype) reinterprets the bytes; only the same-width case keeps the geometry.
+  // x.view(dtype) reinterprets the bytes (an overload Signature cannot express: dispatch by kind).
   if (call.args.size() == 2 && call.args[1].kind == CallArg::Kind::DType && call.args[0].kind == CallArg::Kind::Tensor) {
     ValueId self = call.args[0].value;
-    const TensorMeta& m = call.graph.meta(self);
-    if (c10::elementSize(m.dtype) != c10::elementSize(call.args[1].dtype))
-      return fail("view", "reinterpreting a tensor as a dtype of another width is not supported");
-    return fail("view", "view(dtype) has no ATen overload in the op table yet");
+    const c10::ScalarType to = call.args[1].dtype;
+    MetaResult r = meta::view_dtype(call.graph.meta(self), to);
+    if (!r.ok()) return fail("view", r.error);
+    r.meta.requires_grad = false;  // eager: a reinterpreting view is not differentiable
+    return tensor_result(emit1(call.graph, OpId::view_dtype, {Arg::of_value(self), Arg::of_dtype(to)}, r.meta));
   }
   static const Signature sig("view(Tensor input, int[] *size)");
   BoundArgs a;
@@ -232,7 +235,7 @@ CaptureResult bind_permute(BindCall& call) {
   MetaResult r = meta::permute(call.graph.meta(self), dims);
   if (!r.ok()) return fail("permute", r.error);
   return tensor_result(emit1(call.graph, OpId::permute, {Arg::of_value(self), Arg::of_ints(dims)},
-                             derived(call, r.meta, {self})));
+                             r.meta));
 }
 
 CaptureResult bind_transpose(BindCall& call) {
@@ -267,7 +270,8 @@ CaptureResult reversed_dims(BindCall& call, const char* op, bool matrices_only) 
   if (matrices_only && m.dim() != 0 && m.dim() != 2)
     return fail(op, "tensor.H is only supported on matrices (2-D tensors). Got " + std::to_string(m.dim()) + "-D tensor.");
   if (c10::isComplexType(m.dtype) && matrices_only) return fail(op, "conjugate views of complex tensors are not supported");
-  if (m.dim() == 0) return tensor_result(emit1(call.graph, OpId::alias, {Arg::of_value(self)}, derived(call, m, {self})));
+  if (m.dim() == 0 && matrices_only) return tensor_result(self);  // eager: x.H is x for a real 0-dim x
+  if (m.dim() == 0) return tensor_result(emit1(call.graph, OpId::alias, {Arg::of_value(self)}, m));
   Ints dims(static_cast<size_t>(m.dim()));
   for (int64_t i = 0; i < m.dim(); ++i) dims[i] = m.dim() - 1 - i;
   return tensor_result(emit_permute(call, self, dims));
@@ -278,6 +282,7 @@ CaptureResult matrix_transpose(BindCall& call, const char* op, bool conj) {
   if (call.args.size() != 1 || call.args[0].kind != CallArg::Kind::Tensor) return fail(op, "expects one tensor");
   ValueId self = call.args[0].value;
   const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() == 0) return tensor_result(self);  // deprecated identity in eager: x.mT is x
   if (m.dim() < 2)
     return fail(op, std::string("tensor.") + (op + 7) + " is only supported on matrices or batches of matrices. Got " +
                         std::to_string(m.dim()) + "-D tensor.");
@@ -322,7 +327,7 @@ CaptureResult bind_movedim(BindCall& call) {
     used[next] = true;
   }
   if (n == 0) return tensor_result(emit1(call.graph, OpId::alias, {Arg::of_value(self)},
-                                         derived(call, call.graph.meta(self), {self})));
+                                         call.graph.meta(self)));
   return tensor_result(emit_permute(call, self, order));
 }
 
@@ -349,19 +354,19 @@ CaptureResult bind_squeeze(BindCall& call) {
     Ints all(static_cast<size_t>(m.dim()));
     std::iota(all.begin(), all.end(), 0);
     return tensor_result(emit1(call.graph, OpId::squeeze, {Arg::of_value(self)},
-                               derived(call, meta::squeeze(m, all), {self})));
+                               meta::squeeze(m, all)));
   }
   if (d.kind == CallArg::Kind::Int) {
     int64_t dim = d.i;
     if (!wrap("squeeze", dim, m.dim(), err)) return err;
     return tensor_result(emit1(call.graph, OpId::squeeze_dim, {Arg::of_value(self), Arg::of_int(d.i)},
-                               derived(call, meta::squeeze(m, {dim}), {self})));
+                               meta::squeeze(m, {dim})));
   }
   if (d.kind == CallArg::Kind::IntList) {
     Ints dims = d.ints;
     if (!wrap_all("squeeze", dims, m.dim(), err)) return err;
     return tensor_result(emit1(call.graph, OpId::squeeze_dims, {Arg::of_value(self), Arg::of_ints(d.ints)},
-                               derived(call, meta::squeeze(m, dims), {self})));
+                               meta::squeeze(m, dims)));
   }
   return fail("squeeze", "argument 'dim' must be int or tuple of ints");
 }
@@ -561,7 +566,7 @@ CaptureResult bind_select(BindCall& call) {
   if (!r.ok()) return fail("select", r.error);
   return tensor_result(emit1(call.graph, OpId::select_int,
                              {Arg::of_value(self), Arg::of_int(dim), Arg::of_int(a.integer("index"))},
-                             derived(call, r.meta, {self})));
+                             r.meta));
 }
 
 CaptureResult bind_diagonal(BindCall& call) {
@@ -580,7 +585,7 @@ CaptureResult bind_diagonal(BindCall& call) {
   TensorMeta out = meta::diagonal(m, a.integer("offset"), d1, d2);
   return tensor_result(emit1(call.graph, OpId::diagonal,
                              {Arg::of_value(self), Arg::of_int(a.integer("offset")), Arg::of_int(d1), Arg::of_int(d2)},
-                             derived(call, out, {self})));
+                             out));
 }
 
 CaptureResult bind_unfold(BindCall& call) {
@@ -597,7 +602,7 @@ CaptureResult bind_unfold(BindCall& call) {
   return tensor_result(emit1(call.graph, OpId::unfold,
                              {Arg::of_value(self), Arg::of_int(dim), Arg::of_int(a.integer("size")),
                               Arg::of_int(a.integer("step"))},
-                             derived(call, r.meta, {self})));
+                             r.meta));
 }
 
 // ---- splits ----------------------------------------------------------------------------------
@@ -607,7 +612,7 @@ namespace {
 CaptureResult emit_pieces(BindCall& call, OpId op, std::vector<Arg> args, ValueId self, int64_t dim, const Ints& sizes) {
   std::vector<TensorMeta> outs;
   for (auto& piece : meta::split_sizes_views(call.graph.meta(self), dim, sizes))
-    outs.push_back(derived(call, piece, {self}));
+    outs.push_back(piece);
   return tuple_result(emit(call.graph, op, std::move(args), std::move(outs)));
 }
 
@@ -645,9 +650,13 @@ CaptureResult split_by_sizes(BindCall& call, const char* op, ValueId self, const
 
 CaptureResult bind_split(BindCall& call) {
   static const Signature sig("split(Tensor tensor, Any split_size_or_sections, int dim=0)");
+  // Tensor.split spells the parameter `split_size`; torch.split `split_size_or_sections`.
+  std::vector<std::pair<std::string, CallArg>> kwargs = call.kwargs;
+  for (auto& kw : kwargs)
+    if (kw.first == "split_size") kw.first = "split_size_or_sections";
   BoundArgs a;
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  if (auto e = sig.bind(call.args, kwargs, a)) return CaptureResult::fail(*e);
   ValueId self = a.tensor("tensor");
   int64_t dim = a.integer("dim");
   if (!wrap("split", dim, call.graph.meta(self).dim(), err)) return err;
@@ -687,8 +696,40 @@ CaptureResult bind_unbind(BindCall& call) {
   int64_t dim = a.integer("dim");
   if (!wrap("unbind", dim, m.dim(), err)) return err;
   std::vector<TensorMeta> outs;
-  for (int64_t i = 0; i < m.sizes[dim]; ++i) outs.push_back(derived(call, meta::select(m, dim, i).meta, {self}));
+  for (int64_t i = 0; i < m.sizes[dim]; ++i) outs.push_back(meta::select(m, dim, i).meta);
   return tuple_result(emit(call.graph, OpId::unbind_int, {Arg::of_value(self), Arg::of_int(dim)}, std::move(outs)));
+}
+
+CaptureResult bind_tensor_split(BindCall& call) {
+  static const Signature sig("tensor_split(Tensor input, Any indices_or_sections, int dim=0)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() == 0)
+    return fail("tensor_split", "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims");
+  int64_t dim = a.integer("dim");
+  if (!wrap("tensor_split", dim, m.dim(), err)) return err;
+  const CallArg& how = a.get("indices_or_sections");
+  std::vector<TensorMeta> outs;
+  if (how.kind == CallArg::Kind::Int) {
+    const int64_t sections = how.i;
+    if (sections <= 0) return fail("tensor_split", "number of sections must be larger than 0, got " + std::to_string(sections));
+    // The first size % sections pieces are one longer.
+    const int64_t n = m.sizes[dim], base = n / sections, extra = n % sections;
+    Ints lengths;
+    for (int64_t i = 0; i < sections; ++i) lengths.push_back(base + (i < extra ? 1 : 0));
+    outs = meta::split_sizes_views(m, dim, lengths);
+    return tuple_result(emit(call.graph, OpId::tensor_split_sections,
+                             {Arg::of_value(self), Arg::of_int(sections), Arg::of_int(dim)}, std::move(outs)));
+  }
+  if (how.kind == CallArg::Kind::IntList) {
+    outs = meta::split_points_views(m, dim, how.ints);
+    return tuple_result(emit(call.graph, OpId::tensor_split_indices,
+                             {Arg::of_value(self), Arg::of_ints(how.ints), Arg::of_int(dim)}, std::move(outs)));
+  }
+  return fail("tensor_split", "argument 'indices_or_sections' must be an int or a list of ints (a tensor is data-dependent)");
 }
 
 // ---- joins -----------------------------------------------------------------------------------
@@ -1040,8 +1081,16 @@ CaptureResult bind_getitem(BindCall& call) {
   const TensorMeta self = call.graph.meta(cur);
   const c10::Device device = self.device;
   const CallArg& index = call.args[1];
-  const std::vector<CallArg> single{index};
-  const std::vector<CallArg>& items = index.kind == CallArg::Kind::Tuple ? index.items : single;
+  // A tuple is a multi-dim index; so is a list of tensors (Python treats such a sequence as a
+  // tuple). A list of ints (IntList) is one advanced index.
+  std::vector<CallArg> items;
+  if (index.kind == CallArg::Kind::Tuple) {
+    items = index.items;
+  } else if (index.kind == CallArg::Kind::TensorList) {
+    for (ValueId v : index.values) items.push_back(CallArg::tensor(v));
+  } else {
+    items.push_back(index);
+  }
 
   // Pass 1: how many dims the items consume, so that `...` knows how many it stands for.
   int64_t consumed = 0, ellipses = 0;
@@ -1057,6 +1106,9 @@ CaptureResult bind_getitem(BindCall& call) {
         if (!is_index_dtype(im.dtype))
           return fail(op, "tensors used as indices must be long, int, byte or bool tensors (got " +
                               std::string(c10::toString(im.dtype)) + ")");
+        // NB: eager reads a 0-dim index's value and selects: a view at a data-dependent offset.
+        if (im.dim() == 0)
+          return fail(op, "a 0-dim integer tensor index selects a view at its value, which is unknown at trace time");
         ++consumed;
         break;
       }
@@ -1086,7 +1138,7 @@ CaptureResult bind_getitem(BindCall& call) {
         MetaResult r = meta::select(call.graph.meta(cur), dim, it.i);
         if (!r.ok()) return fail(op, r.error);
         cur = emit1(call.graph, OpId::select_int, {Arg::of_value(cur), Arg::of_int(dim), Arg::of_int(it.i)},
-                    derived(call, r.meta, {cur}));
+                    r.meta);
         emitted = true;
         break;
       }
@@ -1135,7 +1187,7 @@ CaptureResult bind_getitem(BindCall& call) {
     return tensor_result(emit1(call.graph, OpId::index_Tensor, {Arg::of_value(cur), Arg::of_values(advanced)}, out));
   }
   if (!emitted)  // x[...], x[()]: eager returns a fresh alias of x
-    cur = emit1(call.graph, OpId::alias, {Arg::of_value(cur)}, derived(call, call.graph.meta(cur), {cur}));
+    cur = emit1(call.graph, OpId::alias, {Arg::of_value(cur)}, call.graph.meta(cur));
   return tensor_result(cur);
 }
 

@@ -96,14 +96,15 @@ bool looks_channels_last(const TensorMeta& m) {
   return true;
 }
 
-// Dense strides keeping the dimension order of `strides` (stride-sorted, stable, size-1 dims
-// ignored in comparisons), as empty_like(preserve_format) lays out non-dense inputs.
+// Dense strides keeping the dimension order of `strides` (stride-sorted by insertion, zero strides
+// ambiguous, equal strides ordered by size), as empty_like(preserve_format) lays out non-dense inputs.
 std::vector<int64_t> dense_in_order(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   const size_t n = sizes.size();
   std::vector<int64_t> perm(n);
   std::iota(perm.rbegin(), perm.rend(), 0);  // innermost first
   auto should_swap = [&](int64_t a, int64_t b) {
-    if (sizes[a] == 1 || sizes[b] == 1) return 0;
+    // A zero stride (broadcast dim) is ambiguous: keep the contiguous order.
+    if (strides[a] == 0 || strides[b] == 0) return 0;
     if (strides[a] < strides[b]) return -1;
     if (strides[a] > strides[b]) return 1;
     return sizes[a] > sizes[b] ? 1 : 0;

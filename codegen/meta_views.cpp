@@ -166,9 +166,7 @@ Ints preserve_format_strides(const TensorMeta& m) {
   return is_non_overlapping_and_dense(m) ? m.strides : dense_strides_like(m.sizes, m.strides);
 }
 
-Ints to_copy_strides(const TensorMeta& m) {
-  return is_non_overlapping_and_dense(m) ? m.strides : strides_for_format(m.sizes, suggest_memory_format(m));
-}
+Ints to_copy_strides(const TensorMeta& m) { return preserve_format_strides(m); }
 
 Ints tensor_iterator_strides(const Ints& shape, const std::vector<Ints>& input_strides) {
   const size_t n = shape.size();
@@ -309,6 +307,38 @@ MetaResult view(const TensorMeta& m, const Ints& shape) {
         "view size is not compatible with input tensor's size and stride (at least one dimension spans across "
         "two contiguous subspaces). Use .reshape(...) instead.");
   return {with_geometry(m, std::move(*sizes), std::move(*strides), m.storage_offset), {}};
+}
+
+MetaResult view_dtype(const TensorMeta& m, c10::ScalarType to) {
+  const int64_t from_size = static_cast<int64_t>(c10::elementSize(m.dtype));
+  const int64_t to_size = static_cast<int64_t>(c10::elementSize(to));
+  TensorMeta out = m;
+  out.dtype = to;
+  if (from_size == to_size) return {std::move(out), {}};
+  const std::string what = std::string(" to view ") + c10::toString(m.dtype) + " as " + c10::toString(to) +
+                           " (different element sizes)";
+  if (m.dim() == 0) return MetaResult::fail("self.dim() cannot be 0" + what);
+  if (m.strides.back() != 1)
+    return MetaResult::fail("self.stride(-1) must be 1" + what + ", but got " + std::to_string(m.strides.back()));
+  if (from_size > to_size) {  // narrower elements: everything scales up
+    const int64_t ratio = from_size / to_size;
+    out.sizes.back() *= ratio;
+    for (size_t i = 0; i + 1 < out.strides.size(); ++i) out.strides[i] *= ratio;
+    out.storage_offset *= ratio;
+    return {std::move(out), {}};
+  }
+  const int64_t ratio = to_size / from_size;  // wider elements: everything must divide
+  const std::string by = " must be divisible by " + std::to_string(ratio) + what + ", but got ";
+  if (m.sizes.back() % ratio != 0) return MetaResult::fail("self.size(-1)" + by + std::to_string(m.sizes.back()));
+  for (size_t i = 0; i + 1 < m.strides.size(); ++i)
+    if (m.strides[i] % ratio != 0)
+      return MetaResult::fail("self.stride(" + std::to_string(i) + ")" + by + std::to_string(m.strides[i]));
+  if (m.storage_offset % ratio != 0)
+    return MetaResult::fail("self.storage_offset()" + by + std::to_string(m.storage_offset));
+  out.sizes.back() /= ratio;
+  for (size_t i = 0; i + 1 < out.strides.size(); ++i) out.strides[i] /= ratio;
+  out.storage_offset /= ratio;
+  return {std::move(out), {}};
 }
 
 MetaResult permute(const TensorMeta& m, const Ints& dims) {
@@ -487,6 +517,17 @@ std::vector<TensorMeta> split_sizes_views(const TensorMeta& m, int64_t dim, cons
     out.push_back(slice(m, dim, start, start + len, 1));
     start += len;
   }
+  return out;
+}
+
+std::vector<TensorMeta> split_points_views(const TensorMeta& m, int64_t dim, const Ints& points) {
+  std::vector<TensorMeta> out;
+  int64_t start = 0;
+  for (int64_t p : points) {
+    out.push_back(slice(m, dim, start, p, 1));
+    start = p;
+  }
+  out.push_back(slice(m, dim, start, m.sizes[dim], 1));
   return out;
 }
 

@@ -49,8 +49,7 @@ Ints dense_strides_like(const Ints& sizes, const Ints& strides);
 // empty_like / clone with preserve_format: dense non-overlapping inputs keep their strides,
 // others get dense strides in the same dimension order.
 Ints preserve_format_strides(const TensorMeta& m);
-// _to_copy (Tensor.to, .float(), ...) with preserve_format: dense inputs keep their strides,
-// others get the suggested memory format's strides.
+// _to_copy (Tensor.to, .float(), ...) with preserve_format: the same rule as empty_like.
 Ints to_copy_strides(const TensorMeta& m);
 // The strides TensorIterator gives a freshly allocated output of `shape`, from the strides of
 // its inputs already broadcast to `shape` (0 in broadcast dims). Inputs are listed in operand
@@ -72,6 +71,8 @@ std::optional<Ints> view_strides(const Ints& sizes, const Ints& strides, const I
 // ---- view rules (output shares storage with the input) ------------------------------------
 // All take dims already wrapped unless noted; they keep dtype, device and requires_grad.
 MetaResult view(const TensorMeta& m, const Ints& shape);      // shape may hold one -1
+// x.view(dtype): the bytes reinterpreted; a width change rescales the last dim and the strides.
+MetaResult view_dtype(const TensorMeta& m, c10::ScalarType to);
 MetaResult permute(const TensorMeta& m, const Ints& dims);    // dims may be negative
 TensorMeta transpose(const TensorMeta& m, int64_t d0, int64_t d1);
 MetaResult expand(const TensorMeta& m, const Ints& sizes);    // sizes may hold -1
@@ -84,8 +85,10 @@ TensorMeta slice(const TensorMeta& m, int64_t dim, std::optional<int64_t> start,
 MetaResult narrow(const TensorMeta& m, int64_t dim, int64_t start, int64_t length);
 TensorMeta diagonal(const TensorMeta& m, int64_t offset, int64_t d1, int64_t d2);
 MetaResult unfold(const TensorMeta& m, int64_t dim, int64_t size, int64_t step);
-// split(split_size) / split_with_sizes / unbind: one view per piece.
+// split(split_size) / split_with_sizes: one view per piece of the given lengths.
 std::vector<TensorMeta> split_sizes_views(const TensorMeta& m, int64_t dim, const Ints& sizes);
+// tensor_split(indices): the pieces between consecutive split points, clamped as slice does.
+std::vector<TensorMeta> split_points_views(const TensorMeta& m, int64_t dim, const Ints& points);
 
 // ---- copies -------------------------------------------------------------------------------
 // A fresh tensor of `sizes` with `strides` (other fields from `like`).

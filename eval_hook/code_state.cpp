@@ -66,6 +66,12 @@ void set_code_state(PyCodeObject* code, CodeState* state) {
 
 void mark_skip(PyCodeObject* code) { set_code_state(code, &g_skip); }
 
+void mark_eager(PyCodeObject* code) {
+  CodeState* st = ensure_code_state(code);
+  st->entries.clear();
+  st->eager = true;
+}
+
 CodeState* ensure_code_state(PyCodeObject* code) {
   CodeState* st = code_state(code);
   if (st && st != &g_skip) return st;

@@ -19,6 +19,7 @@ struct CacheEntry {
   PyObject* fn = nullptr;     // strong: function object running the transformed code
   PyObject* graph = nullptr;  // strong: the compiled graph it calls
   int nargs = 0;              // argument slots passed to fn
+  bool rerun_on_error = true; // no in-place or random op: a failed run can be redone eagerly
   std::string graph_text;     // for explain/logging
   ~CacheEntry();
 };
@@ -27,6 +28,7 @@ struct CodeState {
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently hit first
   int compiles = 0;
   bool limit_logged = false;
+  bool eager = false;  // learned: capture failed or found no tensor op; forgotten by reset()
 };
 
 // Sentinel stored in co_extra for skipped code.
@@ -35,7 +37,8 @@ CodeState* skip_marker();
 // Borrowed; nullptr if never seen. NB: the slot index is requested once, at import.
 CodeState* code_state(PyCodeObject* code);
 void set_code_state(PyCodeObject* code, CodeState* state);  // takes ownership (or kSkip)
-void mark_skip(PyCodeObject* code);
+void mark_skip(PyCodeObject* code);   // for good: skip rules, fastdyn.skip, transformed code
+void mark_eager(PyCodeObject* code);  // until reset(): run by the default evaluator
 CodeState* ensure_code_state(PyCodeObject* code);
 void init_code_extra();  // once, at module import
 // Drops every cache entry of every code object seen so far (fastdyn.reset()).

@@ -106,6 +106,10 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   }
   if (func && func->func_closure) PyFunction_SetClosure(entry->fn, func->func_closure);
   entry->nargs = symbolic::argument_slots(frame.code);
+  for (const codegen::Node& n : p.trace.graph.nodes) {
+    const codegen::OpCategory c = codegen::op_info(n.op).category;
+    if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) entry->rerun_on_error = false;
+  }
   entry->guards = symbolic::build_guards(p.trace);
 
   const Config& cfg = config();

@@ -40,6 +40,12 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
   // Functions made by one `def` share code but not closures: point the entry at this one's.
   if (fn && target->func_closure != fn->func_closure) PyFunction_SetClosure(entry.fn, fn->func_closure);
   PyObject* result = PyObject_Vectorcall(entry.fn, fd_frame_localsplus(frame), static_cast<size_t>(entry.nargs), nullptr);
+  if (!result && entry.rerun_on_error) {
+    // The graph raised (an index out of range, say). It had no side effects, and the frame is
+    // untouched: run it eagerly so the user sees exactly eager's exception and traceback.
+    PyErr_Clear();
+    return run_previous(tstate, frame, 0);
+  }
   fd_frame_release(tstate, frame);
   return result;
 }
@@ -75,7 +81,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
       PyErr_Clear();
       const char* name = PyUnicode_AsUTF8(code->co_qualname);
       log_event("internal_error", std::string(name ? name : "?") + ": " + e.what() + " (running eagerly)");
-      mark_skip(code);
+      mark_eager(code);
       return nullptr;
     }
   }
@@ -95,7 +101,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
       return st->entries.front().get();
     }
     case CompileOutcome::Kind::NoTensors:
-      if (st->entries.empty()) mark_skip(code);  // NB: frees st
+      if (st->entries.empty()) mark_eager(code);
       return nullptr;
     case CompileOutcome::Kind::Unsupported:
       report_break(out, code);
@@ -104,7 +110,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
         *raise = true;
         return nullptr;
       }
-      if (st->entries.empty()) mark_skip(code);
+      if (st->entries.empty()) mark_eager(code);
       else st->compiles++;  // a failed recompile counts toward the bound: no retrace per call
       return nullptr;
   }
@@ -117,7 +123,7 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   if (mode == Mode::Off || throwflag) return run_previous(tstate, frame, throwflag);
   PyCodeObject* code = fd_frame_code(frame);
   CodeState* st = code_state(code);
-  if (st == skip_marker()) return run_previous(tstate, frame, throwflag);
+  if (st == skip_marker() || (st && st->eager && !fullgraph)) return run_previous(tstate, frame, throwflag);
   if (!st) {
     if (should_skip(code)) {
       mark_skip(code);
@@ -146,6 +152,7 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   stats().cache_misses++;
   if (mode != Mode::Compile) return run_previous(tstate, frame, throwflag);
   st = ensure_code_state(code);
+  st->eager = false;  // fullgraph retraces a frame that ran eagerly, to raise its break
   if (st->compiles >= config().recompile_limit) {
     if (!st->limit_logged) {
       st->limit_logged = true;

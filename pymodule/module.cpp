@@ -60,6 +60,17 @@ py::dict explain(py::handle fn, py::list slots) {
   if (static_cast<int>(py::len(slots)) != nargs) throw py::value_error("fastdyn.explain: wrong number of argument slots");
   std::vector<PyObject*> localsplus(static_cast<size_t>(code->co_nlocalsplus), nullptr);
   for (int i = 0; i < nargs; ++i) localsplus[static_cast<size_t>(i)] = slots[static_cast<size_t>(i)].ptr();
+  eval_hook::CodeState* st = eval_hook::code_state(code);
+  if (st == eval_hook::skip_marker() || eval_hook::should_skip(code)) {
+    py::dict d;
+    d["graph_count"] = 0;
+    d["graph_break_count"] = 0;
+    d["breaks"] = py::list();
+    d["op_counts"] = py::list();
+    d["guards"] = py::list();
+    d["graphs"] = py::list();
+    return d;
+  }
   symbolic::FrameInputs fi;
   fi.code = code;
   fi.localsplus = localsplus.data();

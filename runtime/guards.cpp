@@ -84,9 +84,8 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
     case AccessKind::Builtin: {
       PyObject* dict = a.kind == AccessKind::Global ? f.globals : f.builtins;
       if (!dict) return nullptr;
-      // NB: the accessor caches no interned key; PyDict_GetItemString is fine for the few
-      // globals a graph reads, and it never raises.
-      out = PyDict_GetItemString(dict, a.name.c_str());
+      out = PyDict_GetItemWithError(dict, a.key);
+      if (!out) PyErr_Clear();
       Py_XINCREF(out);
       return out;
     }
@@ -98,11 +97,12 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
     }
     case AccessKind::Attr:
       if (PyModule_CheckExact(parent)) {
-        out = PyDict_GetItemString(PyModule_GetDict(parent), a.name.c_str());
+        out = PyDict_GetItemWithError(PyModule_GetDict(parent), a.key);
+        if (!out) PyErr_Clear();
         Py_XINCREF(out);
         return out;
       }
-      out = PyObject_GetAttrString(parent, a.name.c_str());
+      out = PyObject_GetAttr(parent, a.key);
       if (!out) PyErr_Clear();
       return out;
     case AccessKind::Item:
@@ -230,6 +230,7 @@ size_t count_node(const GuardNode& n) {
 }
 
 void release_node(GuardNode& n) {
+  Py_CLEAR(n.accessor.key);
   for (Check& c : n.checks) Py_CLEAR(c.expected);
   for (auto& child : n.children) release_node(*child);
 }
@@ -252,7 +253,9 @@ GuardNode* GuardTree::node(GuardNode* parent, const Accessor& accessor) {
   for (auto& n : list)
     if (same_accessor(n->accessor, accessor)) return n.get();
   list.push_back(std::make_unique<GuardNode>());
-  list.back()->accessor = accessor;
+  Accessor& a = list.back()->accessor;
+  a = accessor;
+  a.key = PyUnicode_InternFromString(a.name.c_str());
   return list.back().get();
 }
 

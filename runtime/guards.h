@@ -34,6 +34,7 @@ struct Accessor {
   AccessKind kind = AccessKind::Local;
   int index = 0;              // Local slot, Closure index, Item index
   std::string name;           // Global/Builtin/Attr name, and the Local's name for messages
+  PyObject* key = nullptr;    // interned `name` (strong), so the hit path builds no string
 };
 
 struct TensorSpec {

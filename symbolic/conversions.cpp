@@ -193,6 +193,20 @@ codegen::CallArg Tracer::to_call_arg(const SymValue& v) const {
   }
 }
 
+codegen::CallArg Tracer::index_arg(const SymValue& v) const {
+  if (v.kind == SymValue::Kind::Tuple || (v.is_constant() && PyTuple_CheckExact(v.obj))) {
+    std::vector<codegen::CallArg> items;
+    if (v.kind == SymValue::Kind::Tuple) {
+      for (const SymValue& i : v.items) items.push_back(to_call_arg(i));
+    } else {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v.obj); ++i)
+        items.push_back(to_call_arg(SymValue::constant(PyTuple_GET_ITEM(v.obj, i))));
+    }
+    return codegen::CallArg::tuple(std::move(items));
+  }
+  return to_call_arg(v);
+}
+
 PyObject* Tracer::materialize(const SymValue& v) const {
   switch (v.kind) {
     case SymValue::Kind::Constant: return Py_NewRef(v.obj);

@@ -115,6 +115,16 @@ PyObject* tensor_type() {
   return t;
 }
 
+PyObject* module_type() {
+  static PyObject* t = [] {
+    PyObject* nn = PyImport_ImportModule("torch.nn");
+    PyObject* type = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;
+    Py_XDECREF(nn);
+    return type;  // NB: kept for the process
+  }();
+  return t;
+}
+
 struct PyOwned {  // one owned reference, released at scope exit
   PyObject* p;
   explicit PyOwned(PyObject* o) : p(o) {}
@@ -171,7 +181,12 @@ SymValue Tracer::call_family(Family fam, const std::vector<SymValue>& args,
   for (const SymValue& a : args) cargs.push_back(to_call_arg(a));
   std::vector<std::pair<std::string, codegen::CallArg>> ckw;
   for (const auto& [k, v] : kwargs) ckw.emplace_back(k, to_call_arg(v));
-  codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, cargs, ckw);
+  return record(fam, cargs, ckw, what);
+}
+
+SymValue Tracer::record(Family fam, const std::vector<codegen::CallArg>& args,
+                        const std::vector<std::pair<std::string, codegen::CallArg>>& kwargs, const char* what) {
+  codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, args, kwargs);
   if (!r.ok) throw Unsupported(std::string(what) + ": " + r.reason);
   return from_capture(r);
 }
@@ -235,10 +250,19 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     value = PyObject_GetAttrString(o, name.c_str());
   } else {
     // A plain object: only instance-dict attributes are read at trace time (no properties or
-    // descriptors, whose code could have side effects).
+    // descriptors, whose code could have side effects). nn.Module keeps parameters, buffers and
+    // submodules in three dicts that its __getattr__ searches after the instance dict.
     PyObject** dictptr = _PyObject_GetDictPtr(o);
     if (dictptr && *dictptr) {
-      value = PyDict_GetItemString(*dictptr, name.c_str());
+      PyObject* dict = *dictptr;
+      value = PyDict_GetItemString(dict, name.c_str());
+      PyOwned key(PyUnicode_InternFromString(name.c_str()));
+      if (!value && PyObject_IsInstance(o, module_type()) == 1 && !_PyType_Lookup(Py_TYPE(o), key.p)) {
+        for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
+          PyObject* d = PyDict_GetItemString(dict, slot);
+          if (d && PyDict_Check(d) && (value = PyDict_GetItemString(d, name.c_str()))) break;
+        }
+      }
       Py_XINCREF(value);
     }
     if (!value) {
@@ -417,7 +441,7 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
   if (container.is_tensor()) {
     auto fam = family_of_name("operator.getitem");
     if (!fam) throw Unsupported("tensor subscripts are not in the op table");
-    return call_family(*fam, {container, index}, {}, "Tensor.__getitem__");
+    return record(*fam, {to_call_arg(container), index_arg(index)}, {}, "Tensor.__getitem__");
   }
   if ((container.kind == SymValue::Kind::Tuple || container.kind == SymValue::Kind::List ||
        container.kind == SymValue::Kind::NamedTuple) && index.is_constant()) {

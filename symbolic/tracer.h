@@ -32,6 +32,9 @@ class Tracer {
   // A trace-time constant (from co_consts or folding): no guard.
   static SymValue constant(PyObject* obj) { return SymValue::constant(obj); }
   codegen::CallArg to_call_arg(const SymValue& v) const;
+  // A subscript's index: a tuple is a multi-dimensional index (Tuple), a list is advanced
+  // indexing (IntList/TensorList), anything else converts as to_call_arg does.
+  codegen::CallArg index_arg(const SymValue& v) const;
   // New reference to the Python object of a constant-only value (tuples built in the trace too).
   PyObject* materialize(const SymValue& v) const;
   SymValue from_capture(const codegen::CaptureResult& r) const;
@@ -40,6 +43,8 @@ class Tracer {
   // ---- recording ----
   SymValue call_family(codegen::Family fam, const std::vector<SymValue>& args,
                        const std::vector<std::pair<std::string, SymValue>>& kwargs, const char* what);
+  SymValue record(codegen::Family fam, const std::vector<codegen::CallArg>& args,
+                  const std::vector<std::pair<std::string, codegen::CallArg>>& kwargs, const char* what);
 
  private:
   friend struct Handlers;

@@ -113,13 +113,14 @@ def assert_same(got, expected, what="output", check_strides=True, rtol=None, ato
 
 
 def aliasing(outputs, inputs):
-    """Which output tensors share storage with which input tensors (and with each other)."""
+    """Which output tensors share storage with, or are, which input tensors (and each other)."""
     outs, ins = tensors_of(outputs), tensors_of(inputs)
 
     def ptr(t):
         return t.untyped_storage().data_ptr()
-    return ([[ptr(o) == ptr(i) for i in ins] for o in outs],
-            [[ptr(a) == ptr(b) for b in outs] for a in outs])
+    # Storage sharing (views) and object identity (`return x`, `x.add_(y)` returns x itself).
+    return ([[(ptr(o) == ptr(i), o is i) for i in ins] for o in outs],
+            [[(ptr(a) == ptr(b), a is b) for b in outs] for a in outs])
 
 
 # --------------------------------------------------------------------------- the check
@@ -148,11 +149,14 @@ def check(fn, *args, graphs=1, kwargs=None, check_strides=True, rtol=None, atol=
         assert_same(run_kwargs, eager_kwargs, f"{fn.__name__}: {call}: keyword inputs after the call",
                     check_strides, rtol, atol)
         assert aliasing(got, (run_args, run_kwargs)) == eager_alias, (
-            f"{fn.__name__}: {call}: outputs alias inputs differently from eager")
+            f"{fn.__name__}: {call}: outputs alias inputs differently from eager "
+            f"(pairs of (shares storage, is the same object)):\n"
+            f"{aliasing(got, (run_args, run_kwargs))}\n!= eager {eager_alias}")
         if graphs:
             if call == "compile call":
                 assert delta["frames_compiled"] == 1 and delta["cache_misses"] == 1, (
-                    f"{fn.__name__}: the first call should compile the frame once: {delta}")
+                    f"{fn.__name__}: the first call should compile the frame once: {delta}\n"
+                    f"{fastdyn.explain(fn, *clone_tree(args), **clone_tree(kwargs))}")
             else:
                 assert delta["cache_hits"] == 1 and delta["cache_misses"] == 0 and \
                     delta["frames_compiled"] == 0, (

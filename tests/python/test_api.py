@@ -2,6 +2,7 @@
 arguments, nn.Module instances), fastdyn.explain's report, fastdyn.stats and fastdyn.reset, and
 bad arguments."""
 import os
+import re
 
 import pytest
 import torch
@@ -154,6 +155,26 @@ def test_reset_clears_caches_and_counters():
     assert_same(out, three_ops(x))
 
 
+def test_reset_forgets_failed_captures(capsys):
+    f = fastdyn.jit(with_break)
+    f(torch.randn(3))
+    fastdyn.reset()
+    _, d = call_with_stats(f, torch.randn(3))
+    assert d["graph_breaks"] == 1, f"after reset() the frame must be traced afresh: {d}"
+
+
+def skipped_by_user(x):
+    return x * 4
+
+
+def test_reset_keeps_fastdyn_skip():
+    skipped = fastdyn.skip(skipped_by_user)
+    fastdyn.reset()
+    out, d = call_with_stats(fastdyn.jit(skipped), torch.ones(2))
+    assert_same(out, torch.full((2,), 4.0))
+    assert d["frames_compiled"] == 0, f"fastdyn.skip must survive reset(): {d}"
+
+
 # --------------------------------------------------------------------------- explain
 
 def test_explain_reports_graph_ops_and_guards():
@@ -168,11 +189,20 @@ def test_explain_reports_graph_ops_and_guards():
     for name in ("mul", "add", "relu"):
         assert any(name in op for op in ops), f"{name} missing from {ops}"
     assert report.guards and all(isinstance(g, str) for g in report.guards)
-    assert any("float32" in g for g in report.guards), f"no dtype guard on x: {report.guards}"
+    assert any(re.search(r"float32|\bFloat\b", g) for g in report.guards), f"no dtype guard on x: {report.guards}"
     text = str(report)
     assert "relu" in text, text
     for guard in report.guards:
         assert guard in text, f"str(explain) misses the guard {guard!r}:\n{text}"
+
+
+def test_explain_accepts_jitted_functions_and_modules():
+    x = torch.randn(3, 4)
+    assert fastdyn.explain(fastdyn.jit(three_ops), x).graph_count == 1
+    m = ScaledLinear()
+    for target in (m, fastdyn.jit(m)):
+        report = fastdyn.explain(target, x)
+        assert report.graph_count == 1, str(report)
 
 
 def test_explain_counts_ops_per_graph():

@@ -211,6 +211,12 @@ def fails_inside_graph(x, i):
     return y[i]  # RAISE
 
 
+def fails_early_inside_graph(x, i):
+    y = x[i]  # RAISE
+    z = y * 2
+    return z + 1
+
+
 def helper_that_raises(x):
     raise KeyError("from the helper")  # RAISE
 
@@ -263,6 +269,17 @@ def test_exception_inside_a_compiled_graph_propagates():
     assert first <= lineno <= line_of(fails_inside_graph, "# RAISE"), (
         f"line {lineno} is outside fails_inside_graph")
     assert_same(f(x, ok), fails_inside_graph(x, ok))  # still usable afterwards
+
+
+def test_exception_inside_a_compiled_graph_names_the_failing_line():
+    f = fastdyn.jit(fails_early_inside_graph)
+    x = torch.randn(5, 3)
+    f(x, torch.tensor([1, 2]))
+    with pytest.raises(IndexError) as info:
+        f(x, torch.tensor([1, 99]))
+    frames = frames_of(info)
+    expected = ("fails_early_inside_graph", line_of(fails_early_inside_graph, "# RAISE"))
+    assert expected in frames, f"the traceback should point at the failing op's line: {frames}"
 
 
 def test_exception_from_a_callee_keeps_both_frames():
@@ -378,6 +395,19 @@ def test_recompile_bound_falls_back_to_eager():
     assert d["frames_compiled"] == 0, d
 
 
+def test_recompile_bound_is_per_code_object_and_reset_lifts_it():
+    f = fastdyn.jit(bounded)
+    for rank in range(1, 13):
+        f(torch.randn(*([2] * rank)))
+    out, d = call_with_stats(fastdyn.jit(plain), torch.randn(3))
+    assert d["frames_compiled"] == 1, f"another function must not inherit the bound: {d}"
+    fastdyn.reset()
+    x = torch.randn(*([2] * 12))
+    out, d = call_with_stats(f, x)
+    assert d["frames_compiled"] == 1, f"reset() must lift the bound: {d}"
+    assert_same(out, bounded(x))
+
+
 # --------------------------------------------------------------------------- skip
 
 @fastdyn.skip if fastdyn else (lambda fn: fn)
@@ -397,7 +427,11 @@ def test_skip_never_compiles_the_function():
         out, d = call_with_stats(f, x)
         assert_same(out, x * 5)
         assert d["frames_compiled"] == 0 and d["cache_hits"] == 0, d
-    assert fastdyn.explain(skipped_straight, x).graph_count == 0
+
+
+def test_explain_of_a_skipped_function_reports_no_graph():
+    report = fastdyn.explain(skipped_straight, torch.randn(3))
+    assert report.graph_count == 0, f"explain says fastdyn would compile a skipped function:\n{report}"
 
 
 def test_skip_still_compiles_what_it_calls():
@@ -422,6 +456,10 @@ def test_skip_returns_a_callable_with_the_same_behaviour():
 # --------------------------------------------------------------------------- frames without tensors
 
 def no_tensors(a, b):
+    return a * b + 1
+
+
+def no_tensors_with_calls(a, b):
     return a * b + len(str(a))
 
 
@@ -431,8 +469,17 @@ def test_functions_without_tensors_are_not_compiled():
         out, d = call_with_stats(f, 6, 7)
         assert out == 43
         assert d["frames_compiled"] == 0 and d["graphs"] == 0, d
+        assert d["graph_breaks"] == 0, f"code without tensors is not a graph break: {d}"
     report = fastdyn.explain(no_tensors, 6, 7)
-    assert report.graph_count == 0, str(report)
+    assert report.graph_count == 0 and report.graph_break_count == 0, str(report)
+
+
+def test_functions_without_tensors_with_python_calls_run_untouched():
+    f = fastdyn.jit(no_tensors_with_calls)
+    for _ in range(2):
+        out, d = call_with_stats(f, 6, 7)
+        assert out == 43
+        assert d["frames_compiled"] == 0 and d["graphs"] == 0, d
 
 
 def test_functions_without_tensors_under_enable():
@@ -440,12 +487,13 @@ def test_functions_without_tensors_under_enable():
     try:
         s0 = fastdyn.stats()
         out = no_tensors(2, 3)
+        out2 = no_tensors_with_calls(2, 3)
         s1 = fastdyn.stats()
     finally:
         fastdyn.disable()
     d = stats_delta(s0, s1)
-    assert out == 7
-    assert d["frames_compiled"] == 0, d
+    assert (out, out2) == (7, 7)
+    assert d["frames_compiled"] == 0 and d["graphs"] == 0, d
 
 
 # --------------------------------------------------------------------------- graph breaks, fullgraph
@@ -480,8 +528,13 @@ def breaks_on_missing_op(x):
     return torch.kthvalue(y, 2, dim=-1)  # BREAK
 
 
+def breaks_on_item(x):
+    y = x.sum()
+    return x * y.item()  # BREAK
+
+
 BREAKERS = [breaks_on_print, breaks_on_tensor_branch, breaks_on_python_call, breaks_on_loop,
-            breaks_on_missing_op]
+            breaks_on_missing_op, breaks_on_item]
 
 
 @pytest.mark.parametrize("fn", BREAKERS, ids=lambda fn: fn.__name__)
@@ -532,11 +585,18 @@ def test_fullgraph_raises_even_after_a_non_fullgraph_run(capsys):
     assert info.value.lineno == line_of(breaks_on_print, "# BREAK")
 
 
+def breaks_under_enable(x):
+    y = x
+    for _ in range(3):  # BREAK
+        y = y + 1
+    return y
+
+
 def test_enable_with_fullgraph_raises():
     fastdyn.enable(fullgraph=True)
     try:
         try:
-            breaks_on_loop(torch.randn(2))
+            breaks_under_enable(torch.randn(2))
         except fastdyn.GraphBreakError as e:
             raised = e
         else:
@@ -544,7 +604,7 @@ def test_enable_with_fullgraph_raises():
     finally:
         fastdyn.disable()
     assert raised is not None, "enable(fullgraph=True) did not raise GraphBreakError"
-    assert raised.lineno == line_of(breaks_on_loop, "# BREAK")
+    assert raised.lineno == line_of(breaks_under_enable, "# BREAK")
 
 
 # --------------------------------------------------------------------------- FASTDYN_LOG
@@ -603,7 +663,7 @@ def test_log_all_categories(tmp_path):
         f"recompiles: no recompile line for fd_log_pointwise\n{err}")
     assert any("fd_log_bounded" in ln and re.search("limit|bound|eager", ln, re.I) for ln in lines), (
         f"recompiles: nothing says why fd_log_bounded runs eagerly\n{err}")
-    assert re.search(r"float32", err) and re.search(r"3,\s*5", err), (
+    assert re.search(r"float32|\bFloat\b", err) and re.search(r"3,\s*5", err), (
         f"guards: no dtype/size guard of the (3, 5) float32 input\n{err}")
     assert "relu" in err, f"graphs: the graph of fd_log_pointwise (relu) was not printed\n{err}"
     assert "RETURN_VALUE" in err or "RETURN_CONST" in err, f"code: no disassembly\n{err}"

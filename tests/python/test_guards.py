@@ -272,3 +272,69 @@ def test_alternating_inputs_always_get_their_own_entry(order):
     for key in order:
         assert_same(f(*inputs[key]), body(*inputs[key]), f"inputs {key}")
     assert fastdyn.stats()["frames_compiled"] == 2, fastdyn.stats()
+
+
+def make_scaler(scale, offset):
+    def scaler(x):
+        return x * scale + offset
+    return scaler
+
+
+def test_closures_sharing_one_code_object_are_not_stale():
+    double, triple = make_scaler(2.0, torch.zeros(3)), make_scaler(3.0, torch.ones(3))
+    assert double.__code__ is triple.__code__
+    f2, f3 = fastdyn.jit(double), fastdyn.jit(triple)
+    x = torch.randn(3)
+    for _ in range(2):
+        assert_same(f2(x), x * 2.0, "first closure")
+        assert_same(f3(x), x * 3.0 + 1, "second closure (same code, other cells)")
+
+
+class Affine:
+    """A plain object whose attributes a traced method reads."""
+
+    def __init__(self):
+        self.w = torch.randn(4, 3)
+        self.scale = 2.0
+
+    def apply(self, x):
+        return (x @ self.w) * self.scale
+
+
+def test_plain_object_attributes_are_not_stale():
+    obj = Affine()
+    f = fastdyn.jit(obj.apply)
+    x = torch.randn(2, 4)
+    assert_same(f(x), (x @ obj.w) * 2.0)
+    obj.scale = -1.0
+    assert_same(f(x), (x @ obj.w) * -1.0, "after changing a float attribute")
+    obj.w = torch.randn(4, 3)
+    assert_same(f(x), (x @ obj.w) * -1.0, "after rebinding a tensor attribute")
+    obj.w = torch.randn(4, 5, dtype=torch.float64)
+    assert_same(f(x.double()), (x.double() @ obj.w) * -1.0, "after a new shape and dtype")
+    other = Affine()
+    assert_same(fastdyn.jit(other.apply)(x), (x @ other.w) * 2.0, "another instance")
+
+
+def test_varargs_and_kwargs_functions_are_not_stale():
+    def total(*xs, **named):
+        a, b = xs
+        return a + b * named["k"]
+
+    f = fastdyn.jit(total)
+    a, b = torch.randn(3), torch.randn(3)
+    assert_same(f(a, b, k=2.0), a + b * 2.0)
+    assert_same(f(a, b, k=-1.0), a - b)
+    assert_same(f(b, a, k=2.0), b + a * 2.0)
+    with pytest.raises(ValueError):  # the eager error: three values to unpack into two
+        f(a, b, a, k=1.0)
+
+
+def test_parameter_and_plain_tensor_inputs():
+    f = fastdyn.jit(pointwise)
+    p = torch.nn.Parameter(torch.randn(3))
+    out = f(p)
+    assert_same(out, pointwise(p))
+    t = torch.randn(3)
+    assert_same(f(t), pointwise(t))
+    assert not f(t).requires_grad

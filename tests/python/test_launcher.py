@@ -163,14 +163,18 @@ def test_sys_exit_passes_through(mode, exit_arg, scripts):
 # --------------------------------------------------------------------------- uncaught exceptions
 
 RAISE_SCRIPT = """\
-    def inner(n):
-        return 10 // n
+    import torch
+
+
+    def inner(x):
+        y = x * 2 + 1
+        return y.view(7)  # a shape error inside a frame that fastdyn captures
 
 
     def outer():
         try:
-            inner(0)
-        except ZeroDivisionError as e:
+            inner(torch.ones(2, 3))
+        except RuntimeError as e:
             raise ValueError("bad value") from e
 
 

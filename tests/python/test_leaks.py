@@ -23,7 +23,8 @@ def rss_bytes():
 
 
 def live_tensors():
-    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+    # NB: issubclass(type(o)), not isinstance: isinstance trips deprecated torch proxies.
+    return sum(1 for o in gc.get_objects() if issubclass(type(o), torch.Tensor))
 
 
 class Snapshot:

@@ -143,6 +143,31 @@ def inplace_activation_on_local(x):
     return y
 
 
+@case(lambda: (r(3, 4),))
+def alias_then_inplace_operator(x):
+    y = x
+    y += 1
+    return y, x * 2
+
+
+@case(lambda: (r(3, 4),))
+def inplace_through_views_of_input(x):
+    x[:, 1].mul_(3)
+    x.t()[0].add_(1)
+    return x.sum()
+
+
+@case(lambda: (r(3, 4), r(3, 4)))
+def unbound_tensor_methods(x, y):
+    return torch.Tensor.add(x, y), torch.Tensor.relu(x)
+
+
+@case(lambda: (r(3, 4),))
+def returns_same_tensor_twice(x):
+    y = x * 2
+    return y, y, x
+
+
 @case(lambda: (ints(3, 4), r(3, 4)))
 def promotion_int_tensor_with_float(a, x):
     return a + x, a * 1.5, a / 2, a + 1, (a > 2) + a
@@ -468,7 +493,8 @@ def embedding(i, w):
 
 @case(lambda: (r(3, 4),))
 def dropout_inactive(x):
-    return F.dropout(x, p=0.0), F.dropout(x, 0.5, training=False), F.dropout(x, p=0.0, training=True)
+    # NB: eager returns x itself from each of these; the graph must still alias x.
+    return F.dropout(x, p=0.0) * 2, F.dropout(x + 1, 0.5, training=False), F.dropout(x, p=0.0, training=True)
 
 
 @case(lambda: (r(2, 3, 8, 8), r(4, 3, 3, 3), r(4)))

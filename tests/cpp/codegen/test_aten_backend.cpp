@@ -93,6 +93,38 @@ TEST(AtenBackend, TensorListInputMayRepeatValues) {
   expect_same(out[0], at::cat({parts[0], x, parts[0]}, 0));
 }
 
+TEST(AtenBackend, TupleReturnsUnpackInOrder) {
+  const char* text =
+      "graph(%0: f32[3, 5]{5, 1}):\n"
+      "  %1: f32[3]{1}, %2: f32[3]{1} = aten::var_mean.correction(%0, [1], 0, False)\n"
+      "  %3: f32[5]{1}, %4: i64[5]{1} = aten::max.dim(%0, 0, False)\n"
+      "  return (%2, %1, %4, %3)\n";
+  at::Tensor x = at::randn({3, 5});
+  auto out = run_text(text, {x});
+  auto vm = at::var_mean(x, at::IntArrayRef{1}, /*correction=*/0, /*keepdim=*/false);
+  auto mx = at::max(x, 0, false);
+  ASSERT_EQ(out.size(), 4u);
+  expect_same(out[0], std::get<1>(vm));
+  expect_same(out[1], std::get<0>(vm));
+  expect_same(out[2], std::get<1>(mx));
+  expect_same(out[3], std::get<0>(mx));
+}
+
+TEST(AtenBackend, OptionalTensorsAndIntForFloatArguments) {
+  // layer_norm's eps is a float: an Int constant must reach it as a double.
+  const char* text =
+      "graph(%0: f32[2, 4]{4, 1}, %1: f32[4]{1}):\n"
+      "  %2: f32[2, 4]{4, 1} = aten::layer_norm(%0, [4], %1, None, 1, True)\n"
+      "  %3: f32[2, 4]{4, 1} = aten::layer_norm(%0, [4], None, %1, 1e-05, True)\n"
+      "  return (%2, %3)\n";
+  at::Tensor x = at::randn({2, 4});
+  at::Tensor w = at::randn({4});
+  auto out = run_text(text, {x, w});
+  EXPECT_TRUE(at::allclose(out[0], at::layer_norm(x, {4}, w, {}, 1.0)));
+  EXPECT_FALSE(at::allclose(out[0], at::layer_norm(x, {4}, w, {}, 1e-5)));  // eps really was 1
+  EXPECT_TRUE(at::allclose(out[1], at::layer_norm(x, {4}, {}, w, 1e-5)));
+}
+
 TEST(AtenBackend, OptionalTensorListWithNoneIndexes) {
   const char* text =
       "graph(%0: f32[4, 5]{5, 1}, %1: i64[3]{1}):\n"

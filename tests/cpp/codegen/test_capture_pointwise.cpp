@@ -12,6 +12,7 @@
 // them, so eager promotes exactly as `x + 2.5` does.
 #include "codegen/aten_backend.h"
 #include "codegen/binder.h"
+#include "runtime/errors.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -27,7 +28,7 @@ using Tensors = std::vector<at::Tensor>;
 
 // ---- inputs -------------------------------------------------------------------------------------
 
-enum class Layout { C, T, Sliced, Expanded, CL };
+enum class Layout { C, T, Sliced, Expanded, CL, Swap12 };
 
 struct TSpec {
   ST dtype = ST::Float;
@@ -71,6 +72,11 @@ at::Tensor make(const TSpec& s) {
       break;
     }
     case Layout::CL: t = values(s.dtype, base).contiguous(at::MemoryFormat::ChannelsLast); break;
+    case Layout::Swap12: {  // dims 1 and 2 transposed, as attention code does with heads
+      std::swap(base[1], base[2]);
+      t = values(s.dtype, base).transpose(1, 2);
+      break;
+    }
   }
   if (s.requires_grad) {
     t = t.detach().requires_grad_(true);
@@ -105,7 +111,8 @@ A None() { return {-1, CallArg::none()}; }
 A Ints(std::vector<int64_t> v) { return {-1, CallArg::of_ints(std::move(v))}; }
 A DT(ST t) { return {-1, CallArg::of_dtype(t)}; }
 
-// The eager value Python would pass for an argument: a tensor, or a wrapped number.
+// The eager value Python would pass for an argument: a tensor, or a wrapped number (other
+// constants are undefined tensors; eager lambdas index arguments by position).
 at::Tensor eager_value(const A& a, const Tensors& ts) {
   if (a.tensor >= 0) return ts[a.tensor];
   at::Tensor w;
@@ -113,7 +120,7 @@ at::Tensor eager_value(const A& a, const Tensors& ts) {
     case CallArg::Kind::Int: w = at::scalar_tensor(a.c.i, at::kLong); break;
     case CallArg::Kind::Double: w = at::scalar_tensor(a.c.d, at::kDouble); break;
     case CallArg::Kind::Bool: w = at::scalar_tensor(a.c.b, at::kBool); break;
-    default: ADD_FAILURE() << "eager_value of a non-number"; return {};
+    default: return {};  // other constants: the eager lambda spells them itself
   }
   w.unsafeGetTensorImpl()->set_wrapped_number(true);
   return w;
@@ -128,6 +135,7 @@ struct Case {
   std::vector<A> args;
   std::vector<std::pair<std::string, A>> kwargs;
   Eager eager;  // receives the positional args (tensors / wrapped numbers) in order
+  bool random = false;  // values are random (dropout): compare metadata only
 };
 
 std::string describe(const TensorMeta& m) {
@@ -190,8 +198,9 @@ void run_case(const Case& k) {
     EXPECT_EQ(got.strides, want.strides) << "output " << i << ": " << describe(got) << " vs eager " << describe(want);
     EXPECT_EQ(got.requires_grad, want.requires_grad) << "output " << i;
   }
-  // Values through the aten backend.
+  // Values through the aten backend (integer inputs are 1..5: class indices need < 6 classes).
   g.outputs = r.values;
+  if (k.random) return;
   Tensors got = compile_aten(g)->run(graph_in);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -577,6 +586,312 @@ TEST(CapturePointwise, EveryFamilyHasPythonNames) {
     auto f = static_cast<Family>(i);
     EXPECT_FALSE(family_python_names(f).empty()) << family_name(f);
   }
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
+
+namespace fastdyn::codegen {
+namespace {
+
+// ---- reductions ---------------------------------------------------------------------------------
+
+TEST(CaptureReductions, MatchEager) {
+  const std::vector<Case> cases = {
+      {"sum_all", Family::sum, {F({3, 4}, Layout::T)}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{t[0].sum()}; }},
+      {"sum_dim", Family::sum, {F({2, 3, 4}, Layout::Sliced)}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].sum(1)}; }},
+      {"sum_dims_keepdim", Family::sum, {F({2, 3, 4, 5}, Layout::CL)}, {T(0), Ints({1, -1})}, {{"keepdim", B(true)}},
+       [](const Tensors& t) { return Tensors{t[0].sum({1, -1}, true)}; }},
+      {"sum_int_to_long", Family::sum, {{ST::Int, {3, 4}}}, {T(0), I(0)}, {},
+       [](const Tensors& t) { return Tensors{t[0].sum(0)}; }},
+      {"sum_bool", Family::sum, {Bo({3, 4})}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].sum()}; }},
+      {"sum_dtype", Family::sum, {BF({3, 4})}, {T(0), I(1)}, {{"dtype", DT(ST::Float)}},
+       [](const Tensors& t) { return Tensors{t[0].sum(1, false, at::kFloat)}; }},
+      {"sum_requires_grad", Family::sum, {RG(F({3, 4}))}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].sum(1)}; }},
+      {"sum_zero_dim", Family::sum, {F({})}, {T(0), I(-1)}, {}, [](const Tensors& t) { return Tensors{t[0].sum(-1)}; }},
+      {"sum_empty", Family::sum, {F({0, 4})}, {T(0), I(0)}, {}, [](const Tensors& t) { return Tensors{t[0].sum(0)}; }},
+      {"sum_bad_dim", Family::sum, {F({3, 4})}, {T(0), I(2)}, {}, [](const Tensors& t) { return Tensors{t[0].sum(2)}; }},
+      {"sum_repeated_dim", Family::sum, {F({3, 4})}, {T(0), Ints({0, -2})}, {},
+       [](const Tensors& t) { return Tensors{t[0].sum({0, -2})}; }},
+      {"mean_dim", Family::mean, {D({3, 4}, Layout::T)}, {T(0), I(0)}, {{"keepdim", B(true)}},
+       [](const Tensors& t) { return Tensors{t[0].mean(0, true)}; }},
+      {"mean_long_fails", Family::mean, {L({3})}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].mean()}; }},
+      {"mean_long_dtype", Family::mean, {L({3, 2})}, {T(0), I(1)}, {{"dtype", DT(ST::Double)}},
+       [](const Tensors& t) { return Tensors{t[0].mean(1, false, at::kDouble)}; }},
+      {"prod_all_int", Family::prod, {L({3, 4})}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].prod()}; }},
+      {"prod_dim", Family::prod, {F({3, 4}, Layout::T)}, {T(0), I(1), B(true)}, {},
+       [](const Tensors& t) { return Tensors{t[0].prod(1, true)}; }},
+      {"amax_dims", Family::amax, {F({2, 3, 4})}, {T(0), Ints({0, 2})}, {},
+       [](const Tensors& t) { return Tensors{t[0].amax({0, 2})}; }},
+      {"amin_all", Family::amin, {L({2, 3})}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].amin()}; }},
+      {"max_full", Family::max, {F({3, 4}, Layout::T)}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].max()}; }},
+      {"max_dim", Family::max, {F({3, 4}, Layout::T)}, {T(0), I(0)}, {},
+       [](const Tensors& t) { auto r = t[0].max(0); return Tensors{std::get<0>(r), std::get<1>(r)}; }},
+      {"min_dim_keepdim", Family::min, {L({3, 4})}, {T(0), I(-1), B(true)}, {},
+       [](const Tensors& t) { auto r = t[0].min(-1, true); return Tensors{std::get<0>(r), std::get<1>(r)}; }},
+      {"max_other_tensor", Family::max, {F({3, 4}), F({4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::maximum(t[0], t[1])}; }},
+      {"max_requires_grad", Family::max, {RG(F({3, 4}))}, {T(0), I(1)}, {},
+       [](const Tensors& t) { auto r = t[0].max(1); return Tensors{std::get<0>(r), std::get<1>(r)}; }},
+      {"argmax_all_keepdim", Family::argmax, {F({3, 4}, Layout::T)}, {T(0)}, {{"keepdim", B(true)}},
+       [](const Tensors& t) { return Tensors{t[0].argmax(c10::nullopt, true)}; }},
+      {"argmin_dim", Family::argmin, {F({3, 4})}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].argmin(1)}; }},
+      {"all_full_u8", Family::all, {{ST::Byte, {3}}}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].all()}; }},
+      {"any_dim_float", Family::any, {F({3, 4})}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{t[0].any(1)}; }},
+      {"var_default", Family::var, {F({3, 4}, Layout::T)}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].var()}; }},
+      {"var_dim_unbiased_false", Family::var, {F({3, 4})}, {T(0), I(1), B(false)}, {},
+       [](const Tensors& t) { return Tensors{t[0].var(1, false)}; }},
+      {"var_legacy_unbiased", Family::var, {F({3, 4})}, {T(0), B(false)}, {},
+       [](const Tensors& t) { return Tensors{t[0].var(false)}; }},
+      {"std_correction_keepdim", Family::std, {D({3, 4})}, {T(0), I(0)}, {{"correction", I(0)}, {"keepdim", B(true)}},
+       [](const Tensors& t) { return Tensors{at::std(t[0], at::IntArrayRef{0}, at::Scalar(0), true)}; }},
+      {"var_long_fails", Family::var, {L({3})}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].var()}; }},
+      {"var_mean", Family::var_mean, {F({3, 4})}, {T(0), I(1)}, {},
+       [](const Tensors& t) { auto r = at::var_mean(t[0], at::IntArrayRef{1}); return Tensors{std::get<0>(r), std::get<1>(r)}; }},
+      {"std_mean_all", Family::std_mean, {F({3, 4}, Layout::T)}, {T(0)}, {},
+       [](const Tensors& t) { auto r = at::std_mean(t[0]); return Tensors{std::get<0>(r), std::get<1>(r)}; }},
+      {"norm_default", Family::norm, {F({3, 4}, Layout::T)}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::linalg_vector_norm(t[0], 2)}; }},
+      {"norm_p1_dim", Family::norm, {F({3, 4})}, {T(0), I(1), I(1), B(true)}, {},
+       [](const Tensors& t) { return Tensors{at::linalg_vector_norm(t[0], 1, at::IntArrayRef{1}, true)}; }},
+      {"norm_long_fails", Family::norm, {L({3})}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::linalg_vector_norm(t[0], 2)}; }},
+      {"vector_norm_inf", Family::vector_norm, {F({3, 4})}, {T(0), Dbl(INFINITY), Ints({0})}, {},
+       [](const Tensors& t) { return Tensors{at::linalg_vector_norm(t[0], INFINITY, at::IntArrayRef{0})}; }},
+      {"logsumexp", Family::logsumexp, {F({3, 4}, Layout::T)}, {T(0), I(1)}, {{"keepdim", B(true)}},
+       [](const Tensors& t) { return Tensors{at::logsumexp(t[0], {1}, true)}; }},
+      {"logsumexp_long", Family::logsumexp, {L({3, 4})}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{at::logsumexp(t[0], {1})}; }},
+      {"cumsum_transposed", Family::cumsum, {F({3, 4}, Layout::T)}, {T(0), I(0)}, {},
+       [](const Tensors& t) { return Tensors{at::cumsum(t[0], 0)}; }},
+      {"cumsum_bool", Family::cumsum, {Bo({3, 4})}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{at::cumsum(t[0], 1)}; }},
+      {"cumprod_dtype", Family::cumprod, {L({3, 4})}, {T(0), I(1)}, {{"dtype", DT(ST::Double)}},
+       [](const Tensors& t) { return Tensors{at::cumprod(t[0], 1, at::kDouble)}; }},
+      {"count_nonzero_all", Family::count_nonzero, {F({3, 4}, Layout::T)}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::count_nonzero(t[0])}; }},
+      {"count_nonzero_dim", Family::count_nonzero, {L({3, 4})}, {T(0), I(0)}, {},
+       [](const Tensors& t) { return Tensors{at::count_nonzero(t[0], c10::optional<int64_t>(0))}; }},
+      {"softmax_transposed", Family::softmax, {F({3, 4}, Layout::T)}, {T(0), I(0)}, {},
+       [](const Tensors& t) { return Tensors{at::softmax(t[0], 0)}; }},
+      {"softmax_channels_last", Family::softmax, {F({2, 3, 4, 5}, Layout::CL)}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{at::softmax(t[0], 1)}; }},
+      {"softmax_long_fails", Family::softmax, {L({3})}, {T(0), I(0)}, {},
+       [](const Tensors& t) { return Tensors{at::softmax(t[0], 0)}; }},
+      {"softmax_long_dtype", Family::softmax, {L({3})}, {T(0), I(0), DT(ST::Double)}, {},
+       [](const Tensors& t) { return Tensors{at::softmax(t[0], 0, at::kDouble)}; }},
+      {"softmax_fn_stacklevel", Family::softmax_fn, {F({2, 3})}, {T(0), I(-1), I(5)}, {{"dtype", DT(ST::Double)}},
+       [](const Tensors& t) { return Tensors{at::softmax(t[0], -1, at::kDouble)}; }},
+      {"softmax_fn_implicit_dim", Family::softmax_fn, {F({2, 3, 4})}, {T(0)}, {},
+       [](const Tensors& t) { return Tensors{at::softmax(t[0], 0)}; }},
+      {"softmax_bad_dim", Family::softmax, {F({2, 3})}, {T(0), I(3)}, {},
+       [](const Tensors& t) { return Tensors{at::softmax(t[0], 3)}; }},
+      {"log_softmax", Family::log_softmax, {BF({3, 4}, Layout::Sliced)}, {T(0), I(1)}, {},
+       [](const Tensors& t) { return Tensors{at::log_softmax(t[0], 1)}; }},
+      {"log_softmax_fn", Family::log_softmax_fn, {RG(F({3, 4}))}, {T(0)}, {{"dim", I(1)}},
+       [](const Tensors& t) { return Tensors{at::log_softmax(t[0], 1)}; }},
+  };
+  for (const auto& k : cases) run_case(k);
+}
+
+// ---- nn and linear algebra ----------------------------------------------------------------------
+
+TEST(CaptureNN, MatchEager) {
+  const std::vector<Case> cases = {
+      {"matmul_2d_transposed", Family::matmul, {F({3, 4}, Layout::T), F({4, 2})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_1d_1d", Family::matmul, {F({4}), F({4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_2d_1d", Family::matmul, {F({3, 4}), F({4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_1d_3d", Family::matmul, {F({4}), F({2, 4, 5})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_3d_2d_transposed", Family::matmul, {F({2, 4, 5}, Layout::T), F({2, 3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_heads_transposed", Family::matmul, {F({2, 3, 4, 5}, Layout::Swap12), F({2, 3, 5, 4}, Layout::Swap12)},
+       {T(0), T(1)}, {}, [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_3d_2d_heads_transposed", Family::matmul, {F({2, 4, 5}, Layout::Swap12), F({5, 3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_2d_3d", Family::matmul, {F({3, 4}), F({2, 4, 5})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_broadcast_batch", Family::matmul, {F({2, 1, 3, 4}), F({5, 4, 2})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_requires_grad", Family::matmul, {RG(F({3, 4})), F({4, 2})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_long", Family::matmul, {L({3, 4}), L({4, 2})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_mismatch_fails", Family::matmul, {F({3, 4}), F({5, 2})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"matmul_dtype_mismatch_fails", Family::matmul, {F({3, 4}), D({4, 2})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::matmul(t[0], t[1])}; }},
+      {"mm", Family::mm, {F({3, 4}), F({4, 2}, Layout::T)}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::mm(t[0], t[1])}; }},
+      {"bmm", Family::bmm, {F({2, 3, 4}), F({2, 4, 5})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::bmm(t[0], t[1])}; }},
+      {"addmm", Family::addmm, {F({5}), F({3, 4}, Layout::T), F({4, 5})}, {T(0), T(1), T(2)},
+       {{"beta", Dbl(0.5)}, {"alpha", I(2)}},
+       [](const Tensors& t) { return Tensors{at::addmm(t[0], t[1], t[2], 0.5, 2)}; }},
+      {"baddbmm", Family::baddbmm, {F({2, 3, 5}), F({2, 3, 4}), F({2, 4, 5})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::baddbmm(t[0], t[1], t[2])}; }},
+      {"outer", Family::outer, {F({3}), F({4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::outer(t[0], t[1])}; }},
+      {"dot", Family::dot, {D({4}), D({4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::dot(t[0], t[1])}; }},
+      {"linear_transposed_input", Family::linear, {F({3, 4}, Layout::T), F({5, 4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::linear(t[0], t[1])}; }},
+      {"linear_3d_bias", Family::linear, {F({2, 4, 5}, Layout::T), F({6, 2}), F({6})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::linear(t[0], t[1], t[2])}; }},
+      {"linear_weight_transposed", Family::linear, {RG(F({3, 4})), F({5, 4}, Layout::T), F({5})}, {T(0), T(1), T(2)},
+       {}, [](const Tensors& t) { return Tensors{at::linear(t[0], t[1], t[2])}; }},
+      {"linear_bad_features", Family::linear, {F({3, 4}), F({5, 3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::linear(t[0], t[1])}; }},
+      {"layer_norm", Family::layer_norm, {F({3, 4}, Layout::T), F({4}), F({4})}, {T(0), Ints({4}), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::layer_norm(t[0], {4}, t[2], t[3])}; }},
+      {"layer_norm_channels_last", Family::layer_norm, {F({2, 3, 4, 5}, Layout::CL)}, {T(0), Ints({4, 5})},
+       {{"eps", Dbl(1e-3)}}, [](const Tensors& t) { return Tensors{at::layer_norm(t[0], {4, 5}, {}, {}, 1e-3)}; }},
+      {"layer_norm_bad_shape", Family::layer_norm, {F({3, 4})}, {T(0), Ints({3})}, {},
+       [](const Tensors& t) { return Tensors{at::layer_norm(t[0], {3})}; }},
+      {"rms_norm", Family::rms_norm, {F({3, 4}, Layout::T), F({4})}, {T(0), Ints({4}), T(1)}, {{"eps", Dbl(1e-6)}},
+       [](const Tensors& t) { return Tensors{at::rms_norm(t[0], {4}, t[2], 1e-6)}; }},
+      {"group_norm_channels_last", Family::group_norm, {F({2, 4, 3, 3}, Layout::CL), F({4}), F({4})},
+       {T(0), I(2), T(1), T(2)}, {}, [](const Tensors& t) { return Tensors{at::group_norm(t[0], 2, t[2], t[3])}; }},
+      {"group_norm_transposed", Family::group_norm, {F({2, 4, 3, 3}, Layout::T)}, {T(0), I(2)}, {},
+       [](const Tensors& t) { return Tensors{at::group_norm(t[0], 2)}; }},
+      {"group_norm_3d", Family::group_norm, {F({2, 4, 5})}, {T(0), I(4)}, {},
+       [](const Tensors& t) { return Tensors{at::group_norm(t[0], 4)}; }},
+      {"group_norm_bad_groups", Family::group_norm, {F({2, 4, 5})}, {T(0), I(3)}, {},
+       [](const Tensors& t) { return Tensors{at::group_norm(t[0], 3)}; }},
+      {"batch_norm_eval_cl", Family::batch_norm, {F({2, 3, 4, 5}, Layout::CL), F({3}), F({3}, Layout::Expanded)},
+       {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) {
+         return Tensors{at::batch_norm(t[0], {}, {}, t[1], t[2].abs(), false, 0.1, 1e-5, true)};
+       }},
+      {"batch_norm_eval_2d_transposed", Family::batch_norm, {F({3, 4}, Layout::T), F({4}), F({4}), F({4}), F({4})},
+       {T(0), T(1), T(2), T(3), T(4)}, {},
+       [](const Tensors& t) { return Tensors{at::batch_norm(t[0], t[3], t[4], t[1], t[2], false, 0.1, 1e-5, true)}; }},
+      {"dropout_training", Family::dropout, {F({3, 4}, Layout::T)}, {T(0), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{at::dropout(t[0], 0.5, true)}; }, true},
+      {"dropout_training_sliced", Family::dropout, {F({3, 4}, Layout::Sliced)}, {T(0), Dbl(0.2)}, {},
+       [](const Tensors& t) { return Tensors{at::dropout(t[0], 0.2, true)}; }, true},
+      {"dropout_training_expanded", Family::dropout, {F({3, 4}, Layout::Expanded)}, {T(0), Dbl(0.2)}, {},
+       [](const Tensors& t) { return Tensors{at::dropout(t[0], 0.2, true)}; }, true},
+      {"dropout_eval_is_identity", Family::dropout, {F({3, 4}, Layout::T)}, {T(0)}, {{"training", B(false)}},
+       [](const Tensors& t) { return Tensors{t[0]}; }},
+      {"dropout_bad_p", Family::dropout, {F({3})}, {T(0), Dbl(1.5)}, {},
+       [](const Tensors& t) { return Tensors{at::dropout(t[0], 1.5, true)}; }},
+      {"embedding", Family::embedding, {L({2, 3}), F({6, 4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::embedding(t[1], t[0])}; }},
+      {"embedding_padding_idx", Family::embedding, {L({5}), RG(F({6, 4}))}, {T(0), T(1), I(-1)}, {},
+       [](const Tensors& t) { return Tensors{at::embedding(t[1], t[0], 5)}; }},
+      {"embedding_float_index_fails", Family::embedding, {F({5}), F({6, 4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::embedding(t[1], t[0])}; }},
+      {"conv2d_padding", Family::conv2d, {F({2, 3, 8, 8}), F({4, 3, 3, 3}), F({4})}, {T(0), T(1), T(2)},
+       {{"padding", I(1)}}, [](const Tensors& t) { return Tensors{at::conv2d(t[0], t[1], t[2], at::IntArrayRef{1}, at::IntArrayRef{1})}; }},
+      {"conv2d_channels_last_stride", Family::conv2d, {F({2, 3, 9, 8}, Layout::CL), F({6, 3, 3, 3})}, {T(0), T(1)},
+       {{"stride", Ints({2, 1})}, {"dilation", I(2)}},
+       [](const Tensors& t) { return Tensors{at::conv2d(t[0], t[1], at::Tensor(), at::IntArrayRef{2, 1}, at::IntArrayRef{0}, at::IntArrayRef{2})}; }},
+      {"conv2d_groups_same", Family::conv2d, {F({1, 4, 5, 5}), F({4, 2, 3, 3})}, {T(0), T(1)},
+       {{"padding", Str("same")}, {"groups", I(2)}},
+       [](const Tensors& t) { return Tensors{at::conv2d(t[0], t[1], at::Tensor(), at::IntArrayRef{1}, c10::string_view("same"), at::IntArrayRef{1}, 2)}; }},
+      {"conv2d_unbatched", Family::conv2d, {F({3, 6, 6}), F({2, 3, 3, 3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::conv2d(t[0], t[1])}; }},
+      {"conv2d_channel_mismatch", Family::conv2d, {F({1, 3, 5, 5}), F({2, 4, 3, 3})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::conv2d(t[0], t[1])}; }},
+      {"conv1d", Family::conv1d, {F({2, 3, 8}), F({4, 3, 3})}, {T(0), T(1)}, {{"stride", I(2)}, {"padding", I(1)}},
+       [](const Tensors& t) { return Tensors{at::conv1d(t[0], t[1], at::Tensor(), at::IntArrayRef{2}, at::IntArrayRef{1})}; }},
+      {"conv1d_valid", Family::conv1d, {F({2, 3, 8}), F({4, 3, 3})}, {T(0), T(1)}, {{"padding", Str("valid")}},
+       [](const Tensors& t) { return Tensors{at::conv1d(t[0], t[1], at::Tensor(), at::IntArrayRef{1}, c10::string_view("valid"))}; }},
+      {"sdpa", Family::scaled_dot_product_attention, {F({2, 4, 6, 8}), F({2, 4, 6, 8}), F({2, 4, 6, 8})},
+       {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      {"sdpa_causal_heads_transposed", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Swap12), F({2, 4, 6, 8}, Layout::Swap12), F({2, 4, 6, 8}, Layout::Swap12)}, {T(0), T(1), T(2)}, {{"is_causal", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, true)}; }},
+      {"sdpa_bool_mask_v_dim", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}), F({2, 4, 5, 8}), F({2, 4, 5, 3}), Bo({6, 5})}, {T(0), T(1), T(2), T(3)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], t[3])}; }},
+      {"sdpa_query_heads_transposed_only", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Swap12), F({2, 4, 6, 8}), F({2, 4, 6, 8})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      {"sdpa_fully_permuted_math_path", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::T), F({2, 4, 6, 8}), F({2, 4, 6, 8})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      {"sdpa_3d_scale", Family::scaled_dot_product_attention, {F({4, 6, 8}), F({4, 6, 8}), F({4, 6, 8})},
+       {T(0), T(1), T(2)}, {{"scale", Dbl(0.5)}},
+       [](const Tensors& t) {
+         return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, false, 0.5)};
+       }},
+      {"sdpa_dropout", Family::scaled_dot_product_attention, {F({2, 4, 6, 8}), F({2, 4, 6, 8}), F({2, 4, 6, 8})},
+       {T(0), T(1), T(2), None(), Dbl(0.5)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.5)}; }, true},
+      {"sdpa_requires_grad", Family::scaled_dot_product_attention,
+       {RG(F({2, 4, 6, 8})), F({2, 4, 6, 8}), F({2, 4, 6, 8})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      {"pad_transposed", Family::pad, {F({3, 4}, Layout::T)}, {T(0), Ints({1, 2})}, {},
+       [](const Tensors& t) { return Tensors{at::pad(t[0], {1, 2})}; }},
+      {"pad_channels_last_value", Family::pad, {F({2, 3, 4, 5}, Layout::CL)}, {T(0), Ints({1, 1, 0, -1})},
+       {{"value", Dbl(2.0)}}, [](const Tensors& t) { return Tensors{at::pad(t[0], {1, 1, 0, -1}, "constant", 2.0)}; }},
+      {"pad_sliced", Family::pad, {F({2, 3, 4}, Layout::Sliced)}, {T(0), Ints({2, 0, 1, 1})}, {},
+       [](const Tensors& t) { return Tensors{at::pad(t[0], {2, 0, 1, 1})}; }},
+      {"pad_reflect_unsupported", Family::pad, {F({1, 3, 4})}, {T(0), Ints({1, 1})}, {{"mode", Str("reflect")}},
+       [](const Tensors& t) -> Tensors { throw std::runtime_error("unsupported here"); }},
+      {"normalize_transposed", Family::normalize, {F({3, 4}, Layout::T)}, {T(0)}, {},
+       [](const Tensors& t) {
+         return Tensors{at::div(t[0], at::linalg_vector_norm(t[0], 2, at::IntArrayRef{1}, true).clamp_min(1e-12).expand_as(t[0]))};
+       }},
+      {"mse_loss", Family::mse_loss, {F({3, 4}), F({3, 4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::mse_loss(t[0], t[1])}; }},
+      {"mse_loss_none_transposed", Family::mse_loss, {F({3, 4}, Layout::T), F({3, 4}, Layout::T)}, {T(0), T(1)},
+       {{"reduction", Str("none")}}, [](const Tensors& t) { return Tensors{at::mse_loss(t[0], t[1], 0)}; }},
+      {"cross_entropy", Family::cross_entropy, {RG(F({4, 6})), L({4})}, {T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::cross_entropy_loss(t[0], t[1])}; }},
+      {"cross_entropy_none_3d", Family::cross_entropy, {F({2, 6, 3}), L({2, 3})}, {T(0), T(1)},
+       {{"reduction", Str("none")}, {"label_smoothing", Dbl(0.1)}},
+       [](const Tensors& t) { return Tensors{at::cross_entropy_loss(t[0], t[1], {}, 0, -100, 0.1)}; }},
+  };
+  for (const auto& k : cases) run_case(k);
+}
+
+// ---- the binder machinery ---------------------------------------------------------------------------
+
+TEST(Binder, VarargsGatherIntsAndTuples) {
+  Signature sig("view(Tensor self, int[] *size)");
+  Graph g;
+  ValueId x = g.add_input(meta_of(at::zeros({6})));
+  BoundArgs a;
+  ASSERT_FALSE(sig.bind({CallArg::tensor(x), CallArg::of_int(2), CallArg::of_int(3)}, {}, a));
+  EXPECT_EQ(a.ints("size"), (std::vector<int64_t>{2, 3}));
+  ASSERT_FALSE(sig.bind({CallArg::tensor(x), CallArg::of_ints({3, 2})}, {}, a));
+  EXPECT_EQ(a.ints("size"), (std::vector<int64_t>{3, 2}));
+  ASSERT_FALSE(sig.bind({CallArg::tensor(x)}, {{"size", CallArg::of_ints({6})}}, a));
+  EXPECT_EQ(a.ints("size"), (std::vector<int64_t>{6}));
+  auto err = sig.bind({CallArg::tensor(x), CallArg::of_int(2), CallArg::of_double(1.5)}, {}, a);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("'size'"), std::string::npos) << *err;
+}
+
+TEST(Binder, DefaultsAndKeywordOnly) {
+  Signature sig("f(Tensor input, int dim=-1, *, float eps=1e-05, str mode='a', int[] pad=[1, 2], bool flag=True)");
+  Graph g;
+  ValueId x = g.add_input(meta_of(at::zeros({2})));
+  BoundArgs a;
+  ASSERT_FALSE(sig.bind({CallArg::tensor(x)}, {{"eps", CallArg::of_int(1)}}, a));
+  EXPECT_EQ(a.integer("dim"), -1);
+  EXPECT_EQ(a.get("eps").kind, CallArg::Kind::Double);  // float parameters normalise ints
+  EXPECT_DOUBLE_EQ(a.number("eps"), 1.0);
+  EXPECT_EQ(a.str("mode"), "a");
+  EXPECT_EQ(a.ints("pad"), (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(a.boolean("flag"));
+  auto err = sig.bind({CallArg::tensor(x), CallArg::of_int(0), CallArg::of_double(1.0)}, {}, a);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("positional"), std::string::npos) << *err;
+  EXPECT_THROW(a.tensor("nope"), fastdyn::InternalError);
+  EXPECT_THROW(Signature("broken(Tensor"), fastdyn::InternalError);
 }
 
 }  // namespace

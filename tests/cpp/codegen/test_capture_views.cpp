@@ -18,10 +18,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/TensorIndexing.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 #include <sstream>
 
 namespace fastdyn::codegen {
@@ -54,7 +58,9 @@ const std::map<std::string, std::function<at::Tensor()>>& layouts() {
 }
 const std::vector<std::string> kAll = {"contig", "transposed", "sliced", "expanded", "inner_t",
                                        "offset", "grad",       "ones",   "empty",    "scalar"};
-const std::vector<std::string> kDense3 = {"contig", "transposed", "sliced", "inner_t", "offset", "grad"};
+// Layouts big enough for the index values the gather/indexing cases use (eager's out-of-range
+// index errors depend on values, which capture cannot see).
+const std::vector<std::string> kIndexable = {"contig", "transposed", "sliced", "expanded", "inner_t", "offset", "grad"};
 
 TensorMeta meta_of(const at::Tensor& t) {
   TensorMeta m;
@@ -110,10 +116,12 @@ struct Case {
   std::function<Tensors()> extra_inputs = nullptr;
 };
 
-struct Outcome {
-  bool ok = false;
-  std::string reason;
-};
+// Exact equality, NaN equal to NaN (bytes reinterpreted by view(dtype) may be NaNs).
+bool same_values(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  if (!c10::isFloatingType(a.scalar_type())) return at::equal(a, b);
+  return at::allclose(a.to(at::kDouble), b.to(at::kDouble), 0.0, 0.0, /*equal_nan=*/true);
+}
 
 Tensors as_list(const at::Tensor& t) { return {t}; }
 Tensors as_list(const std::vector<at::Tensor>& t) { return t; }
@@ -164,7 +172,7 @@ std::string run_case(const Case& c, const Tensors& inputs, const CaptureContext&
     if (!(meta_of(ours[i]) == meta_of(eager[i])))
       fail << "run output " << i << ": " << describe(meta_of(ours[i])) << " vs eager " << describe(meta_of(eager[i]))
            << "; ";
-    if (c.compare_values && !at::equal(ours[i].detach(), eager[i].detach())) fail << "run output " << i << ": values differ; ";
+    if (c.compare_values && !same_values(ours[i].detach(), eager[i].detach())) fail << "run output " << i << ": values differ; ";
     for (size_t j = 0; j < inputs.size(); ++j) {
       if (ours[i].is_alias_of(inputs[j]) != eager[i].is_alias_of(inputs[j]))
         fail << "output " << i << " aliases input " << j << ": ours " << ours[i].is_alias_of(inputs[j]) << ", eager "
@@ -202,6 +210,9 @@ TEST(CaptureViews, ViewAndReshapeMatchEagerOnEveryLayout) {
       {"view(-1)", Family::view, {T(0), I(-1)}, {}, [](auto& x) { return as_list(x[0].view({-1})); }},
       {"view(3, -1)", Family::view, {T(0), I(3), I(-1)}, {}, [](auto& x) { return as_list(x[0].view({3, -1})); }},
       {"view(0, -1)", Family::view, {T(0), I(0), I(-1)}, {}, [](auto& x) { return as_list(x[0].view({0, -1})); }},
+      {"view(f16)", Family::view, {T(0), CallArg::of_dtype(ST::Half)}, {}, [](auto& x) { return as_list(x[0].view(at::kHalf)); }},
+      {"view(i32)", Family::view, {T(0), CallArg::of_dtype(ST::Int)}, {}, [](auto& x) { return as_list(x[0].view(at::kInt)); }},
+      {"view(f64)", Family::view, {T(0), CallArg::of_dtype(ST::Double)}, {}, [](auto& x) { return as_list(x[0].view(at::kDouble)); }},
       {"view(1, 1)", Family::view, {T(0), I(1), I(1)}, {}, [](auto& x) { return as_list(x[0].view({1, 1})); }},
       {"reshape(-1, 4)", Family::reshape, {T(0), I(-1), I(4)}, {}, [](auto& x) { return as_list(x[0].reshape({-1, 4})); }},
       {"reshape((4, 6))", Family::reshape, {T(0), L({4, 6})}, {}, [](auto& x) { return as_list(x[0].reshape({4, 6})); }},
@@ -312,12 +323,19 @@ TEST(CaptureViews, SplitsMatchEager) {
       {"split(2, -1)", Family::split, {T(0), I(2), I(-1)}, {}, [=](auto& x) { return list(x[0].split(2, -1)); }},
       {"split(3, 2)", Family::split, {T(0), I(3), I(2)}, {}, [=](auto& x) { return list(x[0].split(3, 2)); }},
       {"split([1, 2], 1)", Family::split, {T(0), L({1, 2}), I(1)}, {}, [=](auto& x) { return list(x[0].split_with_sizes({1, 2}, 1)); }},
+      {"split(split_size=2)", Family::split, {T(0)}, {{"split_size", I(2)}}, [=](auto& x) { return list(x[0].split(2)); }},
       {"split(1)", Family::split, {T(0), I(1)}, {}, [=](auto& x) { return list(x[0].split(1)); }},
       {"chunk(2, 2)", Family::chunk, {T(0), I(2), I(2)}, {}, [=](auto& x) { return list(x[0].chunk(2, 2)); }},
       {"chunk(3, -1)", Family::chunk, {T(0), I(3), I(-1)}, {}, [=](auto& x) { return list(x[0].chunk(3, -1)); }},
       {"chunk(4, 1)", Family::chunk, {T(0), I(4), I(1)}, {}, [=](auto& x) { return list(x[0].chunk(4, 1)); }},
       {"unbind(1)", Family::unbind, {T(0), I(1)}, {}, [=](auto& x) { return list(x[0].unbind(1)); }},
       {"unbind()", Family::unbind, {T(0)}, {}, [=](auto& x) { return list(x[0].unbind()); }},
+      {"tensor_split(3, -1)", Family::tensor_split, {T(0), I(3), I(-1)}, {}, [=](auto& x) { return list(x[0].tensor_split(3, -1)); }},
+      {"tensor_split(2)", Family::tensor_split, {T(0), I(2)}, {}, [=](auto& x) { return list(x[0].tensor_split(2)); }},
+      {"tensor_split([1, 3, -1], 2)", Family::tensor_split, {T(0), L({1, 3, -1}), I(2)}, {},
+       [=](auto& x) { return list(x[0].tensor_split(std::vector<int64_t>{1, 3, -1}, 2)); }},
+      {"tensor_split([5, 1], 1)", Family::tensor_split, {T(0), L({5, 1}), I(1)}, {},
+       [=](auto& x) { return list(x[0].tensor_split(std::vector<int64_t>{5, 1}, 1)); }},
   };
   run_over(cases, kAll);
 }
@@ -409,7 +427,7 @@ TEST(CaptureViews, IndexSelectGatherTakeAlongDimMatchEager) {
        [](auto& x) { return as_list(at::take_along_dim(x[0], x[1], 1)); }, true,
        [] { return Tensors{at::randint(0, 2, {1, 5, 1}, at::kLong)}; }},
   };
-  run_over(cases, kAll);
+  run_over(cases, kIndexable);
 }
 
 // ---- subscripts ---------------------------------------------------------------------------------
@@ -444,7 +462,7 @@ TEST(CaptureViews, BasicIndexingMatchesEager) {
 TEST(CaptureViews, AdvancedIndexingMatchesEager) {
   using TI = at::indexing::TensorIndex;
   auto i1 = [] { return Tensors{at::tensor({1, 0, 1, 1}, at::kLong)}; };
-  auto i2 = [] { return Tensors{at::tensor({1, 0, 1, 1}, at::kLong), at::tensor({{0}, {2}}, at::kLong)}; };
+  auto i2 = [] { return Tensors{at::tensor({1, 0, 1, 1}, at::kLong), at::tensor({0, 2}, at::kLong).view({2, 1})}; };
   auto with = [](std::function<std::vector<TI>(const Tensors&)> items) {
     return [items](const Tensors& x) { return as_list(x[0].index(items(x))); };
   };
@@ -457,6 +475,7 @@ TEST(CaptureViews, AdvancedIndexingMatchesEager) {
       {"x[:, i, j]", Family::getitem, {T(0), Tup({Sl({}, {}), T(1), T(2)})}, {},
        with([](auto& x) { return std::vector<TI>{Slice(), x[1], x[2]}; }), true, i2},
       {"x[i, j]", Family::getitem, {T(0), Tup({T(1), T(2)})}, {}, with([](auto& x) { return std::vector<TI>{x[1], x[2]}; }), true, i2},
+      {"x[[i, j]]", Family::getitem, {T(0), TL({1, 2})}, {}, with([](auto& x) { return std::vector<TI>{x[1], x[2]}; }), true, i2},
       {"x[1:, i]", Family::getitem, {T(0), Tup({Sl(1, {}), T(1)})}, {}, with([](auto& x) { return std::vector<TI>{Slice(1, None), x[1]}; }), true, i1},
       {"x[i, 0]", Family::getitem, {T(0), Tup({T(1), I(0)})}, {}, with([](auto& x) { return std::vector<TI>{x[1], 0}; }), true, i1},
       {"x[0, :, i]", Family::getitem, {T(0), Tup({I(0), Sl({}, {}), T(1)})}, {}, with([](auto& x) { return std::vector<TI>{0, Slice(), x[1]}; }), true, i1},
@@ -466,13 +485,86 @@ TEST(CaptureViews, AdvancedIndexingMatchesEager) {
       {"x[:, [2, 0, 2]]", Family::getitem, {T(0), Tup({Sl({}, {}), L({2, 0, 2})})}, {},
        with([](auto&) { return std::vector<TI>{Slice(), at::tensor({2, 0, 2}, at::kLong)}; })},
       {"x[i2d]", Family::getitem, {T(0), T(1)}, {}, with([](auto& x) { return std::vector<TI>{x[1]}; }), true,
-       [] { return Tensors{at::tensor({{1, 0}, {0, 1}}, at::kLong).t()}; }},
-      {"x[i0d]", Family::getitem, {T(0), T(1)}, {}, with([](auto& x) { return std::vector<TI>{x[1]}; }), true,
-       [] { return Tensors{at::tensor(1, at::kLong)}; }},
+       [] { return Tensors{at::tensor({1, 0, 0, 1}, at::kLong).view({2, 2}).t()}; }},
       {"x[:, i_int32]", Family::getitem, {T(0), Tup({Sl({}, {}), T(1)})}, {}, with([](auto& x) { return std::vector<TI>{Slice(), x[1]}; }), true,
        [] { return Tensors{at::tensor({2, 1}, at::kInt)}; }},
   };
-  run_over(cases, kAll);
+  run_over(cases, kIndexable);
+}
+
+// Random advanced indices over random layouts: shapes, strides (TensorIterator's layout choice
+// over the restrided source and the broadcast indices) and values must match eager.
+TEST(CaptureViews, AdvancedIndexingFuzzMatchesEager) {
+  using TI = at::indexing::TensorIndex;
+  std::mt19937 rng(1234);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  int checked = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    at::manual_seed(iter);
+    // A source of 1-4 dims with sizes 1-4 in a random layout.
+    const int nd = 1 + pick(4);
+    std::vector<int64_t> sizes;
+    for (int d = 0; d < nd; ++d) sizes.push_back(1 + pick(4));
+    at::Tensor x;
+    switch (pick(4)) {
+      case 0: x = at::randn(sizes); break;
+      case 1: {  // a random permutation of a contiguous tensor
+        std::vector<int64_t> perm(nd);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::vector<int64_t> base(nd);
+        for (int d = 0; d < nd; ++d) base[perm[d]] = sizes[d];
+        x = at::randn(base).permute(perm);
+        break;
+      }
+      case 2: {  // every other element of the last dim
+        auto big = sizes;
+        big.back() *= 2;
+        x = at::randn(big).slice(-1, 0, big.back(), 2);
+        break;
+      }
+      default: {  // the first dim broadcast
+        auto one = sizes;
+        one[0] = 1;
+        x = at::randn(one).expand(sizes);
+      }
+    }
+    // Index items: per dim a slice, an index tensor or (sometimes) None before it.
+    const std::vector<std::vector<int64_t>> bshapes = {{2}, {3}, {2, 1}, {1, 3}, {2, 3}, {1}};
+    const auto& b = bshapes[pick(static_cast<int>(bshapes.size()))];
+    std::vector<TI> eager_items;
+    std::vector<CallArg> items;
+    Tensors inputs{x};
+    bool any_tensor = false;
+    for (int d = 0; d < nd; ++d) {
+      if (pick(5) == 0) {
+        eager_items.emplace_back(None);
+        items.push_back(CallArg::none());
+      }
+      if (pick(2) == 0) {
+        eager_items.emplace_back(Slice());
+        items.push_back(Sl({}, {}));
+        continue;
+      }
+      std::vector<int64_t> ishape = b;  // some dims of the broadcast shape set to 1
+      for (auto& s : ishape)
+        if (pick(3) == 0) s = 1;
+      at::Tensor idx = at::randint(0, sizes[d], ishape, at::kLong);
+      if (idx.dim() >= 2 && pick(2) == 0) idx = idx.t().contiguous().t();  // column-major index
+      eager_items.emplace_back(idx);
+      items.push_back(T(static_cast<int>(inputs.size())));
+      inputs.push_back(idx);
+      any_tensor = true;
+    }
+    if (!any_tensor) continue;
+    Case c{"fuzz", Family::getitem, {T(0), Tup(items)}, {},
+           [eager_items](const Tensors& in) { return as_list(in[0].index(eager_items)); }};
+    std::string err = run_case(c, inputs);
+    EXPECT_TRUE(err.empty()) << "iteration " << iter << " x" << meta::format_ints(x.sizes().vec())
+                             << meta::format_ints(x.strides().vec()) << ": " << err;
+    ++checked;
+  }
+  EXPECT_GT(checked, 200);
 }
 
 // ---- factories and casts ------------------------------------------------------------------------
@@ -500,6 +592,8 @@ TEST(CaptureFactories, SizedFactoriesMatchEager) {
       {"rand(2, 3)", Family::rand, {I(2), I(3)}, {}, [](auto&) { return as_list(at::rand({2, 3})); }, false},
       {"randn((3,), dtype=f64)", Family::randn, {L({3})}, {{"dtype", f64}}, [](auto&) { return as_list(at::randn({3}, at::kDouble)); }, false},
       {"randint(5, (2, 2))", Family::randint, {I(5), L({2, 2})}, {}, [](auto&) { return as_list(at::randint(5, {2, 2})); }, false},
+      {"randint(1, 5, size=(3,))", Family::randint, {I(1), I(5)}, {{"size", L({3})}}, [](auto&) { return as_list(at::randint(1, 5, {3})); }, false},
+      {"zeros(2, device='cpu')", Family::zeros, {I(2)}, {{"device", CallArg::of_string("cpu")}}, [](auto&) { return as_list(at::zeros({2})); }},
       {"randint(1, 5, (3,))", Family::randint, {I(1), I(5), L({3})}, {}, [](auto&) { return as_list(at::randint(1, 5, {3})); }, false},
       {"empty(2, 3)", Family::empty, {I(2), I(3)}, {}, [](auto&) { return as_list(at::empty({2, 3})); }, false},
   };
@@ -560,10 +654,10 @@ TEST(CaptureFactories, CastsCopyOnlyWhenSomethingChanges) {
   run_over(cases, kAll);
 }
 
-TEST(CaptureViews, NoGradModeDropsRequiresGrad) {
+TEST(CaptureViews, NoGradModeDropsRequiresGradOfCopiesNotViews) {
   CaptureContext ctx;
   ctx.grad_enabled = false;
-  at::NoGradGuard no_grad;
+  c10::AutoGradMode no_grad(false);
   const std::vector<Case> cases = {
       {"view(-1)", Family::view, {T(0), I(-1)}, {}, [](auto& x) { return as_list(x[0].view({-1})); }},
       {"clone()", Family::clone, {T(0)}, {}, [](auto& x) { return as_list(x[0].clone()); }},
@@ -618,6 +712,8 @@ TEST(CaptureViews, ErrorsNameTheOpAndTheCulprit) {
       {"getitem too many", Family::getitem, {T(0), Tup({I(0), I(0), I(0), I(0)})}, {}, {"getitem: too many indices for tensor of dimension 3"}, x234},
       {"getitem bounds", Family::getitem, {T(0), I(5)}, {}, {"getitem: index 5 is out of bounds for dimension 0 with size 2"}, x234},
       {"getitem two ellipses", Family::getitem, {T(0), Tup({CallArg::ellipsis(), CallArg::ellipsis()})}, {}, {"getitem:", "single ellipsis"}, x234},
+      {"getitem 0-d index", Family::getitem, {T(0), T(1)}, {}, {"getitem:", "0-dim integer tensor index"},
+       [] { return Tensors{at::randn({4, 4}), at::scalar_tensor(1, at::kLong)}; }},
       {"getitem float", Family::getitem, {T(0), CallArg::of_double(1.0)}, {}, {"getitem:", "valid indices", "float"}, x234},
       {"getitem step", Family::getitem, {T(0), Sl({}, {}, -1)}, {}, {"getitem: step must be greater than zero"}, x234},
       {"gather dtype", Family::gather, {T(0), I(0), T(1)}, {}, {"gather:", "int64 for index"},

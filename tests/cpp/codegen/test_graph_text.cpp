@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -96,6 +97,18 @@ TEST(GraphText, GoldenListsAndMetadataPrintAndParseBack) {
                          {v9}));
   g.outputs = {v8, v7, v9, v2, v3};
   expect_golden(g, "lists_and_meta.txt");
+}
+
+// Every golden in tests/golden/ir/ (including ones other suites add) is in canonical form.
+TEST(GraphText, EveryIrGoldenIsCanonical) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(FASTDYN_GOLDEN_DIR) + "/ir")) {
+    if (entry.path().extension() != ".txt") continue;
+    std::string text = read_golden(entry.path().filename().string());
+    EXPECT_EQ(print_graph(parse_graph(text)), text) << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 2);
 }
 
 // One node carrying every Arg kind, with the awkward values of each: the text form must keep them
