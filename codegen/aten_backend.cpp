@@ -16,6 +16,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <variant>
 
 namespace fastdyn::codegen {
 namespace {
@@ -129,6 +130,19 @@ std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg) {
   return std::nullopt;
 }
 
+// ---- unboxed fast path ----------------------------------------------------------------------
+// Most graph nodes are functional ops whose arguments are tensors and Scalars (add.Tensor,
+// mul.Scalar, relu...). For those a typed (unboxed) call skips the IValue stack and the boxing
+// adapter, which measured ~0.3-0.5 us per op on small tensors. Everything else stays boxed.
+using SigT = at::Tensor(const at::Tensor&);
+using SigTT = at::Tensor(const at::Tensor&, const at::Tensor&);
+using SigTS = at::Tensor(const at::Tensor&, const c10::Scalar&);
+using SigTTS = at::Tensor(const at::Tensor&, const at::Tensor&, const c10::Scalar&);
+using SigTSS = at::Tensor(const at::Tensor&, const c10::Scalar&, const c10::Scalar&);
+using TypedCall = std::variant<std::monostate, c10::TypedOperatorHandle<SigT>, c10::TypedOperatorHandle<SigTT>,
+                               c10::TypedOperatorHandle<SigTS>, c10::TypedOperatorHandle<SigTTS>,
+                               c10::TypedOperatorHandle<SigTSS>>;
+
 // ---- the program --------------------------------------------------------------------------
 
 struct Step {
@@ -142,6 +156,8 @@ struct Step {
   std::vector<ValueId> outputs;
   std::vector<ValueId> release;  // values whose last use is this step
   size_t node_index = 0;
+  TypedCall typed;                  // set when the unboxed fast path applies
+  std::vector<c10::Scalar> scalars; // the fast path's Scalar operands, in order
 };
 
 class AtenExecutable final : public runtime::Executable {
@@ -159,10 +175,14 @@ class AtenExecutable final : public runtime::Executable {
     torch::jit::Stack stack;
     stack.reserve(max_stack_);
     for (const Step& s : steps_) {
-      push_operands(s, table, stack);
-      s.op.callBoxed(stack);
-      take_returns(s, table, stack);
-      stack.clear();
+      if (s.typed.index() != 0) {
+        table[static_cast<size_t>(s.outputs[0])] = call_typed(s, table);
+      } else {
+        push_operands(s, table, stack);
+        s.op.callBoxed(stack);
+        take_returns(s, table, stack);
+        stack.clear();
+      }
       for (ValueId v : s.release) table[static_cast<size_t>(v)].reset();
     }
 
@@ -175,6 +195,18 @@ class AtenExecutable final : public runtime::Executable {
   std::string describe() const override { return "backend aten\n" + print_graph(graph_); }
 
  private:
+  static at::Tensor call_typed(const Step& s, const std::vector<at::Tensor>& table) {
+    auto t = [&](size_t i) -> const at::Tensor& { return table[static_cast<size_t>(s.operands[i].value)]; };
+    switch (s.typed.index()) {
+      case 1: return std::get<1>(s.typed).call(t(0));
+      case 2: return std::get<2>(s.typed).call(t(0), t(1));
+      case 3: return std::get<3>(s.typed).call(t(0), s.scalars[0]);
+      case 4: return std::get<4>(s.typed).call(t(0), t(1), s.scalars[0]);
+      case 5: return std::get<5>(s.typed).call(t(0), s.scalars[0], s.scalars[1]);
+    }
+    throw InternalError("aten backend: bad typed call");
+  }
+
   static void push_operands(const Step& s, const std::vector<at::Tensor>& table, torch::jit::Stack& stack) {
     for (const Operand& o : s.operands) {
       switch (o.kind) {
@@ -313,6 +345,7 @@ class Compiler {
     }
 
     unpack_returns(index, schema, s);
+    choose_typed_call(s);
     for (ValueId v : n.outputs) {
       if (!in_range(v) || defined_[static_cast<size_t>(v)]) fail(index, "output %" + std::to_string(v) + " is out of range or defined twice");
       defined_[static_cast<size_t>(v)] = true;
@@ -320,6 +353,38 @@ class Compiler {
     }
     s.outputs = n.outputs;
     return s;
+  }
+
+  // Picks the unboxed fast path when the schema is (Tensor|Scalar)... -> Tensor and functional.
+  static void choose_typed_call(Step& s) {
+    const c10::FunctionSchema& schema = s.op.schema();
+    if (schema.is_mutable() || schema.returns().size() != 1 || s.outputs.size() != 1 ||
+        schema.returns()[0].real_type()->kind() != c10::TypeKind::TensorType)
+      return;
+    std::string pattern;
+    for (size_t a = 0; a < schema.arguments().size(); ++a) {
+      const c10::TypeKind k = schema.arguments()[a].real_type()->kind();
+      const Operand& o = s.operands[a];
+      if (k == c10::TypeKind::TensorType && o.kind == Operand::Kind::Tensor) {
+        pattern += 'T';
+      } else if (k == c10::TypeKind::NumberType && o.kind == Operand::Kind::Constant && o.constant.isScalar()) {
+        pattern += 'S';
+        s.scalars.push_back(o.constant.toScalar());
+      } else {
+        s.scalars.clear();
+        return;
+      }
+    }
+    try {
+      if (pattern == "T") s.typed = s.op.typed<SigT>();
+      else if (pattern == "TT") s.typed = s.op.typed<SigTT>();
+      else if (pattern == "TS") s.typed = s.op.typed<SigTS>();
+      else if (pattern == "TTS") s.typed = s.op.typed<SigTTS>();
+      else if (pattern == "TSS") s.typed = s.op.typed<SigTSS>();
+    } catch (const c10::Error&) {
+      s.typed = std::monostate();  // the kernel's C++ signature differs: stay boxed
+    }
+    if (s.typed.index() == 0) s.scalars.clear();
   }
 
   // Tensor and Tensor? returns take one output each; at most one Tensor[] return takes the rest.

@@ -170,7 +170,7 @@ CaptureResult sized_factory(BindCall& call, const Signature& sig, const SizedFac
     return fail(f.name, std::string("a floating point dtype is required, got ") + c10::toString(dtype));
   Ints sizes = a.ints("size");
   TensorMeta out;
-  if (!factory_meta(f.name, o, dtype, o.device.value_or(kCpu), sizes, meta::contiguous_strides(sizes), out, err)) return err;
+  if (!factory_meta(f.name, o, dtype, o.device.value_or(kCpu), sizes, contiguous_strides(sizes), out, err)) return err;
   std::vector<Arg> args{Arg::of_ints(sizes)};
   if (fill) args.push_back(number_arg(a.get("fill_value")));
   push_tail(args, dtype, o.device);
@@ -200,7 +200,7 @@ CaptureResult like_factory(BindCall& call, const Signature& sig, const LikeFacto
     return fail(f.name, std::string("a floating point dtype is required, got ") + c10::toString(dtype));
   TensorMeta out;
   // preserve_format: the input's layout is kept (dense inputs keep their exact strides).
-  if (!factory_meta(f.name, o, dtype, o.device.value_or(m.device), m.sizes, meta::preserve_format_strides(m), out, err))
+  if (!factory_meta(f.name, o, dtype, o.device.value_or(m.device), m.sizes, preserve_format_strides(m), out, err))
     return err;
   std::vector<Arg> args{Arg::of_value(self)};
   if (fill) args.push_back(number_arg(a.get("fill_value")));
@@ -220,7 +220,7 @@ CaptureResult new_factory(BindCall& call, const Signature& sig, const char* name
   c10::ScalarType dtype = o.dtype.value_or(m.dtype);
   Ints sizes = a.ints("size");
   TensorMeta out;
-  if (!factory_meta(name, o, dtype, o.device.value_or(m.device), sizes, meta::contiguous_strides(sizes), out, err))
+  if (!factory_meta(name, o, dtype, o.device.value_or(m.device), sizes, contiguous_strides(sizes), out, err))
     return err;
   std::vector<Arg> args{Arg::of_value(self), Arg::of_ints(sizes)};
   if (fill) args.push_back(number_arg(a.get("fill_value")));
@@ -370,7 +370,7 @@ CaptureResult bind_eye(BindCall& call) {
   if (m < 0) return fail("eye", "m must be greater or equal to 0, got " + std::to_string(m));
   c10::ScalarType dtype = o.dtype.value_or(call.ctx.default_dtype);
   TensorMeta out;
-  if (!factory_meta("eye", o, dtype, o.device.value_or(kCpu), {n, m}, meta::contiguous_strides({n, m}), out, err)) return err;
+  if (!factory_meta("eye", o, dtype, o.device.value_or(kCpu), {n, m}, contiguous_strides({n, m}), out, err)) return err;
   std::vector<Arg> args{Arg::of_int(n), Arg::of_int(m)};
   push_tail(args, dtype, o.device);
   return emit_factory(call, OpId::eye_m, std::move(args), out, o.requires_grad);
@@ -399,7 +399,7 @@ CaptureResult bind_randint(BindCall& call) {
   c10::ScalarType dtype = o.dtype.value_or(c10::ScalarType::Long);
   Ints sizes = a.ints("size");
   TensorMeta out;
-  if (!factory_meta("randint", o, dtype, o.device.value_or(kCpu), sizes, meta::contiguous_strides(sizes), out, err))
+  if (!factory_meta("randint", o, dtype, o.device.value_or(kCpu), sizes, contiguous_strides(sizes), out, err))
     return err;
   std::vector<Arg> args{Arg::of_int(low), Arg::of_int(high), Arg::of_ints(sizes)};
   push_tail(args, dtype, o.device);

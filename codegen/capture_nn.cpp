@@ -14,7 +14,11 @@
 
 #include "runtime/errors.h"
 
+#include <cctype>
+#include <functional>
+#include <map>
 #include <numeric>
+#include <set>
 
 namespace fastdyn::codegen {
 
@@ -599,6 +603,157 @@ CaptureResult bind_cross_entropy(BindCall& c) {
                              {Arg::of_value(x), Arg::of_value(t), const_arg(a.get("weight")), Arg::of_int(*red),
                               Arg::of_int(a.integer("ignore_index")), Arg::of_double(a.number("label_smoothing"))},
                              out));
+}
+
+}  // namespace fastdyn::codegen
+
+// ---- einsum -----------------------------------------------------------------------------------
+
+namespace fastdyn::codegen {
+
+// torch.einsum over two operands without repeated subscripts in one operand (those are diagonals:
+// views whose layout we do not model). Such contractions run as one bmm, whose result eager
+// returns contiguous in the requested output order.
+CaptureResult bind_einsum(BindCall& c) {
+  static const Signature sig("einsum(str equation, Tensor[] *operands)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  std::string eq;
+  for (char ch : a.str("equation"))
+    if (ch != ' ') eq += ch;
+  std::vector<ValueId> ops = a.tensors("operands");
+  // NB: one operand gives a view (permute/diagonal); three or more may come back permuted,
+  // depending on eager's contraction path. Only pairs are known to be contiguous.
+  if (ops.size() != 2)
+    return CaptureResult::fail("einsum: only two operands are supported, got " + std::to_string(ops.size()));
+  size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != ops.size())
+    return CaptureResult::fail("einsum: the equation has " + std::to_string(terms.size()) + " operands but " +
+                               std::to_string(ops.size()) + " tensors were given");
+  ST dt = c.graph.meta(ops[0]).dtype;
+  std::map<char, int64_t> size;
+  std::map<char, int> count;
+  std::vector<Ints> ellipsis_shapes;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const TensorMeta& m = c.graph.meta(ops[i]);
+    if (m.dtype != dt) return CaptureResult::fail("einsum: operands must have the same dtype");
+    std::string t = terms[i];
+    size_t ell = t.find("...");
+    std::string letters = ell == std::string::npos ? t : t.substr(0, ell) + t.substr(ell + 3);
+    int64_t n_ell = m.dim() - static_cast<int64_t>(letters.size());
+    if (n_ell < 0 || (ell == std::string::npos && n_ell != 0))
+      return CaptureResult::fail("einsum: subscripts '" + t + "' do not fit operand " + std::to_string(i) +
+                                 " of shape " + shape_str(m.sizes));
+    std::set<char> here;
+    int64_t d = 0;
+    for (size_t j = 0; j < t.size(); ++j) {
+      if (t.compare(j, 3, "...") == 0) {
+        ellipsis_shapes.emplace_back(m.sizes.begin() + d, m.sizes.begin() + d + n_ell);
+        d += n_ell;
+        j += 2;
+        continue;
+      }
+      char ch = t[j];
+      if (!std::isalpha(static_cast<unsigned char>(ch)))
+        return CaptureResult::fail(std::string("einsum: invalid subscript '") + ch + "'");
+      if (!here.insert(ch).second)
+        return CaptureResult::fail(std::string("einsum: repeated subscript '") + ch + "' in one operand (a diagonal) is not supported");
+      int64_t s = m.sizes[static_cast<size_t>(d++)];
+      auto it = size.find(ch);
+      if (it == size.end() || it->second == 1) size[ch] = s;
+      else if (s != 1 && s != it->second)
+        return CaptureResult::fail(std::string("einsum: subscript '") + ch + "' has size " + std::to_string(s) +
+                                   " for operand " + std::to_string(i) + ", which does not broadcast with size " +
+                                   std::to_string(it->second));
+      ++count[ch];
+    }
+  }
+  auto ell_shape = broadcast_shapes(ellipsis_shapes);
+  if (!ell_shape) return CaptureResult::fail("einsum: the '...' dimensions do not broadcast");
+  if (!ell_shape->empty()) {
+    for (size_t i = 0; i < terms.size(); ++i)
+      if (terms[i].find("...") == std::string::npos || c.graph.meta(ops[i]).dim() - static_cast<int64_t>(terms[i].size() - 3) !=
+                                                          static_cast<int64_t>(ell_shape->size()))
+        return CaptureResult::fail("einsum: '...' must cover the same number of dims in both operands");
+  }
+  std::string out = arrow == std::string::npos ? std::string("...") : eq.substr(arrow + 2);
+  if (arrow == std::string::npos)
+    for (const auto& [ch, n] : count)
+      if (n == 1) out += ch;  // implicit output: subscripts seen once, alphabetically
+  if (out.find("...") == std::string::npos && !ell_shape->empty())
+    return CaptureResult::fail("einsum: summing over '...' dimensions is not supported");
+  // Output dims in order; each remembers its size in either operand (1 where absent).
+  struct OutDim { int64_t size, left, right; };
+  std::vector<OutDim> dims;
+  auto label_size = [&](size_t op, char ch) -> int64_t {
+    const std::string& t = terms[op];
+    size_t ell = t.find("...");
+    int64_t n_ell = ell == std::string::npos ? 0 : static_cast<int64_t>(ell_shape->size());
+    int64_t d = 0;
+    for (size_t j = 0; j < t.size(); ++j) {
+      if (t.compare(j, 3, "...") == 0) { d += n_ell; j += 2; continue; }
+      if (t[j] == ch) return c.graph.meta(ops[op]).sizes[static_cast<size_t>(d)];
+      ++d;
+    }
+    return 1;
+  };
+  std::set<char> seen_out;
+  for (size_t j = 0; j < out.size(); ++j) {
+    if (out.compare(j, 3, "...") == 0) {
+      for (size_t e = 0; e < ell_shape->size(); ++e) {
+        int64_t l = c.graph.meta(ops[0]).sizes[terms[0].find("...") + e];
+        int64_t r = c.graph.meta(ops[1]).sizes[terms[1].find("...") + e];
+        dims.push_back({(*ell_shape)[e], l, r});
+      }
+      j += 2;
+      continue;
+    }
+    if (!size.count(out[j]) || !seen_out.insert(out[j]).second)
+      return CaptureResult::fail(std::string("einsum: output subscript '") + out[j] +
+                                 "' must appear once in the output and in some operand");
+    dims.push_back({size[out[j]], label_size(0, out[j]), label_size(1, out[j])});
+  }
+  // Contracted subscripts must be in both operands with the same size (no early sums).
+  bool contracts = false;
+  for (const auto& [ch, n] : count) {
+    if (seen_out.count(ch)) continue;
+    if (n != 2 || label_size(0, ch) != label_size(1, ch) || label_size(0, ch) == 1)
+      return CaptureResult::fail(std::string("einsum: contracting '") + ch +
+                                 "' that is not in both operands with one size is not supported");
+    contracts = true;
+  }
+  if (!contracts) return CaptureResult::fail("einsum: products without a contraction are not supported");
+  // Eager contracts through one bmm over (batch, left-only, right-only) dims, swapping the
+  // operands when every right-only dim precedes every left-only one; the result is dense in
+  // that order.
+  Ints lro, lo, ro, shape;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    shape.push_back(dims[i].size);
+    bool sl = dims[i].left != 1, sr = dims[i].right != 1;
+    (sl && sr ? lro : sl ? lo : ro).push_back(static_cast<int64_t>(i));
+  }
+  if (!lo.empty() && !ro.empty() && ro.back() < lo.front()) std::swap(lo, ro);
+  Ints order = lro;
+  order.insert(order.end(), lo.begin(), lo.end());
+  order.insert(order.end(), ro.begin(), ro.end());
+  Ints strides(shape.size());
+  int64_t acc = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    strides[static_cast<size_t>(order[i])] = acc;
+    acc *= std::max<int64_t>(shape[static_cast<size_t>(order[i])], 1);
+  }
+  const TensorMeta& m0 = c.graph.meta(ops[0]);
+  return tensor_result(emit1(c.graph, OpId::einsum,
+                             {Arg::of_string(a.str("equation")), Arg::of_values(ops), Arg::none()},
+                             make_meta(dt, m0.device, shape, strides, any_requires_grad(c.graph, c.ctx, ops))));
 }
 
 }  // namespace fastdyn::codegen

@@ -101,7 +101,7 @@ CaptureResult expand_to(BindCall& c, const char* op, ValueId self, const Ints& s
 
 ValueId emit_clone(BindCall& c, ValueId self, std::optional<c10::MemoryFormat> format) {
   const TensorMeta& m = c.graph.meta(self);
-  Ints strides = format ? meta::contiguous_strides(m.sizes) : meta::preserve_format_strides(m);
+  Ints strides = format ? contiguous_strides(m.sizes) : preserve_format_strides(m);
   return emit1(c.graph, OpId::clone, {Arg::of_value(self), format ? memory_format_arg(*format) : Arg::none()},
                derived(c, meta::fresh(m, m.sizes, strides), {self}));
 }
@@ -406,7 +406,7 @@ CaptureResult bind_contiguous(BindCall& call) {
   if (!bind_sig(sig, call, a, err)) return err;
   if (!a.is_none("memory_format")) return fail("contiguous", "only the default memory_format is supported");
   ValueId self = a.tensor("input");
-  if (meta::is_contiguous(call.graph.meta(self))) return tensor_result(self);  // eager returns self itself
+  if (is_contiguous(call.graph.meta(self))) return tensor_result(self);  // eager returns self itself
   return tensor_result(emit_clone(call, self, c10::MemoryFormat::Contiguous));
 }
 
@@ -431,7 +431,7 @@ CaptureResult bind_flip(BindCall& call) {
   for (size_t i = 0; i < dims.size(); ++i)
     if (std::count(dims.begin(), dims.end(), dims[i]) > 1)
       return fail("flip", "dim " + std::to_string(dims[i]) + " appears multiple times in the list of dims");
-  TensorMeta out = meta::fresh(m, m.sizes, meta::preserve_format_strides(m));
+  TensorMeta out = meta::fresh(m, m.sizes, preserve_format_strides(m));
   return tensor_result(emit1(call.graph, OpId::flip, {Arg::of_value(self), Arg::of_ints(a.ints("dims"))},
                              derived(call, out, {self})));
 }
@@ -1021,7 +1021,7 @@ MetaResult advanced_index_meta(const TensorMeta& self, std::vector<const TensorM
     auto vs = meta::view_strides(expanded[d].sizes, expanded[d].strides, ishape);
     TensorMeta im = expanded[d];
     im.sizes = ishape;
-    im.strides = vs ? *vs : meta::contiguous_strides(ishape);
+    im.strides = vs ? *vs : contiguous_strides(ishape);
     operands.push_back(meta::broadcast_strides(im, shape));
   }
   Ints out_strides = meta::tensor_iterator_strides(shape, operands);

@@ -28,16 +28,6 @@ std::optional<int64_t> wrap_dim(int64_t dim, int64_t ndim, std::string& error) {
 
 // ---- layouts ------------------------------------------------------------------------------
 
-Ints contiguous_strides(const Ints& sizes) {
-  Ints st(sizes.size());
-  int64_t running = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    st[i] = running;
-    running *= std::max<int64_t>(sizes[i], 1);
-  }
-  return st;
-}
-
 namespace {
 // Dimension order (fastest first) of NHWC and NDHWC.
 const Ints kChannelsLast2dOrder = {1, 3, 2, 0};
@@ -106,37 +96,6 @@ Ints channels_last_strides(const Ints& sizes) {
   return order ? strides_in_order(sizes, *order) : contiguous_strides(sizes);
 }
 
-bool is_contiguous(const TensorMeta& m) {
-  if (m.numel() == 0) return true;
-  int64_t expected = 1;
-  for (size_t i = m.sizes.size(); i-- > 0;) {
-    if (m.sizes[i] == 1) continue;
-    if (m.strides[i] != expected) return false;
-    expected *= m.sizes[i];
-  }
-  return true;
-}
-
-bool is_non_overlapping_and_dense(const TensorMeta& m) {
-  const size_t n = m.sizes.size();
-  if (n == 1) return m.sizes[0] < 2 || m.strides[0] == 1;
-  Ints perm(n);
-  std::iota(perm.begin(), perm.end(), 0);
-  // Size-0/1 dims last (their strides do not matter), the others by increasing stride.
-  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-    if (m.sizes[a] < 2) return false;
-    if (m.sizes[b] < 2) return true;
-    return m.strides[a] < m.strides[b];
-  });
-  int64_t required = 1;
-  for (int64_t d : perm) {
-    if (m.sizes[d] < 2) return true;
-    if (m.strides[d] != required) return false;
-    required *= m.sizes[d];
-  }
-  return true;
-}
-
 MemoryFormat suggest_memory_format(const TensorMeta& m) {
   if (!strides_like_channels_last(m)) return MemoryFormat::Contiguous;
   return m.sizes.size() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::ChannelsLast3d;
@@ -144,26 +103,6 @@ MemoryFormat suggest_memory_format(const TensorMeta& m) {
 
 Ints strides_for_format(const Ints& sizes, MemoryFormat f) {
   return f == MemoryFormat::Contiguous ? contiguous_strides(sizes) : channels_last_strides(sizes);
-}
-
-Ints dense_strides_like(const Ints& sizes, const Ints& strides) {
-  Ints perm = reversed_iota(sizes.size());
-  sort_dims_fastest_first(perm, [&](int64_t a, int64_t b) {
-    if (strides[a] == 0 || strides[b] == 0) return 0;
-    if (strides[a] != strides[b]) return strides[a] < strides[b] ? -1 : 1;
-    return sizes[a] > sizes[b] ? 1 : 0;
-  });
-  Ints out(sizes.size());
-  int64_t running = 1;
-  for (int64_t d : perm) {
-    out[d] = running;
-    if (sizes[d] > 1) running *= sizes[d];
-  }
-  return out;
-}
-
-Ints preserve_format_strides(const TensorMeta& m) {
-  return is_non_overlapping_and_dense(m) ? m.strides : dense_strides_like(m.sizes, m.strides);
 }
 
 Ints to_copy_strides(const TensorMeta& m) { return preserve_format_strides(m); }

@@ -9,6 +9,7 @@
 // without the op name; the binders (capture_views.cpp) prefix it with the op that failed.
 #pragma once
 #include "codegen/graph.h"
+#include "codegen/meta_rules.h"
 
 #include <cstdint>
 #include <optional>
@@ -33,22 +34,16 @@ std::string format_ints(const Ints& v);
 // On failure returns nullopt and sets `error` to ATen's "Dimension out of range" text.
 std::optional<int64_t> wrap_dim(int64_t dim, int64_t ndim, std::string& error);
 
-// ---- layouts ------------------------------------------------------------------------------
-// Row-major strides; a size-0 dimension counts as 1 for the strides outside it.
-Ints contiguous_strides(const Ints& sizes);
+// ---- layouts ----------------------------------------------------------------------------
+// NB: contiguous_strides, is_contiguous, is_non_overlapping_and_dense and preserve_format_strides
+// (empty_like / clone with preserve_format) live in codegen/meta_rules.h; the rules here build
+// on them.
 // NHWC (4-d) / NDHWC (5-d) strides for NCHW / NCDHW sizes.
 Ints channels_last_strides(const Ints& sizes);
-bool is_contiguous(const TensorMeta& m);
-bool is_non_overlapping_and_dense(const TensorMeta& m);
 enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast, ChannelsLast3d };
 // Tensor::suggest_memory_format: channels-last when the strides look like it (4-d/5-d only).
 MemoryFormat suggest_memory_format(const TensorMeta& m);
 Ints strides_for_format(const Ints& sizes, MemoryFormat f);
-// Dense strides that keep the input's dimension order (ATen's infer_dense_strides).
-Ints dense_strides_like(const Ints& sizes, const Ints& strides);
-// empty_like / clone with preserve_format: dense non-overlapping inputs keep their strides,
-// others get dense strides in the same dimension order.
-Ints preserve_format_strides(const TensorMeta& m);
 // _to_copy (Tensor.to, .float(), ...) with preserve_format: the same rule as empty_like.
 Ints to_copy_strides(const TensorMeta& m);
 // The strides TensorIterator gives a freshly allocated output of `shape`, from the strides of

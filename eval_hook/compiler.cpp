@@ -42,8 +42,19 @@ bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplat
       for (size_t i = 0; i < v.items.size(); ++i)
         if (!build_template(v.items[i], g, t.items[i], why)) return false;
       return true;
+    case SymValue::Kind::NamedTuple:
+      if (!v.obj) {
+        why = "returning a named tuple whose type is unknown";
+        return false;
+      }
+      t.kind = runtime::OutputTemplate::Kind::NamedTuple;
+      t.constant = Py_NewRef(v.obj);
+      t.items.resize(v.items.size());
+      for (size_t i = 0; i < v.items.size(); ++i)
+        if (!build_template(v.items[i], g, t.items[i], why)) return false;
+      return true;
     default:
-      why = "returning a value of this kind (named tuple, method, slice) is not supported";
+      why = "returning a value of this kind (method, slice) is not supported";
       return false;
   }
 }

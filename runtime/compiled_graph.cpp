@@ -51,6 +51,15 @@ PyObject* build(const OutputTemplate& t, std::vector<at::Tensor>& outputs, std::
     }
     case OutputTemplate::Kind::Constant:
       return Py_NewRef(t.constant);
+    case OutputTemplate::Kind::NamedTuple: {  // torch.return_types.* are struct sequences
+      OutputTemplate plain = t;
+      plain.kind = OutputTemplate::Kind::Tuple;
+      PyObject* items = build(plain, outputs, wrapped);
+      if (!items) return nullptr;
+      PyObject* r = PyObject_CallOneArg(t.constant, items);
+      Py_DECREF(items);
+      return r;
+    }
     case OutputTemplate::Kind::Tuple:
     case OutputTemplate::Kind::List: {
       const Py_ssize_t n = static_cast<Py_ssize_t>(t.items.size());

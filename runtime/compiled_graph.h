@@ -16,10 +16,10 @@
 namespace fastdyn::runtime {
 
 struct OutputTemplate {
-  enum class Kind : uint8_t { Output, Constant, Tuple, List };
+  enum class Kind : uint8_t { Output, Constant, Tuple, List, NamedTuple };
   Kind kind = Kind::Constant;
   int output = -1;                        // Output: index into the executable's outputs
-  PyObject* constant = nullptr;           // Constant: strong reference
+  PyObject* constant = nullptr;           // Constant: strong reference; NamedTuple: its type
   std::vector<OutputTemplate> items;      // Tuple/List
 
   OutputTemplate() = default;

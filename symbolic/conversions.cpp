@@ -31,6 +31,15 @@ codegen::TensorMeta meta_of(const at::Tensor& t) {
   return m;
 }
 
+// New reference to torch.return_types.<family> (the type eager returns), or nullptr.
+PyObject* named_tuple_type(codegen::Family fam) {
+  PyObject* mod = PyImport_ImportModule("torch.return_types");
+  PyObject* type = mod ? PyObject_GetAttrString(mod, codegen::family_name(fam)) : nullptr;
+  Py_XDECREF(mod);
+  if (!type) PyErr_Clear();
+  return type;
+}
+
 }  // namespace
 
 std::string py_repr(PyObject* o) {
@@ -240,7 +249,7 @@ PyObject* Tracer::materialize(const SymValue& v) const {
   }
 }
 
-SymValue Tracer::from_capture(const codegen::CaptureResult& r) const {
+SymValue Tracer::from_capture(codegen::Family fam, const codegen::CaptureResult& r) const {
   if (r.shape == codegen::CaptureResult::Shape::Tensor) {
     FD_CHECK(r.values.size() == 1, "tensor capture result with " + std::to_string(r.values.size()) + " values");
     return SymValue::of_tensor(r.values[0]);
@@ -251,6 +260,7 @@ SymValue Tracer::from_capture(const codegen::CaptureResult& r) const {
   if (!r.field_names.empty()) {
     t.kind = SymValue::Kind::NamedTuple;
     t.field_names = r.field_names;
+    t.obj = named_tuple_type(fam);
   }
   return t;
 }

@@ -188,7 +188,7 @@ SymValue Tracer::record(Family fam, const std::vector<codegen::CallArg>& args,
                         const std::vector<std::pair<std::string, codegen::CallArg>>& kwargs, const char* what) {
   codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, args, kwargs);
   if (!r.ok) throw Unsupported(std::string(what) + ": " + r.reason);
-  return from_capture(r);
+  return from_capture(fam, r);
 }
 
 SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
@@ -239,6 +239,9 @@ SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
 
 SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   if (owner.is_tensor()) return tensor_attr(owner, name);
+  if (owner.kind == SymValue::Kind::NamedTuple)
+    for (size_t i = 0; i < owner.field_names.size(); ++i)
+      if (owner.field_names[i] == name) return owner.items[i];
   if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
   PyObject* o = owner.obj;
   PyObject* value = nullptr;

@@ -37,7 +37,7 @@ class Tracer {
   codegen::CallArg index_arg(const SymValue& v) const;
   // New reference to the Python object of a constant-only value (tuples built in the trace too).
   PyObject* materialize(const SymValue& v) const;
-  SymValue from_capture(const codegen::CaptureResult& r) const;
+  SymValue from_capture(codegen::Family fam, const codegen::CaptureResult& r) const;
   const codegen::TensorMeta& meta(const SymValue& v) const { return result_.graph.meta(v.tensor); }
 
   // ---- recording ----

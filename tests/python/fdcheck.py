@@ -131,10 +131,14 @@ def stats_delta(before, after):
 
 def check(fn, *args, graphs=1, kwargs=None, check_strides=True, rtol=None, atol=None):
     """Run `fn` eagerly and through fastdyn; they must agree, and fastdyn must find `graphs`
-    graphs. Returns the eager result."""
+    graphs. Where eager raises, fastdyn must raise the same error. Returns the eager result."""
     kwargs = kwargs or {}
     eager_args, eager_kwargs = clone_tree(args), clone_tree(kwargs)
-    expected = fn(*eager_args, **eager_kwargs)
+    try:
+        expected = fn(*eager_args, **eager_kwargs)
+    except Exception as error:  # then fastdyn must raise the same error, every time
+        check_same_error(fn, args, kwargs, error, graphs, eager_args)
+        return error
     eager_alias = aliasing(expected, (eager_args, eager_kwargs))
 
     jitted = fastdyn.jit(fn)
@@ -169,6 +173,26 @@ def check(fn, *args, graphs=1, kwargs=None, check_strides=True, rtol=None, atol=
         assert report.graph_break_count == 0, f"{fn.__name__}: unexpected graph breaks\n{report}"
         assert len(report.op_counts) == graphs, f"{fn.__name__}: op_counts per graph\n{report}"
     return expected
+
+
+def check_same_error(fn, args, kwargs, error, graphs, eager_args):
+    """fastdyn raises eager's `error`, and leaves the inputs as eager left them (an in-place op
+    before the error applied exactly once)."""
+    jitted = fastdyn.jit(fn)
+    for call in ("first call", "second call"):
+        run_args = clone_tree(args)
+        try:
+            jitted(*run_args, **clone_tree(kwargs))
+        except Exception as got:
+            assert_same(run_args, eager_args, f"{fn.__name__}: {call}: inputs after the error")
+            assert type(got) is type(error) and str(got) == str(error), (
+                f"{fn.__name__}: {call}: raised {type(got).__name__}({got}) where eager raised "
+                f"{type(error).__name__}({error})")
+        else:
+            raise AssertionError(f"{fn.__name__}: {call}: eager raised {type(error).__name__}({error}), "
+                                 "fastdyn did not")
+    report = fastdyn.explain(fn, *clone_tree(args), **clone_tree(kwargs))
+    assert report.graph_count == graphs, f"{fn.__name__}: graph_count {report.graph_count} != {graphs}\n{report}"
 
 
 # --------------------------------------------------------------------------- bytecode facts

@@ -282,6 +282,24 @@ def test_exception_inside_a_compiled_graph_names_the_failing_line():
     assert expected in frames, f"the traceback should point at the failing op's line: {frames}"
 
 
+def mutates_then_fails(x, i):
+    x.add_(1)
+    return x[i] * 2  # RAISE
+
+
+def test_exception_after_an_in_place_op_applies_it_exactly_once():
+    f = fastdyn.jit(mutates_then_fails)
+    f(torch.zeros(4), torch.tensor([1]))
+    eager_x, jit_x = torch.zeros(4), torch.zeros(4)
+    bad = torch.tensor([7])
+    with pytest.raises(IndexError) as eager:
+        mutates_then_fails(eager_x, bad)
+    with pytest.raises(type(eager.value)) as info:
+        f(jit_x, bad)
+    assert_same(jit_x, eager_x, "the input mutated before the error")
+    assert "mutates_then_fails" in [name for name, _ in frames_of(info)]
+
+
 def test_exception_from_a_callee_keeps_both_frames():
     f = fastdyn.jit(calls_raising_helper)
     with pytest.raises(KeyError) as info:
@@ -366,6 +384,59 @@ def test_coroutines_are_untouched():
     finally:
         fastdyn.disable()
     assert_same(got, torch.tanh(x) * 2)
+
+
+# --------------------------------------------------------------------------- recursion, tracing
+
+def recurse(x, n):
+    if n == 0:
+        return x
+    return recurse(x + 1, n - 1)
+
+
+def recurse_forever(x):
+    return recurse_forever(x + 1)
+
+
+def test_deep_and_infinite_recursion_under_enable():
+    fastdyn.enable()
+    try:
+        deep = recurse(torch.zeros(2), 800)
+        try:
+            recurse_forever(torch.zeros(2))
+        except RecursionError:
+            overflow = "RecursionError"
+        else:
+            overflow = None
+    finally:
+        fastdyn.disable()
+    assert_same(deep, torch.full((2,), 800.0))
+    assert overflow == "RecursionError", "infinite recursion must end in RecursionError"
+
+
+def traced_by_a_debugger(x):
+    y = x * 2
+    return y + 1
+
+
+def test_a_tracing_debugger_still_sees_every_line():
+    f = fastdyn.jit(traced_by_a_debugger)
+    f(torch.ones(2))  # compiled and cached
+    first = traced_by_a_debugger.__code__.co_firstlineno
+    events = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is traced_by_a_debugger.__code__:
+            events.append((event, frame.f_lineno - first))
+            return tracer
+        return None
+    sys.settrace(tracer)
+    try:
+        out = f(torch.ones(2))
+    finally:
+        sys.settrace(None)
+    assert_same(out, torch.full((2,), 3.0))
+    assert [e for e in events if e[0] == "line"] == [("line", 1), ("line", 2)], events
 
 
 # --------------------------------------------------------------------------- the recompile bound
@@ -661,6 +732,8 @@ def test_log_all_categories(tmp_path):
         f"graph_breaks: no line names log_script.py:{break_line}\n{err}")
     assert any("fd_log_pointwise" in ln and re.search("recompil", ln, re.I) for ln in lines), (
         f"recompiles: no recompile line for fd_log_pointwise\n{err}")
+    assert any("fd_log_pointwise" in ln and re.search(r"dtype|Double|float64", ln) for ln in lines), (
+        f"recompiles: nothing says that the dtype guard of fd_log_pointwise failed\n{err}")
     assert any("fd_log_bounded" in ln and re.search("limit|bound|eager", ln, re.I) for ln in lines), (
         f"recompiles: nothing says why fd_log_bounded runs eagerly\n{err}")
     assert re.search(r"float32|\bFloat\b", err) and re.search(r"3,\s*5", err), (

@@ -338,3 +338,54 @@ def test_parameter_and_plain_tensor_inputs():
     t = torch.randn(3)
     assert_same(f(t), pointwise(t))
     assert not f(t).requires_grad
+
+
+INT_SCALE = 2
+
+
+def scale_ints(a, k):
+    return a * k
+
+
+@pytest.mark.parametrize("first, then", [(2, 2.0), (2.0, 2), (1, True), (True, 1.0)])
+def test_python_scalar_type_is_guarded_not_just_its_value(first, then):
+    # 2 == 2.0 == True in Python, but int64 * 2 is int64 and int64 * 2.0 is float32.
+    f = fastdyn.jit(scale_ints)
+    a = torch.arange(6).view(2, 3)
+    assert_same(f(a, first), scale_ints(a, first), f"k={first!r}")
+    assert_same(f(a, then), scale_ints(a, then), f"k={then!r} after k={first!r}")
+
+
+def scale_by_global(a):
+    return a * INT_SCALE
+
+
+def test_global_rebound_to_an_equal_value_of_another_type(monkeypatch):
+    f = fastdyn.jit(scale_by_global)
+    a = torch.arange(4)
+    assert f(a).dtype == torch.int64
+    monkeypatch.setitem(globals(), "INT_SCALE", 2.0)
+    assert_same(f(a), a * 2.0, "INT_SCALE 2 -> 2.0")
+
+
+def test_none_versus_tensor_argument():
+    def affine(x, w, b):
+        return F.linear(x, w, b)
+
+    f = fastdyn.jit(affine)
+    x, w, b = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    assert_same(f(x, w, b), affine(x, w, b), "with a bias")
+    assert_same(f(x, w, None), affine(x, w, None), "bias None")
+    assert_same(f(x, w, b), affine(x, w, b), "with a bias again")
+
+
+def test_tuple_dtype_and_string_arguments():
+    def configurable(x, dims, dtype, mode):
+        return F.gelu(x.permute(dims), approximate=mode).to(dtype)
+
+    f = fastdyn.jit(configurable)
+    x = torch.randn(2, 3, 4)
+    for args in (((0, 1, 2), torch.float32, "none"), ((2, 0, 1), torch.float32, "none"),
+                 ((2, 0, 1), torch.float64, "none"), ((2, 0, 1), torch.float64, "tanh"),
+                 ((0, 1, 2), torch.float32, "none")):
+        assert_same(f(x, *args), configurable(x, *args), f"arguments {args}")

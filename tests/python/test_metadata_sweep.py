@@ -96,14 +96,19 @@ UNARY_LAYOUTS = {
 }
 
 
+# Eager rejects these (subtraction with a bool tensor): fastdyn must raise the same error, and
+# capture none. And where eager returns its input itself, no graph is left to compile.
+NO_GRAPH = {("sub_alpha", "bool_with_int64"), ("sub_alpha", "float64_with_bool"),
+            ("contiguous", "contiguous")}
+
+
 def binary_cases():
     cases = []
     for op, expr in BINARY_OPS.items():
         for layout, make in {**BINARY_LAYOUTS, **PROMOTIONS}.items():
-            if op == "div" and layout in PROMOTIONS and "bool" in layout:
-                continue  # division by a bool tensor: inf/nan noise, no new rule
             name = f"bin_{op}_{layout}"
-            cases.append(pytest.param(make_fn(name, "x, y", expr), make, id=name))
+            graphs = 0 if (op, layout) in NO_GRAPH else 1
+            cases.append(pytest.param(make_fn(name, "x, y", expr), make, graphs, id=name))
     return cases
 
 
@@ -114,16 +119,18 @@ def unary_cases():
             for dtype in (torch.float32, torch.bfloat16):
                 dname = str(dtype).replace("torch.", "")
                 name = f"un_{op}_{layout}_{dname}"
+                graphs = 0 if (op, layout) in NO_GRAPH else 1
                 cases.append(pytest.param(make_fn(name, "x", expr),
-                                          (lambda make=make, dtype=dtype: (make(dtype),)), id=name))
+                                          (lambda make=make, dtype=dtype: (make(dtype),)), graphs,
+                                          id=name))
     return cases
 
 
-@pytest.mark.parametrize("fn, make_args", binary_cases())
-def test_binary_rule_matches_aten(fn, make_args):
-    check(fn, *make_args())
+@pytest.mark.parametrize("fn, make_args, graphs", binary_cases())
+def test_binary_rule_matches_aten(fn, make_args, graphs):
+    check(fn, *make_args(), graphs=graphs)
 
 
-@pytest.mark.parametrize("fn, make_args", unary_cases())
-def test_unary_rule_matches_aten(fn, make_args):
-    check(fn, *make_args())
+@pytest.mark.parametrize("fn, make_args, graphs", unary_cases())
+def test_unary_rule_matches_aten(fn, make_args, graphs):
+    check(fn, *make_args(), graphs=graphs)

@@ -381,6 +381,32 @@ def tensor_indices(x, i, j):
     return x[i], x[:, j], x[i, 1]
 
 
+@case(lambda: (r(4, 5, 6), torch.tensor([0, 3, 1]), torch.tensor([4, 0, 2]), torch.tensor([[0, 1], [2, 3]])))
+def advanced_indexing(x, i, j, i2):
+    # Non-adjacent tensor indices move their dimension to the front: x[i, :, j] is (3, 5).
+    return x[i, j], x[:, i, j], x[i, :, j], x[i2], x[..., i], x[1, i], x[None, i]
+
+
+@case(lambda: (r(4, 5, 6),))
+def none_ellipsis_and_clamped_slices(x):
+    return x[None, ..., None], x[1, :, None], x[-1, -2, -3], x[..., -1:, ::3], x[1:100], x[5:2]
+
+
+@case(lambda: (r(4, 5, 6),))
+def narrow_uneven_chunks_and_splits(x):
+    return x.narrow(1, 1, 2), x.chunk(4, dim=1), x.split(4, dim=-1), torch.cat((x, x[:, :2]), dim=1)
+
+
+@case(lambda: (r(4, 5, 6),))
+def subscript_of_reduction_results(x):
+    return x.max(dim=1)[0], x.max(dim=1)[1], torch.var_mean(x, 0)[1]
+
+
+@case(lambda: (r(4, 5, 6),))
+def reductions_with_dtype(x):
+    return x.mean(dtype=torch.float64), x.sum(dtype=torch.int32), (x > 0).sum(), (x > 0).float().mean()
+
+
 @case(lambda: (r(4, 6),))
 def chunk_and_unpack(x):
     a, b = x.chunk(2, dim=-1)
@@ -716,6 +742,77 @@ def attention_block(x, w_qkv, b_qkv):
     return y.transpose(1, 2).contiguous().view(b, t, c)
 
 
+# --------------------------------------------------------------------------- eager errors
+# Each of these raises in eager. fastdyn must raise the very same error (type and message) from
+# the user's call, every time, and capture no graph.
+
+ERROR_CASES = []
+
+
+def error_case(make_args):
+    def register(fn):
+        ERROR_CASES.append(pytest.param(fn, make_args, id=fn.__name__))
+        return fn
+    return register
+
+
+@error_case(lambda: (r(4, 5),))
+def err_negative_step(x):
+    return x[::-1] + 1
+
+
+@error_case(lambda: (r(4, 5),))
+def err_index_out_of_range(x):
+    return x[10] * 2
+
+
+@error_case(lambda: (r(4, 5),))
+def err_view_of_wrong_size(x):
+    return x.view(7, -1)
+
+
+@error_case(lambda: (r(4, 5, 6),))
+def err_dim_out_of_range(x):
+    return x.sum(dim=5)
+
+
+@error_case(lambda: (r(4, 5, 6),))
+def err_matmul_shapes(x):
+    return x @ x
+
+
+@error_case(lambda: (r(4, 5, 6),))
+def err_cat_sizes(x):
+    return torch.cat((x, x[:, :2]))
+
+
+@error_case(lambda: (r(4, 5, 6),))
+def err_layer_norm_shape(x):
+    return F.layer_norm(x, (5,))
+
+
+@error_case(lambda: (ints(4, 5),))
+def err_mean_of_integers(a):
+    return a.mean()
+
+
+@error_case(lambda: (r(3, 4), r(4, 3)))
+def err_broadcast(x, y):
+    return x + y
+
+
+@error_case(lambda: (r(3, 4), r(3, 4)))
+def err_bool_subtraction(x, y):
+    return (x > 0) - (y > 0)
+
+
+@error_case(lambda: (r(3, 4), ints(3, 4)))
+def err_in_place_result_type(a, x):
+    a.add_(1)
+    x.add_(0.5)  # float into an int64 tensor in place: a type error after a's update
+    return x
+
+
 # --------------------------------------------------------------------------- the tests
 
 @pytest.mark.no_fastdyn
@@ -745,3 +842,15 @@ def test_eager_reference_is_deterministic(fn, make_args, graphs, opts):
 @pytest.mark.parametrize("fn, make_args, graphs, opts", CASES)
 def test_matches_eager(fn, make_args, graphs, opts):
     check(fn, *make_args(), graphs=graphs, **opts)
+
+
+@pytest.mark.no_fastdyn
+@pytest.mark.parametrize("fn, make_args", ERROR_CASES)
+def test_error_case_raises_in_eager(fn, make_args):
+    with pytest.raises(Exception):
+        fn(*make_args())
+
+
+@pytest.mark.parametrize("fn, make_args", ERROR_CASES)
+def test_raises_eagers_error(fn, make_args):
+    assert isinstance(check(fn, *make_args(), graphs=0), Exception)

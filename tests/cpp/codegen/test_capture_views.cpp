@@ -772,9 +772,9 @@ TEST(MetaViews, DenseAndContiguityPredicatesAgreeWithAten) {
   for (const auto& [name, make] : layouts()) {
     at::Tensor t = make();
     TensorMeta m = meta_of(t);
-    EXPECT_EQ(meta::is_contiguous(m), t.is_contiguous()) << name;
-    EXPECT_EQ(meta::is_non_overlapping_and_dense(m), t.is_non_overlapping_and_dense()) << name;
-    EXPECT_EQ(meta::preserve_format_strides(m), at::empty_like(t).strides().vec()) << name;
+    EXPECT_EQ(is_contiguous(m), t.is_contiguous()) << name;
+    EXPECT_EQ(is_non_overlapping_and_dense(m), t.is_non_overlapping_and_dense()) << name;
+    EXPECT_EQ(preserve_format_strides(m), at::empty_like(t).strides().vec()) << name;
   }
 }
 
