@@ -678,12 +678,15 @@ CaptureResult bind_einsum(BindCall& c) {
   }
   auto ell_shape = broadcast_shapes(ellipsis_shapes);
   if (!ell_shape) return CaptureResult::fail("einsum: the '...' dimensions do not broadcast");
-  if (!ell_shape->empty()) {
-    for (size_t i = 0; i < terms.size(); ++i)
-      if (terms[i].find("...") == std::string::npos || c.graph.meta(ops[i]).dim() - static_cast<int64_t>(terms[i].size() - 3) !=
-                                                          static_cast<int64_t>(ell_shape->size()))
-        return CaptureResult::fail("einsum: '...' must cover the same number of dims in both operands");
-  }
+  // Size of ellipsis dim `e` (of the broadcast ellipsis) in operand `op`: right-aligned, 1 if absent.
+  auto ell_size = [&](size_t op, size_t e) -> int64_t {
+    size_t pos = terms[op].find("...");
+    if (pos == std::string::npos) return 1;
+    int64_t n = c.graph.meta(ops[op]).dim() - static_cast<int64_t>(terms[op].size() - 3);
+    int64_t skip = static_cast<int64_t>(ell_shape->size()) - n;
+    if (static_cast<int64_t>(e) < skip) return 1;
+    return c.graph.meta(ops[op]).sizes[pos + e - static_cast<size_t>(skip)];
+  };
   std::string out = arrow == std::string::npos ? std::string("...") : eq.substr(arrow + 2);
   if (arrow == std::string::npos)
     for (const auto& [ch, n] : count)
@@ -708,11 +711,7 @@ CaptureResult bind_einsum(BindCall& c) {
   std::set<char> seen_out;
   for (size_t j = 0; j < out.size(); ++j) {
     if (out.compare(j, 3, "...") == 0) {
-      for (size_t e = 0; e < ell_shape->size(); ++e) {
-        int64_t l = c.graph.meta(ops[0]).sizes[terms[0].find("...") + e];
-        int64_t r = c.graph.meta(ops[1]).sizes[terms[1].find("...") + e];
-        dims.push_back({(*ell_shape)[e], l, r});
-      }
+      for (size_t e = 0; e < ell_shape->size(); ++e) dims.push_back({(*ell_shape)[e], ell_size(0, e), ell_size(1, e)});
       j += 2;
       continue;
     }
@@ -721,34 +720,106 @@ CaptureResult bind_einsum(BindCall& c) {
                                  "' must appear once in the output and in some operand");
     dims.push_back({size[out[j]], label_size(0, out[j]), label_size(1, out[j])});
   }
-  // Contracted subscripts must be in both operands with the same size (no early sums).
-  bool contracts = false;
+  // Eager sums subscripts contracted in one operand only before the product; the product is a
+  // bmm when some contracted subscript is in both operands, else an elementwise mul whose
+  // layout we do not model.
+  bool contracts = false, presummed = false;
   for (const auto& [ch, n] : count) {
     if (seen_out.count(ch)) continue;
-    if (n != 2 || label_size(0, ch) != label_size(1, ch) || label_size(0, ch) == 1)
-      return CaptureResult::fail(std::string("einsum: contracting '") + ch +
-                                 "' that is not in both operands with one size is not supported");
-    contracts = true;
+    if (label_size(0, ch) != 1 && label_size(1, ch) != 1) contracts = true;
+    else presummed = true;
   }
-  if (!contracts) return CaptureResult::fail("einsum: products without a contraction are not supported");
-  // Eager contracts through one bmm over (batch, left-only, right-only) dims, swapping the
-  // operands when every right-only dim precedes every left-only one; the result is dense in
-  // that order.
-  Ints lro, lo, ro, shape;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    shape.push_back(dims[i].size);
-    bool sl = dims[i].left != 1, sr = dims[i].right != 1;
-    (sl && sr ? lro : sl ? lo : ro).push_back(static_cast<int64_t>(i));
+  Ints shape;
+  for (const auto& d : dims) {
+    // NB: the strides eager leaves on size-1 output dims come from views of views; not modelled.
+    if (d.size == 1) return CaptureResult::fail("einsum: size-1 output dims are not supported");
+    shape.push_back(d.size);
   }
-  if (!lo.empty() && !ro.empty() && ro.back() < lo.front()) std::swap(lo, ro);
-  Ints order = lro;
-  order.insert(order.end(), lo.begin(), lo.end());
-  order.insert(order.end(), ro.begin(), ro.end());
   Ints strides(shape.size());
-  int64_t acc = 1;
-  for (size_t i = order.size(); i-- > 0;) {
-    strides[static_cast<size_t>(order[i])] = acc;
-    acc *= std::max<int64_t>(shape[static_cast<size_t>(order[i])], 1);
+  if (contracts) {
+    // Eager aligns both operands to (output dims..., contracted dims...), sums the subscripts
+    // contracted in one operand only (keeping them as size-1 dims), and runs one bmm over
+    // (batch, left-only, right-only) dims; the result is dense in that order. Size-1 dims count
+    // as right-only, so a pre-summed subscript ends the right-only list. When every right-only
+    // dim precedes every left-only one the operands are swapped: dense in (batch, right-only,
+    // left-only) order.
+    Ints lro, lo, ro;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      bool sl = dims[i].left != 1, sr = dims[i].right != 1;
+      (sl && sr ? lro : sl ? lo : ro).push_back(static_cast<int64_t>(i));
+    }
+    if (!presummed && !lo.empty() && !ro.empty() && ro.back() < lo.front()) std::swap(lo, ro);
+    Ints order = lro;
+    order.insert(order.end(), lo.begin(), lo.end());
+    order.insert(order.end(), ro.begin(), ro.end());
+    int64_t acc = 1;
+    for (size_t i = order.size(); i-- > 0;) {
+      strides[static_cast<size_t>(order[i])] = acc;
+      acc *= std::max<int64_t>(shape[static_cast<size_t>(order[i])], 1);
+    }
+  } else {
+    // No subscript is contracted in both operands: eager multiplies the two aligned operands
+    // (a TensorIterator op) and drops the size-1 contracted dims by a view.
+    std::map<char, int64_t> aligned;
+    int64_t total = 0, ell_pos = -1;
+    for (size_t j = 0; j < out.size(); ++j) {
+      if (out.compare(j, 3, "...") == 0) {
+        ell_pos = total;
+        total += static_cast<int64_t>(ell_shape->size());
+        j += 2;
+      } else {
+        aligned[out[j]] = total++;
+      }
+    }
+    const int64_t n_out = total;
+    std::vector<char> contracted;
+    for (const auto& [ch, n] : count)
+      if (!seen_out.count(ch)) contracted.push_back(ch);
+    auto label_order = [](char ch) { return std::isupper(static_cast<unsigned char>(ch)) ? ch - 'A' : 26 + ch - 'a'; };
+    std::sort(contracted.begin(), contracted.end(), [&](char x, char y) { return label_order(x) < label_order(y); });
+    for (char ch : contracted) aligned[ch] = total++;
+    std::vector<TensorMeta> al(2);
+    for (size_t i = 0; i < 2; ++i) {
+      const TensorMeta& m = c.graph.meta(ops[i]);
+      Ints sz = m.sizes, st = m.strides, perm(static_cast<size_t>(total), -1);
+      int64_t d = 0;
+      const std::string& t = terms[i];
+      for (size_t j = 0; j < t.size(); ++j) {
+        if (t.compare(j, 3, "...") == 0) {
+          int64_t n = m.dim() - static_cast<int64_t>(t.size() - 3);
+          int64_t e_total = static_cast<int64_t>(ell_shape->size());
+          for (int64_t e = e_total - n; e < e_total; ++e) perm[static_cast<size_t>(ell_pos + e)] = d++;
+          j += 2;
+        } else {
+          perm[static_cast<size_t>(aligned[t[j]])] = d++;
+        }
+      }
+      for (auto& p : perm)
+        if (p == -1) {  // a missing dim is unsqueezed at the end (stride 1), then permuted in
+          sz.push_back(1);
+          st.push_back(1);
+          p = d++;
+        }
+      TensorMeta& x = al[i];
+      x.dtype = m.dtype;
+      for (int64_t k = 0; k < total; ++k) {
+        x.sizes.push_back(sz[static_cast<size_t>(perm[static_cast<size_t>(k)])]);
+        x.strides.push_back(st[static_cast<size_t>(perm[static_cast<size_t>(k)])]);
+      }
+      bool summed = false;
+      for (char ch : contracted) {
+        auto k = static_cast<size_t>(aligned[ch]);
+        if (x.sizes[k] != 1) {
+          x.sizes[k] = 1;
+          summed = true;
+        }
+      }
+      if (summed) x.strides = contiguous_strides(x.sizes);  // sum(keepdim=True) is contiguous
+    }
+    Ints al_shape(shape);
+    al_shape.resize(static_cast<size_t>(total), 1);
+    Ints al_strides = tensor_iterator_strides(al_shape, {&al[0], &al[1]});
+    strides.assign(al_strides.begin(), al_strides.begin() + n_out);
   }
   const TensorMeta& m0 = c.graph.meta(ops[0]);
   return tensor_result(emit1(c.graph, OpId::einsum,

@@ -452,7 +452,7 @@ CaptureResult record_unary(BindCall& c, const UnaryOp& u) {
   }
   if (!inplace) return tensor_result(emit1(c.graph, u.op, std::move(args), p.meta()));
   if (u.inplace_op == kNoOp) return CaptureResult::fail(pname + ": inplace=True is not supported");
-  if (auto err = check_inplace(c, pname + "_", x.value, p)) return CaptureResult::fail(*err);
+  if (auto err = check_inplace(c, u.inplace ? pname : pname + "_", x.value, p)) return CaptureResult::fail(*err);
   return tensor_result(emit1(c.graph, u.inplace_op, std::move(args), inplace_meta(c, x.value, p)));
 }
 

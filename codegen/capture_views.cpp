@@ -135,6 +135,18 @@ bool wrap_all(const char* op, Ints& dims, int64_t ndim, CaptureResult& err) {
   return true;
 }
 
+// An `Any` parameter that should hold a list of ints: IntList, or a tuple whose items are ints.
+std::optional<Ints> int_list(const CallArg& a) {
+  if (a.kind == CallArg::Kind::IntList) return a.ints;
+  if (a.kind != CallArg::Kind::Tuple) return std::nullopt;
+  Ints out;
+  for (const CallArg& it : a.items) {
+    if (it.kind != CallArg::Kind::Int) return std::nullopt;
+    out.push_back(it.i);
+  }
+  return out;
+}
+
 bool is_index_dtype(c10::ScalarType t) { return t == c10::ScalarType::Long || t == c10::ScalarType::Int; }
 
 }  // namespace
@@ -362,10 +374,10 @@ CaptureResult bind_squeeze(BindCall& call) {
     return tensor_result(emit1(call.graph, OpId::squeeze_dim, {Arg::of_value(self), Arg::of_int(d.i)},
                                meta::squeeze(m, {dim})));
   }
-  if (d.kind == CallArg::Kind::IntList) {
-    Ints dims = d.ints;
+  if (auto given = int_list(d)) {
+    Ints dims = *given;
     if (!wrap_all("squeeze", dims, m.dim(), err)) return err;
-    return tensor_result(emit1(call.graph, OpId::squeeze_dims, {Arg::of_value(self), Arg::of_ints(d.ints)},
+    return tensor_result(emit1(call.graph, OpId::squeeze_dims, {Arg::of_value(self), Arg::of_ints(*given)},
                                meta::squeeze(m, dims)));
   }
   return fail("squeeze", "argument 'dim' must be int or tuple of ints");
@@ -662,7 +674,7 @@ CaptureResult bind_split(BindCall& call) {
   if (!wrap("split", dim, call.graph.meta(self).dim(), err)) return err;
   const CallArg& s = a.get("split_size_or_sections");
   if (s.kind == CallArg::Kind::Int) return split_by_size(call, "split", self, s.i, dim);
-  if (s.kind == CallArg::Kind::IntList) return split_by_sizes(call, "split", self, s.ints, dim);
+  if (auto sizes = int_list(s)) return split_by_sizes(call, "split", self, *sizes, dim);
   return fail("split", "argument 'split_size_or_sections' must be int or list of ints");
 }
 
@@ -724,10 +736,10 @@ CaptureResult bind_tensor_split(BindCall& call) {
     return tuple_result(emit(call.graph, OpId::tensor_split_sections,
                              {Arg::of_value(self), Arg::of_int(sections), Arg::of_int(dim)}, std::move(outs)));
   }
-  if (how.kind == CallArg::Kind::IntList) {
-    outs = meta::split_points_views(m, dim, how.ints);
+  if (auto points = int_list(how)) {
+    outs = meta::split_points_views(m, dim, *points);
     return tuple_result(emit(call.graph, OpId::tensor_split_indices,
-                             {Arg::of_value(self), Arg::of_ints(how.ints), Arg::of_int(dim)}, std::move(outs)));
+                             {Arg::of_value(self), Arg::of_ints(*points), Arg::of_int(dim)}, std::move(outs)));
   }
   return fail("tensor_split", "argument 'indices_or_sections' must be an int or a list of ints (a tensor is data-dependent)");
 }
@@ -1146,8 +1158,14 @@ CaptureResult bind_getitem(BindCall& call) {
         const int64_t step = it.slice_step.value_or(1);
         if (step == 0) return fail(op, "slice step cannot be zero");
         if (step < 0) return fail(op, "step must be greater than zero");
-        cur = emit_slice(call, cur, dim, it.slice_start, it.slice_stop, step);
-        emitted = true;
+        // `:` keeps the whole dim: eager's slice there is a no-op view, so skip the node (an
+        // index of only such slices still gets its alias below).
+        const bool whole = step == 1 && it.slice_start.value_or(0) == 0 &&
+                           (!it.slice_stop || *it.slice_stop >= call.graph.meta(cur).sizes[dim]);
+        if (!whole) {
+          cur = emit_slice(call, cur, dim, it.slice_start, it.slice_stop, step);
+          emitted = true;
+        }
         ++dim;
         break;
       }

@@ -245,6 +245,7 @@ GuardTree::~GuardTree() {
   if (!Py_IsInitialized()) return;  // interpreter already gone: leak rather than crash
   PyGILState_STATE g = PyGILState_Ensure();
   for (auto& r : roots_) release_node(*r);
+  for (PyObject* n : absent_globals_) Py_DECREF(n);
   PyGILState_Release(g);
 }
 
@@ -318,6 +319,12 @@ void GuardTree::add_same_as(GuardNode* n, int alias_slot) {
   n->checks.push_back(c);
 }
 
+void GuardTree::add_global_absent(const std::string& name) {
+  for (PyObject* n : absent_globals_)
+    if (name == PyUnicode_AsUTF8(n)) return;
+  absent_globals_.push_back(PyUnicode_InternFromString(name.c_str()));
+}
+
 void GuardTree::guard_global_state() {
   has_global_state_ = true;
   grad_enabled_ = at::GradMode::is_enabled();
@@ -334,6 +341,13 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
       if (why) why->description = std::string("default_dtype == ") + c10::toString(default_dtype_);
       return false;
     }
+  }
+  for (PyObject* n : absent_globals_) {
+    if (frame.globals && PyDict_GetItemWithError(frame.globals, n)) {
+      if (why) why->description = std::string("G['") + PyUnicode_AsUTF8(n) + "'] now shadows the builtin";
+      return false;
+    }
+    PyErr_Clear();
   }
   constexpr int kInline = 16;
   PyObject* inline_table[kInline];
@@ -362,6 +376,7 @@ std::vector<std::string> GuardTree::describe() const {
     out.push_back(std::string("grad_mode == ") + (grad_enabled_ ? "True" : "False"));
     out.push_back(std::string("default_dtype == ") + c10::toString(default_dtype_));
   }
+  for (PyObject* n : absent_globals_) out.push_back(std::string("G['") + PyUnicode_AsUTF8(n) + "'] is absent");
   for (const auto& r : roots_) describe_node(*r, nullptr, out);
   if (alias_slots_ > 1) out.push_back("the " + std::to_string(alias_slots_) + " tensor inputs are distinct objects");
   return out;

@@ -92,6 +92,8 @@ class GuardTree {
   void add_same_as(GuardNode* n, int alias_slot);
   void add_len_is(GuardNode* n, Py_ssize_t length);
   void guard_global_state();                        // grad mode and default dtype, as now
+  // The trace read builtin `name`: a global of that name must stay absent (it would shadow it).
+  void add_global_absent(const std::string& name);
 
   // Hit path. Returns true if every guard holds. With `why`, also describes the first failure.
   // Never leaves a Python exception set.
@@ -106,6 +108,7 @@ class GuardTree {
   bool grad_enabled_ = true;
   c10::ScalarType default_dtype_ = c10::ScalarType::Float;
   int alias_slots_ = 0;
+  std::vector<PyObject*> absent_globals_;  // interned names (strong)
 };
 
 }  // namespace fastdyn::runtime

@@ -24,4 +24,8 @@ $PY -m pip install -q --no-build-isolation -e .
 # Put the native launcher on PATH next to the interpreter.
 bindir=$($PY -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
 ln -sf "$PWD/python/fastdyn/bin/fastdyn" "$bindir/fastdyn"
+if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi   # pyenv reaches bin/ through shims
+if ! command -v fastdyn >/dev/null 2>&1 && [ -w /usr/local/bin ]; then
+  ln -sf "$PWD/python/fastdyn/bin/fastdyn" /usr/local/bin/fastdyn
+fi
 echo "fastdyn: setup done ($($PY -c 'import torch; print("torch", torch.__version__)'))"

@@ -35,7 +35,8 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
   std::unordered_map<PyObject*, int> alias_slot;  // tensor object -> its alias slot
   for (const GuardSpec& g : trace.guards) {
     runtime::GuardNode* n = node_for(*tree, *g.source);
-    // A builtin is only what the name means if no global shadows it.
+    // A builtin is only what the name means while no global shadows it.
+    if (g.source->kind == Source::Kind::Builtin) tree->add_global_absent(g.source->name);
     switch (g.kind) {
       case GuardKind::TypeIs: tree->add_type_is(n, Py_TYPE(g.obj)); break;
       case GuardKind::IdIs: tree->add_id_is(n, g.obj); break;

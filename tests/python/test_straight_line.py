@@ -324,6 +324,11 @@ def matmul_ranks(x, w, v, z):
     return torch.matmul(x, w), x.matmul(v), v @ w, torch.matmul(x @ w, z)
 
 
+@case(lambda: (r(6), r(3, 6), r(6, 4).t()))
+def vector_products(v, w, m):
+    return v @ v, torch.matmul(v, v), F.linear(v, w), m @ v, torch.matmul(v[:4], m)
+
+
 @case(lambda: (r(3, 4), r(4, 5), r(2, 3, 4), r(2, 4, 5), r(5)))
 def mm_bmm_addmm(a, b, x, y, bias):
     return torch.mm(a, b), a.mm(b), torch.bmm(x, y), torch.addmm(bias, a, b, beta=0.5, alpha=2.0)
@@ -467,6 +472,12 @@ def like_factories(x, a):
     return torch.zeros_like(x), torch.ones_like(a), torch.full_like(x, 7.0), torch.ones_like(x, dtype=torch.int32)
 
 
+@case(lambda: (r(6, 4).t(), r(4, 12)[:, ::2]))
+def like_factories_follow_input_layout(xt, xs):
+    # *_like keeps a dense input's strides (transposed here) and makes non-dense ones contiguous.
+    return torch.zeros_like(xt), torch.full_like(xt, 2.0), torch.ones_like(xs), torch.zeros_like(xs, dtype=torch.int64)
+
+
 @case(lambda: (r(3, 4, dtype=torch.float64),))
 def new_factories(x):
     return x.new_zeros(2, 3), x.new_ones((4,)), x.new_full((2,), 3.0)
@@ -528,9 +539,15 @@ def conv2d_forms(x, w, b):
     return F.conv2d(x, w, b, padding=1), F.conv2d(x, w, stride=2)
 
 
+@case(lambda: (r(2, 4, 7, 7), r(4, 2, 3, 3)))
+def conv2d_groups_dilation_same(x, w):
+    return F.conv2d(x, w, groups=2, dilation=2, padding=2), F.conv2d(x, w, padding="same", groups=2)
+
+
 @case(lambda: (r(2, 2, 5, 4), r(2, 2, 5, 4), r(2, 2, 5, 4)))
 def sdpa_forms(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return (F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            F.scaled_dot_product_attention(q, k, v, scale=0.3))
 
 
 @case(lambda: (r(2, 2, 5, 4), r(2, 2, 5, 4), r(2, 2, 5, 4), mask(5, 5)))

@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <random>
@@ -555,7 +557,6 @@ TEST(CapturePointwise, BindingErrorsNameTheCulprit) {
       // Three-operand einsum may return a permuted layout eager chooses by its contraction path.
       {Family::einsum, {Str("ab,bc,cd->da"), T(0), T(0), T(0)}, {}, "einsum: only two operands"},
       {Family::einsum, {Str("ii->i"), T(0)}, {}, "einsum: only two operands"},
-      {Family::einsum, {Str("ij,kl->ijkl"), T(0), T(0)}, {}, "einsum: products without a contraction"},
   };
   for (const auto& k : cases) {
     Graph g;
@@ -869,6 +870,10 @@ TEST(CaptureNN, MatchEager) {
        [](const Tensors& t) { return Tensors{at::einsum("bhld,bhmd->bhlm", {t[1], t[2]})}; }},
       {"einsum_ellipsis", Family::einsum, {F({2, 3, 4}), F({4, 5})}, {Str("...ij,jk->...ik"), T(0), T(1)}, {},
        [](const Tensors& t) { return Tensors{at::einsum("...ij,jk->...ik", {t[1], t[2]})}; }},
+      {"einsum_outer_product", Family::einsum, {F({3}), F({4})}, {Str("i,j"), T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::einsum("i,j", {t[1], t[2]})}; }},
+      {"einsum_scaled_rows_transposed", Family::einsum, {F({3, 4}, Layout::T), F({3})}, {Str("ij,i->ji"), T(0), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::einsum("ij,i->ji", {t[1], t[2]})}; }},
       {"einsum_rowwise_dot", Family::einsum, {F({3, 4}), F({3, 4})}, {Str("ij,ij->i"), T(0), T(1)}, {},
        [](const Tensors& t) { return Tensors{at::einsum("ij,ij->i", {t[1], t[2]})}; }},
       {"einsum_size_mismatch", Family::einsum, {F({3, 4}), F({5, 5})}, {Str("ij,jk->ik"), T(0), T(1)}, {},
@@ -934,9 +939,11 @@ TEST(CaptureNN, RandomEinsumContractionsMatchEager) {
   std::mt19937 rng(7);
   const std::string letters = "abcde";
   int captured = 0, total = 0;
-  for (int iter = 0; iter < 80; ++iter) {
+  const int iterations = std::getenv("FD_EINSUM_ITERS") ? std::atoi(std::getenv("FD_EINSUM_ITERS")) : 80;
+  for (int iter = 0; iter < iterations; ++iter) {
     std::map<char, int64_t> sizes;
-    for (char ch : letters) sizes[ch] = 2 + static_cast<int64_t>(rng() % 3);
+    // Mostly sizes 2..4; size-1 subscripts now and then (they change eager's bmm arrangement).
+    for (char ch : letters) sizes[ch] = rng() % 8 == 0 ? 1 : 2 + static_cast<int64_t>(rng() % 3);
     auto pick = [&](size_t n) {
       std::string s = letters;
       std::shuffle(s.begin(), s.end(), rng);
@@ -953,7 +960,7 @@ TEST(CaptureNN, RandomEinsumContractionsMatchEager) {
     auto spec = [&](const std::string& t) {
       std::vector<int64_t> s;
       for (char ch : t) s.push_back(sizes[ch]);
-      return F(s);
+      return F(s, rng() % 3 == 0 ? Layout::T : Layout::C);
     };
     Case k{"einsum " + eq, Family::einsum, {spec(a), spec(b)}, {Str(""), T(0), T(1)}, {},
            [eq](const Tensors& t) { return Tensors{at::einsum(eq, {t[1], t[2]})}; }};
@@ -961,7 +968,8 @@ TEST(CaptureNN, RandomEinsumContractionsMatchEager) {
     ++total;
     if (run_case(k, /*allow_unsupported=*/true)) ++captured;
   }
-  EXPECT_GE(captured * 3, total) << "only " << captured << " of " << total << " random equations captured";
+  std::printf("einsum: captured %d of %d random equations\n", captured, total);
+  EXPECT_GE(captured * 10, total * 6) << "only " << captured << " of " << total << " random equations captured";
 }
 
 }  // namespace

@@ -260,6 +260,8 @@ TEST(CaptureViews, DimensionShufflesMatchEager) {
       {"squeeze()", Family::squeeze, {T(0)}, {}, [](auto& x) { return as_list(x[0].squeeze()); }},
       {"squeeze(0)", Family::squeeze, {T(0), I(0)}, {}, [](auto& x) { return as_list(x[0].squeeze(0)); }},
       {"squeeze((0, 2))", Family::squeeze, {T(0), L({0, 2})}, {}, [](auto& x) { return as_list(x[0].squeeze({0, 2})); }},
+      {"squeeze(dim=(1, -1)) as a tuple", Family::squeeze, {T(0)}, {{"dim", Tup({I(1), I(-1)})}},
+       [](auto& x) { return as_list(x[0].squeeze({1, -1})); }},
       {"squeeze(-1)", Family::squeeze, {T(0), I(-1)}, {}, [](auto& x) { return as_list(x[0].squeeze(-1)); }},
   };
   run_over(cases, kAll);
@@ -447,6 +449,8 @@ TEST(CaptureViews, BasicIndexingMatchesEager) {
       {"x[None]", Family::getitem, {T(0), CallArg::none()}, {}, idx({None})},
       {"x[:, None, 1]", Family::getitem, {T(0), Tup({Sl({}, {}), CallArg::none(), I(1)})}, {}, idx({Slice(), None, 1})},
       {"x[..., None]", Family::getitem, {T(0), Tup({CallArg::ellipsis(), CallArg::none()})}, {}, idx({Ellipsis, None})},
+      {"x[:]", Family::getitem, {T(0), Sl({}, {})}, {}, idx({Slice()})},
+      {"x[0:, :9]", Family::getitem, {T(0), Tup({Sl(0, {}), Sl({}, 9)})}, {}, idx({Slice(0, None), Slice(None, 9)})},
       {"x[...]", Family::getitem, {T(0), CallArg::ellipsis()}, {}, idx({Ellipsis})},
       {"x[()]", Family::getitem, {T(0), Tup({})}, {}, [](const Tensors& x) { return as_list(x[0].index({Ellipsis})); }},
       {"x[1, ..., 2]", Family::getitem, {T(0), Tup({I(1), CallArg::ellipsis(), I(2)})}, {}, idx({1, Ellipsis, 2})},
