@@ -14,7 +14,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <limits>
-#include <sstream>
 
 namespace fastdyn::codegen {
 
@@ -256,10 +255,8 @@ std::optional<std::string> Signature::bind(const std::vector<CallArg>& args,
   for (size_t i = 0; i < args.size() && i < fixed; ++i) given[i] = args[i];
   if (args.size() > fixed) {
     if (!has_varargs) {
-      std::ostringstream os;
-      os << name_ << "() takes at most " << fixed << " positional argument" << (fixed == 1 ? "" : "s") << " ("
-         << args.size() << " given)";
-      return os.str();
+      return name_ + "() takes at most " + std::to_string(fixed) + " positional argument" +
+             (fixed == 1 ? "" : "s") + " (" + std::to_string(args.size()) + " given)";
     }
     const Param& vp = params_[fixed];
     std::vector<CallArg> rest(args.begin() + static_cast<std::ptrdiff_t>(fixed), args.end());

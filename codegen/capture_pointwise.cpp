@@ -296,6 +296,14 @@ std::vector<Arg> div_extra(const BoundArgs& a) {
     if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);                            \
     return record_binary(c, op, a.get("input"), a.get("other"), {});                           \
   }
+// torch.X forms that take a Python number only as the second operand.
+#define FD_TENSOR_FIRST_BINARY(fam, op)                                                         \
+  CaptureResult bind_##fam(BindCall& c) {                                                       \
+    static const Signature sig(#fam "(Tensor input, Tensor|Number other)");                    \
+    BoundArgs a;                                                                                \
+    if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);                            \
+    return record_binary(c, op, a.get("input"), a.get("other"), {});                           \
+  }
 #define FD_SIMPLE_BINARY_INPLACE(fam, op, out_family)                                           \
   CaptureResult bind_##fam(BindCall& c) {                                                       \
     static const Signature sig(#fam "(Tensor|Number self, Tensor|Number other)");              \
@@ -322,7 +330,7 @@ CaptureResult bind_sub(BindCall& c) {
 
 // torch.rsub(input, other, alpha) is other - alpha * input; eager computes sub(other, input).
 CaptureResult bind_rsub(BindCall& c) {
-  static const Signature sig("rsub(Tensor|Number input, Tensor|Number other, *, Number alpha=1)");
+  static const Signature sig("rsub(Tensor input, Tensor|Number other, *, Number alpha=1)");
   BoundArgs a;
   if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
   static const BinaryOp rsub = [] {
@@ -344,7 +352,7 @@ FD_SIMPLE_BINARY(mul, kMul, "Tensor|Number")
 FD_SIMPLE_BINARY(true_divide, kDiv, "Tensor|Number")
 FD_SIMPLE_BINARY(floor_divide, kFloorDiv, "Tensor|Number")
 FD_SIMPLE_BINARY(remainder, kRemainder, "Tensor|Number")
-FD_SIMPLE_BINARY(fmod, kFmod, "Tensor|Number")
+FD_TENSOR_FIRST_BINARY(fmod, kFmod)
 FD_SIMPLE_BINARY(pow, kPow, "Tensor|Number")
 FD_SIMPLE_BINARY(maximum, kMaximum, "Tensor")
 FD_SIMPLE_BINARY(minimum, kMinimum, "Tensor")
@@ -352,12 +360,18 @@ FD_SIMPLE_BINARY(atan2, kAtan2, "Tensor")
 FD_SIMPLE_BINARY(logical_and, kLogicalAnd, "Tensor")
 FD_SIMPLE_BINARY(logical_or, kLogicalOr, "Tensor")
 FD_SIMPLE_BINARY(logical_xor, kLogicalXor, "Tensor")
-FD_SIMPLE_BINARY(eq, kEq, "Tensor|Number")
-FD_SIMPLE_BINARY(ne, kNe, "Tensor|Number")
-FD_SIMPLE_BINARY(lt, kLt, "Tensor|Number")
-FD_SIMPLE_BINARY(le, kLe, "Tensor|Number")
-FD_SIMPLE_BINARY(gt, kGt, "Tensor|Number")
-FD_SIMPLE_BINARY(ge, kGe, "Tensor|Number")
+FD_TENSOR_FIRST_BINARY(eq, kEq)
+FD_TENSOR_FIRST_BINARY(ne, kNe)
+FD_TENSOR_FIRST_BINARY(lt, kLt)
+FD_TENSOR_FIRST_BINARY(le, kLe)
+FD_TENSOR_FIRST_BINARY(gt, kGt)
+FD_TENSOR_FIRST_BINARY(ge, kGe)
+FD_SIMPLE_BINARY(op_eq, kEq, "Tensor|Number")
+FD_SIMPLE_BINARY(op_ne, kNe, "Tensor|Number")
+FD_SIMPLE_BINARY(op_lt, kLt, "Tensor|Number")
+FD_SIMPLE_BINARY(op_le, kLe, "Tensor|Number")
+FD_SIMPLE_BINARY(op_gt, kGt, "Tensor|Number")
+FD_SIMPLE_BINARY(op_ge, kGe, "Tensor|Number")
 FD_SIMPLE_BINARY(bitwise_and, kAnd, "Tensor|Number")
 FD_SIMPLE_BINARY(bitwise_or, kOr, "Tensor|Number")
 FD_SIMPLE_BINARY(bitwise_xor, kXor, "Tensor|Number")
@@ -406,6 +420,7 @@ FD_SIMPLE_BINARY_INPLACE(bitwise_and_, kAnd, bitwise_and)
 FD_SIMPLE_BINARY_INPLACE(bitwise_or_, kOr, bitwise_or)
 FD_SIMPLE_BINARY_INPLACE(bitwise_xor_, kXor, bitwise_xor)
 #undef FD_SIMPLE_BINARY
+#undef FD_TENSOR_FIRST_BINARY
 #undef FD_SIMPLE_BINARY_INPLACE
 
 // ---- unary ops and activations --------------------------------------------------------------
@@ -790,6 +805,21 @@ CaptureResult bind_clamp_(BindCall& c) {
   BoundArgs a;
   if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
   return record_clamp(c, a.get("self"), a.get("min"), a.get("max"), true);
+}
+
+// clamp_min(x, v) / clamp_max(x, v) are clamp with one bound: same values, dtypes and layout.
+CaptureResult bind_clamp_min(BindCall& c) {
+  static const Signature sig("clamp_min(Tensor input, Tensor|Number min)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  return record_clamp(c, a.get("input"), a.get("min"), CallArg::none(), false);
+}
+
+CaptureResult bind_clamp_max(BindCall& c) {
+  static const Signature sig("clamp_max(Tensor input, Tensor|Number max)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  return record_clamp(c, a.get("input"), CallArg::none(), a.get("max"), false);
 }
 
 // lerp does not promote: end (and a tensor weight) must have input's dtype.

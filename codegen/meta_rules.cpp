@@ -3,13 +3,13 @@
 // contiguous / all channels-last / all dense with equal strides get that layout directly; other
 // cases sort the dimensions by the inputs' strides (first input that decides wins, ties broken
 // by size, broadcast dims ignored) and lay the output out densely in that order.
+#include "runtime/format.h"
 #include "codegen/meta_rules.h"
 
 #include "runtime/errors.h"
 
 #include <algorithm>
 #include <numeric>
-#include <sstream>
 
 namespace fastdyn::codegen {
 
@@ -239,13 +239,7 @@ std::optional<int64_t> wrap_dim(int64_t dim, int64_t ndim) {
   return dim < 0 ? dim + n : dim;
 }
 
-std::string shape_str(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
+std::string shape_str(const std::vector<int64_t>& v) { return int_list_str(v); }
 
 std::vector<int64_t> reduced_shape(const std::vector<int64_t>& sizes, const std::vector<bool>& reduce, bool keepdim) {
   std::vector<int64_t> out;

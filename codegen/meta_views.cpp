@@ -1,20 +1,14 @@
 // codegen/meta_views.cpp — see meta_views.h. Each rule mirrors the geometry ATen computes for
 // the op, written from its documented behaviour and checked against eager in the tests.
+#include "runtime/format.h"
 #include "codegen/meta_views.h"
 
 #include <algorithm>
 #include <numeric>
-#include <sstream>
 
 namespace fastdyn::codegen::meta {
 
-std::string format_ints(const Ints& v) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << ']';
-  return os.str();
-}
+std::string format_ints(const Ints& v) { return int_list_str(v); }
 
 std::optional<int64_t> wrap_dim(int64_t dim, int64_t ndim, std::string& error) {
   const int64_t n = std::max<int64_t>(ndim, 1);  // a 0-dim tensor takes dims -1 and 0

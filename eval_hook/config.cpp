@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 namespace fastdyn::eval_hook {
 namespace {
@@ -27,9 +26,12 @@ void load_config_from_env() {
   Config& c = config();
   const char* env = std::getenv("FASTDYN_LOG");
   if (!env) return;
-  std::stringstream ss(env);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  // NB: no iostreams (see runtime/format.h).
+  std::string rest = env;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
     const bool all = item == "all";
     if (all || item == "graph_breaks") c.log_graph_breaks = true;
     if (all || item == "recompiles") c.log_recompiles = true;

@@ -37,11 +37,13 @@ inline bool fd_frame_is_fresh(Frame* f) {
   return f->prev_instr == _PyCode_CODE(f->f_code) - 1 && f->frame_obj == nullptr &&
          f->owner == FRAME_OWNED_BY_THREAD;
 }
+// True while a trace function (a debugger, coverage) is set or running: such frames must run
+// as written, line by line.
 inline bool fd_thread_is_tracing(PyThreadState* tstate) {
 #if PY_VERSION_HEX >= 0x030C0000
-  return tstate->tracing > 0;
+  return tstate->tracing > 0 || tstate->c_tracefunc != nullptr;
 #else
-  return tstate->cframe->use_tracing != 0;
+  return tstate->cframe->use_tracing != 0 || tstate->c_tracefunc != nullptr;
 #endif
 }
 

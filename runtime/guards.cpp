@@ -1,11 +1,12 @@
 // runtime/guards.cpp — guard tree construction and evaluation (see guards.h).
 #include "runtime/guards.h"
 
+#include "runtime/format.h"
+
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <sstream>
 
 namespace fastdyn::runtime {
 namespace {
@@ -42,21 +43,12 @@ std::string repr(PyObject* o) {
   return out;
 }
 
-std::string list_str(c10::IntArrayRef v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
-}
+std::string list_str(c10::IntArrayRef v) { return int_list_str(v.data(), v.size()); }
 
 std::string describe_tensor(const TensorSpec& s) {
-  std::ostringstream os;
-  os << "tensor(type=" << s.type->tp_name << ", dtype=" << c10::toString(s.dtype)
-     << ", device=" << s.device << ", size=" << list_str(s.sizes)
-     << ", stride=" << list_str(s.strides) << ", requires_grad=" << (s.requires_grad ? "True" : "False")
-     << ")";
-  return os.str();
+  return std::string("tensor(type=") + s.type->tp_name + ", dtype=" + c10::toString(s.dtype) +
+         ", device=" + s.device.str() + ", size=" + list_str(s.sizes) + ", stride=" + list_str(s.strides) +
+         ", requires_grad=" + (s.requires_grad ? "True" : "False") + ")";
 }
 
 std::string describe_check(const Check& c) {

@@ -231,23 +231,31 @@ bool run_case(const Case& k, bool allow_unsupported = false) {
 
 // ---- binary families ----------------------------------------------------------------------------
 
+enum class Numbers { None, Second, Both };  // where the family accepts Python numbers
+
 struct BinaryFamily {
   Family family;
   std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> eager;
-  bool numbers;  // accepts Python numbers
+  Numbers numbers;
 };
 
 const std::vector<BinaryFamily>& binary_families() {
   static const std::vector<BinaryFamily> v = {
-      {Family::add, [](auto& a, auto& b) { return at::add(a, b); }, true},
-      {Family::sub, [](auto& a, auto& b) { return at::sub(a, b); }, true},
-      {Family::mul, [](auto& a, auto& b) { return at::mul(a, b); }, true},
-      {Family::div, [](auto& a, auto& b) { return at::div(a, b); }, true},
-      {Family::true_divide, [](auto& a, auto& b) { return at::true_divide(a, b); }, true},
-      {Family::truediv, [](auto& a, auto& b) { return at::div(a, b); }, true},
-      {Family::floor_divide, [](auto& a, auto& b) { return at::floor_divide(a, b); }, true},
-      {Family::remainder, [](auto& a, auto& b) { return at::remainder(a, b); }, true},
-      {Family::fmod, [](auto& a, auto& b) { return at::fmod(a, b); }, true},
+      {Family::add, [](auto& a, auto& b) { return at::add(a, b); }, Numbers::Both},
+      {Family::sub, [](auto& a, auto& b) { return at::sub(a, b); }, Numbers::Both},
+      {Family::mul, [](auto& a, auto& b) { return at::mul(a, b); }, Numbers::Both},
+      {Family::div, [](auto& a, auto& b) { return at::div(a, b); }, Numbers::Both},
+      {Family::true_divide, [](auto& a, auto& b) { return at::true_divide(a, b); }, Numbers::Both},
+      // `number / x` is Tensor.__rtruediv__: reciprocal(x) * number.
+      {Family::truediv,
+       [](auto& a, auto& b) {
+         if (a.unsafeGetTensorImpl()->is_wrapped_number()) return at::mul(at::reciprocal(b), a.item());
+         return at::div(a, b);
+       },
+       Numbers::Both},
+      {Family::floor_divide, [](auto& a, auto& b) { return at::floor_divide(a, b); }, Numbers::Both},
+      {Family::remainder, [](auto& a, auto& b) { return at::remainder(a, b); }, Numbers::Both},
+      {Family::fmod, [](auto& a, auto& b) { return at::fmod(a, b); }, Numbers::Second},
       // Python runs pow(number, tensor) and pow(tensor, number) through the Scalar overloads.
       {Family::pow,
        [](auto& a, auto& b) {
@@ -255,25 +263,31 @@ const std::vector<BinaryFamily>& binary_families() {
          if (b.unsafeGetTensorImpl()->is_wrapped_number()) return at::pow(a, b.item());
          return at::pow(a, b);
        },
-       true},
-      {Family::rsub, [](auto& a, auto& b) { return at::rsub(a, b); }, true},
-      {Family::maximum, [](auto& a, auto& b) { return at::maximum(a, b); }, false},
-      {Family::minimum, [](auto& a, auto& b) { return at::minimum(a, b); }, false},
-      {Family::atan2, [](auto& a, auto& b) { return at::atan2(a, b); }, false},
-      {Family::logical_and, [](auto& a, auto& b) { return at::logical_and(a, b); }, false},
-      {Family::logical_or, [](auto& a, auto& b) { return at::logical_or(a, b); }, false},
-      {Family::logical_xor, [](auto& a, auto& b) { return at::logical_xor(a, b); }, false},
-      {Family::eq, [](auto& a, auto& b) { return at::eq(a, b); }, true},
-      {Family::ne, [](auto& a, auto& b) { return at::ne(a, b); }, true},
-      {Family::lt, [](auto& a, auto& b) { return at::lt(a, b); }, true},
-      {Family::le, [](auto& a, auto& b) { return at::le(a, b); }, true},
-      {Family::gt, [](auto& a, auto& b) { return at::gt(a, b); }, true},
-      {Family::ge, [](auto& a, auto& b) { return at::ge(a, b); }, true},
-      {Family::bitwise_and, [](auto& a, auto& b) { return at::bitwise_and(a, b); }, true},
-      {Family::bitwise_or, [](auto& a, auto& b) { return at::bitwise_or(a, b); }, true},
-      {Family::bitwise_xor, [](auto& a, auto& b) { return at::bitwise_xor(a, b); }, true},
-      {Family::bitwise_left_shift, [](auto& a, auto& b) { return at::bitwise_left_shift(a, b); }, true},
-      {Family::bitwise_right_shift, [](auto& a, auto& b) { return at::bitwise_right_shift(a, b); }, true},
+       Numbers::Both},
+      {Family::rsub, [](auto& a, auto& b) { return at::rsub(a, b); }, Numbers::Second},
+      {Family::maximum, [](auto& a, auto& b) { return at::maximum(a, b); }, Numbers::None},
+      {Family::minimum, [](auto& a, auto& b) { return at::minimum(a, b); }, Numbers::None},
+      {Family::atan2, [](auto& a, auto& b) { return at::atan2(a, b); }, Numbers::None},
+      {Family::logical_and, [](auto& a, auto& b) { return at::logical_and(a, b); }, Numbers::None},
+      {Family::logical_or, [](auto& a, auto& b) { return at::logical_or(a, b); }, Numbers::None},
+      {Family::logical_xor, [](auto& a, auto& b) { return at::logical_xor(a, b); }, Numbers::None},
+      {Family::eq, [](auto& a, auto& b) { return at::eq(a, b); }, Numbers::Second},
+      {Family::ne, [](auto& a, auto& b) { return at::ne(a, b); }, Numbers::Second},
+      {Family::lt, [](auto& a, auto& b) { return at::lt(a, b); }, Numbers::Second},
+      {Family::le, [](auto& a, auto& b) { return at::le(a, b); }, Numbers::Second},
+      {Family::gt, [](auto& a, auto& b) { return at::gt(a, b); }, Numbers::Second},
+      {Family::ge, [](auto& a, auto& b) { return at::ge(a, b); }, Numbers::Second},
+      {Family::op_eq, [](auto& a, auto& b) { return at::eq(a, b); }, Numbers::Both},
+      {Family::op_ne, [](auto& a, auto& b) { return at::ne(a, b); }, Numbers::Both},
+      {Family::op_lt, [](auto& a, auto& b) { return at::lt(a, b); }, Numbers::Both},
+      {Family::op_le, [](auto& a, auto& b) { return at::le(a, b); }, Numbers::Both},
+      {Family::op_gt, [](auto& a, auto& b) { return at::gt(a, b); }, Numbers::Both},
+      {Family::op_ge, [](auto& a, auto& b) { return at::ge(a, b); }, Numbers::Both},
+      {Family::bitwise_and, [](auto& a, auto& b) { return at::bitwise_and(a, b); }, Numbers::Both},
+      {Family::bitwise_or, [](auto& a, auto& b) { return at::bitwise_or(a, b); }, Numbers::Both},
+      {Family::bitwise_xor, [](auto& a, auto& b) { return at::bitwise_xor(a, b); }, Numbers::Both},
+      {Family::bitwise_left_shift, [](auto& a, auto& b) { return at::bitwise_left_shift(a, b); }, Numbers::Both},
+      {Family::bitwise_right_shift, [](auto& a, auto& b) { return at::bitwise_right_shift(a, b); }, Numbers::Both},
   };
   return v;
 }
@@ -322,7 +336,17 @@ const std::vector<OperandPair>& operand_pairs() {
 TEST(CapturePointwise, BinaryFamiliesMatchEager) {
   for (const auto& fam : binary_families()) {
     for (const auto& pair : operand_pairs()) {
-      if (pair.numbers && !fam.numbers) continue;
+      if (pair.numbers && fam.numbers == Numbers::None) continue;
+      // torch.eq(2, x) is a TypeError in eager (only operator.eq reflects); expect a failure.
+      if (pair.a.tensor < 0 && fam.numbers == Numbers::Second) {
+        Graph g;
+        at::Tensor t = make(pair.inputs[0]);
+        ValueId x = g.add_input(meta_of(t));
+        CaptureResult r = record_call(g, CaptureContext{}, fam.family, {pair.a.c, CallArg::tensor(x)}, {});
+        EXPECT_FALSE(r.ok) << family_name(fam.family) << "/" << pair.name;
+        EXPECT_NE(r.reason.find("argument 'input' must be Tensor"), std::string::npos) << r.reason;
+        continue;
+      }
       Case k{std::string(family_name(fam.family)) + "/" + pair.name, fam.family, pair.inputs, {pair.a, pair.b}, {},
              [&](const Tensors& t) { return Tensors{fam.eager(t[0], t[1])}; }};
       run_case(k);
@@ -620,7 +644,7 @@ TEST(CaptureReductions, MatchEager) {
       {"sum_dim", Family::sum, {F({2, 3, 4}, Layout::Sliced)}, {T(0), I(1)}, {},
        [](const Tensors& t) { return Tensors{t[0].sum(1)}; }},
       {"sum_dims_keepdim", Family::sum, {F({2, 3, 4, 5}, Layout::CL)}, {T(0), Ints({1, -1})}, {{"keepdim", B(true)}},
-       [](const Tensors& t) { return Tensors{t[0].sum({1, -1}, true)}; }},
+       [](const Tensors& t) { return Tensors{t[0].sum(at::IntArrayRef{1, -1}, true)}; }},
       {"sum_int_to_long", Family::sum, {{ST::Int, {3, 4}}}, {T(0), I(0)}, {},
        [](const Tensors& t) { return Tensors{t[0].sum(0)}; }},
       {"sum_bool", Family::sum, {Bo({3, 4})}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].sum()}; }},
@@ -632,7 +656,7 @@ TEST(CaptureReductions, MatchEager) {
       {"sum_empty", Family::sum, {F({0, 4})}, {T(0), I(0)}, {}, [](const Tensors& t) { return Tensors{t[0].sum(0)}; }},
       {"sum_bad_dim", Family::sum, {F({3, 4})}, {T(0), I(2)}, {}, [](const Tensors& t) { return Tensors{t[0].sum(2)}; }},
       {"sum_repeated_dim", Family::sum, {F({3, 4})}, {T(0), Ints({0, -2})}, {},
-       [](const Tensors& t) { return Tensors{t[0].sum({0, -2})}; }},
+       [](const Tensors& t) { return Tensors{t[0].sum(at::IntArrayRef{0, -2})}; }},
       {"mean_dim", Family::mean, {D({3, 4}, Layout::T)}, {T(0), I(0)}, {{"keepdim", B(true)}},
        [](const Tensors& t) { return Tensors{t[0].mean(0, true)}; }},
       {"mean_long_fails", Family::mean, {L({3})}, {T(0)}, {}, [](const Tensors& t) { return Tensors{t[0].mean()}; }},
