@@ -29,6 +29,7 @@ std::string format_path(const PathLink* link) {
     case AccessKind::Closure: return "C['" + a.name + "']";
     case AccessKind::Attr: return base + "." + a.name;
     case AccessKind::Item: return base + "[" + std::to_string(a.index) + "]";
+    case AccessKind::DictItem: return base + "['" + a.name + "']";
   }
   return base;
 }
@@ -96,6 +97,12 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
       }
       out = PyObject_GetAttr(parent, a.key);
       if (!out) PyErr_Clear();
+      return out;
+    case AccessKind::DictItem:
+      if (!PyDict_Check(parent)) return nullptr;
+      out = PyDict_GetItemWithError(parent, a.key);
+      if (!out) PyErr_Clear();
+      Py_XINCREF(out);
       return out;
     case AccessKind::Item:
       if (PyTuple_CheckExact(parent)) {

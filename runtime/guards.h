@@ -28,7 +28,7 @@ struct GuardFrame {
   PyObject* closure = nullptr;             // tuple of cells, or nullptr
 };
 
-enum class AccessKind : uint8_t { Local, Global, Builtin, Closure, Attr, Item };
+enum class AccessKind : uint8_t { Local, Global, Builtin, Closure, Attr, Item, DictItem };
 
 struct Accessor {
   AccessKind kind = AccessKind::Local;

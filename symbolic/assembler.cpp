@@ -134,6 +134,14 @@ struct Emitter {
         as.emit(op::LOAD_ATTR, python_minor() >= 12 ? namei << 1 : namei, line);
         return;
       }
+      case Source::Kind::DictItem: {
+        load_source(*s.parent);
+        PyObject* k = PyUnicode_FromString(s.name.c_str());
+        as.emit(op::LOAD_CONST, intern(consts, k), line);
+        Py_DECREF(k);
+        as.emit(op::BINARY_SUBSCR, 0, line);
+        return;
+      }
       case Source::Kind::Item: {
         load_source(*s.parent);
         PyObject* i = PyLong_FromLong(s.index);

@@ -42,6 +42,16 @@ PyObject* named_tuple_type(codegen::Family fam) {
 
 }  // namespace
 
+PyObject* module_type() {
+  static PyObject* t = [] {
+    PyObject* nn = PyImport_ImportModule("torch.nn");
+    PyObject* type = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;
+    Py_XDECREF(nn);
+    return type;  // NB: kept for the process
+  }();
+  return t;
+}
+
 std::string py_repr(PyObject* o) {
   PyObject* r = PyObject_Repr(o);
   if (!r) { PyErr_Clear(); return "<object>"; }
@@ -123,7 +133,14 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     v.source = source;
     return v;
   }
-  // Modules, functions, classes, other objects: identity.
+  // An nn.Module instance: its type. Every attribute the trace reads from it is guarded on its
+  // own, so one compiled entry serves all instances of a class (8 GPT-2 blocks share one).
+  if (PyObject_IsInstance(obj, module_type()) == 1) {
+    guard(GuardKind::TypeIs);
+    return SymValue::constant(obj, source);
+  }
+  PyErr_Clear();
+  // Python modules, functions, classes, other objects: identity.
   guard(GuardKind::IdIs);
   return SymValue::constant(obj, source);
 }

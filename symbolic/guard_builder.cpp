@@ -14,6 +14,7 @@ runtime::AccessKind access_kind(Source::Kind k) {
     case Source::Kind::Closure: return runtime::AccessKind::Closure;
     case Source::Kind::Attr: return runtime::AccessKind::Attr;
     case Source::Kind::Item: return runtime::AccessKind::Item;
+    case Source::Kind::DictItem: return runtime::AccessKind::DictItem;
   }
   return runtime::AccessKind::Local;
 }

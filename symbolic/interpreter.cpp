@@ -36,6 +36,7 @@ std::string source_name(const Source& s) {
     case Source::Kind::Closure: return "C['" + s.name + "']";
     case Source::Kind::Attr: return source_name(*s.parent) + "." + s.name;
     case Source::Kind::Item: return source_name(*s.parent) + "[" + std::to_string(s.index) + "]";
+    case Source::Kind::DictItem: return source_name(*s.parent) + "['" + s.name + "']";
   }
   return "?";
 }
@@ -110,16 +111,6 @@ PyObject* tensor_type() {
     PyObject* torch = PyImport_ImportModule("torch");
     PyObject* type = torch ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
     Py_XDECREF(torch);
-    return type;  // NB: kept for the process
-  }();
-  return t;
-}
-
-PyObject* module_type() {
-  static PyObject* t = [] {
-    PyObject* nn = PyImport_ImportModule("torch.nn");
-    PyObject* type = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;
-    Py_XDECREF(nn);
     return type;  // NB: kept for the process
   }();
   return t;
@@ -256,21 +247,42 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     // descriptors, whose code could have side effects). nn.Module keeps parameters, buffers and
     // submodules in three dicts that its __getattr__ searches after the instance dict.
     PyObject** dictptr = _PyObject_GetDictPtr(o);
-    if (dictptr && *dictptr) {
+    PyOwned key(PyUnicode_InternFromString(name.c_str()));
+    PyObject* type_attr = _PyType_Lookup(Py_TYPE(o), key.p);  // borrowed
+    const bool data_descriptor = type_attr && Py_TYPE(type_attr)->tp_descr_set;
+    const char* slot_found = nullptr;  // the nn.Module dict holding the attribute, if any
+    if (dictptr && *dictptr && !data_descriptor) {
       PyObject* dict = *dictptr;
-      value = PyDict_GetItemString(dict, name.c_str());
-      PyOwned key(PyUnicode_InternFromString(name.c_str()));
-      if (!value && PyObject_IsInstance(o, module_type()) == 1 && !_PyType_Lookup(Py_TYPE(o), key.p)) {
+      value = PyDict_GetItemWithError(dict, key.p);
+      if (!value && !type_attr && PyObject_IsInstance(o, module_type()) == 1) {
         for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
           PyObject* d = PyDict_GetItemString(dict, slot);
-          if (d && PyDict_Check(d) && (value = PyDict_GetItemString(d, name.c_str()))) break;
+          if (d && PyDict_Check(d) && (value = PyDict_GetItemWithError(d, key.p))) {
+            slot_found = slot;
+            break;
+          }
         }
       }
       Py_XINCREF(value);
     }
     if (!value) {
+      PyErr_Clear();
       throw Unsupported("attribute '" + name + "' of " + Py_TYPE(o)->tp_name +
                         " object is not a plain instance attribute");
+    }
+    if (slot_found && owner.source) {
+      // Read it where nn.Module keeps it, so guards and the transformed code do a dict lookup
+      // instead of calling Module.__getattr__.
+      PyOwned owned(value);
+      auto slot_src = std::make_shared<Source>();
+      slot_src->kind = Source::Kind::Attr;
+      slot_src->name = slot_found;
+      slot_src->parent = owner.source;
+      auto src = std::make_shared<Source>();
+      src->kind = Source::Kind::DictItem;
+      src->name = name;
+      src->parent = slot_src;
+      return wrap(value, src);
     }
   }
   if (!value) {

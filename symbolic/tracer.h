@@ -82,5 +82,6 @@ class Tracer {
 // Python name of a value for messages: "Tensor", "int 3", "<function f>".
 std::string describe(const SymValue& v);
 std::string py_repr(PyObject* o);
+PyObject* module_type();  // torch.nn.Module (borrowed, kept for the process)
 
 }  // namespace fastdyn::symbolic

@@ -19,11 +19,11 @@ namespace fastdyn::symbolic {
 
 // Where a value read by the trace lives, relative to the frame.
 struct Source {
-  enum class Kind : uint8_t { Local, Global, Builtin, Closure, Attr, Item };
+  enum class Kind : uint8_t { Local, Global, Builtin, Closure, Attr, Item, DictItem };
   Kind kind = Kind::Local;
   int index = 0;                   // Local slot, Closure index, Item index
-  std::string name;                // Global/Builtin/Attr name; the Local's name
-  std::shared_ptr<Source> parent;  // Attr/Item
+  std::string name;                // Global/Builtin/Attr name, DictItem key; the Local's name
+  std::shared_ptr<Source> parent;  // Attr/Item/DictItem
 };
 using SourcePtr = std::shared_ptr<Source>;
 

@@ -389,3 +389,37 @@ def test_tuple_dtype_and_string_arguments():
                  ((2, 0, 1), torch.float64, "none"), ((2, 0, 1), torch.float64, "tanh"),
                  ((0, 1, 2), torch.float32, "none")):
         assert_same(f(x, *args), configurable(x, *args), f"arguments {args}")
+
+
+# --------------------------------------------------------------------------- module instances
+
+class _ScaledLinear(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(5, 4))
+        self.register_buffer("shift", torch.randn(5))
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight) * self.scale + self.shift
+
+
+def test_module_instances_share_one_entry_and_read_their_own_parameters():
+    from fastdyn import _C
+    a, b = _ScaledLinear(2.0), _ScaledLinear(2.0)
+    ja, jb = fastdyn.jit(a), fastdyn.jit(b)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(ja(x), a(x))
+        torch.testing.assert_close(jb(x), b(x))
+        # One entry serves both instances: guards check the class, not the object.
+        assert _C.cache_size(_ScaledLinear.forward) == 1
+        # Parameters are graph inputs read at call time, not constants.
+        a.weight = torch.nn.Parameter(torch.randn(5, 4))
+        b.shift.add_(1.0)
+        torch.testing.assert_close(ja(x), a(x))
+        torch.testing.assert_close(jb(x), b(x))
+        # A changed Python attribute is guarded: recompile, never stale.
+        b.scale = 3.0
+        torch.testing.assert_close(jb(x), b(x))
+        assert _C.cache_size(_ScaledLinear.forward) == 2
