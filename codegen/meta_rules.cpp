@@ -109,18 +109,7 @@ std::vector<int64_t> dense_in_order(const std::vector<int64_t>& sizes, const std
     if (strides[a] > strides[b]) return 1;
     return sizes[a] > sizes[b] ? 1 : 0;
   };
-  for (size_t i = 1; i < n; ++i) {
-    size_t d1 = i;
-    for (size_t d0 = i; d0-- > 0;) {
-      int c = should_swap(perm[d0], perm[d1]);
-      if (c > 0) {
-        std::swap(perm[d0], perm[d1]);
-        d1 = d0;
-      } else if (c < 0) {
-        break;
-      }
-    }
-  }
+  sort_dims_fastest_first(perm, should_swap);
   std::vector<int64_t> out(n);
   int64_t acc = 1;
   for (size_t i = 0; i < n; ++i) {
@@ -189,18 +178,7 @@ std::vector<int64_t> tensor_iterator_strides(const std::vector<int64_t>& shape,
     }
     return 0;
   };
-  for (size_t i = 1; i < n; ++i) {
-    size_t d1 = i;
-    for (size_t d0 = i; d0-- > 0;) {
-      int c = should_swap(perm[d0], perm[d1]);
-      if (c > 0) {
-        std::swap(perm[d0], perm[d1]);
-        d1 = d0;
-      } else if (c < 0) {
-        break;
-      }
-    }
-  }
+  sort_dims_fastest_first(perm, should_swap);
   bool inverted = true;
   for (size_t j = 0; j < n; ++j) inverted &= perm[j] == static_cast<int64_t>(n - j - 1);
   if (inverted) return contiguous_strides(shape);

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fastdyn::codegen {
@@ -70,5 +71,24 @@ TensorMeta contiguous_meta(c10::ScalarType dtype, c10::Device device, std::vecto
 Arg scalar_arg(const CallArg& a);
 // Any bound value as an Arg constant (None, numbers, lists, dtype, str); a Tensor becomes Value.
 Arg const_arg(const CallArg& a);
+
+// Insertion sort of `perm` (fastest dim first) with a three-way comparison that may answer
+// "ambiguous" (0); ambiguous pairs keep their order and the scan continues past them. This is
+// the order both TensorIterator and infer_dense_strides use, ties included.
+template <class Cmp>
+void sort_dims_fastest_first(std::vector<int64_t>& perm, Cmp should_swap) {
+  for (size_t i = 1; i < perm.size(); ++i) {
+    size_t d1 = i;
+    for (size_t d0 = i; d0-- > 0;) {
+      const int c = should_swap(perm[d0], perm[d1]);
+      if (c > 0) {
+        std::swap(perm[d0], perm[d1]);
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+}
 
 }  // namespace fastdyn::codegen

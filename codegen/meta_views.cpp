@@ -59,24 +59,6 @@ bool strides_like_channels_last(const TensorMeta& m) {
   return true;
 }
 
-// Insertion sort of `perm` (fastest dim first) with a three-way comparison that may answer
-// "ambiguous" (0); ambiguous pairs keep their order and the scan continues past them. This is
-// the order both TensorIterator and infer_dense_strides use, ties included.
-template <class Cmp>
-void sort_dims_fastest_first(Ints& perm, Cmp should_swap) {
-  for (size_t i = 1; i < perm.size(); ++i) {
-    size_t d1 = i;
-    for (size_t d0 = i; d0-- > 0;) {
-      int c = should_swap(perm[d0], perm[d1]);
-      if (c > 0) {
-        std::swap(perm[d0], perm[d1]);
-        d1 = d0;
-      } else if (c < 0) {
-        break;
-      }
-    }
-  }
-}
 
 Ints reversed_iota(size_t n) {
   Ints perm(n);

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "runtime/errors.h"
+#include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
 
 namespace fastdyn::symbolic {
@@ -33,22 +34,13 @@ codegen::TensorMeta meta_of(const at::Tensor& t) {
 
 // New reference to torch.return_types.<family> (the type eager returns), or nullptr.
 PyObject* named_tuple_type(codegen::Family fam) {
-  PyObject* mod = PyImport_ImportModule("torch.return_types");
-  PyObject* type = mod ? PyObject_GetAttrString(mod, codegen::family_name(fam)) : nullptr;
-  Py_XDECREF(mod);
-  if (!type) PyErr_Clear();
-  return type;
+  return resolve_python_name(std::string("torch.return_types.") + codegen::family_name(fam));
 }
 
 }  // namespace
 
 PyObject* module_type() {
-  static PyObject* t = [] {
-    PyObject* nn = PyImport_ImportModule("torch.nn");
-    PyObject* type = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;
-    Py_XDECREF(nn);
-    return type;  // NB: kept for the process
-  }();
+  static PyObject* t = resolve_python_name("torch.nn.Module");  // NB: kept for the process
   return t;
 }
 

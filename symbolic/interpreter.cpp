@@ -107,12 +107,7 @@ bool foldable_constant(PyObject* o) {
 }
 
 PyObject* tensor_type() {
-  static PyObject* t = [] {
-    PyObject* torch = PyImport_ImportModule("torch");
-    PyObject* type = torch ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
-    Py_XDECREF(torch);
-    return type;  // NB: kept for the process
-  }();
+  static PyObject* t = resolve_python_name("torch.Tensor");  // NB: kept for the process
   return t;
 }
 
@@ -413,12 +408,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     }
   }
   // torch functions that only read global state.
-  static PyObject* is_grad_enabled = [] {
-    PyObject* torch = PyImport_ImportModule("torch");
-    PyObject* f = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : nullptr;
-    Py_XDECREF(torch);
-    return f;
-  }();
+  static PyObject* is_grad_enabled = resolve_python_name("torch.is_grad_enabled");
   if (fn == is_grad_enabled && args.empty()) return constant(ctx_.grad_enabled ? Py_True : Py_False);
   throw Unsupported("call to " + py_repr(fn) + " is not supported");
 }

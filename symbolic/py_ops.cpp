@@ -12,9 +12,9 @@ struct Tables {
   std::unordered_map<std::string, Family> by_name;
 };
 
-// Imports the longest importable module prefix of `dotted` and walks the rest as attributes.
-// Returns a new reference or nullptr (no exception left set).
-PyObject* resolve(const std::string& dotted) {
+}  // namespace
+
+PyObject* resolve_python_name(const std::string& dotted) {
   std::string mod = dotted;
   PyObject* obj = nullptr;
   size_t consumed = 0;
@@ -42,6 +42,8 @@ PyObject* resolve(const std::string& dotted) {
   return obj;
 }
 
+namespace {
+
 const Tables& tables() {
   static const Tables* t = [] {
     auto* tb = new Tables();  // NB: leaked on purpose: holds Python objects for the process
@@ -54,7 +56,7 @@ const Tables& tables() {
           tb->by_tensor_attr.emplace(n.substr(7), fam);
           n = "torch." + n;  // torch.Tensor.add, for explicit unbound calls
         }
-        PyObject* obj = resolve(n);
+        PyObject* obj = resolve_python_name(n);
         if (!obj) continue;
         // Properties (Tensor.T) resolve to descriptors, never called directly: harmless.
         if (!tb->by_object.emplace(obj, fam).second) Py_DECREF(obj);

@@ -23,4 +23,8 @@ std::optional<Family> family_of_tensor_attr(const std::string& name);
 // "operator.add", "builtins.abs" ...
 std::optional<Family> family_of_name(const std::string& python_name);
 
+// "torch.nn.Module" -> the object: imports the longest importable prefix, then walks attributes.
+// New reference, or nullptr with no exception set.
+PyObject* resolve_python_name(const std::string& dotted);
+
 }  // namespace fastdyn::symbolic
