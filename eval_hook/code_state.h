@@ -20,6 +20,10 @@ struct CacheEntry {
   PyObject* graph = nullptr;  // strong: the compiled graph it calls
   int nargs = 0;              // argument slots passed to fn
   bool rerun_on_error = true; // no in-place or random op: a failed run can be redone eagerly
+  // When every graph input is an argument slot, the hit path calls `graph` with those slots
+  // directly: the same work as running `fn`'s bytecode (load the slots, one call), minus a frame.
+  std::vector<int> direct_slots;
+  bool direct = false;
   std::string graph_text;     // for explain/logging
   ~CacheEntry();
 };

@@ -121,6 +121,13 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
     const codegen::OpCategory c = codegen::op_info(n.op).category;
     if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) entry->rerun_on_error = false;
   }
+  // NB: a graph that cannot be re-run eagerly on error keeps its frame, so that a traceback
+  // still names the user's function.
+  entry->direct = entry->rerun_on_error;
+  for (const symbolic::SourcePtr& s : p.trace.input_sources) {
+    if (s->kind != symbolic::Source::Kind::Local) entry->direct = false;
+    else entry->direct_slots.push_back(s->index);
+  }
   entry->guards = symbolic::build_guards(p.trace);
 
   const Config& cfg = config();

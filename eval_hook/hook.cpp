@@ -33,13 +33,22 @@ runtime::GuardFrame guard_frame(Frame* frame) {
   return gf;
 }
 
-// Runs a cache entry's transformed code with the frame's arguments, then releases the frame.
+// Runs a cache entry with the frame's arguments, then releases the frame.
 PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
-  PyFunctionObject* fn = fd_frame_func(frame);
-  auto* target = reinterpret_cast<PyFunctionObject*>(entry.fn);
-  // Functions made by one `def` share code but not closures: point the entry at this one's.
-  if (fn && target->func_closure != fn->func_closure) PyFunction_SetClosure(entry.fn, fn->func_closure);
-  PyObject* result = PyObject_Vectorcall(entry.fn, fd_frame_localsplus(frame), static_cast<size_t>(entry.nargs), nullptr);
+  PyObject** slots = fd_frame_localsplus(frame);
+  PyObject* result = nullptr;
+  constexpr size_t kMaxDirect = 16;
+  if (entry.direct && entry.direct_slots.size() <= kMaxDirect) {
+    PyObject* args[kMaxDirect];
+    for (size_t i = 0; i < entry.direct_slots.size(); ++i) args[i] = slots[entry.direct_slots[i]];
+    result = PyObject_Vectorcall(entry.graph, args, entry.direct_slots.size(), nullptr);
+  } else {
+    // Functions made by one `def` share code but not closures: point the entry at this one's.
+    PyFunctionObject* fn = fd_frame_func(frame);
+    auto* target = reinterpret_cast<PyFunctionObject*>(entry.fn);
+    if (fn && target->func_closure != fn->func_closure) PyFunction_SetClosure(entry.fn, fn->func_closure);
+    result = PyObject_Vectorcall(entry.fn, slots, static_cast<size_t>(entry.nargs), nullptr);
+  }
   if (!result && entry.rerun_on_error) {
     // The graph raised (an index out of range, say). It had no side effects, and the frame is
     // untouched: run it eagerly so the user sees exactly eager's exception and traceback.

@@ -32,6 +32,8 @@ OutputTemplate::~OutputTemplate() { Py_XDECREF(constant); }
 
 namespace {
 
+constexpr int64_t kReleaseGilElements = 1 << 15;
+
 struct CompiledGraphObject {
   PyObject_HEAD
   vectorcallfunc vectorcall;
@@ -88,6 +90,7 @@ PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t 
   HANDLE_TH_ERRORS
   std::vector<at::Tensor> inputs;
   inputs.reserve(static_cast<size_t>(nargs));
+  int64_t elements = 0;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     if (!THPVariable_Check(args[i])) {
       PyErr_Format(PyExc_TypeError, "compiled graph %s: input %zd is %s, not a tensor",
@@ -95,10 +98,14 @@ PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t 
       return nullptr;
     }
     inputs.push_back(THPVariable_Unpack(args[i]));
+    elements += inputs.back().numel();
   }
   std::vector<at::Tensor> outputs;
-  {
-    // NB: ATen work runs without the GIL, as eager PyTorch's ops do.
+  if (elements < kReleaseGilElements) {
+    outputs = self->exe->run(inputs);
+  } else {
+    // NB: big graphs run without the GIL, as eager PyTorch's ops do; for tiny ones releasing
+    // and re-taking it costs more than the work it would let other threads do.
     pybind11::gil_scoped_release no_gil;
     outputs = self->exe->run(inputs);
   }
