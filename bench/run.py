@@ -210,9 +210,20 @@ def machine_info():
     return info
 
 
+# glibc's malloc hands 1-4 MB tensor buffers back to the kernel (heap trim, mmap) in some runs and
+# not in others, so the same process measures 1x or 3x depending on heap layout (measured: 2,900
+# vs 7,100 page faults per call of pointwise_1m, eager and fastdyn alike). Every mode gets the
+# same pinned thresholds so the table compares compute, not allocator luck; --malloc default
+# measures glibc as shipped.
+PINNED_MALLOC = {"MALLOC_TRIM_THRESHOLD_": "1000000000", "MALLOC_MMAP_THRESHOLD_": "1000000000"}
+MALLOC_MODE = "pinned"
+
+
 def child_env(mode: str, inductor_cache: str, scratch):
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(THREADS)
+    if MALLOC_MODE == "pinned":
+        env.update(PINNED_MALLOC)
     env["PYTHONFAULTHANDLER"] = "1"  # a crash names the Python line it happened under
     # The source tree's package (CMake builds _C into it) unless PYTHONPATH names another.
     env["PYTHONPATH"] = os.pathsep.join(
@@ -428,6 +439,7 @@ def write_reports(out: Path, info, results, cases, modes, argv):
         f"(max here {max_others(results)}; 0 is a quiet machine; on {info['cores']} cores, "
         "anything above ~0.2 disturbs the timings, OpenMP regions most)",
     ] + ([f"- inductor caches: {args_cache_note(info)}"] if "inductor" in modes else []) + [
+        f"- malloc: {'glibc thresholds pinned for every mode (' + ', '.join(f'{k}={v}' for k, v in PINNED_MALLOC.items()) + '), see run.py' if MALLOC_MODE == 'pinned' else 'glibc defaults'}",
         "",
         "| case | mode | first call | per call (median) | vs eager | correct | other load | notes |",
         "|---|---|---:|---:|---:|---|---:|---|",
@@ -482,11 +494,15 @@ def main(argv=None):
                         "cold: rebuild that header in every inductor process too;\n"
                         "warm: reuse whatever inductor has cached on disk")
     p.add_argument("--fastdyn-backend", default="", help="backend= for fastdyn.jit / enable")
+    p.add_argument("--malloc", choices=("pinned", "default"), default="pinned",
+                   help="pin glibc's trim/mmap thresholds in every mode (default) or keep glibc's")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--one", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
     p.add_argument("--json-out", help=argparse.SUPPRESS)
     p.add_argument("--tensors-out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    global MALLOC_MODE
+    MALLOC_MODE = args.malloc
 
     if args.one:
         return run_one(args.one[0], args.one[1], Path(args.json_out), Path(args.tensors_out),
