@@ -6,4 +6,4 @@ bash scripts/setup.sh
 PY=${PYTHON:-python3}
 build_dir=build/$($PY -c 'import sys; print(f"py{sys.version_info.major}{sys.version_info.minor}")')
 ctest --test-dir "$build_dir" --output-on-failure -j2
-$PY -m pytest tests/python -q -p no:cacheprovider
+$PY -m pytest tests/python -p no:cacheprovider
