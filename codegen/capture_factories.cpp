@@ -6,6 +6,7 @@
 // aranges, the fill value's kind for full) and is passed to ATen explicitly, so the recorded graph
 // does not depend on global state at run time. Casts that change nothing return their input's
 // value without emitting a node: eager returns the very same tensor object.
+#include "codegen/view_helpers.h"
 #include "codegen/binder.h"
 #include "codegen/meta_views.h"
 
@@ -18,18 +19,7 @@ namespace fastdyn::codegen {
 namespace {
 
 using meta::Ints;
-
-bool differentiable(c10::ScalarType t) { return c10::isFloatingType(t) || c10::isComplexType(t); }
-
-CaptureResult fail(const char* op, const std::string& why) { return CaptureResult::fail(std::string(op) + ": " + why); }
-
-bool bind_sig(const Signature& sig, const BindCall& call, BoundArgs& a, CaptureResult& err) {
-  if (auto e = sig.bind(call, a)) {
-    err = CaptureResult::fail(*e);
-    return false;
-  }
-  return true;
-}
+using namespace views;
 
 // A device argument: torch.device, "cpu"/"cuda:1", or None.
 bool read_device(const char* op, const CallArg& a, std::optional<c10::Device>& out, CaptureResult& err) {
