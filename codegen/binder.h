@@ -73,6 +73,14 @@ class Signature {
   std::vector<Param> params_;
 };
 
+// The prologue of nearly every binder: bind `call` to `signature_text` (parsed once) into a
+// BoundArgs named `args`, or return the binding error from the enclosing binder.
+#define FD_BIND_OR_RETURN(call, args, signature_text)                               \
+  static const ::fastdyn::codegen::Signature fd_signature_(signature_text);        \
+  ::fastdyn::codegen::BoundArgs args;                                               \
+  if (auto fd_bind_error_ = fd_signature_.bind(call, args))                         \
+  return ::fastdyn::codegen::CaptureResult::fail(*fd_bind_error_)
+
 // Appends a node computing `op` over `args` (ATen schema order) with the given output metadata;
 // returns the new output values in order.
 std::vector<ValueId> emit(Graph& g, OpId op, std::vector<Arg> args, std::vector<TensorMeta> outs);

@@ -424,10 +424,7 @@ CaptureResult cast(BindCall& call, ValueId self, std::optional<c10::ScalarType> 
 }
 
 CaptureResult cast_method(BindCall& call, const char* name, c10::ScalarType dtype) {
-  static const Signature sig("cast(Tensor input, *, Any memory_format=None)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "cast(Tensor input, *, Any memory_format=None)");
   if (!a.is_none("memory_format")) return fail(name, "memory_format= is not supported");
   return cast(call, a.tensor("input"), dtype, std::nullopt, false, false);
 }
@@ -475,18 +472,12 @@ CaptureResult bind_to_char(BindCall& call) { return cast_method(call, "char", c1
 CaptureResult bind_to_byte(BindCall& call) { return cast_method(call, "byte", c10::ScalarType::Byte); }
 
 CaptureResult bind_type_as(BindCall& call) {
-  static const Signature sig("type_as(Tensor input, Tensor other)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "type_as(Tensor input, Tensor other)");
   return cast(call, a.tensor("input"), call.graph.meta(a.tensor("other")).dtype, std::nullopt, false, false);
 }
 
 CaptureResult bind_type_cast(BindCall& call) {
-  static const Signature sig("type(Tensor input, Any dtype=None, bool non_blocking=False)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "type(Tensor input, Any dtype=None, bool non_blocking=False)");
   const CallArg& d = a.get("dtype");
   if (d.kind == CallArg::Kind::DType)
     return cast(call, a.tensor("input"), d.dtype, std::nullopt, a.boolean("non_blocking"), false);

@@ -87,30 +87,22 @@ CaptureResult record_matmul_like(BindCall& c, const std::string& op, OpId id, Va
 }  // namespace
 
 CaptureResult bind_matmul(BindCall& c) {
-  static const Signature sig("matmul(Tensor input, Tensor other)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "matmul(Tensor input, Tensor other)");
   return record_matmul_like(c, "matmul", OpId::matmul, a.tensor("input"), a.tensor("other"), 0, 0);
 }
 
 CaptureResult bind_mm(BindCall& c) {
-  static const Signature sig("mm(Tensor input, Tensor mat2)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "mm(Tensor input, Tensor mat2)");
   return record_matmul_like(c, "mm", OpId::mm, a.tensor("input"), a.tensor("mat2"), 2, 2);
 }
 
 CaptureResult bind_bmm(BindCall& c) {
-  static const Signature sig("bmm(Tensor input, Tensor mat2)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "bmm(Tensor input, Tensor mat2)");
   return record_matmul_like(c, "bmm", OpId::bmm, a.tensor("input"), a.tensor("mat2"), 3, 3);
 }
 
 CaptureResult bind_dot(BindCall& c) {
-  static const Signature sig("dot(Tensor input, Tensor tensor)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "dot(Tensor input, Tensor tensor)");
   ValueId x = a.tensor("input"), y = a.tensor("tensor");
   if (c.graph.meta(x).sizes != c.graph.meta(y).sizes)
     return CaptureResult::fail("dot: inconsistent tensor sizes " + shape_str(c.graph.meta(x).sizes) + " and " +
@@ -119,9 +111,7 @@ CaptureResult bind_dot(BindCall& c) {
 }
 
 CaptureResult bind_outer(BindCall& c) {
-  static const Signature sig("outer(Tensor input, Tensor vec2)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "outer(Tensor input, Tensor vec2)");
   ValueId x = a.tensor("input"), y = a.tensor("vec2");
   const TensorMeta &m = c.graph.meta(x), &n = c.graph.meta(y);
   if (m.dim() != 1 || n.dim() != 1) return CaptureResult::fail("outer: expected 1-d tensors");
@@ -167,9 +157,7 @@ CaptureResult bind_baddbmm(BindCall& c) {
 }
 
 CaptureResult bind_linear(BindCall& c) {
-  static const Signature sig("linear(Tensor input, Tensor weight, Tensor? bias=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "linear(Tensor input, Tensor weight, Tensor? bias=None)");
   ValueId x = a.tensor("input"), w = a.tensor("weight");
   const TensorMeta &mx = c.graph.meta(x), &mw = c.graph.meta(w);
   std::vector<ValueId> ins{x, w};
@@ -235,9 +223,7 @@ CaptureResult bind_layer_norm(BindCall& c) {
 }
 
 CaptureResult bind_rms_norm(BindCall& c) {
-  static const Signature sig("rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None)");
   ValueId x = a.tensor("input");
   const TensorMeta& m = c.graph.meta(x);
   Ints ns = a.ints("normalized_shape");
@@ -307,9 +293,7 @@ CaptureResult bind_batch_norm(BindCall& c) {
 // F.normalize is input / input.norm(p, dim, keepdim=True).clamp_min(eps).expand_as(input) in
 // eager; the same ops are recorded so values match bit for bit.
 CaptureResult bind_normalize(BindCall& c) {
-  static const Signature sig("normalize(Tensor input, Number p=2.0, int dim=1, float eps=1e-12)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "normalize(Tensor input, Number p=2.0, int dim=1, float eps=1e-12)");
   const CallArg& x = a.get("input");
   const TensorMeta m = c.graph.meta(x.value);
   CaptureResult n = record_call(c.graph, c.ctx, Family::vector_norm, {x, a.get("p"), CallArg::of_ints({a.integer("dim")})},
@@ -332,9 +316,7 @@ CaptureResult bind_normalize(BindCall& c) {
 // ---- dropout, embedding, pad ------------------------------------------------------------------
 
 CaptureResult bind_dropout(BindCall& c) {
-  static const Signature sig("dropout(Tensor input, float p=0.5, bool training=True, bool inplace=False)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "dropout(Tensor input, float p=0.5, bool training=True, bool inplace=False)");
   ValueId x = a.tensor("input");
   double p = a.number("p");
   if (p < 0.0 || p > 1.0)
@@ -376,9 +358,7 @@ CaptureResult bind_embedding(BindCall& c) {
 }
 
 CaptureResult bind_pad(BindCall& c) {
-  static const Signature sig("pad(Tensor input, int[] pad, str mode='constant', float? value=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "pad(Tensor input, int[] pad, str mode='constant', float? value=None)");
   ValueId x = a.tensor("input");
   const TensorMeta& m = c.graph.meta(x);
   Ints pad = a.ints("pad");
@@ -615,9 +595,7 @@ namespace fastdyn::codegen {
 // views whose layout we do not model). Such contractions run as one bmm, whose result eager
 // returns contiguous in the requested output order.
 CaptureResult bind_einsum(BindCall& c) {
-  static const Signature sig("einsum(str equation, Tensor[] *operands)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "einsum(str equation, Tensor[] *operands)");
   std::string eq;
   for (char ch : a.str("equation"))
     if (ch != ' ') eq += ch;

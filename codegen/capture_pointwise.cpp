@@ -315,24 +315,18 @@ std::vector<Arg> div_extra(const BoundArgs& a) {
 }  // namespace
 
 CaptureResult bind_add(BindCall& c) {
-  static const Signature sig("add(Tensor|Number input, Tensor|Number other, *, Number alpha=1)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "add(Tensor|Number input, Tensor|Number other, *, Number alpha=1)");
   return record_binary(c, kAdd, a.get("input"), a.get("other"), alpha_extra(a));
 }
 
 CaptureResult bind_sub(BindCall& c) {
-  static const Signature sig("sub(Tensor|Number input, Tensor|Number other, *, Number alpha=1)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "sub(Tensor|Number input, Tensor|Number other, *, Number alpha=1)");
   return record_binary(c, kSub, a.get("input"), a.get("other"), alpha_extra(a));
 }
 
 // torch.rsub(input, other, alpha) is other - alpha * input; eager computes sub(other, input).
 CaptureResult bind_rsub(BindCall& c) {
-  static const Signature sig("rsub(Tensor input, Tensor|Number other, *, Number alpha=1)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "rsub(Tensor input, Tensor|Number other, *, Number alpha=1)");
   static const BinaryOp rsub = [] {
     BinaryOp b = kSub;
     b.name = "rsub";
@@ -342,9 +336,7 @@ CaptureResult bind_rsub(BindCall& c) {
 }
 
 CaptureResult bind_div(BindCall& c) {
-  static const Signature sig("div(Tensor|Number input, Tensor|Number other, *, str? rounding_mode=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "div(Tensor|Number input, Tensor|Number other, *, str? rounding_mode=None)");
   return record_binary(c, div_op(a), a.get("input"), a.get("other"), div_extra(a));
 }
 
@@ -380,9 +372,7 @@ FD_SIMPLE_BINARY(bitwise_right_shift, kRshift, "Tensor|Number")
 
 // `number / x` runs Tensor.__rtruediv__, which eager computes as reciprocal(x) * number.
 CaptureResult bind_truediv(BindCall& c) {
-  static const Signature sig("truediv(Tensor|Number input, Tensor|Number other)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "truediv(Tensor|Number input, Tensor|Number other)");
   const CallArg& x = a.get("input");
   const CallArg& y = a.get("other");
   if (is_tensor(x) || !is_tensor(y)) return record_binary(c, kDiv, x, y, {});
@@ -392,23 +382,17 @@ CaptureResult bind_truediv(BindCall& c) {
 }
 
 CaptureResult bind_add_(BindCall& c) {
-  static const Signature sig("add_(Tensor|Number self, Tensor|Number other, *, Number alpha=1)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "add_(Tensor|Number self, Tensor|Number other, *, Number alpha=1)");
   return record_binary_inplace(c, kAdd, Family::add, a.get("self"), a.get("other"), alpha_extra(a));
 }
 
 CaptureResult bind_sub_(BindCall& c) {
-  static const Signature sig("sub_(Tensor|Number self, Tensor|Number other, *, Number alpha=1)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "sub_(Tensor|Number self, Tensor|Number other, *, Number alpha=1)");
   return record_binary_inplace(c, kSub, Family::sub, a.get("self"), a.get("other"), alpha_extra(a));
 }
 
 CaptureResult bind_div_(BindCall& c) {
-  static const Signature sig("div_(Tensor|Number self, Tensor|Number other, *, str? rounding_mode=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "div_(Tensor|Number self, Tensor|Number other, *, str? rounding_mode=None)");
   return record_binary_inplace(c, div_op(a), Family::truediv, a.get("self"), a.get("other"), div_extra(a));
 }
 
@@ -602,9 +586,7 @@ FD_UNARY_ROW_INPLACE(threshold_, "threshold_(Tensor self, Number threshold, Numb
 
 // `+x` is x itself in eager (no copy), so nothing is recorded.
 CaptureResult bind_positive(BindCall& c) {
-  static const Signature sig("positive(Tensor input)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "positive(Tensor input)");
   ValueId x = a.tensor("input");
   if (c.graph.meta(x).dtype == ST::Bool)
     return CaptureResult::fail("positive: the + operator on a bool tensor is not supported");
@@ -613,9 +595,7 @@ CaptureResult bind_positive(BindCall& c) {
 
 // F.softsign and F.tanhshrink are Python compositions in eager; record the same ops.
 CaptureResult bind_softsign(BindCall& c) {
-  static const Signature sig("softsign(Tensor input)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "softsign(Tensor input)");
   const CallArg& x = a.get("input");
   CaptureResult ab = record_call(c.graph, c.ctx, Family::abs, {x}, {});
   if (!ab.ok) return CaptureResult::fail("softsign: " + ab.reason);
@@ -627,9 +607,7 @@ CaptureResult bind_softsign(BindCall& c) {
 }
 
 CaptureResult bind_tanhshrink(BindCall& c) {
-  static const Signature sig("tanhshrink(Tensor input)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "tanhshrink(Tensor input)");
   const CallArg& x = a.get("input");
   CaptureResult t = record_call(c.graph, c.ctx, Family::tanh, {x}, {});
   if (!t.ok) return CaptureResult::fail("tanhshrink: " + t.reason);
@@ -640,9 +618,7 @@ CaptureResult bind_tanhshrink(BindCall& c) {
 
 // glu halves `dim`; eager runs a TensorIterator over the two halves (views of the input).
 CaptureResult bind_glu(BindCall& c) {
-  static const Signature sig("glu(Tensor input, int dim=-1)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "glu(Tensor input, int dim=-1)");
   ValueId x = a.tensor("input");
   const TensorMeta& m = c.graph.meta(x);
   if (m.dim() == 0) return CaptureResult::fail("glu: does not support scalars because halving size must be even");
@@ -701,25 +677,19 @@ std::optional<std::string> check_masked_fill(const BindCall& c, const char* op, 
 }  // namespace
 
 CaptureResult bind_where(BindCall& c) {
-  static const Signature sig("where(Tensor condition, Tensor|Number input, Tensor|Number other)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "where(Tensor condition, Tensor|Number input, Tensor|Number other)");
   return record_where(c, a.get("condition"), a.get("input"), a.get("other"));
 }
 
 // x.where(condition, y) == torch.where(condition, x, y)
 CaptureResult bind_where_method(BindCall& c) {
-  static const Signature sig("where(Tensor self, Tensor condition, Tensor|Number other)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "where(Tensor self, Tensor condition, Tensor|Number other)");
   return record_where(c, a.get("condition"), a.get("self"), a.get("other"));
 }
 
 // Eager expands self and mask together and fills a contiguous clone.
 CaptureResult bind_masked_fill(BindCall& c) {
-  static const Signature sig("masked_fill(Tensor input, Tensor mask, Tensor|Number value)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "masked_fill(Tensor input, Tensor mask, Tensor|Number value)");
   ValueId x = a.tensor("input"), mask = a.tensor("mask");
   const CallArg& v = a.get("value");
   if (auto err = check_masked_fill(c, "masked_fill", mask, v)) return CaptureResult::fail(*err);
@@ -736,9 +706,7 @@ CaptureResult bind_masked_fill(BindCall& c) {
 }
 
 CaptureResult bind_masked_fill_(BindCall& c) {
-  static const Signature sig("masked_fill_(Tensor self, Tensor mask, Tensor|Number value)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "masked_fill_(Tensor self, Tensor mask, Tensor|Number value)");
   ValueId x = a.tensor("self"), mask = a.tensor("mask");
   const CallArg& v = a.get("value");
   if (auto err = check_masked_fill(c, "masked_fill_", mask, v)) return CaptureResult::fail(*err);
@@ -794,39 +762,29 @@ CaptureResult record_clamp(BindCall& c, const CallArg& x, const CallArg& lo, con
 }  // namespace
 
 CaptureResult bind_clamp(BindCall& c) {
-  static const Signature sig("clamp(Tensor input, Tensor|Number? min=None, Tensor|Number? max=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "clamp(Tensor input, Tensor|Number? min=None, Tensor|Number? max=None)");
   return record_clamp(c, a.get("input"), a.get("min"), a.get("max"), false);
 }
 
 CaptureResult bind_clamp_(BindCall& c) {
-  static const Signature sig("clamp_(Tensor self, Tensor|Number? min=None, Tensor|Number? max=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "clamp_(Tensor self, Tensor|Number? min=None, Tensor|Number? max=None)");
   return record_clamp(c, a.get("self"), a.get("min"), a.get("max"), true);
 }
 
 // clamp_min(x, v) / clamp_max(x, v) are clamp with one bound: same values, dtypes and layout.
 CaptureResult bind_clamp_min(BindCall& c) {
-  static const Signature sig("clamp_min(Tensor input, Tensor|Number min)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "clamp_min(Tensor input, Tensor|Number min)");
   return record_clamp(c, a.get("input"), a.get("min"), CallArg::none(), false);
 }
 
 CaptureResult bind_clamp_max(BindCall& c) {
-  static const Signature sig("clamp_max(Tensor input, Tensor|Number max)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "clamp_max(Tensor input, Tensor|Number max)");
   return record_clamp(c, a.get("input"), CallArg::none(), a.get("max"), false);
 }
 
 // lerp does not promote: end (and a tensor weight) must have input's dtype.
 CaptureResult bind_lerp(BindCall& c) {
-  static const Signature sig("lerp(Tensor input, Tensor end, Tensor|Number weight)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "lerp(Tensor input, Tensor end, Tensor|Number weight)");
   const CallArg &x = a.get("input"), &end = a.get("end"), &w = a.get("weight");
   ST dt = c.graph.meta(x.value).dtype;
   for (const CallArg* o : {&end, &w})

@@ -103,9 +103,7 @@ CaptureResult bind_mean(BindCall& c) {
 }
 
 CaptureResult bind_prod(BindCall& c) {
-  static const Signature sig("prod(Tensor input, int? dim=None, bool keepdim=False, *, ScalarType? dtype=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "prod(Tensor input, int? dim=None, bool keepdim=False, *, ScalarType? dtype=None)");
   ValueId x = a.tensor("input");
   auto req = requested_dtype(a);
   ST dt;
@@ -332,9 +330,7 @@ CaptureResult bind_norm(BindCall& c) {
 }
 
 CaptureResult bind_logsumexp(BindCall& c) {
-  static const Signature sig("logsumexp(Tensor input, int[] dim, bool keepdim=False)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "logsumexp(Tensor input, int[] dim, bool keepdim=False)");
   ValueId x = a.tensor("input");
   ST dt;
   out_dtype("logsumexp", OutDtype::IntToFloat, c.graph.meta(x).dtype, std::nullopt, c.ctx.default_dtype, dt);
@@ -347,9 +343,7 @@ CaptureResult bind_logsumexp(BindCall& c) {
 }
 
 CaptureResult bind_count_nonzero(BindCall& c) {
-  static const Signature sig("count_nonzero(Tensor input, int[]? dim=None)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  FD_BIND_OR_RETURN(c, a, "count_nonzero(Tensor input, int[]? dim=None)");
   ValueId x = a.tensor("input");
   std::vector<int64_t> dims;
   if (a.is_none("dim")) {  // every dim, spelled out: the IntList overload is the one we record

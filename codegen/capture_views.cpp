@@ -126,42 +126,28 @@ CaptureResult bind_view(BindCall& call) {
     r.meta.requires_grad = false;  // eager: a reinterpreting view is not differentiable
     return tensor_result(emit1(call.graph, OpId::view_dtype, {Arg::of_value(self), Arg::of_dtype(to)}, r.meta));
   }
-  static const Signature sig("view(Tensor input, int[] *size)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "view(Tensor input, int[] *size)");
   return view_to(call, "view", a.tensor("input"), a.ints("size"));
 }
 
 CaptureResult bind_view_as(BindCall& call) {
-  static const Signature sig("view_as(Tensor input, Tensor other)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "view_as(Tensor input, Tensor other)");
   return view_to(call, "view_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
 }
 
 CaptureResult bind_reshape(BindCall& call) {
-  static const Signature sig("reshape(Tensor input, int[] *shape)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "reshape(Tensor input, int[] *shape)");
   return reshape_to(call, "reshape", a.tensor("input"), a.ints("shape"));
 }
 
 CaptureResult bind_reshape_as(BindCall& call) {
-  static const Signature sig("reshape_as(Tensor input, Tensor other)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "reshape_as(Tensor input, Tensor other)");
   return reshape_to(call, "reshape_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
 }
 
 CaptureResult bind_flatten(BindCall& call) {
-  static const Signature sig("flatten(Tensor input, int start_dim=0, int end_dim=-1)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "flatten(Tensor input, int start_dim=0, int end_dim=-1)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   int64_t s = a.integer("start_dim"), e = a.integer("end_dim");
@@ -176,10 +162,8 @@ CaptureResult bind_flatten(BindCall& call) {
 }
 
 CaptureResult bind_unflatten(BindCall& call) {
-  static const Signature sig("unflatten(Tensor input, int dim, int[] sizes)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "unflatten(Tensor input, int dim, int[] sizes)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   int64_t dim = a.integer("dim");
@@ -201,10 +185,7 @@ CaptureResult bind_unflatten(BindCall& call) {
 // ---- dimension shuffles ----------------------------------------------------------------------
 
 CaptureResult bind_permute(BindCall& call) {
-  static const Signature sig("permute(Tensor input, int[] *dims)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "permute(Tensor input, int[] *dims)");
   ValueId self = a.tensor("input");
   Ints dims = a.ints("dims");
   MetaResult r = meta::permute(call.graph.meta(self), dims);
@@ -214,10 +195,8 @@ CaptureResult bind_permute(BindCall& call) {
 }
 
 CaptureResult bind_transpose(BindCall& call) {
-  static const Signature sig("transpose(Tensor input, int dim0, int dim1)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "transpose(Tensor input, int dim0, int dim1)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const int64_t n = call.graph.meta(self).dim();
   int64_t d0 = a.integer("dim0"), d1 = a.integer("dim1");
@@ -226,10 +205,7 @@ CaptureResult bind_transpose(BindCall& call) {
 }
 
 CaptureResult bind_t(BindCall& call) {
-  static const Signature sig("t(Tensor input)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "t(Tensor input)");
   ValueId self = a.tensor("input");
   const int64_t n = call.graph.meta(self).dim();
   if (n > 2) return fail("t", "t() expects a tensor with <= 2 dimensions, but self is " + std::to_string(n) + "D");
@@ -272,10 +248,8 @@ CaptureResult bind_prop_mT(BindCall& call) { return matrix_transpose(call, "Tens
 CaptureResult bind_prop_mH(BindCall& call) { return matrix_transpose(call, "Tensor.mH", true); }
 
 CaptureResult bind_movedim(BindCall& call) {
-  static const Signature sig("movedim(Tensor input, int[] source, int[] destination)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "movedim(Tensor input, int[] source, int[] destination)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const int64_t n = call.graph.meta(self).dim();
   Ints src = a.ints("source"), dst = a.ints("destination");
@@ -307,10 +281,8 @@ CaptureResult bind_movedim(BindCall& call) {
 }
 
 CaptureResult bind_unsqueeze(BindCall& call) {
-  static const Signature sig("unsqueeze(Tensor input, int dim)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "unsqueeze(Tensor input, int dim)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   int64_t dim = a.integer("dim");
   if (!wrap("unsqueeze", dim, call.graph.meta(self).dim() + 1, err)) return err;
@@ -318,10 +290,8 @@ CaptureResult bind_unsqueeze(BindCall& call) {
 }
 
 CaptureResult bind_squeeze(BindCall& call) {
-  static const Signature sig("squeeze(Tensor input, Any dim=None)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "squeeze(Tensor input, Any dim=None)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   const CallArg& d = a.get("dim");
@@ -349,36 +319,24 @@ CaptureResult bind_squeeze(BindCall& call) {
 // ---- expand ----------------------------------------------------------------------------------
 
 CaptureResult bind_expand(BindCall& call) {
-  static const Signature sig("expand(Tensor input, int[] *size)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "expand(Tensor input, int[] *size)");
   return expand_to(call, "expand", a.tensor("input"), a.ints("size"));
 }
 
 CaptureResult bind_expand_as(BindCall& call) {
-  static const Signature sig("expand_as(Tensor input, Tensor other)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "expand_as(Tensor input, Tensor other)");
   return expand_to(call, "expand_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
 }
 
 CaptureResult bind_broadcast_to(BindCall& call) {
-  static const Signature sig("broadcast_to(Tensor input, int[] size)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "broadcast_to(Tensor input, int[] size)");
   return expand_to(call, "broadcast_to", a.tensor("input"), a.ints("size"));
 }
 
 // ---- copies ----------------------------------------------------------------------------------
 
 CaptureResult bind_contiguous(BindCall& call) {
-  static const Signature sig("contiguous(Tensor input, *, Any memory_format=None)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "contiguous(Tensor input, *, Any memory_format=None)");
   if (!a.is_none("memory_format")) return fail("contiguous", "only the default memory_format is supported");
   ValueId self = a.tensor("input");
   if (is_contiguous(call.graph.meta(self))) return tensor_result(self);  // eager returns self itself
@@ -386,19 +344,14 @@ CaptureResult bind_contiguous(BindCall& call) {
 }
 
 CaptureResult bind_clone(BindCall& call) {
-  static const Signature sig("clone(Tensor input, *, Any memory_format=None)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "clone(Tensor input, *, Any memory_format=None)");
   if (!a.is_none("memory_format")) return fail("clone", "only the default memory_format is supported");
   return tensor_result(emit_clone(call, a.tensor("input"), std::nullopt));
 }
 
 CaptureResult bind_flip(BindCall& call) {
-  static const Signature sig("flip(Tensor input, int[] *dims)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "flip(Tensor input, int[] *dims)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   Ints dims = a.ints("dims");
@@ -412,10 +365,8 @@ CaptureResult bind_flip(BindCall& call) {
 }
 
 CaptureResult bind_roll(BindCall& call) {
-  static const Signature sig("roll(Tensor input, int[] shifts, int[] dims=[])");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "roll(Tensor input, int[] shifts, int[] dims=[])");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   Ints shifts = a.ints("shifts"), dims = a.ints("dims");
@@ -445,18 +396,12 @@ CaptureResult repeat_by(BindCall& call, const char* op, ValueId self, const Ints
 }  // namespace
 
 CaptureResult bind_repeat(BindCall& call) {
-  static const Signature sig("repeat(Tensor input, int[] *repeats)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "repeat(Tensor input, int[] *repeats)");
   return repeat_by(call, "repeat", a.tensor("input"), a.ints("repeats"));
 }
 
 CaptureResult bind_tile(BindCall& call) {
-  static const Signature sig("tile(Tensor input, int[] *dims)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "tile(Tensor input, int[] *dims)");
   ValueId self = a.tensor("input");
   Ints reps = a.ints("dims");
   const size_t n = static_cast<size_t>(call.graph.meta(self).dim());
@@ -465,10 +410,8 @@ CaptureResult bind_tile(BindCall& call) {
 }
 
 CaptureResult bind_repeat_interleave(BindCall& call) {
-  static const Signature sig("repeat_interleave(Tensor input, Any repeats, int? dim=None, *, int? output_size=None)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "repeat_interleave(Tensor input, Any repeats, int? dim=None, *, int? output_size=None)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   const CallArg& rep = a.get("repeats");
@@ -495,10 +438,7 @@ CaptureResult bind_repeat_interleave(BindCall& call) {
 
 namespace {
 CaptureResult triangle(BindCall& call, const char* op, OpId id) {
-  static const Signature sig("tril(Tensor input, int diagonal=0)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "tril(Tensor input, int diagonal=0)");
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   if (m.dim() < 2) return fail(op, "input tensor must have at least 2 dimensions");
@@ -513,10 +453,8 @@ CaptureResult bind_triu(BindCall& call) { return triangle(call, "triu", OpId::tr
 // ---- narrowing views -------------------------------------------------------------------------
 
 CaptureResult bind_narrow(BindCall& call) {
-  static const Signature sig("narrow(Tensor input, int dim, int start, int length)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "narrow(Tensor input, int dim, int start, int length)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   int64_t dim = a.integer("dim");
@@ -529,10 +467,8 @@ CaptureResult bind_narrow(BindCall& call) {
 }
 
 CaptureResult bind_select(BindCall& call) {
-  static const Signature sig("select(Tensor input, int dim, int index)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "select(Tensor input, int dim, int index)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   int64_t dim = a.integer("dim");
@@ -545,10 +481,8 @@ CaptureResult bind_select(BindCall& call) {
 }
 
 CaptureResult bind_diagonal(BindCall& call) {
-  static const Signature sig("diagonal(Tensor input, int offset=0, int dim1=0, int dim2=1)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "diagonal(Tensor input, int offset=0, int dim1=0, int dim2=1)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   int64_t d1 = a.integer("dim1"), d2 = a.integer("dim2");
@@ -564,10 +498,8 @@ CaptureResult bind_diagonal(BindCall& call) {
 }
 
 CaptureResult bind_unfold(BindCall& call) {
-  static const Signature sig("unfold(Tensor input, int dimension, int size, int step)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "unfold(Tensor input, int dimension, int size, int step)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   int64_t dim = a.integer("dimension");
@@ -642,10 +574,8 @@ CaptureResult bind_split(BindCall& call) {
 }
 
 CaptureResult bind_chunk(BindCall& call) {
-  static const Signature sig("chunk(Tensor input, int chunks, int dim=0)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "chunk(Tensor input, int chunks, int dim=0)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   if (m.dim() == 0) return fail("chunk", "chunk expects at least a 1-dimensional tensor");
@@ -661,10 +591,8 @@ CaptureResult bind_chunk(BindCall& call) {
 }
 
 CaptureResult bind_unbind(BindCall& call) {
-  static const Signature sig("unbind(Tensor input, int dim=0)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "unbind(Tensor input, int dim=0)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   if (m.dim() == 0) return fail("unbind", "Dimension specified as 0 but tensor has no dimensions");
@@ -676,10 +604,8 @@ CaptureResult bind_unbind(BindCall& call) {
 }
 
 CaptureResult bind_tensor_split(BindCall& call) {
-  static const Signature sig("tensor_split(Tensor input, Any indices_or_sections, int dim=0)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "tensor_split(Tensor input, Any indices_or_sections, int dim=0)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input");
   const TensorMeta& m = call.graph.meta(self);
   if (m.dim() == 0)
@@ -781,19 +707,14 @@ std::vector<ValueId> at_least(BindCall& call, const std::vector<ValueId>& ts, in
 }  // namespace
 
 CaptureResult bind_cat(BindCall& call) {
-  static const Signature sig("cat(Tensor[] tensors, int dim=0, *, Any out=None)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "cat(Tensor[] tensors, int dim=0, *, Any out=None)");
   if (!a.is_none("out")) return fail("cat", "out= is not supported");
   return cat_values(call, "cat", a.tensors("tensors"), a.integer("dim"));
 }
 
 CaptureResult bind_stack(BindCall& call) {
-  static const Signature sig("stack(Tensor[] tensors, int dim=0, *, Any out=None)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "stack(Tensor[] tensors, int dim=0, *, Any out=None)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   if (!a.is_none("out")) return fail("stack", "out= is not supported");
   std::vector<ValueId> ts = a.tensors("tensors");
   if (ts.empty()) return fail("stack", "stack expects a non-empty TensorList");
@@ -815,20 +736,14 @@ CaptureResult bind_stack(BindCall& call) {
 }
 
 CaptureResult bind_hstack(BindCall& call) {
-  static const Signature sig("hstack(Tensor[] tensors, *, Any out=None)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "hstack(Tensor[] tensors, *, Any out=None)");
   std::vector<ValueId> ts = at_least(call, a.tensors("tensors"), 1);
   if (ts.empty()) return fail("hstack", "expects a non-empty TensorList");
   return cat_values(call, "hstack", ts, call.graph.meta(ts[0]).dim() == 1 ? 0 : 1);
 }
 
 CaptureResult bind_vstack(BindCall& call) {
-  static const Signature sig("vstack(Tensor[] tensors, *, Any out=None)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "vstack(Tensor[] tensors, *, Any out=None)");
   std::vector<ValueId> ts = at_least(call, a.tensors("tensors"), 2);
   if (ts.empty()) return fail("vstack", "expects a non-empty TensorList");
   return cat_values(call, "vstack", ts, 0);
@@ -837,10 +752,8 @@ CaptureResult bind_vstack(BindCall& call) {
 // ---- gathers ---------------------------------------------------------------------------------
 
 CaptureResult bind_index_select(BindCall& call) {
-  static const Signature sig("index_select(Tensor input, int dim, Tensor index)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "index_select(Tensor input, int dim, Tensor index)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input"), index = a.tensor("index");
   const TensorMeta& m = call.graph.meta(self);
   const TensorMeta& im = call.graph.meta(index);
@@ -879,19 +792,14 @@ CaptureResult gather_values(BindCall& call, const char* op, ValueId self, int64_
 }  // namespace
 
 CaptureResult bind_gather(BindCall& call) {
-  static const Signature sig("gather(Tensor input, int dim, Tensor index, *, bool sparse_grad=False)");
-  BoundArgs a;
-  CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
+  FD_BIND_OR_RETURN(call, a, "gather(Tensor input, int dim, Tensor index, *, bool sparse_grad=False)");
   if (a.boolean("sparse_grad")) return fail("gather", "sparse_grad=True is not supported");
   return gather_values(call, "gather", a.tensor("input"), a.integer("dim"), a.tensor("index"));
 }
 
 CaptureResult bind_take_along_dim(BindCall& call) {
-  static const Signature sig("take_along_dim(Tensor input, Tensor indices, int? dim=None)");
-  BoundArgs a;
+  FD_BIND_OR_RETURN(call, a, "take_along_dim(Tensor input, Tensor indices, int? dim=None)");
   CaptureResult err;
-  if (!bind_sig(sig, call, a, err)) return err;
   ValueId self = a.tensor("input"), idx = a.tensor("indices");
   const TensorMeta m = call.graph.meta(self), im = call.graph.meta(idx);
   if (!is_index_dtype(im.dtype) || im.dtype != c10::ScalarType::Long)
