@@ -147,7 +147,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   return outcome;
 }
 
-ExplainReport explain_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func) {
+ExplainReport explain_frame(const symbolic::FrameInputs& frame) {
   ExplainReport r;
   Prepared p = prepare(frame);
   if (!p.ok) {
@@ -162,7 +162,6 @@ ExplainReport explain_frame(const symbolic::FrameInputs& frame, PyFunctionObject
   r.op_counts.push_back(count_ops(p.trace.graph));
   r.graphs.push_back(codegen::print_graph(p.trace.graph));
   r.guards = symbolic::build_guards(p.trace)->describe();
-  (void)func;
   return r;
 }
 

@@ -40,8 +40,7 @@ struct ExplainReport {
   std::vector<std::map<std::string, int>> op_counts;
   std::vector<std::string> guards;
   std::vector<std::string> graphs;  // graph text
-  std::vector<std::string> code;    // transformed bytecode disassembly
 };
-ExplainReport explain_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func);
+ExplainReport explain_frame(const symbolic::FrameInputs& frame);
 
 }  // namespace fastdyn::eval_hook

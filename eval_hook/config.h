@@ -16,7 +16,6 @@ struct Config {
   bool log_guards = false;
   bool log_graphs = false;
   bool log_code = false;
-  bool meta_fallback = false;    // reserved: propagate ops missing from the table through meta
 };
 Config& config();
 void load_config_from_env();  // reads FASTDYN_LOG; called at module import

@@ -80,7 +80,7 @@ py::dict explain(py::handle fn, py::list slots) {
   eval_hook::ModeGuard off(eval_hook::Mode::Off, false);
   eval_hook::ExplainReport r;
   try {
-    r = eval_hook::explain_frame(fi, func);
+    r = eval_hook::explain_frame(fi);
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("fastdyn.explain: internal error: ") + e.what());
   }

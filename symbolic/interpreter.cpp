@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "runtime/errors.h"
+#include "symbolic/assembler.h"
 #include "symbolic/opcodes.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
@@ -125,11 +126,8 @@ Tracer::Tracer(const FrameInputs& frame, TraceResult& result) : frame_(frame), r
   ctx_.grad_enabled = at::GradMode::is_enabled();
   ctx_.default_dtype = c10::typeMetaToScalarType(c10::get_default_dtype());
   code_ = decode(frame.code);
-  const int flags = frame.code->co_flags;
-  nargs_ = frame.code->co_argcount + frame.code->co_kwonlyargcount + ((flags & CO_VARARGS) ? 1 : 0) +
-           ((flags & CO_VARKEYWORDS) ? 1 : 0);
+  nargs_ = argument_slots(frame.code);
   locals_.resize(static_cast<size_t>(frame.code->co_nlocalsplus));
-  arg_loaded_.assign(static_cast<size_t>(nargs_), false);
 }
 
 SymValue Tracer::pop() {
@@ -154,10 +152,8 @@ SymValue Tracer::load_global(const std::string& name) {
   }
   v = PyDict_GetItemString(frame_.builtins, name.c_str());
   if (!v) throw Unsupported("name '" + name + "' is not defined");
-  src->kind = Source::Kind::Builtin;
-  // NB: a global of the same name must stay absent for this builtin to be the one read.
-  SymValue out = wrap(v, src);
-  return out;
+  src->kind = Source::Kind::Builtin;  // guarded: no global of this name may appear later
+  return wrap(v, src);
 }
 
 SymValue Tracer::call_family(Family fam, const std::vector<SymValue>& args,
@@ -510,8 +506,8 @@ struct Handlers {
   static std::string str_name(Tracer& t, int i) { return PyUnicode_AsUTF8(name_at(t, i)); }
 
   // ---- no-ops and prologue
+  // COPY_FREE_VARS and MAKE_CELL are no-ops too: free variables are read from the closure.
   static void nop(Tracer&, const Instruction&) {}
-  static void copy_free_vars(Tracer&, const Instruction&) {}  // free vars are read via the closure
 
   // ---- loads and stores
   static void load_fast(Tracer& t, const Instruction& in) {
@@ -531,10 +527,8 @@ struct Handlers {
     }
     t.push(*slot);
   }
+  // NB: an argument overwritten before it is read is never wrapped, so it needs no guard.
   static void store_fast(Tracer& t, const Instruction& in) {
-    if (in.arg < t.nargs_ && !t.locals_[static_cast<size_t>(in.arg)]) {
-      // An argument overwritten before being read still needs no guard.
-    }
     t.locals_[static_cast<size_t>(in.arg)] = t.pop();
   }
   static void delete_fast(Tracer& t, const Instruction& in) { t.locals_[static_cast<size_t>(in.arg)].reset(); }
@@ -767,7 +761,7 @@ struct Handlers {
       std::array<Fn, 256> a{};
       const std::pair<const char*, Fn> by_name[] = {
           {"NOP", nop}, {"RESUME", nop}, {"PRECALL", nop}, {"MAKE_CELL", nop},
-          {"COPY_FREE_VARS", copy_free_vars}, {"EXTENDED_ARG", nop},
+          {"COPY_FREE_VARS", nop}, {"EXTENDED_ARG", nop},
           {"LOAD_FAST", load_fast}, {"LOAD_FAST_CHECK", load_fast}, {"STORE_FAST", store_fast},
           {"DELETE_FAST", delete_fast}, {"LOAD_CONST", load_const}, {"RETURN_CONST", return_const},
           {"LOAD_GLOBAL", load_global}, {"LOAD_DEREF", load_deref}, {"LOAD_ATTR", load_attr},

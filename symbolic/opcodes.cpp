@@ -9,39 +9,18 @@ namespace {
 std::array<OpcodeInfo, 256> build_table() {
   std::array<OpcodeInfo, 256> t{};
 #define FD_OPCODE(name, num, caches, fl) t[num] = OpcodeInfo{#name, static_cast<uint8_t>(caches), static_cast<uint32_t>(fl)};
-#define FD_BINARY_OP(i, sym)
-#define FD_COMPARE_OP(i, sym)
-#define FD_INTRINSIC1(i, name)
 #include "opcode_table.inc"
-#undef FD_OPCODE
-#undef FD_BINARY_OP
-#undef FD_COMPARE_OP
-#undef FD_INTRINSIC1
   return t;
 }
 
 constexpr const char* kBinaryOps[] = {
-#define FD_OPCODE(name, num, caches, fl)
 #define FD_BINARY_OP(i, sym) sym,
-#define FD_COMPARE_OP(i, sym)
-#define FD_INTRINSIC1(i, name)
 #include "opcode_table.inc"
-#undef FD_OPCODE
-#undef FD_BINARY_OP
-#undef FD_COMPARE_OP
-#undef FD_INTRINSIC1
 };
 
 constexpr const char* kCompareOps[] = {
-#define FD_OPCODE(name, num, caches, fl)
-#define FD_BINARY_OP(i, sym)
 #define FD_COMPARE_OP(i, sym) sym,
-#define FD_INTRINSIC1(i, name)
 #include "opcode_table.inc"
-#undef FD_OPCODE
-#undef FD_BINARY_OP
-#undef FD_COMPARE_OP
-#undef FD_INTRINSIC1
 };
 
 }  // namespace

@@ -22,14 +22,7 @@ enum OpcodeFlags : uint32_t {
 namespace op {
 enum Opcode : uint8_t {
 #define FD_OPCODE(name, num, caches, flags) name = num,
-#define FD_BINARY_OP(i, sym)
-#define FD_COMPARE_OP(i, sym)
-#define FD_INTRINSIC1(i, name)
 #include "opcode_table.inc"
-#undef FD_OPCODE
-#undef FD_BINARY_OP
-#undef FD_COMPARE_OP
-#undef FD_INTRINSIC1
 };
 }  // namespace op
 

@@ -71,10 +71,8 @@ class Tracer {
   std::vector<Instruction> code_;
   std::vector<SymValue> stack_;
   std::vector<std::optional<SymValue>> locals_;  // by localsplus index
-  std::vector<bool> arg_loaded_;
   PyObject* kw_names_ = nullptr;  // borrowed from co_consts, pending for the next CALL
   std::unordered_map<PyObject*, codegen::ValueId> tensor_inputs_;  // live tensor -> graph input
-  std::unordered_map<PyObject*, int> tensor_guard_;                 // live tensor -> guard index
   int nargs_ = 0;
   bool done_ = false;
 };

@@ -152,9 +152,7 @@ def explain(fn, *args, **kwargs):
         target = target.__func__
     if not inspect.isfunction(target):
         raise TypeError(f"fastdyn.explain: expected a Python function or nn.Module, got {type(fn).__name__}")
-    # Bind against the unbound function (self included in args for methods).
-    sig_fn = target
-    slots = _argument_slots(sig_fn, args, kwargs)
+    slots = _argument_slots(target, args, kwargs)  # self is in args for methods
     return ExplainOutput(_C.explain(target, slots), getattr(target, "__qualname__", "?"))
 
 
