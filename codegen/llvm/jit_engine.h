@@ -1,0 +1,80 @@
+// codegen/llvm/jit_engine.h — the LLVM 19 ORC JIT that turns kernel modules into native code for
+// this host, with the kernel cache in front of it (memory, then disk).
+//
+// Contract (the kernel emitter codes against this; the engine owns everything below it):
+// - Kernels are plain C-ABI functions emitted into a Module made by new_module(), which carries the
+//   host triple and data layout. The engine optimises (O3, loop/SLP vectorisation for the host
+//   CPU's widest useful vectors), compiles, and links each module into its own JITDylib, so two
+//   modules may reuse symbol names.
+// - Before building a module at all, the caller asks find_cached(key) — compile time is a product
+//   feature: a hit costs a hash lookup (memory) or one small file read plus linking (disk).
+//   `key_text` is the full canonical text of what the module computes (e.g. the printed loop IR);
+//   the engine hashes it together with the host CPU name and features, the LLVM version and the
+//   cache format version, and stores key_text inside the file so that a hash collision, a corrupt
+//   or truncated file, or a file written for another CPU is rejected (and recompiled), never used.
+// - Disk cache: $FASTDYN_CACHE_DIR, else ~/.cache/fastdyn; FASTDYN_CACHE_DIR=off disables it.
+//   Writes are atomic (temp file + rename), so concurrent processes never see half a file.
+// - Vector math: SLEEF (Debian libsleef) functions are resolvable by the JIT; math_function()
+//   declares the right one in a module (scalar or vector form, f32/f64, lane count).
+// - Threads: generated code splits outer loops with fastdyn_parallel_for (runtime/parallel.h),
+//   whose address the JIT resolves.
+// No Python headers; no ATen headers. Thread-safe (one mutex around the JIT).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+class Function;
+}  // namespace llvm
+
+namespace fastdyn::codegen::llvm_jit {
+
+struct HostTarget {
+  std::string triple;    // "x86_64-pc-linux-gnu"
+  std::string cpu;       // "znver3"
+  std::string features;  // "+avx2,+fma,..."
+  int vector_bits = 128; // widest vector register the kernels should use: 128, 256 or 512
+};
+const HostTarget& host_target();
+
+// A fresh context + module configured for the host (triple, data layout).
+struct ModuleBuilder {
+  std::unique_ptr<llvm::LLVMContext> context;
+  std::unique_ptr<llvm::Module> module;
+  ModuleBuilder();
+  ModuleBuilder(ModuleBuilder&&) noexcept;
+  ModuleBuilder& operator=(ModuleBuilder&&) noexcept;
+  ~ModuleBuilder();
+};
+ModuleBuilder new_module(const std::string& name);
+
+// Addresses of `symbols` (in that order) of a module compiled earlier under key_text, from memory
+// or disk; empty if there is none (or the file was rejected).
+std::vector<void*> find_cached(const std::string& key_text, const std::vector<std::string>& symbols);
+
+// Verifies, optimises and compiles the module, links it, stores the object in the memory and disk
+// caches under key_text and returns the addresses of `symbols`. Throws BackendError naming the
+// module and the verifier's message on invalid IR, or a missing symbol.
+std::vector<void*> compile(ModuleBuilder m, const std::string& key_text,
+                           const std::vector<std::string>& symbols);
+
+// Math functions the JIT can call. A declaration in `m` of the SLEEF function computing `fn` on
+// `lanes` elements of f32 (is_f64=false) or f64 (lanes == 1: the scalar form), accurate to 1 ULP
+// (the _u10 variants) where SLEEF offers it, else the best it offers. nullptr if SLEEF has no
+// such width on this host (the emitter then uses a narrower width or the scalar form).
+enum class MathFn : uint8_t { Exp, Expm1, Log, Log1p, Log2, Log10, Sin, Cos, Tan, Tanh, Sinh, Cosh, Asin, Acos, Atan, Atan2, Erf, Erfc, Pow, Cbrt, Lgamma };
+llvm::Function* math_function(llvm::Module& m, MathFn fn, bool is_f64, int lanes);
+
+// Statistics for tests and FASTDYN_LOG: how each find_cached/compile call was answered.
+struct CacheStats {
+  int64_t memory_hits = 0, disk_hits = 0, compiles = 0, rejected_files = 0;
+};
+CacheStats cache_stats();
+// The directory in use ("" when the disk cache is off).
+std::string cache_dir();
+
+}  // namespace fastdyn::codegen::llvm_jit
