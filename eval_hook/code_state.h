@@ -25,6 +25,10 @@ struct CacheEntry {
   std::vector<int> direct_slots;
   bool direct = false;
   std::string graph_text;     // for explain/logging
+  // A graph break inside: fullgraph=True callers must get GraphBreakError instead of running it.
+  bool broke = false;
+  std::string break_reason, break_file;
+  int break_line = -1;
   ~CacheEntry();
 };
 

@@ -9,6 +9,7 @@
 #include "runtime/errors.h"
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
+#include "symbolic/continuation.h"
 #include "symbolic/guard_builder.h"
 
 namespace fastdyn::eval_hook {
@@ -59,9 +60,16 @@ bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplat
   }
 }
 
-std::map<std::string, int> count_ops(const codegen::Graph& g) {
+// Op counts from a graph's text: one "= aten::name(" per node.
+std::map<std::string, int> count_op_lines(const std::string& text) {
   std::map<std::string, int> counts;
-  for (const codegen::Node& n : g.nodes) counts[codegen::qualified_name(n.op)]++;
+  size_t pos = 0;
+  while ((pos = text.find("= aten::", pos)) != std::string::npos) {
+    const size_t start = pos + 2;
+    const size_t end = text.find('(', start);
+    counts[text.substr(start, end - start)]++;
+    pos = end;
+  }
   return counts;
 }
 
@@ -79,9 +87,81 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
     p.why = p.trace.reason;
     return p;
   }
+  if (p.trace.stopped) return p;
   if (!build_template(p.trace.return_value, p.trace.graph, p.out, p.why)) return p;
   p.ok = true;
   return p;
+}
+
+void log_entry(const char* qualname, const CacheEntry& entry) {
+  const Config& cfg = config();
+  if (cfg.log_graphs && !entry.graph_text.empty()) log_event("graph", std::string(qualname) + "\n" + entry.graph_text);
+  if (cfg.log_guards) {
+    std::string g;
+    for (const std::string& s : entry.guards->describe()) g += "\n  " + s;
+    log_event("guards", std::string(qualname) + g);
+  }
+  if (cfg.log_code) {
+    log_event("code", std::string(qualname) + "\n" +
+                          symbolic::disassemble(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(entry.fn))));
+  }
+}
+
+// A trace that stopped at a graph break: the graph so far, then the breaking instruction and a
+// continuation, in the transformed code (symbolic/continuation.h).
+void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, Prepared& p, CompileOutcome& outcome) {
+  symbolic::TraceResult& trace = p.trace;
+  outcome.reason = trace.reason;
+  const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
+  if (!qualname) qualname = "?";
+  if (trace.graph.nodes.empty() && trace.input_sources.empty()) {
+    // Nothing about tensors before the break: not worth a continuation (pure Python stays as is).
+    outcome.kind = CompileOutcome::Kind::Unsupported;
+    return;
+  }
+  auto entry = std::make_unique<CacheEntry>();
+  const std::vector<codegen::ValueId> outputs = symbolic::break_outputs(trace);
+  if (!trace.graph.nodes.empty()) {
+    trace.graph.outputs = outputs;
+    runtime::OutputTemplate tpl;
+    tpl.kind = runtime::OutputTemplate::Kind::Tuple;
+    tpl.items.resize(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      tpl.items[i].kind = runtime::OutputTemplate::Kind::Output;
+      tpl.items[i].output = static_cast<int>(i);
+    }
+    entry->graph = runtime::make_compiled_graph(codegen::compile_aten(trace.graph), std::move(tpl), qualname);
+    if (!entry->graph) throw InternalError("creating the compiled graph object failed");
+    entry->graph_text = codegen::print_graph(trace.graph);
+  }
+  std::string why;
+  PyCodeObject* code = symbolic::assemble_break(frame.code, trace, entry->graph, outputs, frame.globals, &why);
+  if (!code) {
+    outcome.kind = CompileOutcome::Kind::Unsupported;
+    outcome.reason += " (no graph break: " + why + ")";
+    return;
+  }
+  mark_skip(code);
+  entry->fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code), frame.globals, frame.code->co_qualname);
+  Py_DECREF(code);
+  if (!entry->fn) {
+    PyErr_Clear();
+    throw InternalError("creating the transformed function failed");
+  }
+  if (func && func->func_closure) PyFunction_SetClosure(entry->fn, func->func_closure);
+  entry->nargs = symbolic::argument_slots(frame.code);
+  entry->rerun_on_error = false;  // the continuation may have run user code with side effects
+  entry->direct = false;
+  entry->guards = symbolic::build_guards(trace);
+  log_entry(qualname, *entry);
+  entry->broke = true;
+  entry->break_reason = trace.reason;
+  entry->break_file = trace.filename;
+  entry->break_line = trace.lineno;
+  outcome.graph_ops = static_cast<int>(trace.graph.nodes.size());
+  outcome.kind = CompileOutcome::Kind::Compiled;
+  outcome.broke = true;
+  outcome.entry = std::move(entry);
 }
 
 }  // namespace
@@ -92,6 +172,11 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   Prepared p = prepare(frame);
   outcome.filename = p.trace.filename;
   outcome.lineno = p.trace.lineno;
+  if (p.trace.stopped) {
+    compile_break(frame, func, p, outcome);
+    stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return outcome;
+  }
   if (!p.ok) {
     outcome.kind = CompileOutcome::Kind::Unsupported;
     outcome.reason = p.why;
@@ -130,39 +215,28 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   }
   entry->guards = symbolic::build_guards(p.trace);
 
-  const Config& cfg = config();
-  if (cfg.log_graphs) log_event("graph", std::string(qualname ? qualname : "?") + "\n" + entry->graph_text);
-  if (cfg.log_guards) {
-    std::string g;
-    for (const std::string& s : entry->guards->describe()) g += "\n  " + s;
-    log_event("guards", std::string(qualname ? qualname : "?") + g);
-  }
-  if (cfg.log_code) {
-    log_event("code", std::string(qualname ? qualname : "?") + "\n" +
-                          symbolic::disassemble(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(entry->fn))));
-  }
+  log_entry(qualname ? qualname : "?", *entry);
   stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  outcome.graph_ops = static_cast<int>(p.trace.graph.nodes.size());
   outcome.kind = CompileOutcome::Kind::Compiled;
   outcome.entry = std::move(entry);
   return outcome;
 }
 
-ExplainReport explain_frame(const symbolic::FrameInputs& frame) {
-  ExplainReport r;
-  Prepared p = prepare(frame);
-  if (!p.ok) {
-    r.graph_break_count = 1;
-    r.break_reasons.push_back(p.why);
-    r.break_filenames.push_back(p.trace.filename);
-    r.break_linenos.push_back(p.trace.lineno);
-    return r;
+void record_outcome(ExplainReport& r, const CompileOutcome& out) {
+  if (out.kind == CompileOutcome::Kind::NoTensors) return;
+  if (out.kind == CompileOutcome::Kind::Unsupported || out.broke) {
+    r.graph_break_count++;
+    r.break_reasons.push_back(out.reason);
+    r.break_filenames.push_back(out.filename);
+    r.break_linenos.push_back(out.lineno);
   }
-  if (p.trace.graph.nodes.empty()) return r;
-  r.graph_count = 1;
-  r.op_counts.push_back(count_ops(p.trace.graph));
-  r.graphs.push_back(codegen::print_graph(p.trace.graph));
-  r.guards = symbolic::build_guards(p.trace)->describe();
-  return r;
+  if (out.kind != CompileOutcome::Kind::Compiled || out.graph_ops == 0) return;
+  r.graph_count++;
+  const CacheEntry& e = *out.entry;
+  r.graphs.push_back(e.graph_text);
+  r.op_counts.push_back(count_op_lines(e.graph_text));
+  for (const std::string& g : e.guards->describe()) r.guards.push_back(g);
 }
 
 }  // namespace fastdyn::eval_hook

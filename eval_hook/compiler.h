@@ -20,6 +20,8 @@ struct CompileOutcome {
     Unsupported, // capture failed: reason/filename/lineno say where; run eagerly
   };
   Kind kind = Kind::Unsupported;
+  bool broke = false;  // Compiled, with a graph break: reason/filename/lineno say where
+  int graph_ops = 0;   // ops in the entry's graph (0: nothing recorded before the break)
   std::unique_ptr<CacheEntry> entry;
   std::string reason;
   std::string filename;
@@ -30,7 +32,8 @@ struct CompileOutcome {
 // with the hook off for this thread. Throws only fastdyn InternalError/BackendError.
 CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func);
 
-// What fastdyn.explain reports for one frame, without running it.
+// What fastdyn.explain reports: every graph compiled and every break met while it runs the
+// function once (hook.h's set_explain_recorder).
 struct ExplainReport {
   int graph_count = 0;
   int graph_break_count = 0;
@@ -41,6 +44,7 @@ struct ExplainReport {
   std::vector<std::string> guards;
   std::vector<std::string> graphs;  // graph text
 };
-ExplainReport explain_frame(const symbolic::FrameInputs& frame);
+// Adds one compile outcome to a report.
+void record_outcome(ExplainReport& r, const CompileOutcome& out);
 
 }  // namespace fastdyn::eval_hook

@@ -15,6 +15,7 @@ namespace fastdyn::eval_hook {
 namespace {
 
 int g_install_count = 0;
+ExplainReport* g_recorder = nullptr;
 EvalFrameFn g_previous = nullptr;
 GraphBreakRaiser g_raise_graph_break = nullptr;
 
@@ -64,7 +65,8 @@ void report_break(const CompileOutcome& out, PyCodeObject* code) {
   if (config().log_graph_breaks) {
     const char* name = PyUnicode_AsUTF8(code->co_qualname);
     log_event("graph_break", std::string(name ? name : "?") + " at " + out.filename + ":" +
-                                 std::to_string(out.lineno) + ": " + out.reason + " (the frame runs eagerly)");
+                                 std::to_string(out.lineno) + ": " + out.reason +
+                                 (out.broke ? " (a continuation runs the rest)" : " (the frame runs eagerly)"));
   }
 }
 
@@ -94,10 +96,19 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
       return nullptr;
     }
   }
+  if (g_recorder) record_outcome(*g_recorder, out);
+  if (out.broke) {
+    report_break(out, code);
+    if (fullgraph && g_raise_graph_break) {
+      g_raise_graph_break(out.reason, out.filename, out.lineno);
+      *raise = true;
+      return nullptr;
+    }
+  }
   switch (out.kind) {
     case CompileOutcome::Kind::Compiled: {
       stats().frames_compiled++;
-      stats().graphs++;
+      if (out.graph_ops > 0) stats().graphs++;
       if (st->compiles > 0) {
         stats().recompiles++;
         if (config().log_recompiles) {
@@ -146,6 +157,11 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
     auto& entries = st->entries;
     for (size_t i = 0; i < entries.size(); ++i) {
       if (entries[i]->guards->check(gf)) {
+        if (fullgraph && entries[i]->broke && g_raise_graph_break) {
+          g_raise_graph_break(entries[i]->break_reason, entries[i]->break_file, entries[i]->break_line);
+          fd_frame_release(tstate, frame);
+          return nullptr;
+        }
         stats().cache_hits++;
         if (i > 0) std::rotate(entries.begin(), entries.begin() + static_cast<long>(i), entries.begin() + static_cast<long>(i) + 1);
         return run_entry(tstate, frame, *entries.front());
@@ -202,5 +218,7 @@ void uninstall() {
 bool installed() { return g_install_count > 0; }
 
 void set_graph_break_raiser(GraphBreakRaiser fn) { g_raise_graph_break = fn; }
+
+void set_explain_recorder(ExplainReport* r) { g_recorder = r; }
 
 }  // namespace fastdyn::eval_hook

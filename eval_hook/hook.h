@@ -22,4 +22,8 @@ bool installed();
 using GraphBreakRaiser = void (*)(const std::string& reason, const std::string& filename, int lineno);
 void set_graph_break_raiser(GraphBreakRaiser fn);
 
+// While set, every compile outcome is added to *r (fastdyn.explain runs the function once).
+struct ExplainReport;
+void set_explain_recorder(ExplainReport* r);
+
 }  // namespace fastdyn::eval_hook

@@ -51,39 +51,21 @@ PyCodeObject* code_of(py::handle fn) {
   return reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(f.ptr()));
 }
 
-py::dict explain(py::handle fn, py::list slots) {
-  py::object f = py::reinterpret_borrow<py::object>(fn);
-  if (!PyFunction_Check(f.ptr())) throw py::type_error("fastdyn.explain: expected a Python function");
-  auto* func = reinterpret_cast<PyFunctionObject*>(f.ptr());
-  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(func->func_code);
-  const int nargs = symbolic::argument_slots(code);
-  if (static_cast<int>(py::len(slots)) != nargs) throw py::value_error("fastdyn.explain: wrong number of argument slots");
-  std::vector<PyObject*> localsplus(static_cast<size_t>(code->co_nlocalsplus), nullptr);
-  for (int i = 0; i < nargs; ++i) localsplus[static_cast<size_t>(i)] = slots[static_cast<size_t>(i)].ptr();
-  eval_hook::CodeState* st = eval_hook::code_state(code);
-  if (st == eval_hook::skip_marker() || eval_hook::should_skip(code)) {
-    py::dict d;
-    d["graph_count"] = 0;
-    d["graph_break_count"] = 0;
-    d["breaks"] = py::list();
-    d["op_counts"] = py::list();
-    d["guards"] = py::list();
-    d["graphs"] = py::list();
-    return d;
-  }
-  symbolic::FrameInputs fi;
-  fi.code = code;
-  fi.localsplus = localsplus.data();
-  fi.globals = func->func_globals;
-  fi.builtins = PyEval_GetBuiltins();
-  fi.closure = func->func_closure;
-  eval_hook::ModeGuard off(eval_hook::Mode::Off, false);
+// Runs fn(*args, **kwargs) once from a clean cache with compiling on, recording every graph and
+// break; an exception from fn is swallowed (the report is what was seen until then).
+py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
+  eval_hook::reset_all_code_states();
   eval_hook::ExplainReport r;
-  try {
-    r = eval_hook::explain_frame(fi);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("fastdyn.explain: internal error: ") + e.what());
+  eval_hook::set_explain_recorder(&r);
+  {
+    eval_hook::ModeGuard on(eval_hook::Mode::Compile, false);
+    eval_hook::install();
+    PyObject* out = PyObject_Call(fn.ptr(), args.ptr(), kwargs.ptr());
+    eval_hook::uninstall();
+    Py_XDECREF(out);
+    if (!out) PyErr_Clear();
   }
+  eval_hook::set_explain_recorder(nullptr);
   py::dict d;
   d["graph_count"] = r.graph_count;
   d["graph_break_count"] = r.graph_break_count;

@@ -30,6 +30,7 @@ std::string format_path(const PathLink* link) {
     case AccessKind::Attr: return base + "." + a.name;
     case AccessKind::Item: return base + "[" + std::to_string(a.index) + "]";
     case AccessKind::DictItem: return base + "['" + a.name + "']";
+    case AccessKind::Const: return "K['" + a.name + "']";
   }
   return base;
 }
@@ -104,6 +105,8 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
       if (!out) PyErr_Clear();
       Py_XINCREF(out);
       return out;
+    case AccessKind::Const:
+      return Py_XNewRef(a.object);
     case AccessKind::Item:
       if (PyTuple_CheckExact(parent)) {
         if (a.index >= PyTuple_GET_SIZE(parent)) return nullptr;
@@ -230,12 +233,13 @@ size_t count_node(const GuardNode& n) {
 
 void release_node(GuardNode& n) {
   Py_CLEAR(n.accessor.key);
+  Py_CLEAR(n.accessor.object);
   for (Check& c : n.checks) Py_CLEAR(c.expected);
   for (auto& child : n.children) release_node(*child);
 }
 
 bool same_accessor(const Accessor& a, const Accessor& b) {
-  return a.kind == b.kind && a.index == b.index && a.name == b.name;
+  return a.kind == b.kind && a.index == b.index && a.name == b.name && a.object == b.object;
 }
 
 }  // namespace
@@ -256,6 +260,7 @@ GuardNode* GuardTree::node(GuardNode* parent, const Accessor& accessor) {
   Accessor& a = list.back()->accessor;
   a = accessor;
   a.key = PyUnicode_InternFromString(a.name.c_str());
+  Py_XINCREF(a.object);
   return list.back().get();
 }
 

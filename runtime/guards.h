@@ -28,13 +28,16 @@ struct GuardFrame {
   PyObject* closure = nullptr;             // tuple of cells, or nullptr
 };
 
-enum class AccessKind : uint8_t { Local, Global, Builtin, Closure, Attr, Item, DictItem };
+// Const: a fixed object the tree holds (an inlined function's globals dict, say), the root of
+// paths that do not start in the frame.
+enum class AccessKind : uint8_t { Local, Global, Builtin, Closure, Attr, Item, DictItem, Const };
 
 struct Accessor {
   AccessKind kind = AccessKind::Local;
   int index = 0;              // Local slot, Closure index, Item index
   std::string name;           // Global/Builtin/Attr name, and the Local's name for messages
   PyObject* key = nullptr;    // interned `name` (strong), so the hit path builds no string
+  PyObject* object = nullptr; // Const: the object (borrowed here; the tree keeps it alive)
 };
 
 struct TensorSpec {

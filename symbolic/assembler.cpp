@@ -11,6 +11,7 @@ namespace {
 
 // Locations table entry kinds (CPython's PyCodeLocationInfoKind).
 constexpr int kLocationNoColumns = 13;
+constexpr int kLocationLong = 14;
 
 void write_varint(std::string& out, unsigned int v) {
   while (v >= 64) {
@@ -37,10 +38,56 @@ void Assembler::emit(uint8_t opcode, int arg, int line) {
   items_.push_back(Item{opcode, arg, line});
 }
 
-PyObject* Assembler::code_bytes() const {
+void Assembler::emit(uint8_t opcode, int arg, const Position& pos) {
+  emit(opcode, arg, pos.line);
+  items_.back().pos = pos;
+}
+
+Position position_of(PyCodeObject* code, int index) {
+  Position p;
+  if (!PyCode_Addr2Location(code, index * 2, &p.line, &p.col, &p.end_line, &p.end_col)) p = Position();
+  return p;
+}
+
+int Assembler::new_label() {
+  label_at_.push_back(-1);
+  return static_cast<int>(label_at_.size() - 1);
+}
+
+void Assembler::bind(int label) { label_at_[static_cast<size_t>(label)] = static_cast<int>(items_.size()); }
+
+void Assembler::emit_jump(uint8_t opcode, int label, int line) {
+  FD_CHECK(opcode_info(opcode).flags & kJumpRelative, "emit_jump of a non-jump");
+  items_.push_back(Item{opcode, 0, line, label});
+}
+
+void Assembler::resolve() {
+  // A jump's argument is the distance in code units from the instruction after it to its label;
+  // EXTENDED_ARG prefixes change distances, so iterate to a fixed point.
+  for (int round = 0; round < 8; ++round) {
+    std::vector<int> start(items_.size() + 1, 0);
+    for (size_t i = 0; i < items_.size(); ++i) start[i + 1] = start[i] + code_units(items_[i].opcode, items_[i].arg);
+    bool changed = false;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      Item& it = items_[i];
+      if (it.label < 0) continue;
+      const int at = label_at_[static_cast<size_t>(it.label)];
+      FD_CHECK(at >= 0 && static_cast<size_t>(at) > i, "jump to an unbound or backward label");
+      const int arg = start[static_cast<size_t>(at)] - start[i + 1];
+      if (arg != it.arg) {
+        it.arg = arg;
+        changed = true;
+      }
+    }
+    if (!changed) return;
+  }
+  throw InternalError("jump arguments did not settle");
+}
+
+PyObject* Assembler::code_bytes() {
+  resolve();
   std::string out;
   for (const Item& it : items_) {
-    std::vector<uint8_t> bytes;
     for (int shift = 24; shift >= 8; shift -= 8) {
       const int part = (it.arg >> shift) & 0xff;
       if ((static_cast<unsigned int>(it.arg) >> shift) != 0) {
@@ -55,15 +102,25 @@ PyObject* Assembler::code_bytes() const {
   return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
-PyObject* Assembler::line_table(int first_line) const {
+PyObject* Assembler::line_table(int first_line) {
+  resolve();
   std::string out;
   int prev_line = first_line;
   for (const Item& it : items_) {
     int units = code_units(it.opcode, it.arg);
+    const bool columns = it.pos.col >= 0 && it.pos.end_col >= 0 && it.pos.end_line >= it.pos.line;
     while (units > 0) {
       const int len = std::min(units, 8);
-      out.push_back(static_cast<char>(0x80 | (kLocationNoColumns << 3) | (len - 1)));
-      write_signed_varint(out, it.line - prev_line);
+      if (columns) {  // the long form: line delta, end line delta, column + 1, end column + 1
+        out.push_back(static_cast<char>(0x80 | (kLocationLong << 3) | (len - 1)));
+        write_signed_varint(out, it.line - prev_line);
+        write_varint(out, static_cast<unsigned int>(it.pos.end_line - it.line));
+        write_varint(out, static_cast<unsigned int>(it.pos.col + 1));
+        write_varint(out, static_cast<unsigned int>(it.pos.end_col + 1));
+      } else {
+        out.push_back(static_cast<char>(0x80 | (kLocationNoColumns << 3) | (len - 1)));
+        write_signed_varint(out, it.line - prev_line);
+      }
       prev_line = it.line;
       units -= len;
     }
@@ -72,8 +129,14 @@ PyObject* Assembler::line_table(int first_line) const {
 }
 
 int Assembler::max_stack_depth() const {
+  std::vector<int> at_label(label_at_.size(), -1);
   int depth = 0, max_depth = 0;
-  for (const Item& it : items_) {
+  for (size_t i = 0; i < items_.size(); ++i) {
+    for (size_t l = 0; l < label_at_.size(); ++l)
+      if (label_at_[l] == static_cast<int>(i) && at_label[l] >= 0) depth = at_label[l];
+    const Item& it = items_[i];
+    if (it.label >= 0)
+      at_label[static_cast<size_t>(it.label)] = depth + PyCompile_OpcodeStackEffectWithJump(it.opcode, it.arg, 1);
     depth += PyCompile_OpcodeStackEffectWithJump(it.opcode, it.arg, 0);
     FD_CHECK(depth >= 0, std::string("negative stack depth at ") + opcode_info(it.opcode).name);
     max_depth = std::max(max_depth, depth);
@@ -104,110 +167,126 @@ int intern(PyObject* list, PyObject* obj) {
   return static_cast<int>(n);
 }
 
-struct Emitter {
-  Assembler& as;
-  PyObject* consts;  // list
-  PyObject* names;   // list
-  int line;
-  int free_base;     // localsplus index of the first free variable in the new code
-
-  void load_source(const Source& s) {
-    switch (s.kind) {
-      case Source::Kind::Local:
-        as.emit(op::LOAD_FAST, s.index, line);
-        return;
-      case Source::Kind::Global:
-      case Source::Kind::Builtin: {
-        PyObject* n = PyUnicode_FromString(s.name.c_str());
-        as.emit(op::LOAD_GLOBAL, intern(names, n) << 1, line);
-        Py_DECREF(n);
-        return;
-      }
-      case Source::Kind::Closure:
-        as.emit(op::LOAD_DEREF, free_base + s.index, line);
-        return;
-      case Source::Kind::Attr: {
-        load_source(*s.parent);
-        PyObject* n = PyUnicode_FromString(s.name.c_str());
-        const int namei = intern(names, n);
-        Py_DECREF(n);
-        as.emit(op::LOAD_ATTR, python_minor() >= 12 ? namei << 1 : namei, line);
-        return;
-      }
-      case Source::Kind::DictItem: {
-        load_source(*s.parent);
-        PyObject* k = PyUnicode_FromString(s.name.c_str());
-        as.emit(op::LOAD_CONST, intern(consts, k), line);
-        Py_DECREF(k);
-        as.emit(op::BINARY_SUBSCR, 0, line);
-        return;
-      }
-      case Source::Kind::Item: {
-        load_source(*s.parent);
-        PyObject* i = PyLong_FromLong(s.index);
-        as.emit(op::LOAD_CONST, intern(consts, i), line);
-        Py_DECREF(i);
-        as.emit(op::BINARY_SUBSCR, 0, line);
-        return;
-      }
-    }
-  }
-};
-
 }  // namespace
 
-PyCodeObject* assemble_graph_call(PyCodeObject* orig, const TraceResult& trace, PyObject* graph) {
-  const int nargs = argument_slots(orig);
-  const int nfree = orig->co_nfreevars;
-  PyObject* consts = PyList_New(0);
-  PyObject* names = PyList_New(0);
-  PyList_Append(consts, graph);
-  const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
+CodeBuilder::CodeBuilder(int line, int free_base)
+    : consts_(PyList_New(0)), names_(PyList_New(0)), line_(line), free_base_(free_base) {}
 
-  Assembler as;
-  Emitter em{as, consts, names, line, nargs};
-  as.emit(op::RESUME, 0, orig->co_firstlineno);
-  if (nfree > 0) as.emit(op::COPY_FREE_VARS, nfree, orig->co_firstlineno);
-  as.emit(op::PUSH_NULL, 0, line);
-  as.emit(op::LOAD_CONST, 0, line);
-  for (const SourcePtr& s : trace.input_sources) em.load_source(*s);
-  const int ninputs = static_cast<int>(trace.input_sources.size());
+CodeBuilder::~CodeBuilder() {
+  Py_XDECREF(consts_);
+  Py_XDECREF(names_);
+}
+
+int CodeBuilder::const_index(PyObject* obj) { return intern(consts_, obj); }
+
+int CodeBuilder::name_index(const std::string& name) {
+  PyObject* n = PyUnicode_FromString(name.c_str());
+  const int i = intern(names_, n);
+  Py_DECREF(n);
+  return i;
+}
+
+void CodeBuilder::load_const(PyObject* obj) { emit(op::LOAD_CONST, const_index(obj)); }
+
+void CodeBuilder::load_attr(const std::string& name) {
+  const int namei = name_index(name);
+  emit(op::LOAD_ATTR, python_minor() >= 12 ? namei << 1 : namei);
+}
+
+void CodeBuilder::call(int nargs) {
 #if FD_PY_MINOR == 11
-  as.emit(op::PRECALL, ninputs, line);
+  emit(op::PRECALL, nargs);
 #endif
-  as.emit(op::CALL, ninputs, line);
-  as.emit(op::RETURN_VALUE, 0, line);
+  emit(op::CALL, nargs);
+}
 
-  PyObject* code = as.code_bytes();
-  PyObject* linetable = as.line_table(orig->co_firstlineno);
-  PyObject* consts_t = PyList_AsTuple(consts);
-  PyObject* names_t = PyList_AsTuple(names);
-  PyObject* varnames = PyTuple_GetSlice(orig->co_localsplusnames, 0, nargs);
+PyObject* CodeBuilder::consts_tuple() const { return PyList_AsTuple(consts_); }
+PyObject* CodeBuilder::names_tuple() const { return PyList_AsTuple(names_); }
+
+void CodeBuilder::load_source(const Source& s) {
+  switch (s.kind) {
+    case Source::Kind::Local:
+      emit(op::LOAD_FAST, s.index);
+      return;
+    case Source::Kind::Global:
+    case Source::Kind::Builtin:
+      emit(op::LOAD_GLOBAL, name_index(s.name) << 1);
+      return;
+    case Source::Kind::Closure:
+      emit(op::LOAD_DEREF, free_base_ + s.index);
+      return;
+    case Source::Kind::Const:
+      load_const(s.object);
+      return;
+    case Source::Kind::Attr:
+      load_source(*s.parent);
+      load_attr(s.name);
+      return;
+    case Source::Kind::DictItem: {
+      load_source(*s.parent);
+      PyObject* k = PyUnicode_FromString(s.name.c_str());
+      load_const(k);
+      Py_DECREF(k);
+      emit(op::BINARY_SUBSCR, 0);
+      return;
+    }
+    case Source::Kind::Item: {
+      load_source(*s.parent);
+      PyObject* i = PyLong_FromLong(s.index);
+      load_const(i);
+      Py_DECREF(i);
+      emit(op::BINARY_SUBSCR, 0);
+      return;
+    }
+  }
+}
+
+
+PyCodeObject* make_code(PyCodeObject* orig, CodeBuilder& b, int argcount, PyObject* varnames, int flags) {
+  PyObject* code = b.as().code_bytes();
+  PyObject* linetable = b.as().line_table(orig->co_firstlineno);
+  PyObject* consts_t = b.consts_tuple();
+  PyObject* names_t = b.names_tuple();
   PyObject* freevars = PyObject_GetAttrString(reinterpret_cast<PyObject*>(orig), "co_freevars");
   PyObject* cellvars = PyTuple_New(0);
   PyObject* exctable = PyBytes_FromStringAndSize("", 0);
-  int flags = CO_OPTIMIZED | CO_NEWLOCALS;
-  if (nfree > 0) flags |= CO_NESTED;
+  if (orig->co_nfreevars > 0) flags |= CO_NESTED;
   PyCodeObject* out = nullptr;
   if (code && linetable && consts_t && names_t && varnames && freevars && cellvars && exctable) {
-    out = PyCode_NewWithPosOnlyArgs(nargs, 0, 0, nargs, as.max_stack_depth(), flags, code, consts_t, names_t,
-                                    varnames, freevars, cellvars, orig->co_filename, orig->co_name,
-                                    orig->co_qualname, orig->co_firstlineno, linetable, exctable);
+    out = PyCode_NewWithPosOnlyArgs(argcount, 0, 0, static_cast<int>(PyTuple_GET_SIZE(varnames)),
+                                    b.as().max_stack_depth(), flags, code, consts_t, names_t, varnames,
+                                    freevars, cellvars, orig->co_filename, orig->co_name, orig->co_qualname,
+                                    orig->co_firstlineno, linetable, exctable);
   }
   Py_XDECREF(code);
   Py_XDECREF(linetable);
   Py_XDECREF(consts_t);
   Py_XDECREF(names_t);
-  Py_XDECREF(varnames);
   Py_XDECREF(freevars);
   Py_XDECREF(cellvars);
   Py_XDECREF(exctable);
-  Py_DECREF(consts);
-  Py_DECREF(names);
   if (!out) {
     PyErr_Clear();
-    throw InternalError("assembling the transformed code object failed");
+    throw InternalError("assembling a transformed code object failed");
   }
+  return out;
+}
+
+PyCodeObject* assemble_graph_call(PyCodeObject* orig, const TraceResult& trace, PyObject* graph) {
+  const int nargs = argument_slots(orig);
+  const int nfree = orig->co_nfreevars;
+  const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
+  CodeBuilder b(line, nargs);
+  b.as().emit(op::RESUME, 0, orig->co_firstlineno);
+  if (nfree > 0) b.as().emit(op::COPY_FREE_VARS, nfree, orig->co_firstlineno);
+  b.emit(op::PUSH_NULL, 0);
+  b.load_const(graph);
+  for (const SourcePtr& s : trace.input_sources) b.load_source(*s);
+  b.call(static_cast<int>(trace.input_sources.size()));
+  b.emit(op::RETURN_VALUE, 0);
+  PyObject* varnames = PyTuple_GetSlice(orig->co_localsplusnames, 0, nargs);
+  PyCodeObject* out = make_code(orig, b, nargs, varnames, CO_OPTIMIZED | CO_NEWLOCALS);
+  Py_XDECREF(varnames);
   return out;
 }
 

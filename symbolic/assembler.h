@@ -18,21 +18,68 @@ namespace fastdyn::symbolic {
 
 // A tiny assembler: append instructions by opcode number, get the code bytes, line table and
 // stack depth. Inline cache entries and EXTENDED_ARG prefixes are emitted automatically.
+// Forward jumps go to labels; their arguments are resolved when the bytes are made.
+// A source position as co_positions() gives it; col < 0: none.
+struct Position {
+  int line = -1, end_line = -1, col = -1, end_col = -1;
+};
+
 class Assembler {
  public:
   void emit(uint8_t opcode, int arg, int line);
-  PyObject* code_bytes() const;   // new reference (bytes)
-  PyObject* line_table(int first_line) const;  // new reference (bytes), 3.11+ locations format
-  int max_stack_depth() const;    // from the interpreter's own stack effects
+  void emit(uint8_t opcode, int arg, const Position& pos);  // with columns (traceback carets)
+  int new_label();
+  void bind(int label);                                  // the next instruction
+  void emit_jump(uint8_t opcode, int label, int line);   // a forward relative jump
+  PyObject* code_bytes();         // new reference (bytes)
+  PyObject* line_table(int first_line);  // new reference (bytes), 3.11+ locations format
+  int max_stack_depth() const;    // from the interpreter's own stack effects, following jumps
 
  private:
-  struct Item { uint8_t opcode; int arg; int line; };
+  struct Item { uint8_t opcode; int arg; int line; int label = -1; Position pos; };
+  void resolve();
   std::vector<Item> items_;
+  std::vector<int> label_at_;     // label -> item index it is bound before
+};
+
+// Builds a code object's constants, names and instructions; loads values from Sources.
+class CodeBuilder {
+ public:
+  CodeBuilder(int line, int free_base);
+  ~CodeBuilder();
+  CodeBuilder(const CodeBuilder&) = delete;
+  CodeBuilder& operator=(const CodeBuilder&) = delete;
+
+  Assembler& as() { return as_; }
+  int line() const { return line_; }
+  void emit(uint8_t opcode, int arg) { as_.emit(opcode, arg, line_); }
+  void load_const(PyObject* obj);
+  void load_source(const Source& s);
+  void load_attr(const std::string& name);
+  void call(int nargs);          // [PRECALL n] CALL n
+  int name_index(const std::string& name);
+  int const_index(PyObject* obj);
+  PyObject* consts_tuple() const;  // new references
+  PyObject* names_tuple() const;
+
+ private:
+  Assembler as_;
+  PyObject* consts_;
+  PyObject* names_;
+  int line_;
+  int free_base_;
 };
 
 // Returns a new reference to the transformed code object for `orig`, calling `graph` (borrowed;
 // the code holds a strong reference in its constants).
 PyCodeObject* assemble_graph_call(PyCodeObject* orig, const TraceResult& trace, PyObject* graph);
+
+// A code object for `orig`'s function from what `b` built: `argcount` positional parameters,
+// `varnames` (borrowed) its locals, orig's free variables, no cells, an empty exception table.
+// The position of the instruction at code unit `index` of `code`.
+Position position_of(PyCodeObject* code, int index);
+
+PyCodeObject* make_code(PyCodeObject* orig, CodeBuilder& b, int argcount, PyObject* varnames, int flags);
 
 // Number of argument slots of a code object (positional, keyword-only, *args, **kwargs).
 int argument_slots(PyCodeObject* code);

@@ -58,6 +58,35 @@ std::string describe_arg(PyCodeObject* code, const Instruction& in) {
 
 }  // namespace
 
+std::vector<ExceptionEntry> exception_table(PyCodeObject* code) {
+  // Varints of 6-bit groups, most significant first; bit 6 continues, bit 7 marks an entry start.
+  std::vector<ExceptionEntry> out;
+  PyObject* table = code->co_exceptiontable;
+  if (!table || !PyBytes_Check(table)) return out;
+  const auto* p = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(table));
+  const auto* end = p + PyBytes_GET_SIZE(table);
+  auto varint = [&]() {
+    int v = 0;
+    while (p < end) {
+      const uint8_t b = *p++;
+      v = (v << 6) | (b & 0x3f);
+      if (!(b & 0x40)) break;
+    }
+    return v;
+  };
+  while (p < end) {
+    ExceptionEntry e;
+    e.start = varint();
+    e.end = e.start + varint();
+    e.target = varint();
+    const int dl = varint();
+    e.depth = dl >> 1;
+    e.lasti = dl & 1;
+    out.push_back(e);
+  }
+  return out;
+}
+
 std::vector<Instruction> decode(PyCodeObject* code) {
   PyRef bytes{PyCode_GetCode(code)};
   FD_CHECK(bytes.p && PyBytes_Check(bytes.p), "co_code is not bytes");

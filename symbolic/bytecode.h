@@ -20,6 +20,13 @@ struct Instruction {
   int next = 0;        // code-unit index of the next instruction (after inline caches)
 };
 
+// One entry of a 3.11+ exception table, in code units: [start, end) handled at `target`.
+struct ExceptionEntry {
+  int start = 0, end = 0, target = 0, depth = 0;
+  bool lasti = false;
+};
+std::vector<ExceptionEntry> exception_table(PyCodeObject* code);
+
 // Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
 std::vector<Instruction> decode(PyCodeObject* code);
 

@@ -64,18 +64,25 @@ std::string describe(const SymValue& v) {
     case SymValue::Kind::Slice: return "slice";
     case SymValue::Kind::Method: return "Tensor." + v.name;
     case SymValue::Kind::NamedTuple: return "named tuple";
+    case SymValue::Kind::Dict: return "dict";
+    case SymValue::Kind::Iterator: return "iterator";
+    case SymValue::Kind::Function: return "function made in the frame";
+    case SymValue::Kind::Cell: return "cell";
+    case SymValue::Kind::BoundMethod: return "method " + v.name;
   }
   return "?";
 }
 
+void Tracer::add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj) {
+  GuardSpec g;
+  g.source = source;
+  g.kind = kind;
+  g.obj = Py_NewRef(obj);
+  result_.guards.push_back(std::move(g));
+}
+
 SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
-  auto guard = [&](GuardKind kind) {
-    GuardSpec g;
-    g.source = source;
-    g.kind = kind;
-    g.obj = Py_NewRef(obj);
-    result_.guards.push_back(std::move(g));
-  };
+  auto guard = [&](GuardKind kind) { add_guard(source, kind, obj); };
   if (THPVariable_Check(obj)) {
     auto it = tensor_inputs_.find(obj);
     if (it != tensor_inputs_.end()) {
@@ -102,6 +109,44 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   if (is_plain_constant(obj)) {
     guard(THPDtype_Check(obj) || obj == Py_None || obj == Py_Ellipsis ? GuardKind::IdIs : GuardKind::Equals);
     return SymValue::constant(obj, source);
+  }
+  if (PyList_CheckExact(obj)) {
+    // A list the caller passed: its items are guarded one by one; the trace may read it but not
+    // mutate it (the source marks it as visible to the caller).
+    guard(GuardKind::TypeAndLen);
+    std::vector<SymValue> items;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj); ++i) {
+      auto item_src = std::make_shared<Source>();
+      item_src->kind = Source::Kind::Item;
+      item_src->index = static_cast<int>(i);
+      item_src->parent = source;
+      items.push_back(wrap(PyList_GET_ITEM(obj, i), item_src));
+    }
+    SymValue v = SymValue::list(std::move(items));
+    v.source = source;
+    return v;
+  }
+  if (PyDict_CheckExact(obj)) {
+    // A dict the caller passed (**kwargs, say): string keys, each value guarded by its key.
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    bool string_keys = true;
+    while (PyDict_Next(obj, &pos, &k, &val)) string_keys = string_keys && PyUnicode_CheckExact(k);
+    if (string_keys && PyDict_GET_SIZE(obj) <= 64) {
+      guard(GuardKind::TypeAndLen);
+      SymValue v = SymValue::boxed(SymValue::Kind::Dict);
+      pos = 0;
+      while (PyDict_Next(obj, &pos, &k, &val)) {
+        auto item_src = std::make_shared<Source>();
+        item_src->kind = Source::Kind::DictItem;
+        item_src->name = PyUnicode_AsUTF8(k);
+        item_src->parent = source;
+        v.box->keys.push_back(SymValue::constant(k));
+        v.box->items.push_back(wrap(val, item_src));
+      }
+      v.source = source;
+      return v;
+    }
   }
   if (PyTuple_CheckExact(obj)) {
     // Tuples of constants are constants; a tuple holding tensors is a tuple of wrapped items.
@@ -180,7 +225,7 @@ codegen::CallArg Tracer::to_call_arg(const SymValue& v) const {
     case SymValue::Kind::List: {
       std::vector<CallArg> items;
       bool all_ints = true, all_tensors = true;
-      for (const SymValue& i : v.items) {
+      for (const SymValue& i : v.seq()) {
         items.push_back(to_call_arg(i));
         all_ints = all_ints && items.back().kind == CallArg::Kind::Int;
         all_tensors = all_tensors && items.back().kind == CallArg::Kind::Tensor;
@@ -231,9 +276,9 @@ PyObject* Tracer::materialize(const SymValue& v) const {
     case SymValue::Kind::Tuple:
     case SymValue::Kind::List:
     case SymValue::Kind::Slice: {
-      const Py_ssize_t n = static_cast<Py_ssize_t>(v.items.size());
+      const Py_ssize_t n = static_cast<Py_ssize_t>(v.seq().size());
       std::vector<PyObject*> objs;
-      for (const SymValue& i : v.items) {
+      for (const SymValue& i : v.seq()) {
         PyObject* o = materialize(i);
         if (!o) {
           for (PyObject* p : objs) Py_DECREF(p);

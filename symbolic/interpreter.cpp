@@ -1,13 +1,10 @@
 // symbolic/interpreter.cpp — the instruction loop and its handlers (algorithm in interpreter.h).
 //
 // Handlers are small functions grouped by family (loads/stores, stack, operators, subscripts,
-// building, calls, returns) and registered by opcode NAME in one table; names the target Python
-// lacks are skipped, so 3.11- and 3.12-only opcodes share the table. Where the two versions
-// encode an argument differently the handler tests python_minor().
-#include <torch/csrc/Device.h>
-#include <torch/csrc/DynamicTypes.h>
-#include <torch/csrc/Dtype.h>
-#include <torch/csrc/Size.h>
+// building, control flow, functions and cells, calls, returns) and registered by opcode NAME in
+// one table; names the target Python lacks are skipped, so 3.11- and 3.12-only opcodes share the
+// table. Where the two versions encode an argument differently the handler tests python_minor().
+// Calls, attribute reads and operators on values live in calls.cpp.
 #include <torch/csrc/autograd/python_variable.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
@@ -23,8 +20,6 @@
 
 namespace fastdyn::symbolic {
 
-using codegen::Family;
-
 TraceResult::~TraceResult() {
   for (GuardSpec& g : guards) Py_CLEAR(g.obj);
 }
@@ -38,462 +33,61 @@ std::string source_name(const Source& s) {
     case Source::Kind::Attr: return source_name(*s.parent) + "." + s.name;
     case Source::Kind::Item: return source_name(*s.parent) + "[" + std::to_string(s.index) + "]";
     case Source::Kind::DictItem: return source_name(*s.parent) + "['" + s.name + "']";
+    case Source::Kind::Const: return "K['" + s.name + "']";
   }
   return "?";
 }
 
 namespace {
 
-// Python builtins that are pure on constant arguments and may be folded at trace time.
-bool is_foldable_builtin(PyObject* fn) {
-  static const char* names[] = {"len", "min", "max", "abs", "int", "float", "bool", "tuple",
-                                "list", "sum", "round", "divmod", "isinstance", "pow", "range",
-                                "str", "slice", "all", "any", "reversed", "sorted"};
-  if (!PyCFunction_Check(fn) && !PyType_Check(fn)) return false;
-  PyObject* builtins = PyEval_GetBuiltins();
-  for (const char* n : names)
-    if (PyDict_GetItemString(builtins, n) == fn) return true;
-  return false;
-}
+constexpr int kMaxInstructions = 200000;  // unrolled loops included
+constexpr int kMaxInlineDepth = 12;
 
-bool is_math_function(PyObject* fn) {
-  if (!PyCFunction_Check(fn)) return false;
-  PyObject* self = PyCFunction_GET_SELF(fn);
-  if (!self || !PyModule_Check(self)) return false;
-  const char* mod = PyModule_GetName(self);
-  if (!mod) { PyErr_Clear(); return false; }
-  return std::strcmp(mod, "math") == 0 || std::strcmp(mod, "operator") == 0;
+PyObject* grad_mode_type(const char* name) {
+  return resolve_python_name(std::string("torch.autograd.grad_mode.") + name);
 }
-
-// Operator module names of BINARY_OP symbols.
-const char* operator_name(const std::string& sym) {
-  static const std::pair<const char*, const char*> table[] = {
-      {"+", "operator.add"}, {"-", "operator.sub"}, {"*", "operator.mul"},
-      {"/", "operator.truediv"}, {"//", "operator.floordiv"}, {"%", "operator.mod"},
-      {"**", "operator.pow"}, {"@", "operator.matmul"}, {"&", "operator.and_"},
-      {"|", "operator.or_"}, {"^", "operator.xor"}, {"<<", "operator.lshift"},
-      {">>", "operator.rshift"}, {"+=", "operator.iadd"}, {"-=", "operator.isub"},
-      {"*=", "operator.imul"}, {"/=", "operator.itruediv"}, {"//=", "operator.ifloordiv"},
-      {"%=", "operator.imod"}, {"**=", "operator.ipow"}, {"@=", "operator.imatmul"},
-      {"&=", "operator.iand"}, {"|=", "operator.ior"}, {"^=", "operator.ixor"},
-      {"<<=", "operator.ilshift"}, {">>=", "operator.irshift"}, {"<", "operator.lt"},
-      {"<=", "operator.le"}, {"==", "operator.eq"}, {"!=", "operator.ne"}, {">", "operator.gt"},
-      {">=", "operator.ge"}};
-  for (const auto& [s, n] : table)
-    if (sym == s) return n;
-  return nullptr;
-}
-
-// Folds a Python operator on constants. New reference or nullptr (exception cleared).
-PyObject* fold_binary(const std::string& sym, PyObject* a, PyObject* b) {
-  using Fn = PyObject* (*)(PyObject*, PyObject*);
-  static const std::pair<const char*, Fn> table[] = {
-      {"+", PyNumber_Add}, {"-", PyNumber_Subtract}, {"*", PyNumber_Multiply},
-      {"/", PyNumber_TrueDivide}, {"//", PyNumber_FloorDivide}, {"%", PyNumber_Remainder},
-      {"@", PyNumber_MatrixMultiply}, {"&", PyNumber_And}, {"|", PyNumber_Or},
-      {"^", PyNumber_Xor}, {"<<", PyNumber_Lshift}, {">>", PyNumber_Rshift}};
-  std::string base = sym;
-  if (base.size() >= 2 && base.back() == '=' && base != "==" && base != "!=" && base != "<=" && base != ">=")
-    base.pop_back();  // constants are immutable: a += b folds like a + b
-  if (base == "**") return PyNumber_Power(a, b, Py_None);
-  for (const auto& [s, fn] : table)
-    if (base == s) return fn(a, b);
-  return nullptr;
-}
-
-bool foldable_constant(PyObject* o) {
-  return o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
-         PyUnicode_CheckExact(o) || PyTuple_Check(o) || THPDtype_Check(o) || THPDevice_Check(o) ||
-         PyComplex_CheckExact(o) || PySlice_Check(o) || PyList_CheckExact(o);
-}
-
-PyObject* tensor_type() {
-  static PyObject* t = resolve_python_name("torch.Tensor");  // NB: kept for the process
-  return t;
-}
-
-struct PyOwned {  // one owned reference, released at scope exit
-  PyObject* p;
-  explicit PyOwned(PyObject* o) : p(o) {}
-  ~PyOwned() { Py_XDECREF(p); }
-  PyOwned(const PyOwned&) = delete;
-  PyOwned& operator=(const PyOwned&) = delete;
-};
 
 }  // namespace
 
-Tracer::Tracer(const FrameInputs& frame, TraceResult& result) : frame_(frame), result_(result) {
+Tracer::Tracer(const FrameInputs& frame, TraceResult& result, int stop_at)
+    : frame_(frame), result_(result), stop_at_(stop_at) {
   ctx_.grad_enabled = at::GradMode::is_enabled();
   ctx_.default_dtype = c10::typeMetaToScalarType(c10::get_default_dtype());
-  code_ = decode(frame.code);
   nargs_ = argument_slots(frame.code);
-  locals_.resize(static_cast<size_t>(frame.code->co_nlocalsplus));
+  auto f = std::make_unique<FrameState>();
+  f->code = frame.code;
+  f->globals = frame.globals;
+  f->insts = decode(frame.code);
+  f->locals.resize(static_cast<size_t>(frame.code->co_nlocalsplus));
+  f->written.resize(static_cast<size_t>(frame.code->co_nlocalsplus), false);
+  const int nfree = frame.code->co_nfreevars;
+  const int first_free = frame.code->co_nlocalsplus - nfree;
+  for (int i = 0; i < nfree; ++i) {
+    if (!frame.closure) break;
+    SymValue cell = SymValue::boxed(SymValue::Kind::Cell);
+    cell.obj = Py_NewRef(PyTuple_GET_ITEM(frame.closure, i));
+    auto src = std::make_shared<Source>();
+    src->kind = Source::Kind::Closure;  // reads the cell's contents
+    src->index = i;
+    src->name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(frame.code->co_localsplusnames, first_free + i));
+    cell.source = src;
+    f->locals[static_cast<size_t>(first_free + i)] = std::move(cell);
+  }
+  frames_.push_back(std::move(f));
 }
 
 SymValue Tracer::pop() {
-  FD_CHECK(!stack_.empty(), "symbolic stack underflow");
-  SymValue v = std::move(stack_.back());
-  stack_.pop_back();
+  auto& st = fr().stack;
+  FD_CHECK(!st.empty(), "symbolic stack underflow");
+  SymValue v = std::move(st.back());
+  st.pop_back();
   return v;
 }
 
 SymValue& Tracer::top(int depth) {
-  FD_CHECK(static_cast<int>(stack_.size()) > depth, "symbolic stack underflow");
-  return stack_[stack_.size() - 1 - static_cast<size_t>(depth)];
-}
-
-SymValue Tracer::load_global(const std::string& name) {
-  auto src = std::make_shared<Source>();
-  src->name = name;
-  PyObject* v = PyDict_GetItemString(frame_.globals, name.c_str());
-  if (v) {
-    src->kind = Source::Kind::Global;
-    return wrap(v, src);
-  }
-  v = PyDict_GetItemString(frame_.builtins, name.c_str());
-  if (!v) throw Unsupported("name '" + name + "' is not defined");
-  src->kind = Source::Kind::Builtin;  // guarded: no global of this name may appear later
-  return wrap(v, src);
-}
-
-SymValue Tracer::call_family(Family fam, const std::vector<SymValue>& args,
-                             const std::vector<std::pair<std::string, SymValue>>& kwargs, const char* what) {
-  std::vector<codegen::CallArg> cargs;
-  cargs.reserve(args.size());
-  for (const SymValue& a : args) cargs.push_back(to_call_arg(a));
-  std::vector<std::pair<std::string, codegen::CallArg>> ckw;
-  for (const auto& [k, v] : kwargs) ckw.emplace_back(k, to_call_arg(v));
-  return record(fam, cargs, ckw, what);
-}
-
-SymValue Tracer::record(Family fam, const std::vector<codegen::CallArg>& args,
-                        const std::vector<std::pair<std::string, codegen::CallArg>>& kwargs, const char* what) {
-  codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, args, kwargs);
-  if (!r.ok) throw Unsupported(std::string(what) + ": " + r.reason);
-  return from_capture(fam, r);
-}
-
-SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
-  const codegen::TensorMeta& m = meta(t);
-  if (name == "shape") {
-    // NB: THPSize_NewFromSizes is not exported by libtorch_python; build torch.Size(tuple).
-    static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
-    PyOwned tuple(PyTuple_New(m.dim()));
-    for (int64_t i = 0; i < m.dim(); ++i) PyTuple_SET_ITEM(tuple.p, i, PyLong_FromLongLong(m.sizes[static_cast<size_t>(i)]));
-    PyOwned s(PyObject_CallOneArg(size_type, tuple.p));
-    if (!s.p) { PyErr_Clear(); throw Unsupported("building torch.Size failed"); }
-    return constant(s.p);
-  }
-  if (name == "dtype") return constant(reinterpret_cast<PyObject*>(torch::getTHPDtype(m.dtype)));
-  if (name == "device") {
-    PyObject* d = THPDevice_New(m.device);
-    SymValue v = constant(d);
-    Py_DECREF(d);
-    return v;
-  }
-  if (name == "ndim") {
-    PyOwned n(PyLong_FromLongLong(m.dim()));
-    return constant(n.p);
-  }
-  if (name == "requires_grad") return constant(m.requires_grad ? Py_True : Py_False);
-  if (name == "is_cuda") return constant(m.device.is_cuda() ? Py_True : Py_False);
-  if (name == "is_cpu") return constant(m.device.is_cpu() ? Py_True : Py_False);
-  // Methods are bound lazily: the CALL that follows decides (tensor-method intrinsics or ops).
-  PyObject* attr = PyObject_GetAttrString(tensor_type(), name.c_str());
-  if (!attr) {
-    PyErr_Clear();
-    throw Unsupported("'Tensor' object has no attribute '" + name + "'");
-  }
-  PyOwned owned(attr);
-  const bool is_property = !PyCallable_Check(attr) || Py_TYPE(attr) == &PyGetSetDescr_Type ||
-                           Py_TYPE(attr) == &PyProperty_Type;
-  if (is_property) {
-    auto fam = family_of_tensor_attr(name);
-    if (!fam) throw Unsupported("tensor attribute '" + name + "' is not supported");
-    return call_family(*fam, {t}, {}, ("Tensor." + name).c_str());
-  }
-  SymValue m_v;
-  m_v.kind = SymValue::Kind::Method;
-  m_v.name = name;
-  m_v.items.push_back(t);
-  return m_v;
-}
-
-SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
-  if (owner.is_tensor()) return tensor_attr(owner, name);
-  if (owner.kind == SymValue::Kind::NamedTuple)
-    for (size_t i = 0; i < owner.field_names.size(); ++i)
-      if (owner.field_names[i] == name) return owner.items[i];
-  if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
-  PyObject* o = owner.obj;
-  PyObject* value = nullptr;
-  if (PyModule_Check(o)) {
-    value = PyDict_GetItemString(PyModule_GetDict(o), name.c_str());
-    Py_XINCREF(value);
-    if (!value) value = PyObject_GetAttrString(o, name.c_str());  // module __getattr__
-  } else if (PyType_Check(o) || foldable_constant(o) || PyCFunction_Check(o)) {
-    value = PyObject_GetAttrString(o, name.c_str());
-  } else {
-    // A plain object: only instance-dict attributes are read at trace time (no properties or
-    // descriptors, whose code could have side effects). nn.Module keeps parameters, buffers and
-    // submodules in three dicts that its __getattr__ searches after the instance dict.
-    PyObject** dictptr = _PyObject_GetDictPtr(o);
-    PyOwned key(PyUnicode_InternFromString(name.c_str()));
-    PyObject* type_attr = _PyType_Lookup(Py_TYPE(o), key.p);  // borrowed
-    const bool data_descriptor = type_attr && Py_TYPE(type_attr)->tp_descr_set;
-    const char* slot_found = nullptr;  // the nn.Module dict holding the attribute, if any
-    if (dictptr && *dictptr && !data_descriptor) {
-      PyObject* dict = *dictptr;
-      value = PyDict_GetItemWithError(dict, key.p);
-      if (!value && !type_attr && PyObject_IsInstance(o, module_type()) == 1) {
-        for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
-          PyObject* d = PyDict_GetItemString(dict, slot);
-          if (d && PyDict_Check(d) && (value = PyDict_GetItemWithError(d, key.p))) {
-            slot_found = slot;
-            break;
-          }
-        }
-      }
-      Py_XINCREF(value);
-    }
-    if (!value) {
-      PyErr_Clear();
-      throw Unsupported("attribute '" + name + "' of " + Py_TYPE(o)->tp_name +
-                        " object is not a plain instance attribute");
-    }
-    if (slot_found && owner.source) {
-      // Read it where nn.Module keeps it, so guards and the transformed code do a dict lookup
-      // instead of calling Module.__getattr__.
-      PyOwned owned(value);
-      auto slot_src = std::make_shared<Source>();
-      slot_src->kind = Source::Kind::Attr;
-      slot_src->name = slot_found;
-      slot_src->parent = owner.source;
-      auto src = std::make_shared<Source>();
-      src->kind = Source::Kind::DictItem;
-      src->name = name;
-      src->parent = slot_src;
-      return wrap(value, src);
-    }
-  }
-  if (!value) {
-    PyErr_Clear();
-    throw Unsupported("attribute '" + name + "' of " + describe(owner) + " does not exist");
-  }
-  PyOwned owned(value);
-  if (!owner.source) return constant(value);  // attribute of an immutable trace-time constant
-  auto src = std::make_shared<Source>();
-  src->kind = Source::Kind::Attr;
-  src->name = name;
-  src->parent = owner.source;
-  return wrap(value, src);
-}
-
-SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& name, std::vector<SymValue> args,
-                                    std::vector<std::pair<std::string, SymValue>> kwargs) {
-  const codegen::TensorMeta& m = meta(self);
-  auto int_arg = [&](size_t i) -> int64_t {
-    if (i >= args.size() || !args[i].is_constant() || !PyLong_Check(args[i].obj))
-      throw Unsupported("Tensor." + name + ": expected an int argument");
-    return PyLong_AsLongLong(args[i].obj);
-  };
-  auto wrap_dim = [&](int64_t d) {
-    const int64_t n = std::max<int64_t>(m.dim(), 1);
-    if (d < -n || d >= n) throw Unsupported("Tensor." + name + ": dimension out of range");
-    return d < 0 ? d + n : d;
-  };
-  auto int_obj = [&](int64_t v) {
-    PyOwned o(PyLong_FromLongLong(v));
-    return constant(o.p);
-  };
-  if (kwargs.empty()) {
-    if (name == "size" || name == "stride") {
-      const auto& vec = name == "size" ? m.sizes : m.strides;
-      if (args.empty()) {
-        if (name == "stride") {
-          std::vector<SymValue> items;
-          for (int64_t s : vec) items.push_back(int_obj(s));
-          PyOwned t(materialize(SymValue::tuple(std::move(items))));
-          return constant(t.p);
-        }
-        return tensor_attr(self, "shape");
-      }
-      return int_obj(vec[static_cast<size_t>(wrap_dim(int_arg(0)))]);
-    }
-    if ((name == "dim" || name == "ndimension") && args.empty()) return int_obj(m.dim());
-    if ((name == "numel" || name == "nelement") && args.empty()) return int_obj(m.numel());
-    if (name == "element_size" && args.empty()) return int_obj(static_cast<int64_t>(c10::elementSize(m.dtype)));
-    if (name == "is_floating_point" && args.empty())
-      return constant(c10::isFloatingType(m.dtype) ? Py_True : Py_False);
-    if (name == "is_complex" && args.empty()) return constant(c10::isComplexType(m.dtype) ? Py_True : Py_False);
-    if (name == "get_device" && args.empty()) return int_obj(m.device.is_cpu() ? -1 : m.device.index());
-    if (name == "is_contiguous" && args.empty()) {
-      int64_t expected = 1;
-      bool contiguous = true;
-      for (int64_t d = m.dim() - 1; d >= 0; --d) {
-        if (m.sizes[d] == 1) continue;
-        if (m.strides[d] != expected) contiguous = false;
-        expected *= m.sizes[d];
-      }
-      if (m.numel() == 0) contiguous = true;
-      return constant(contiguous ? Py_True : Py_False);
-    }
-  }
-  static const char* data_dependent[] = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
-                                         "nonzero", "unique", "masked_select", "data_ptr"};
-  for (const char* d : data_dependent)
-    if (name == d) throw Unsupported("Tensor." + name + "() depends on tensor data");
-  auto fam = family_of_tensor_attr(name);
-  if (!fam) throw Unsupported("tensor method '" + name + "' is not in the op table");
-  args.insert(args.begin(), self);
-  return call_family(*fam, args, kwargs, ("Tensor." + name).c_str());
-}
-
-SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
-                      std::vector<std::pair<std::string, SymValue>> kwargs) {
-  if (callable.kind == SymValue::Kind::Method)
-    return call_tensor_method(callable.items[0], callable.name, std::move(args), std::move(kwargs));
-  if (!callable.is_constant()) throw Unsupported("call of " + describe(callable));
-  PyObject* fn = callable.obj;
-  if (auto fam = family_of_object(fn)) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
-  // Pure functions on constants: builtins, math, operator.
-  bool all_const = true;
-  for (const SymValue& a : args) all_const = all_const && a.is_python_constant();
-  for (const auto& kv : kwargs) all_const = all_const && kv.second.is_python_constant();
-  if ((is_foldable_builtin(fn) || is_math_function(fn))) {
-    // len/isinstance on tensors are answered from metadata.
-    PyObject* builtins = PyEval_GetBuiltins();
-    if (fn == PyDict_GetItemString(builtins, "len") && args.size() == 1 && args[0].is_tensor()) {
-      const auto& m = meta(args[0]);
-      if (m.dim() == 0) throw Unsupported("len() of a 0-d tensor");
-      PyOwned n(PyLong_FromLongLong(m.sizes[0]));
-      return constant(n.p);
-    }
-    if (fn == PyDict_GetItemString(builtins, "len") && args.size() == 1 &&
-        (args[0].kind == SymValue::Kind::Tuple || args[0].kind == SymValue::Kind::List)) {
-      PyOwned n(PyLong_FromSsize_t(static_cast<Py_ssize_t>(args[0].items.size())));
-      return constant(n.p);
-    }
-    if (fn == PyDict_GetItemString(builtins, "isinstance") && args.size() == 2 && args[0].is_tensor() &&
-        args[1].is_constant()) {
-      int r = PyObject_IsSubclass(tensor_type(), args[1].obj);
-      if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
-      return constant(r ? Py_True : Py_False);
-    }
-    if (all_const) {
-      PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-      for (size_t i = 0; i < args.size(); ++i) {
-        PyObject* o = materialize(args[i]);
-        if (!o) throw Unsupported("argument of " + py_repr(fn));
-        PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), o);
-      }
-      PyOwned kw(kwargs.empty() ? nullptr : PyDict_New());
-      for (const auto& [k, v] : kwargs) {
-        PyOwned o(materialize(v));
-        PyDict_SetItemString(kw.p, k.c_str(), o.p);
-      }
-      PyObject* r = PyObject_Call(fn, tuple.p, kw.p);
-      if (!r) {
-        PyErr_Clear();
-        throw Unsupported("call of " + py_repr(fn) + " raised on constant arguments");
-      }
-      PyOwned owned(r);
-      if (PyObject_TypeCheck(r, &PyRange_Type) || PyIter_Check(r))
-        throw Unsupported("iterator from " + py_repr(fn));
-      return constant(r);
-    }
-  }
-  // torch functions that only read global state.
-  static PyObject* is_grad_enabled = resolve_python_name("torch.is_grad_enabled");
-  if (fn == is_grad_enabled && args.empty()) return constant(ctx_.grad_enabled ? Py_True : Py_False);
-  throw Unsupported("call to " + py_repr(fn) + " is not supported");
-}
-
-SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
-  const std::string sym = symbol;
-  if (a.is_python_constant() && b.is_python_constant()) {
-    PyOwned x(materialize(a)), y(materialize(b));
-    if (!foldable_constant(x.p) || !foldable_constant(y.p))
-      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
-    PyObject* r = nullptr;
-    static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
-    for (int i = 0; i < 6; ++i)
-      if (sym == cmp[i]) {
-        static const int ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
-        r = PyObject_RichCompare(x.p, y.p, ops[i]);
-      }
-    if (!r) r = fold_binary(sym, x.p, y.p);
-    if (!r) {
-      PyErr_Clear();
-      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised");
-    }
-    PyOwned owned(r);
-    return constant(r);
-  }
-  if (!a.is_tensor() && !b.is_tensor())
-    throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
-  const char* op_name = operator_name(sym);
-  auto fam = op_name ? family_of_name(op_name) : std::nullopt;
-  if (!fam) throw Unsupported(std::string("tensor operator ") + sym + " (" + (op_name ? op_name : "?") + ") is not in the op table");
-  return call_family(*fam, {a, b}, {}, op_name);
-}
-
-SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
-  if (container.is_tensor()) {
-    auto fam = family_of_name("operator.getitem");
-    if (!fam) throw Unsupported("tensor subscripts are not in the op table");
-    return record(*fam, {to_call_arg(container), index_arg(index)}, {}, "Tensor.__getitem__");
-  }
-  if ((container.kind == SymValue::Kind::Tuple || container.kind == SymValue::Kind::List ||
-       container.kind == SymValue::Kind::NamedTuple) && index.is_constant()) {
-    if (PyLong_Check(index.obj)) {
-      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
-      const Py_ssize_t n = static_cast<Py_ssize_t>(container.items.size());
-      if (i < 0) i += n;
-      if (i < 0 || i >= n) throw Unsupported("index out of range");
-      return container.items[static_cast<size_t>(i)];
-    }
-    if (PySlice_Check(index.obj)) {
-      Py_ssize_t start, stop, step;
-      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
-      Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(container.items.size()), &start, &stop, step);
-      std::vector<SymValue> items;
-      for (Py_ssize_t k = 0; k < len; ++k) items.push_back(container.items[static_cast<size_t>(start + k * step)]);
-      SymValue out = SymValue::tuple(std::move(items));
-      if (container.kind == SymValue::Kind::List) out.kind = SymValue::Kind::List;
-      return out;
-    }
-  }
-  if (container.is_python_constant() && index.is_python_constant()) {
-    PyOwned c(materialize(container)), i(materialize(index));
-    if (!foldable_constant(c.p) && !THPSize_Check(c.p)) throw Unsupported("subscript of " + describe(container));
-    PyObject* r = PyObject_GetItem(c.p, i.p);
-    if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
-    PyOwned owned(r);
-    return constant(r);
-  }
-  throw Unsupported("subscript of " + describe(container) + " with " + describe(index));
-}
-
-std::vector<SymValue> Tracer::unpack(const SymValue& seq, int n) {
-  std::vector<SymValue> items;
-  if (seq.kind == SymValue::Kind::Tuple || seq.kind == SymValue::Kind::List || seq.kind == SymValue::Kind::NamedTuple) {
-    items = seq.items;
-  } else if (seq.is_constant() && (PyTuple_Check(seq.obj) || PyList_Check(seq.obj))) {
-    PyOwned fast(PySequence_Fast(seq.obj, ""));
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.p); ++i)
-      items.push_back(constant(PySequence_Fast_GET_ITEM(fast.p, i)));
-  } else if (seq.is_tensor()) {
-    auto fam = family_of_tensor_attr("unbind");
-    if (!fam) throw Unsupported("unpacking a tensor needs Tensor.unbind");
-    SymValue parts = call_family(*fam, {seq}, {}, "Tensor.__iter__");
-    items = parts.items;
-  } else {
-    throw Unsupported("unpacking " + describe(seq));
-  }
-  if (static_cast<int>(items.size()) != n)
-    throw Unsupported("unpacking " + std::to_string(items.size()) + " values into " + std::to_string(n));
-  return items;
+  auto& st = fr().stack;
+  FD_CHECK(static_cast<int>(st.size()) > depth, "symbolic stack underflow");
+  return st[st.size() - 1 - static_cast<size_t>(depth)];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -502,38 +96,57 @@ std::vector<SymValue> Tracer::unpack(const SymValue& seq, int n) {
 struct Handlers {
   using Fn = void (*)(Tracer&, const Instruction&);
 
-  static PyObject* name_at(Tracer& t, int i) { return PyTuple_GET_ITEM(t.frame_.code->co_names, i); }
+  static PyObject* name_at(Tracer& t, int i) { return PyTuple_GET_ITEM(t.fr().code->co_names, i); }
   static std::string str_name(Tracer& t, int i) { return PyUnicode_AsUTF8(name_at(t, i)); }
+  static std::string local_name(Tracer& t, int i) {
+    return PyUnicode_AsUTF8(PyTuple_GET_ITEM(t.fr().code->co_localsplusnames, i));
+  }
 
   // ---- no-ops and prologue
-  // COPY_FREE_VARS and MAKE_CELL are no-ops too: free variables are read from the closure.
+  // COPY_FREE_VARS is a no-op: free-variable slots hold their cells from the frame's start.
   static void nop(Tracer&, const Instruction&) {}
 
   // ---- loads and stores
-  static void load_fast(Tracer& t, const Instruction& in) {
-    auto& slot = t.locals_[static_cast<size_t>(in.arg)];
-    if (!slot) {
-      if (in.arg < t.nargs_) {
-        PyObject* obj = t.frame_.localsplus[in.arg];
-        if (!obj) throw Unsupported("argument slot is empty");
-        auto src = std::make_shared<Source>();
-        src->kind = Source::Kind::Local;
-        src->index = in.arg;
-        src->name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t.frame_.code->co_localsplusnames, in.arg));
-        slot = t.wrap(obj, src);
-      } else {
-        throw Unsupported("local variable read before assignment");
-      }
+  // The value in local slot i; the root frame's arguments are wrapped (and guarded) on first read.
+  static SymValue& slot(Tracer& t, int i) {
+    FrameState& f = t.fr();
+    auto& s = f.locals[static_cast<size_t>(i)];
+    if (!s && f.depth == 0 && i < t.nargs_) {
+      PyObject* obj = t.frame_.localsplus[i];
+      if (!obj) throw Unsupported("argument slot is empty");
+      auto src = std::make_shared<Source>();
+      src->kind = Source::Kind::Local;
+      src->index = i;
+      src->name = local_name(t, i);
+      s = t.wrap(obj, src);
     }
-    t.push(*slot);
+    if (!s) throw Unsupported("local variable '" + local_name(t, i) + "' read before assignment");
+    return *s;
+  }
+  static void load_fast(Tracer& t, const Instruction& in) { t.push(slot(t, in.arg)); }
+  static void mark_written(Tracer& t, int i) {
+    if (t.fr().depth == 0) t.fr().written[static_cast<size_t>(i)] = true;
+  }
+  static void load_fast_and_clear(Tracer& t, const Instruction& in) {  // 3.12 comprehensions
+    mark_written(t, in.arg);
+    auto& s = t.fr().locals[static_cast<size_t>(in.arg)];
+    t.push(s ? *s : SymValue::null());
+    s.reset();
   }
   // NB: an argument overwritten before it is read is never wrapped, so it needs no guard.
   static void store_fast(Tracer& t, const Instruction& in) {
-    t.locals_[static_cast<size_t>(in.arg)] = t.pop();
+    mark_written(t, in.arg);
+    SymValue v = t.pop();
+    auto& s = t.fr().locals[static_cast<size_t>(in.arg)];
+    if (v.is_null()) s.reset();
+    else s = std::move(v);
   }
-  static void delete_fast(Tracer& t, const Instruction& in) { t.locals_[static_cast<size_t>(in.arg)].reset(); }
+  static void delete_fast(Tracer& t, const Instruction& in) {
+    mark_written(t, in.arg);
+    t.fr().locals[static_cast<size_t>(in.arg)].reset();
+  }
   static void load_const(Tracer& t, const Instruction& in) {
-    t.push(Tracer::constant(PyTuple_GET_ITEM(t.frame_.code->co_consts, in.arg)));
+    t.push(Tracer::constant(PyTuple_GET_ITEM(t.fr().code->co_consts, in.arg)));
   }
   static void return_const(Tracer& t, const Instruction& in) {
     load_const(t, in);
@@ -543,20 +156,6 @@ struct Handlers {
     const int namei = in.arg >> 1;
     if (in.arg & 1) t.push(SymValue::null());
     t.push(t.load_global(str_name(t, namei)));
-  }
-  static void load_deref(Tracer& t, const Instruction& in) {
-    const int nfree = t.frame_.code->co_nfreevars;
-    const int first_free = t.frame_.code->co_nlocalsplus - nfree;
-    if (in.arg < first_free || !t.frame_.closure) throw Unsupported("cell variable (closure over a local)");
-    const int ci = in.arg - first_free;
-    PyObject* cell = PyTuple_GET_ITEM(t.frame_.closure, ci);
-    PyObject* v = PyCell_GET(cell);
-    if (!v) throw Unsupported("free variable referenced before assignment");
-    auto src = std::make_shared<Source>();
-    src->kind = Source::Kind::Closure;
-    src->index = ci;
-    src->name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t.frame_.code->co_localsplusnames, in.arg));
-    t.push(t.wrap(v, src));
   }
   static void load_attr(Tracer& t, const Instruction& in) {
     int namei = in.arg;
@@ -576,12 +175,56 @@ struct Handlers {
     t.push(SymValue::null());
     t.push(std::move(v));
   }
+  static void load_super_attr(Tracer& t, const Instruction& in) {  // 3.12: super().name
+    SymValue self = t.pop();
+    SymValue cls = t.pop();
+    SymValue super_fn = t.pop();
+    SymValue sup = t.call(super_fn, {cls, self}, {});
+    SymValue v = t.load_attr(sup, str_name(t, in.arg >> 2));
+    if (in.arg & 1) t.push(SymValue::null());
+    t.push(std::move(v));
+  }
+
+  // ---- cells
+  static SymValue& cell_at(Tracer& t, int i) {
+    SymValue& c = slot(t, i);
+    if (c.kind != SymValue::Kind::Cell) throw Unsupported("cell variable slot without a cell");
+    return c;
+  }
+  static void make_cell(Tracer& t, const Instruction& in) {
+    auto& s = t.fr().locals[static_cast<size_t>(in.arg)];
+    if (!s && t.fr().depth == 0 && in.arg < t.nargs_) slot(t, in.arg);  // an argument that is a cell
+    SymValue cell = SymValue::boxed(SymValue::Kind::Cell);
+    if (s) cell.box->items.push_back(std::move(*s));
+    s = std::move(cell);
+  }
+  static void load_closure(Tracer& t, const Instruction& in) { t.push(cell_at(t, in.arg)); }
+  static void load_deref(Tracer& t, const Instruction& in) {
+    SymValue& c = cell_at(t, in.arg);
+    if (c.box->items.empty()) {
+      if (!c.obj) throw Unsupported("free variable '" + local_name(t, in.arg) + "' referenced before assignment");
+      PyObject* v = PyCell_GET(c.obj);
+      if (!v) throw Unsupported("free variable '" + local_name(t, in.arg) + "' referenced before assignment");
+      c.box->items.push_back(t.wrap(v, c.source));
+    }
+    t.push(c.box->items[0]);
+  }
+  static void store_deref(Tracer& t, const Instruction& in) {
+    SymValue v = t.pop();
+    SymValue& c = cell_at(t, in.arg);
+    if (c.obj) throw Unsupported("assignment to the enclosing function's variable '" + local_name(t, in.arg) + "'");
+    c.box->items.assign(1, std::move(v));
+  }
 
   // ---- stack
   static void pop_top(Tracer& t, const Instruction&) { t.pop(); }
   static void push_null(Tracer& t, const Instruction&) { t.push(SymValue::null()); }
   static void copy(Tracer& t, const Instruction& in) { t.push(t.top(in.arg - 1)); }
   static void swap(Tracer& t, const Instruction& in) { std::swap(t.top(0), t.top(in.arg - 1)); }
+  static void end_for(Tracer& t, const Instruction&) {  // 3.12
+    t.pop();
+    t.pop();
+  }
 
   // ---- operators
   static void binary_op(Tracer& t, const Instruction& in) {
@@ -598,19 +241,51 @@ struct Handlers {
     FD_CHECK(sym, "bad COMPARE_OP oparg");
     t.push(t.binary(sym, a, b));
   }
+  static bool same_object(const SymValue& a, const SymValue& b) {
+    using K = SymValue::Kind;
+    if (a.is_constant() && b.is_constant()) return a.obj == b.obj;
+    if (a.is_tensor() && b.is_tensor()) return a.tensor == b.tensor;
+    if (a.box && b.box) return a.box == b.box;
+    if (a.kind == K::Tuple || b.kind == K::Tuple || a.kind == K::NamedTuple || b.kind == K::NamedTuple)
+      throw Unsupported("'is' on a tuple");
+    return false;  // different kinds of value are different objects
+  }
   static void is_op(Tracer& t, const Instruction& in) {
     SymValue b = t.pop();
     SymValue a = t.pop();
-    bool same;
-    if (a.is_constant() && b.is_constant()) same = a.obj == b.obj;
-    else if (a.is_tensor() && b.is_tensor()) same = a.tensor == b.tensor;
-    else if ((a.is_tensor() && b.is_constant()) || (b.is_tensor() && a.is_constant())) same = false;
-    else throw Unsupported("'is' on " + describe(a) + " and " + describe(b));
-    t.push(Tracer::constant(same != (in.arg == 1) ? Py_True : Py_False));
+    t.push(Tracer::constant(same_object(a, b) != (in.arg == 1) ? Py_True : Py_False));
+  }
+  static void contains_op(Tracer& t, const Instruction& in) {
+    SymValue container = t.pop();
+    SymValue item = t.pop();
+    bool found = false;
+    if (container.kind == SymValue::Kind::Dict) {
+      if (!item.is_constant()) throw Unsupported("'in' of a " + describe(item) + " in a dict");
+      for (const SymValue& k : container.box->keys) {
+        int eq = PyObject_RichCompareBool(k.obj, item.obj, Py_EQ);
+        if (eq < 0) { PyErr_Clear(); throw Unsupported("'in' raised"); }
+        if (eq) { found = true; break; }
+      }
+    } else if (container.is_python_constant() && item.is_python_constant()) {
+      PyOwned c(t.materialize(container)), i(t.materialize(item));
+      int r = PySequence_Contains(c.p, i.p);
+      if (r < 0) { PyErr_Clear(); throw Unsupported("'in' on " + describe(container) + " raised"); }
+      found = r == 1;
+    } else if ((container.kind == SymValue::Kind::Tuple || container.kind == SymValue::Kind::List) && item.is_constant()) {
+      for (const SymValue& v : container.seq()) {
+        if (!v.is_constant()) throw Unsupported("'in' on a sequence holding " + describe(v));
+        int eq = PyObject_RichCompareBool(v.obj, item.obj, Py_EQ);
+        if (eq < 0) { PyErr_Clear(); throw Unsupported("'in' raised"); }
+        if (eq) { found = true; break; }
+      }
+    } else {
+      throw Unsupported("'in' on " + describe(container));
+    }
+    t.push(Tracer::constant(found != (in.arg == 1) ? Py_True : Py_False));
   }
   static void unary(Tracer& t, const char* op_name, PyObject* (*fold)(PyObject*)) {
     SymValue a = t.pop();
-    if (a.is_constant() && foldable_constant(a.obj)) {
+    if (a.is_constant() && (PyLong_Check(a.obj) || PyFloat_Check(a.obj) || PyComplex_Check(a.obj))) {
       PyObject* r = fold(a.obj);
       if (!r) { PyErr_Clear(); throw Unsupported(std::string(op_name) + " on " + describe(a) + " raised"); }
       PyOwned owned(r);
@@ -627,10 +302,7 @@ struct Handlers {
   static void unary_invert(Tracer& t, const Instruction&) { unary(t, "operator.invert", PyNumber_Invert); }
   static void unary_not(Tracer& t, const Instruction&) {
     SymValue a = t.pop();
-    if (!a.is_constant()) throw Unsupported("'not' on " + describe(a) + " depends on tensor data");
-    int r = PyObject_IsTrue(a.obj);
-    if (r < 0) { PyErr_Clear(); throw Unsupported("'not' raised"); }
-    t.push(Tracer::constant(r ? Py_False : Py_True));
+    t.push(Tracer::constant(t.truth(a, "'not'") ? Py_False : Py_True));
   }
   static void call_intrinsic_1(Tracer& t, const Instruction& in) {  // 3.12
     // 5 = INTRINSIC_UNARY_POSITIVE, 6 = INTRINSIC_LIST_TO_TUPLE
@@ -668,6 +340,41 @@ struct Handlers {
     s.items = {start, stop, step};
     t.push(fold_slice(t, std::move(s)));
   }
+  // Item assignment into a list or dict made in the trace. Tensors (x[i] = v) are in-place ops
+  // on data the caller may see: not captured yet.
+  static void store_subscr(Tracer& t, const Instruction&) {
+    SymValue index = t.pop();
+    SymValue container = t.pop();
+    SymValue value = t.pop();
+    if (container.kind == SymValue::Kind::Dict) return dict_set(t, container, index, std::move(value));
+    if (container.kind == SymValue::Kind::List && index.is_constant() && PyLong_Check(index.obj)) {
+      if (container.source) throw Unsupported("item assignment to a list the caller can see");
+      auto& items = container.box->items;
+      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
+      const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) throw Unsupported("list assignment index out of range");
+      items[static_cast<size_t>(i)] = std::move(value);
+      return;
+    }
+    throw Unsupported("item assignment to " + describe(container));
+  }
+  static void dict_set(Tracer& t, SymValue& dict, const SymValue& key, SymValue value) {
+    (void)t;
+    if (dict.source) throw Unsupported("item assignment to a dict the caller can see");
+    if (!key.is_constant()) throw Unsupported("dict key " + describe(key) + " is not a constant");
+    auto& keys = dict.box->keys;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      int eq = PyObject_RichCompareBool(keys[i].obj, key.obj, Py_EQ);
+      if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
+      if (eq) {
+        dict.box->items[i] = std::move(value);
+        return;
+      }
+    }
+    keys.push_back(key);
+    dict.box->items.push_back(std::move(value));
+  }
 
   // ---- building
   static std::vector<SymValue> pop_n(Tracer& t, int n) {
@@ -676,57 +383,224 @@ struct Handlers {
     return items;
   }
   static void build_tuple(Tracer& t, const Instruction& in) { t.push(SymValue::tuple(pop_n(t, in.arg))); }
-  static void build_list(Tracer& t, const Instruction& in) {
-    SymValue v = SymValue::tuple(pop_n(t, in.arg));
-    v.kind = SymValue::Kind::List;
-    t.push(std::move(v));
-  }
+  static void build_list(Tracer& t, const Instruction& in) { t.push(SymValue::list(pop_n(t, in.arg))); }
   static void list_extend(Tracer& t, const Instruction& in) {
     SymValue seq = t.pop();
     SymValue& list = t.top(in.arg - 1);
     if (list.kind != SymValue::Kind::List) throw Unsupported("LIST_EXTEND on " + describe(list));
-    std::vector<SymValue> items;
-    if (seq.kind == SymValue::Kind::Tuple || seq.kind == SymValue::Kind::List) items = seq.items;
-    else items = t.unpack(seq, seq.is_constant() ? static_cast<int>(PyObject_Length(seq.obj)) : -1);
-    for (auto& i : items) list.items.push_back(std::move(i));
+    SymValue it = t.make_iterator(seq);
+    for (size_t i = it.box->pos; i < it.box->items.size(); ++i) list.box->items.push_back(it.box->items[i]);
   }
   static void list_append(Tracer& t, const Instruction& in) {
     SymValue v = t.pop();
     SymValue& list = t.top(in.arg - 1);
     if (list.kind != SymValue::Kind::List) throw Unsupported("LIST_APPEND on " + describe(list));
-    list.items.push_back(std::move(v));
+    list.box->items.push_back(std::move(v));
   }
   static void list_to_tuple(Tracer& t, const Instruction&) {
     SymValue v = t.pop();
     if (v.kind != SymValue::Kind::List) throw Unsupported("LIST_TO_TUPLE on " + describe(v));
-    v.kind = SymValue::Kind::Tuple;
-    t.push(std::move(v));
+    t.push(SymValue::tuple(v.box->items));
   }
   static void unpack_sequence(Tracer& t, const Instruction& in) {
     std::vector<SymValue> items = t.unpack(t.pop(), in.arg);
     for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(std::move(*it));
   }
+  static void build_map(Tracer& t, const Instruction& in) {
+    std::vector<SymValue> kv = pop_n(t, 2 * in.arg);
+    SymValue d = SymValue::boxed(SymValue::Kind::Dict);
+    for (int i = 0; i < in.arg; ++i) dict_set(t, d, kv[2 * i], kv[2 * i + 1]);
+    t.push(std::move(d));
+  }
+  static void build_const_key_map(Tracer& t, const Instruction& in) {
+    SymValue keys = t.pop();
+    std::vector<SymValue> values = pop_n(t, in.arg);
+    if (!keys.is_constant() || !PyTuple_Check(keys.obj)) throw Unsupported("BUILD_CONST_KEY_MAP keys");
+    SymValue d = SymValue::boxed(SymValue::Kind::Dict);
+    for (int i = 0; i < in.arg; ++i) dict_set(t, d, Tracer::constant(PyTuple_GET_ITEM(keys.obj, i)), values[static_cast<size_t>(i)]);
+    t.push(std::move(d));
+  }
+  static void map_add(Tracer& t, const Instruction& in) {
+    SymValue value = t.pop();
+    SymValue key = t.pop();
+    SymValue& d = t.top(in.arg - 1);
+    if (d.kind != SymValue::Kind::Dict) throw Unsupported("MAP_ADD on " + describe(d));
+    dict_set(t, d, key, std::move(value));
+  }
+  static void dict_update(Tracer& t, const Instruction& in) {  // DICT_UPDATE and DICT_MERGE
+    SymValue other = t.pop();
+    SymValue& d = t.top(in.arg - 1);
+    if (d.kind != SymValue::Kind::Dict) throw Unsupported("dict update of " + describe(d));
+    if (other.kind == SymValue::Kind::Dict) {
+      for (size_t i = 0; i < other.box->keys.size(); ++i) dict_set(t, d, other.box->keys[i], other.box->items[i]);
+      return;
+    }
+    if (other.is_constant() && PyDict_Check(other.obj)) {
+      PyObject *k, *v;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(other.obj, &pos, &k, &v)) {
+        if (other.source) throw Unsupported("** of a dict the caller can see");
+        dict_set(t, d, Tracer::constant(k), Tracer::constant(v));
+      }
+      return;
+    }
+    throw Unsupported("dict update with " + describe(other));
+  }
+  static void format_value(Tracer& t, const Instruction& in) {
+    SymValue spec = (in.arg & 0x04) ? t.pop() : Tracer::constant(Py_None);
+    SymValue v = t.pop();
+    if (!v.is_python_constant()) throw Unsupported("formatting " + describe(v));
+    PyOwned obj(t.materialize(v));
+    PyObject* conv = obj.p;
+    PyOwned converted(nullptr);
+    switch (in.arg & 0x03) {
+      case 1: converted.p = PyObject_Str(conv); conv = converted.p; break;
+      case 2: converted.p = PyObject_Repr(conv); conv = converted.p; break;
+      case 3: converted.p = PyObject_ASCII(conv); conv = converted.p; break;
+      default: break;
+    }
+    if (!conv) { PyErr_Clear(); throw Unsupported("formatting raised"); }
+    PyOwned r(PyObject_Format(conv, spec.obj == Py_None ? nullptr : spec.obj));
+    if (!r.p) { PyErr_Clear(); throw Unsupported("formatting raised"); }
+    t.push(Tracer::constant(r.p));
+  }
+  static void build_string(Tracer& t, const Instruction& in) {
+    std::vector<SymValue> parts = pop_n(t, in.arg);
+    PyOwned tuple(PyTuple_New(in.arg));
+    for (int i = 0; i < in.arg; ++i) {
+      const SymValue& p = parts[static_cast<size_t>(i)];
+      if (!p.is_constant() || !PyUnicode_Check(p.obj)) throw Unsupported("building a string from " + describe(p));
+      PyTuple_SET_ITEM(tuple.p, i, Py_NewRef(p.obj));
+    }
+    PyOwned empty(PyUnicode_FromString(""));
+    PyOwned r(PyUnicode_Join(empty.p, tuple.p));
+    t.push(Tracer::constant(r.p));
+  }
+
+  // ---- control flow
+  static void jump_to(Tracer& t, int units) {
+    FrameState& f = t.fr();
+    if (units < 0 || units >= static_cast<int>(f.inst_at.size()) || f.inst_at[static_cast<size_t>(units)] < 0)
+      throw InternalError("jump to a code unit that starts no instruction");
+    f.next_pc = static_cast<size_t>(f.inst_at[static_cast<size_t>(units)]);
+  }
+  static int target(const Instruction& in) {
+    return (opcode_info(in.opcode).flags & kJumpBackward) ? in.next - in.arg : in.next + in.arg;
+  }
+  static void jump(Tracer& t, const Instruction& in) { jump_to(t, target(in)); }
+  // POP_JUMP_IF_* of both versions. Which test and when to jump come from the name.
+  static void pop_jump(Tracer& t, const Instruction& in) {
+    const char* name = opcode_info(in.opcode).name;
+    SymValue v = t.pop();
+    bool cond;
+    if (std::strstr(name, "NOT_NONE")) cond = !(v.is_constant() && v.obj == Py_None);
+    else if (std::strstr(name, "NONE")) cond = v.is_constant() && v.obj == Py_None;
+    else if (std::strstr(name, "FALSE")) cond = !t.truth(v, "a branch");
+    else cond = t.truth(v, "a branch");
+    if (cond) jump(t, in);
+  }
+  static void jump_or_pop(Tracer& t, const Instruction& in) {  // 3.11 JUMP_IF_{TRUE,FALSE}_OR_POP
+    const bool when = std::strstr(opcode_info(in.opcode).name, "TRUE") != nullptr;
+    if (t.truth(t.top(), "a branch") == when) jump(t, in);
+    else t.pop();
+  }
+  static void get_iter(Tracer& t, const Instruction&) { t.push(t.make_iterator(t.pop())); }
+  static void for_iter(Tracer& t, const Instruction& in) {
+    SymValue& it = t.top();
+    if (it.kind != SymValue::Kind::Iterator) throw Unsupported("iteration over " + describe(it));
+    if (it.box->pos < it.box->items.size()) {
+      SymValue next = it.box->items[it.box->pos++];
+      t.push(std::move(next));
+      return;
+    }
+    t.pop();
+    const int end = target(in);
+    jump_to(t, end);
+    if (python_minor() >= 12) t.fr().next_pc += 1;  // 3.12 skips the END_FOR at the target
+  }
+
+  // ---- with blocks: torch.no_grad(), enable_grad(), set_grad_enabled(b)
+  static void before_with(Tracer& t, const Instruction&) {
+    SymValue mgr = t.pop();
+    if (!mgr.is_constant()) throw Unsupported("'with' on " + describe(mgr));
+    static PyObject* no_grad = grad_mode_type("no_grad");
+    static PyObject* enable_grad = grad_mode_type("enable_grad");
+    static PyObject* set_grad = grad_mode_type("set_grad_enabled");
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.obj));
+    bool mode;
+    if (type == no_grad) mode = false;
+    else if (type == enable_grad) mode = true;
+    else if (type == set_grad) {
+      PyOwned m(PyObject_GetAttrString(mgr.obj, "mode"));
+      if (!m.p) { PyErr_Clear(); throw Unsupported("set_grad_enabled without a mode"); }
+      mode = m.p == Py_True;
+    } else {
+      throw Unsupported("'with' on " + describe(mgr) + " (only grad-mode blocks are traced)");
+    }
+    t.fr().grad_stack.push_back(t.ctx_.grad_enabled ? 1 : 0);
+    if (mode != t.ctx_.grad_enabled) t.grad_mode_changed_ = true;
+    t.ctx_.grad_enabled = mode;
+    SymValue exit;
+    exit.kind = SymValue::Kind::BoundMethod;
+    exit.name = "__fd_grad_exit__";
+    exit.items.push_back(mgr);
+    t.push(std::move(exit));
+    t.push(Tracer::constant(Py_None));  // what __enter__ returned
+  }
+
+  // ---- functions
+  static void make_function(Tracer& t, const Instruction& in) {
+    SymValue code = t.pop();
+    if (!code.is_constant() || !PyCode_Check(code.obj)) throw Unsupported("MAKE_FUNCTION without a code object");
+    SymValue fn = SymValue::boxed(SymValue::Kind::Function);
+    fn.obj = Py_NewRef(code.obj);
+    if (in.arg & 0x08) {
+      SymValue cells = t.pop();
+      if (cells.kind != SymValue::Kind::Tuple) throw Unsupported("closure of " + describe(cells));
+      fn.box->closure = cells.items;
+    }
+    if (in.arg & 0x04) t.pop();  // annotations
+    if (in.arg & 0x02) {
+      SymValue kw = t.pop();
+      if (kw.kind == SymValue::Kind::Dict) {
+        for (size_t i = 0; i < kw.box->keys.size(); ++i) {
+          fn.box->keys.push_back(kw.box->keys[i]);
+          fn.field_names.push_back(PyUnicode_AsUTF8(kw.box->keys[i].obj));
+        }
+        fn.items = kw.box->items;  // keyword-only defaults, parallel with field_names
+      } else {
+        throw Unsupported("keyword defaults of " + describe(kw));
+      }
+    }
+    if (in.arg & 0x01) {
+      SymValue defaults = t.pop();
+      if (defaults.kind == SymValue::Kind::Tuple) fn.box->items = defaults.items;
+      else if (defaults.is_constant() && PyTuple_Check(defaults.obj)) fn.box->items = t.unpack(defaults, static_cast<int>(PyTuple_GET_SIZE(defaults.obj)));
+      else throw Unsupported("defaults of " + describe(defaults));
+    }
+    t.push(std::move(fn));
+  }
 
   // ---- calls
   static void kw_names(Tracer& t, const Instruction& in) {
-    t.kw_names_ = PyTuple_GET_ITEM(t.frame_.code->co_consts, in.arg);
+    t.fr().kw_names = PyTuple_GET_ITEM(t.fr().code->co_consts, in.arg);
   }
   static void call(Tracer& t, const Instruction& in) {
     std::vector<SymValue> args = pop_n(t, in.arg);
     SymValue callable = t.pop();
     SymValue head = t.pop();
-    if (head.kind != SymValue::Kind::Null) {  // method form: head is the callable, then self
+    if (!head.is_null()) {  // method form: head is the callable, then self
       args.insert(args.begin(), std::move(callable));
       callable = std::move(head);
     }
     std::vector<std::pair<std::string, SymValue>> kwargs;
-    if (t.kw_names_) {
-      const Py_ssize_t nk = PyTuple_GET_SIZE(t.kw_names_);
+    if (PyObject* kw = t.fr().kw_names) {
+      const Py_ssize_t nk = PyTuple_GET_SIZE(kw);
       const size_t first_kw = args.size() - static_cast<size_t>(nk);
       for (Py_ssize_t k = 0; k < nk; ++k)
-        kwargs.emplace_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(t.kw_names_, k)), std::move(args[first_kw + k]));
+        kwargs.emplace_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(kw, k)), std::move(args[first_kw + static_cast<size_t>(k)]));
       args.resize(first_kw);
-      t.kw_names_ = nullptr;
+      t.fr().kw_names = nullptr;
     }
     t.push(t.call(callable, std::move(args), std::move(kwargs)));
   }
@@ -735,44 +609,68 @@ struct Handlers {
     SymValue star = t.pop();
     SymValue callable = t.pop();
     SymValue head = t.pop();  // NULL in 3.11/3.12
-    if (head.kind != SymValue::Kind::Null) throw Unsupported("CALL_FUNCTION_EX with a method");
-    std::vector<SymValue> args;
-    if (star.kind == SymValue::Kind::Tuple || star.kind == SymValue::Kind::List) args = star.items;
-    else if (star.is_constant() && PyTuple_Check(star.obj)) args = t.unpack(star, static_cast<int>(PyTuple_GET_SIZE(star.obj)));
-    else throw Unsupported("*args of " + describe(star));
+    if (!head.is_null()) throw Unsupported("CALL_FUNCTION_EX with a method");
+    SymValue it = t.make_iterator(star);
+    std::vector<SymValue> args(it.box->items.begin() + static_cast<long>(it.box->pos), it.box->items.end());
     std::vector<std::pair<std::string, SymValue>> kwargs;
     if (in.arg & 1) {
-      if (!kw.is_constant() || !PyDict_Check(kw.obj)) throw Unsupported("**kwargs of " + describe(kw));
-      PyObject *k, *v;
-      Py_ssize_t pos = 0;
-      while (PyDict_Next(kw.obj, &pos, &k, &v)) kwargs.emplace_back(PyUnicode_AsUTF8(k), Tracer::constant(v));
+      if (kw.kind == SymValue::Kind::Dict) {
+        for (size_t i = 0; i < kw.box->keys.size(); ++i) {
+          const SymValue& k = kw.box->keys[i];
+          if (!PyUnicode_Check(k.obj)) throw Unsupported("**kwargs with a non-string key");
+          kwargs.emplace_back(PyUnicode_AsUTF8(k.obj), kw.box->items[i]);
+        }
+      } else if (kw.is_constant() && PyDict_Check(kw.obj)) {
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kw.obj, &pos, &k, &v)) kwargs.emplace_back(PyUnicode_AsUTF8(k), Tracer::constant(v));
+      } else {
+        throw Unsupported("**kwargs of " + describe(kw));
+      }
     }
     t.push(t.call(callable, std::move(args), std::move(kwargs)));
   }
 
   // ---- returns
   static void return_value(Tracer& t, const Instruction&) {
-    t.result_.return_value = t.pop();
-    t.done_ = true;
+    FrameState& f = t.fr();
+    f.return_value = t.pop();
+    f.done = true;
   }
 
   static const std::array<Fn, 256>& table() {
     static const std::array<Fn, 256> tbl = [] {
       std::array<Fn, 256> a{};
       const std::pair<const char*, Fn> by_name[] = {
-          {"NOP", nop}, {"RESUME", nop}, {"PRECALL", nop}, {"MAKE_CELL", nop},
-          {"COPY_FREE_VARS", nop}, {"EXTENDED_ARG", nop},
-          {"LOAD_FAST", load_fast}, {"LOAD_FAST_CHECK", load_fast}, {"STORE_FAST", store_fast},
+          {"NOP", nop}, {"RESUME", nop}, {"PRECALL", nop}, {"COPY_FREE_VARS", nop},
+          {"EXTENDED_ARG", nop}, {"MAKE_CELL", make_cell}, {"LOAD_CLOSURE", load_closure},
+          {"LOAD_DEREF", load_deref}, {"STORE_DEREF", store_deref},
+          {"LOAD_FAST", load_fast}, {"LOAD_FAST_CHECK", load_fast},
+          {"LOAD_FAST_AND_CLEAR", load_fast_and_clear}, {"STORE_FAST", store_fast},
           {"DELETE_FAST", delete_fast}, {"LOAD_CONST", load_const}, {"RETURN_CONST", return_const},
-          {"LOAD_GLOBAL", load_global}, {"LOAD_DEREF", load_deref}, {"LOAD_ATTR", load_attr},
-          {"LOAD_METHOD", load_method}, {"POP_TOP", pop_top}, {"PUSH_NULL", push_null},
-          {"COPY", copy}, {"SWAP", swap}, {"BINARY_OP", binary_op}, {"COMPARE_OP", compare_op},
-          {"IS_OP", is_op}, {"UNARY_NEGATIVE", unary_negative}, {"UNARY_POSITIVE", unary_positive},
+          {"LOAD_GLOBAL", load_global}, {"LOAD_ATTR", load_attr}, {"LOAD_METHOD", load_method},
+          {"LOAD_SUPER_ATTR", load_super_attr}, {"POP_TOP", pop_top}, {"PUSH_NULL", push_null},
+          {"COPY", copy}, {"SWAP", swap}, {"END_FOR", end_for}, {"BINARY_OP", binary_op},
+          {"COMPARE_OP", compare_op}, {"IS_OP", is_op}, {"CONTAINS_OP", contains_op},
+          {"UNARY_NEGATIVE", unary_negative}, {"UNARY_POSITIVE", unary_positive},
           {"UNARY_INVERT", unary_invert}, {"UNARY_NOT", unary_not},
           {"CALL_INTRINSIC_1", call_intrinsic_1}, {"BINARY_SUBSCR", binary_subscr},
-          {"BINARY_SLICE", binary_slice}, {"BUILD_SLICE", build_slice}, {"BUILD_TUPLE", build_tuple},
-          {"BUILD_LIST", build_list}, {"LIST_EXTEND", list_extend}, {"LIST_APPEND", list_append},
-          {"LIST_TO_TUPLE", list_to_tuple}, {"UNPACK_SEQUENCE", unpack_sequence},
+          {"BINARY_SLICE", binary_slice}, {"BUILD_SLICE", build_slice}, {"STORE_SUBSCR", store_subscr},
+          {"BUILD_TUPLE", build_tuple}, {"BUILD_LIST", build_list}, {"LIST_EXTEND", list_extend},
+          {"LIST_APPEND", list_append}, {"LIST_TO_TUPLE", list_to_tuple},
+          {"UNPACK_SEQUENCE", unpack_sequence}, {"BUILD_MAP", build_map},
+          {"BUILD_CONST_KEY_MAP", build_const_key_map}, {"MAP_ADD", map_add},
+          {"DICT_UPDATE", dict_update}, {"DICT_MERGE", dict_update}, {"FORMAT_VALUE", format_value},
+          {"BUILD_STRING", build_string}, {"JUMP_FORWARD", jump}, {"JUMP_BACKWARD", jump},
+          {"JUMP_BACKWARD_NO_INTERRUPT", jump}, {"POP_JUMP_IF_FALSE", pop_jump},
+          {"POP_JUMP_IF_TRUE", pop_jump}, {"POP_JUMP_IF_NONE", pop_jump},
+          {"POP_JUMP_IF_NOT_NONE", pop_jump}, {"POP_JUMP_FORWARD_IF_FALSE", pop_jump},
+          {"POP_JUMP_FORWARD_IF_TRUE", pop_jump}, {"POP_JUMP_FORWARD_IF_NONE", pop_jump},
+          {"POP_JUMP_FORWARD_IF_NOT_NONE", pop_jump}, {"POP_JUMP_BACKWARD_IF_FALSE", pop_jump},
+          {"POP_JUMP_BACKWARD_IF_TRUE", pop_jump}, {"POP_JUMP_BACKWARD_IF_NONE", pop_jump},
+          {"POP_JUMP_BACKWARD_IF_NOT_NONE", pop_jump}, {"JUMP_IF_FALSE_OR_POP", jump_or_pop},
+          {"JUMP_IF_TRUE_OR_POP", jump_or_pop}, {"GET_ITER", get_iter}, {"FOR_ITER", for_iter},
+          {"BEFORE_WITH", before_with}, {"MAKE_FUNCTION", make_function},
           {"KW_NAMES", kw_names}, {"CALL", call}, {"CALL_FUNCTION_EX", call_function_ex},
           {"RETURN_VALUE", return_value},
       };
@@ -788,35 +686,141 @@ struct Handlers {
   }
 };
 
-void Tracer::run() {
+void index_instructions(FrameState& f) {
+  int units = f.insts.empty() ? 0 : f.insts.back().next;
+  f.inst_at.assign(static_cast<size_t>(units) + 1, -1);
+  for (size_t i = 0; i < f.insts.size(); ++i) {
+    f.inst_at[static_cast<size_t>(f.insts[i].start)] = static_cast<int>(i);
+    f.inst_at[static_cast<size_t>(f.insts[i].index)] = static_cast<int>(i);
+  }
+}
+
+void Tracer::run_frame() {
   const auto& table = Handlers::table();
-  for (size_t pc = 0; pc < code_.size() && !done_; ++pc) {
-    const Instruction& in = code_[pc];
-    result_.lineno = in.line;
+  FrameState& f = fr();
+  if (f.inst_at.empty()) index_instructions(f);
+  if (f.depth > kMaxInlineDepth) throw Unsupported("inlining deeper than " + std::to_string(kMaxInlineDepth) + " calls");
+  static thread_local int executed = 0;
+  if (frames_.size() == 1) executed = 0;
+  while (!f.done) {
+    if (f.pc >= f.insts.size()) throw Unsupported("the code ran off its end");
+    if (f.depth == 0 && static_cast<int>(f.pc) == stop_at_) {
+      result_.stopped = true;
+      return;
+    }
+    if (++executed > kMaxInstructions) throw Unsupported("the trace is longer than " + std::to_string(kMaxInstructions) + " instructions (a long loop?)");
+    const Instruction& in = f.insts[f.pc];
+    if (f.depth == 0) {
+      result_.lineno = in.line;
+      result_.break_inst = static_cast<int>(f.pc);
+    }
     Handlers::Fn fn = table[in.opcode];
     if (!fn) throw Unsupported(std::string("opcode ") + opcode_info(in.opcode).name + " is not supported");
+    f.next_pc = f.pc + 1;
     fn(*this, in);
+    f.pc = f.next_pc;
   }
-  if (!done_) throw Unsupported("the code ran off its end");
 }
+
+void Tracer::run() {
+  run_frame();
+  FrameState& root = *frames_.front();
+  if (result_.stopped) {
+    result_.stack = root.stack;
+    result_.locals = root.locals;
+    // Arguments the trace never read are still the caller's: reload them from their slots.
+    for (int i = 0; i < nargs_; ++i) {
+      if (result_.locals[static_cast<size_t>(i)] || root.written[static_cast<size_t>(i)] || !frame_.localsplus[i]) continue;
+      auto src = std::make_shared<Source>();
+      src->kind = Source::Kind::Local;
+      src->index = i;
+      src->name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(frame_.code->co_localsplusnames, i));
+      result_.locals[static_cast<size_t>(i)] = SymValue::constant(frame_.localsplus[i], src);
+    }
+  } else {
+    result_.return_value = root.return_value;
+  }
+  if (grad_mode_changed_) {
+    for (const codegen::TensorMeta& m : result_.graph.values)
+      if (m.requires_grad) throw Unsupported("a grad-mode block inside a graph that tracks gradients");
+  }
+}
+
+// Inline a call into a new frame: used by calls.cpp.
+SymValue inline_frame(Tracer& t, std::unique_ptr<FrameState> f);
+
+namespace {
+
+// The instruction sequence that makes the call at `inst` starts at its KW_NAMES / PRECALL.
+int call_sequence_start(const std::vector<Instruction>& insts, int inst) {
+  int s = inst;
+  while (s > 0) {
+    const char* prev = opcode_info(insts[static_cast<size_t>(s - 1)].opcode).name;
+    if (std::strcmp(prev, "PRECALL") == 0 || std::strcmp(prev, "KW_NAMES") == 0) --s;
+    else break;
+  }
+  return s;
+}
+
+// Why the root frame cannot break at instruction `inst`, or "" if it can.
+std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
+  if (code->co_ncellvars > 0) return "the frame has cell variables";
+  if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) return "a generator frame";
+  const Instruction& in = insts[static_cast<size_t>(inst)];
+  for (const ExceptionEntry& e : exception_table(code))
+    if (in.index >= e.start && in.index < e.end) return "inside a try or with block";
+  for (const Instruction& j : insts) {
+    if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
+    const int target = j.next - j.arg;
+    if (target <= in.index && in.index < j.index) return "inside a loop";
+  }
+  return "";
+}
+
+}  // namespace
 
 TraceResult trace_frame(const FrameInputs& frame) {
   TraceResult result;
   result.filename = PyUnicode_AsUTF8(frame.code->co_filename);
   result.lineno = frame.code->co_firstlineno;
-  try {
-    Tracer tracer(frame, result);
-    tracer.run();
-    result.ok = true;
-  } catch (const Unsupported& e) {
-    result.ok = false;
-    result.reason = e.what();
-  } catch (const c10::Error& e) {
-    result.ok = false;
-    result.reason = std::string("torch error during tracing: ") + e.what_without_backtrace();
+  auto attempt = [&](TraceResult& r, int stop_at) {
+    try {
+      Tracer tracer(frame, r, stop_at);
+      tracer.run();
+      r.ok = true;
+    } catch (const Unsupported& e) {
+      r.ok = false;
+      r.reason = e.what();
+    } catch (const c10::Error& e) {
+      r.ok = false;
+      r.reason = std::string("torch error during tracing: ") + e.what_without_backtrace();
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+  };
+  attempt(result, -1);
+  if (result.ok || result.break_inst < 0) return result;
+
+  // A graph break: trace again up to the instruction (sequence) that could not be traced, then
+  // stop there. The frame's bytecode runs that instruction itself and calls a continuation.
+  std::vector<Instruction> insts = decode(frame.code);
+  const int failed = result.break_inst;
+  const char* opname = opcode_info(insts[static_cast<size_t>(failed)].opcode).name;
+  const bool is_call = std::strcmp(opname, "CALL") == 0 || std::strcmp(opname, "CALL_FUNCTION_EX") == 0;
+  const int start = is_call ? call_sequence_start(insts, failed) : failed;
+  std::string blocker = break_blocker(frame.code, insts, start);
+  if (!blocker.empty()) {
+    result.reason += " (no graph break: " + blocker + ")";
+    return result;
   }
-  if (PyErr_Occurred()) PyErr_Clear();
-  return result;
+  TraceResult again;
+  again.filename = result.filename;
+  attempt(again, start);
+  if (!again.ok || !again.stopped) return result;  // not reproducible: run the frame eagerly
+  again.reason = result.reason;
+  again.lineno = result.lineno;
+  again.break_inst = start;
+  again.break_end = failed;
+  return again;
 }
 
 }  // namespace fastdyn::symbolic

@@ -5,15 +5,21 @@
 // (folding shape arithmetic), tensor operations are recorded into a codegen::Graph through the
 // op table (codegen::record_call) whose C++ rules give every output's metadata, and every value
 // read from outside the frame (arguments, globals, builtins, closure cells, attributes of those)
-// is recorded with a guard. The trace ends at RETURN_VALUE/RETURN_CONST. In this version it
-// covers straight-line code: any instruction or call it cannot handle ends the trace with a
-// reason (file, line, what), and the caller runs the frame eagerly.
+// is recorded with a guard. Jumps on values known at trace time are taken (loops unroll),
+// Python functions, methods and nn.Module calls are inlined (calls.cpp). The trace ends at the
+// root's RETURN_VALUE/RETURN_CONST. Where an instruction or call cannot be traced, the result is
+// a graph break: the trace is repeated up to that instruction of the root frame (for a call
+// inside an inlined function, the root's call instruction), and the caller emits bytecode that
+// runs the graph so far, the instruction itself, and a continuation (continuation.h). Where the
+// root frame cannot break there (inside a try/with block or a loop, cell variables), the frame
+// runs eagerly.
 // The trace never executes user code with side effects: only side-effect-free folding of
 // builtin constants and attribute reads of modules, classes and plain instance dicts.
 #pragma once
 #include <Python.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,7 +55,17 @@ struct TraceResult {
   codegen::Graph graph;
   std::vector<SourcePtr> input_sources;  // graph input i is loaded from input_sources[i]
   std::vector<GuardSpec> guards;
-  SymValue return_value;
+  SymValue return_value;  // when the frame was traced to its return
+
+  // A graph break: the trace stopped before root instruction break_inst (the first of the
+  // sequence [KW_NAMES] [PRECALL] CALL, or the one instruction that could not be traced), whose
+  // last instruction is break_end; `reason`/`lineno` say why. stack and locals are the root
+  // frame's symbolic state there.
+  bool stopped = false;
+  int break_inst = -1;
+  int break_end = -1;
+  std::vector<SymValue> stack;
+  std::vector<std::optional<SymValue>> locals;
 
   TraceResult() = default;
   TraceResult(const TraceResult&) = delete;

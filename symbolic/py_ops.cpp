@@ -14,6 +14,23 @@ struct Tables {
 
 }  // namespace
 
+PyObject* resolve_loaded_python_name(const std::string& dotted) {
+  std::string mod = dotted;
+  while (true) {
+    const size_t dot = mod.rfind('.');
+    if (dot == std::string::npos) return nullptr;
+    mod = mod.substr(0, dot);
+    PyObject* name = PyUnicode_FromString(mod.c_str());
+    PyObject* m = PyImport_GetModule(name);
+    Py_DECREF(name);
+    if (m) {
+      Py_DECREF(m);
+      return resolve_python_name(dotted);
+    }
+    PyErr_Clear();
+  }
+}
+
 PyObject* resolve_python_name(const std::string& dotted) {
   std::string mod = dotted;
   PyObject* obj = nullptr;

@@ -26,5 +26,7 @@ std::optional<Family> family_of_name(const std::string& python_name);
 // "torch.nn.Module" -> the object: imports the longest importable prefix, then walks attributes.
 // New reference, or nullptr with no exception set.
 PyObject* resolve_python_name(const std::string& dotted);
+// The same, but only through modules already imported (never imports; nullptr otherwise).
+PyObject* resolve_loaded_python_name(const std::string& dotted);
 
 }  // namespace fastdyn::symbolic

@@ -1,6 +1,11 @@
-// symbolic/tracer.h — internal state of one trace, shared by interpreter.cpp (the instruction
-// loop and handlers) and conversions.cpp (Python objects <-> symbolic values <-> call args).
-// Not part of symbolic/'s interface: include interpreter.h instead.
+// symbolic/tracer.h — internal state of one trace, shared by the files of the interpreter:
+// interpreter.cpp (the instruction loop and the opcode handlers), calls.cpp (calls: ops, Python
+// functions inlined, builtins, attribute reads) and conversions.cpp (Python objects <-> symbolic
+// values <-> op arguments). Not part of symbolic/'s interface: include interpreter.h instead.
+//
+// A trace is a stack of FrameStates: the root frame (the one the hook caught) and the Python
+// functions it inlines. Unsupported code throws Unsupported; where it is thrown inside an
+// inlined call, the root frame breaks at the instruction that made the call.
 #pragma once
 #include <Python.h>
 
@@ -21,9 +26,28 @@ struct Unsupported : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One Python frame being traced: the root or an inlined callee.
+struct FrameState {
+  PyCodeObject* code = nullptr;      // borrowed (the function or the root frame holds it)
+  std::vector<Instruction> insts;
+  std::vector<int> inst_at;          // code-unit index -> instruction index (-1 inside one)
+  std::vector<SymValue> stack;
+  std::vector<std::optional<SymValue>> locals;  // by localsplus index
+  std::vector<bool> written;         // root: argument slots stored to or deleted by the code
+  PyObject* globals = nullptr;       // borrowed
+  SourcePtr globals_source;          // null: the root frame's globals (Global sources)
+  PyObject* kw_names = nullptr;      // borrowed from co_consts, pending for the next CALL
+  size_t pc = 0;                     // index into insts of the instruction being executed
+  size_t next_pc = 0;                // set by jumps; else pc + 1
+  bool done = false;
+  SymValue return_value;
+  int depth = 0;                     // 0 for the root
+  std::vector<int> grad_stack;       // `with` grad-mode blocks entered in this frame (previous mode)
+};
+
 class Tracer {
  public:
-  Tracer(const FrameInputs& frame, TraceResult& result);
+  Tracer(const FrameInputs& frame, TraceResult& result, int stop_at);
   void run();
 
   // ---- conversions.cpp ----
@@ -39,6 +63,7 @@ class Tracer {
   PyObject* materialize(const SymValue& v) const;
   SymValue from_capture(codegen::Family fam, const codegen::CaptureResult& r) const;
   const codegen::TensorMeta& meta(const SymValue& v) const { return result_.graph.meta(v.tensor); }
+  void add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj);
 
   // ---- recording ----
   SymValue call_family(codegen::Family fam, const std::vector<SymValue>& args,
@@ -48,11 +73,18 @@ class Tracer {
 
  private:
   friend struct Handlers;
+  friend struct Calls;
 
+  FrameState& fr() { return *frames_.back(); }
   SymValue pop();
   SymValue& top(int depth = 0);
-  void push(SymValue v) { stack_.push_back(std::move(v)); }
+  void push(SymValue v) { fr().stack.push_back(std::move(v)); }
 
+  // Runs the frame on top of frames_ to its return (or to stop_at_, for the root).
+  void run_frame();
+  void capture_break_state();
+
+  // ---- calls.cpp ----
   SymValue load_global(const std::string& name);
   SymValue load_attr(const SymValue& owner, const std::string& name);
   SymValue tensor_attr(const SymValue& t, const std::string& name);
@@ -61,25 +93,32 @@ class Tracer {
   SymValue call_tensor_method(const SymValue& self, const std::string& name, std::vector<SymValue> args,
                               std::vector<std::pair<std::string, SymValue>> kwargs);
   SymValue binary(const char* symbol, const SymValue& a, const SymValue& b);
-  SymValue compare(const char* symbol, const SymValue& a, const SymValue& b);
   SymValue subscript(const SymValue& container, const SymValue& index);
   std::vector<SymValue> unpack(const SymValue& seq, int n);
+  SymValue make_iterator(const SymValue& iterable);
+  bool truth(const SymValue& v, const char* what);  // trace-time truth value, or Unsupported
 
   const FrameInputs& frame_;
   TraceResult& result_;
   codegen::CaptureContext ctx_;
-  std::vector<Instruction> code_;
-  std::vector<SymValue> stack_;
-  std::vector<std::optional<SymValue>> locals_;  // by localsplus index
-  PyObject* kw_names_ = nullptr;  // borrowed from co_consts, pending for the next CALL
+  std::vector<std::unique_ptr<FrameState>> frames_;
   std::unordered_map<PyObject*, codegen::ValueId> tensor_inputs_;  // live tensor -> graph input
-  int nargs_ = 0;
-  bool done_ = false;
+  int nargs_ = 0;       // argument slots of the root frame
+  int stop_at_ = -1;    // root instruction index at which to stop and record a break
+  bool grad_mode_changed_ = false;
 };
 
 // Python name of a value for messages: "Tensor", "int 3", "<function f>".
 std::string describe(const SymValue& v);
 std::string py_repr(PyObject* o);
 PyObject* module_type();  // torch.nn.Module (borrowed, kept for the process)
+
+struct PyOwned {  // one owned reference, released at scope exit
+  PyObject* p;
+  explicit PyOwned(PyObject* o) : p(o) {}
+  ~PyOwned() { Py_XDECREF(p); }
+  PyOwned(const PyOwned&) = delete;
+  PyOwned& operator=(const PyOwned&) = delete;
+};
 
 }  // namespace fastdyn::symbolic

@@ -5,7 +5,7 @@ namespace fastdyn::symbolic {
 
 SymValue::SymValue(const SymValue& o)
     : kind(o.kind), obj(o.obj), tensor(o.tensor), items(o.items), name(o.name),
-      field_names(o.field_names), source(o.source) {
+      field_names(o.field_names), source(o.source), box(o.box) {
   Py_XINCREF(obj);
 }
 
@@ -20,13 +20,14 @@ SymValue& SymValue::operator=(const SymValue& o) {
     name = o.name;
     field_names = o.field_names;
     source = o.source;
+    box = o.box;
   }
   return *this;
 }
 
 SymValue::SymValue(SymValue&& o) noexcept
     : kind(o.kind), obj(o.obj), tensor(o.tensor), items(std::move(o.items)), name(std::move(o.name)),
-      field_names(std::move(o.field_names)), source(std::move(o.source)) {
+      field_names(std::move(o.field_names)), source(std::move(o.source)), box(std::move(o.box)) {
   o.obj = nullptr;
 }
 
@@ -41,6 +42,7 @@ SymValue& SymValue::operator=(SymValue&& o) noexcept {
     name = std::move(o.name);
     field_names = std::move(o.field_names);
     source = std::move(o.source);
+    box = std::move(o.box);
   }
   return *this;
 }
@@ -55,13 +57,29 @@ SymValue SymValue::constant(PyObject* borrowed, SourcePtr src) {
   return v;
 }
 
+SymValue SymValue::list(std::vector<SymValue> items) {
+  SymValue v = boxed(Kind::List);
+  v.box->items = std::move(items);
+  return v;
+}
+
+SymValue SymValue::boxed(Kind kind) {
+  SymValue v;
+  v.kind = kind;
+  v.box = std::make_shared<SymBox>();
+  return v;
+}
+
+const std::vector<SymValue>& SymValue::seq() const { return kind == Kind::List ? box->items : items; }
+std::vector<SymValue>& SymValue::mutable_seq() { return kind == Kind::List ? box->items : items; }
+
 bool SymValue::is_python_constant() const {
   switch (kind) {
     case Kind::Constant: return true;
     case Kind::Tuple:
     case Kind::List:
     case Kind::Slice:
-      for (const SymValue& i : items)
+      for (const SymValue& i : seq())
         if (!i.is_python_constant()) return false;
       return true;
     default: return false;

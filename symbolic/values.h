@@ -1,10 +1,13 @@
 // symbolic/values.h — what the symbolic interpreter keeps on its stack and in its locals.
 //
 // A SymValue is either known at trace time (a Python constant: ints, tuples, torch.Size, dtypes,
-// modules, functions...), a tensor of the graph being recorded, a tuple built during the trace,
-// a tensor method bound to its tensor, or the NULL the 3.11/3.12 call protocol pushes.
+// modules, functions...), a tensor of the graph being recorded, a container built during the
+// trace (tuple, list, dict), an iterator over known items, a function or cell made during the
+// trace, a method bound to a tensor or object, or the NULL the 3.11/3.12 call protocol pushes.
 // Values that came from outside the frame remember their Source so guards can be built and the
 // transformed code can load them again.
+// Mutable things (lists, dicts, iterators, cells) keep their state in a shared SymBox, so that
+// two names for one list see the same appends, as in Python.
 #pragma once
 #include <Python.h>
 
@@ -19,13 +22,22 @@ namespace fastdyn::symbolic {
 
 // Where a value read by the trace lives, relative to the frame.
 struct Source {
-  enum class Kind : uint8_t { Local, Global, Builtin, Closure, Attr, Item, DictItem };
+  // Const: a fixed object (an inlined function's globals dict, a closure cell), held strongly.
+  enum class Kind : uint8_t { Local, Global, Builtin, Closure, Attr, Item, DictItem, Const };
   Kind kind = Kind::Local;
   int index = 0;                   // Local slot, Closure index, Item index
   std::string name;                // Global/Builtin/Attr name, DictItem key; the Local's name
   std::shared_ptr<Source> parent;  // Attr/Item/DictItem
+  PyObject* object = nullptr;      // Const (strong)
+
+  Source() = default;
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+  ~Source() { Py_XDECREF(object); }
 };
 using SourcePtr = std::shared_ptr<Source>;
+
+struct SymBox;
 
 struct SymValue {
   enum class Kind : uint8_t {
@@ -36,7 +48,13 @@ struct SymValue {
     List,        // items
     Slice,       // items: start, stop, step
     Method,      // a tensor method bound to items[0]: name
-    NamedTuple,  // items with field_names (torch.return_types.*)
+    NamedTuple,  // items with field_names; obj: the type (torch.return_types.*, namedtuples)
+    Dict,        // box->keys (constants) and box->items, in insertion order
+    Iterator,    // box->items, next at box->pos
+    Function,    // made by MAKE_FUNCTION in the trace: obj code, box->items defaults,
+                 // box->keys kw-default names with box->closure values, box->closure cells
+    Cell,        // box->items holds 0 or 1 value; obj (+source): a real cell read lazily
+    BoundMethod, // items[0] self, obj the function (Python-level method of a user object)
   };
   Kind kind = Kind::Constant;
   PyObject* obj = nullptr;        // Constant: strong ref; Tensor from outside: the live tensor
@@ -45,6 +63,7 @@ struct SymValue {
   std::string name;               // Method name
   std::vector<std::string> field_names;
   SourcePtr source;               // non-null for values read from outside the frame
+  std::shared_ptr<SymBox> box;  // List, Dict, Iterator, Function, Cell
 
   SymValue() = default;
   SymValue(const SymValue& o);
@@ -57,12 +76,25 @@ struct SymValue {
   static SymValue constant(PyObject* borrowed, SourcePtr src = nullptr);
   static SymValue of_tensor(codegen::ValueId id) { SymValue v; v.kind = Kind::Tensor; v.tensor = id; return v; }
   static SymValue tuple(std::vector<SymValue> items) { SymValue v; v.kind = Kind::Tuple; v.items = std::move(items); return v; }
+  static SymValue list(std::vector<SymValue> items);
+  static SymValue boxed(Kind kind);  // a fresh List/Dict/Iterator/Function/Cell with an empty box
 
   bool is_constant() const { return kind == Kind::Constant; }
   bool is_tensor() const { return kind == Kind::Tensor; }
   // True if this value (recursively) contains no tensor and can be materialised as a Python
   // object.
   bool is_python_constant() const;
+  bool is_null() const { return kind == Kind::Null; }
+  // Items of a tuple, named tuple, slice or list (a list's live items in its box).
+  const std::vector<SymValue>& seq() const;
+  std::vector<SymValue>& mutable_seq();
+};
+
+struct SymBox {
+  std::vector<SymValue> items;
+  std::vector<SymValue> keys;
+  std::vector<SymValue> closure;
+  size_t pos = 0;
 };
 
 }  // namespace fastdyn::symbolic

@@ -34,6 +34,11 @@ def _install_path_rules():
     keep = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     skip = [os.path.join(p, "") for p in skip]
     keep = [os.path.join(p, "") for p in keep]
+    # torch.nn's layers are user-level model code (Sequential.forward, Linear.forward): trace
+    # them; Module.__call__'s machinery in module.py stays out.
+    nn_modules = os.path.join(os.path.dirname(torch.__file__), "nn", "modules", "")
+    keep.append(nn_modules)
+    skip.append(os.path.join(nn_modules, "module.py"))
     _C.set_path_rules(skip, keep)
 
 
@@ -123,37 +128,20 @@ class ExplainOutput:
     __repr__ = __str__
 
 
-def _argument_slots(fn, args, kwargs):
-    """Binds a call the way CPython fills a frame's argument slots (co_varnames order)."""
-    sig = inspect.signature(fn)
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
-    code = fn.__code__
-    nslots = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS) \
-        + bool(code.co_flags & inspect.CO_VARKEYWORDS)
-    values = []
-    for name in code.co_varnames[:nslots]:
-        values.append(bound.arguments[name])
-    return values
-
-
 def explain(fn, *args, **kwargs):
-    """Reports how fastdyn captures fn(*args, **kwargs), without running it."""
+    """Runs fn(*args, **kwargs) once under fastdyn, from a clean cache (as after reset()), and
+    reports every graph compiled and every graph break met, with reasons, files and lines — like
+    torch._dynamo.explain. An exception raised by fn is swallowed; the report covers what ran."""
     target = fn
     if isinstance(target, _JitModule):
         target = target._orig_mod
-    if isinstance(target, torch.nn.Module):
-        target = target.forward
     inner = _C.jit_target(target)
     if inner is not None:
         target = inner
-    if inspect.ismethod(target):
-        args = (target.__self__,) + args
-        target = target.__func__
-    if not inspect.isfunction(target):
-        raise TypeError(f"fastdyn.explain: expected a Python function or nn.Module, got {type(fn).__name__}")
-    slots = _argument_slots(target, args, kwargs)  # self is in args for methods
-    return ExplainOutput(_C.explain(target, slots), getattr(target, "__qualname__", "?"))
+    if not callable(target):
+        raise TypeError(f"fastdyn.explain: expected a callable, got {type(fn).__name__}")
+    name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return ExplainOutput(_C.explain(target, tuple(args), dict(kwargs)), name)
 
 
 def stats():

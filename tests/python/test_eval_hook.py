@@ -582,14 +582,14 @@ def breaks_on_tensor_branch(x):
     return -y
 
 
-def breaks_on_python_call(x):
+def inlines_python_call(x):
     y = x * 2
-    return plain(y)  # BREAK
+    return plain(y)
 
 
-def breaks_on_loop(x):
+def unrolls_loop(x):
     y = x
-    for _ in range(3):  # BREAK
+    for _ in range(3):
         y = y + 1
     return y
 
@@ -604,8 +604,15 @@ def breaks_on_item(x):
     return x * y.item()  # BREAK
 
 
-BREAKERS = [breaks_on_print, breaks_on_tensor_branch, breaks_on_python_call, breaks_on_loop,
-            breaks_on_missing_op, breaks_on_item]
+BREAKERS = [breaks_on_print, breaks_on_tensor_branch, breaks_on_missing_op, breaks_on_item]
+
+
+@pytest.mark.parametrize("fn", [inlines_python_call, unrolls_loop], ids=lambda fn: fn.__name__)
+def test_python_calls_and_static_loops_are_captured_whole(fn):
+    x = torch.randn(2, 3)
+    assert_same(fastdyn.jit(fn)(x), fn(x))
+    report = fastdyn.explain(fn, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
 
 
 @pytest.mark.parametrize("fn", BREAKERS, ids=lambda fn: fn.__name__)
@@ -631,7 +638,7 @@ def test_graph_break_error_is_an_exception_with_a_message():
 
 
 @pytest.mark.parametrize("fn", BREAKERS, ids=lambda fn: fn.__name__)
-def test_graph_break_runs_the_whole_frame_eagerly(fn, capsys):
+def test_graph_break_continues_in_a_resume_function(fn, capsys):
     x = torch.randn(2, 3)
     expected = fn(x)
     f = fastdyn.jit(fn)
@@ -639,8 +646,8 @@ def test_graph_break_runs_the_whole_frame_eagerly(fn, capsys):
         out, d = call_with_stats(f, x)
         assert_same(out, expected)
     report = fastdyn.explain(fn, x)
-    assert report.graph_count == 0, str(report)
-    assert report.graph_break_count >= 1, str(report)
+    assert report.graph_count >= 1, str(report)  # the ops before the break are a graph
+    assert report.graph_break_count == 1, str(report)
     first = report.break_reasons[0]
     assert first.reason, str(report)
     assert os.path.samefile(first.filename, __file__), first.filename
@@ -657,9 +664,8 @@ def test_fullgraph_raises_even_after_a_non_fullgraph_run(capsys):
 
 
 def breaks_under_enable(x):
-    y = x
-    for _ in range(3):  # BREAK
-        y = y + 1
+    y = x + 1
+    print("side effect")  # BREAK
     return y
 
 

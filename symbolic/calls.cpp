@@ -1,0 +1,1229 @@
+// symbolic/calls.cpp — what the interpreter does with values: attribute reads, calls (ops through
+// the op table, Python functions/methods/modules inlined into a new FrameState, builtins and
+// container methods on symbolic values, pure functions folded on constants), operators,
+// subscripts and iteration.
+#include <torch/csrc/Device.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Size.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/errors.h"
+#include "symbolic/py_ops.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+
+using codegen::Family;
+
+namespace {
+
+// Python builtins that are pure on constant arguments and may be folded at trace time.
+bool is_foldable_builtin(PyObject* fn) {
+  static const char* names[] = {"len", "min", "max", "abs", "int", "float", "bool", "tuple",
+                                "list", "sum", "round", "divmod", "isinstance", "pow", "range",
+                                "str", "slice", "all", "any", "reversed", "sorted"};
+  if (!PyCFunction_Check(fn) && !PyType_Check(fn)) return false;
+  PyObject* builtins = PyEval_GetBuiltins();
+  for (const char* n : names)
+    if (PyDict_GetItemString(builtins, n) == fn) return true;
+  return false;
+}
+
+bool is_math_function(PyObject* fn) {
+  if (!PyCFunction_Check(fn)) return false;
+  PyObject* self = PyCFunction_GET_SELF(fn);
+  if (!self || !PyModule_Check(self)) return false;
+  const char* mod = PyModule_GetName(self);
+  if (!mod) { PyErr_Clear(); return false; }
+  return std::strcmp(mod, "math") == 0 || std::strcmp(mod, "operator") == 0;
+}
+
+// Operator module names of BINARY_OP symbols.
+const char* operator_name(const std::string& sym) {
+  static const std::pair<const char*, const char*> table[] = {
+      {"+", "operator.add"}, {"-", "operator.sub"}, {"*", "operator.mul"},
+      {"/", "operator.truediv"}, {"//", "operator.floordiv"}, {"%", "operator.mod"},
+      {"**", "operator.pow"}, {"@", "operator.matmul"}, {"&", "operator.and_"},
+      {"|", "operator.or_"}, {"^", "operator.xor"}, {"<<", "operator.lshift"},
+      {">>", "operator.rshift"}, {"+=", "operator.iadd"}, {"-=", "operator.isub"},
+      {"*=", "operator.imul"}, {"/=", "operator.itruediv"}, {"//=", "operator.ifloordiv"},
+      {"%=", "operator.imod"}, {"**=", "operator.ipow"}, {"@=", "operator.imatmul"},
+      {"&=", "operator.iand"}, {"|=", "operator.ior"}, {"^=", "operator.ixor"},
+      {"<<=", "operator.ilshift"}, {">>=", "operator.irshift"}, {"<", "operator.lt"},
+      {"<=", "operator.le"}, {"==", "operator.eq"}, {"!=", "operator.ne"}, {">", "operator.gt"},
+      {">=", "operator.ge"}};
+  for (const auto& [s, n] : table)
+    if (sym == s) return n;
+  return nullptr;
+}
+
+// Folds a Python operator on constants. New reference or nullptr (exception cleared).
+PyObject* fold_binary(const std::string& sym, PyObject* a, PyObject* b) {
+  using Fn = PyObject* (*)(PyObject*, PyObject*);
+  static const std::pair<const char*, Fn> table[] = {
+      {"+", PyNumber_Add}, {"-", PyNumber_Subtract}, {"*", PyNumber_Multiply},
+      {"/", PyNumber_TrueDivide}, {"//", PyNumber_FloorDivide}, {"%", PyNumber_Remainder},
+      {"@", PyNumber_MatrixMultiply}, {"&", PyNumber_And}, {"|", PyNumber_Or},
+      {"^", PyNumber_Xor}, {"<<", PyNumber_Lshift}, {">>", PyNumber_Rshift}};
+  std::string base = sym;
+  if (base.size() >= 2 && base.back() == '=' && base != "==" && base != "!=" && base != "<=" && base != ">=")
+    base.pop_back();  // constants are immutable: a += b folds like a + b
+  if (base == "**") return PyNumber_Power(a, b, Py_None);
+  for (const auto& [s, fn] : table)
+    if (base == s) return fn(a, b);
+  return nullptr;
+}
+
+bool foldable_constant(PyObject* o) {
+  return o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) ||
+         PyUnicode_CheckExact(o) || PyTuple_Check(o) || THPDtype_Check(o) || THPDevice_Check(o) ||
+         PyComplex_CheckExact(o) || PySlice_Check(o) || PyList_CheckExact(o);
+}
+
+PyObject* tensor_type() {
+  static PyObject* t = resolve_python_name("torch.Tensor");  // NB: kept for the process
+  return t;
+}
+
+
+SourcePtr const_source(PyObject* obj, const std::string& label) {
+  auto s = std::make_shared<Source>();
+  s->kind = Source::Kind::Const;
+  s->object = Py_NewRef(obj);
+  s->name = label;
+  return s;
+}
+
+SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::string& name, int index = 0) {
+  if (!parent) return nullptr;
+  auto s = std::make_shared<Source>();
+  s->kind = kind;
+  s->name = name;
+  s->index = index;
+  s->parent = parent;
+  return s;
+}
+
+PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Reading names and attributes
+
+SymValue Tracer::load_global(const std::string& name) {
+  FrameState& f = fr();
+  const bool root_globals = f.globals == frame_.globals;
+  auto src = std::make_shared<Source>();
+  src->name = name;
+  PyObject* v = PyDict_GetItemString(f.globals, name.c_str());
+  if (v) {
+    if (root_globals) {
+      src->kind = Source::Kind::Global;
+    } else {
+      src->kind = Source::Kind::DictItem;
+      PyObject* modname = PyDict_GetItemString(f.globals, "__name__");
+      src->parent = const_source(f.globals, modname && PyUnicode_Check(modname) ? PyUnicode_AsUTF8(modname) : "globals");
+    }
+    return wrap(v, src);
+  }
+  v = PyDict_GetItemString(frame_.builtins, name.c_str());
+  if (!v) throw Unsupported("name '" + name + "' is not defined");
+  if (root_globals) {
+    src->kind = Source::Kind::Builtin;  // guarded: no global of this name may appear later
+    return wrap(v, src);
+  }
+  // NB: an inlined function's module gaining a global that shadows this builtin is not guarded.
+  src->kind = Source::Kind::DictItem;
+  src->parent = const_source(frame_.builtins, "builtins");
+  return wrap(v, src);
+}
+
+namespace {
+
+bool is_python_function(PyObject* o) { return PyFunction_Check(o); }
+
+PyObject* object_getattribute() {
+  static PyObject* f = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__getattribute__");
+  return f;
+}
+
+bool has_standard_getattribute(PyTypeObject* tp) {
+  PyOwned key(PyUnicode_InternFromString("__getattribute__"));
+  return _PyType_Lookup(tp, key.p) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
+}
+
+bool is_plain_value(PyObject* o) {
+  if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o))
+    return true;
+  if (PyTuple_CheckExact(o)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+      if (!is_plain_value(PyTuple_GET_ITEM(o, i))) return false;
+    return true;
+  }
+  return THPDtype_Check(o) || THPDevice_Check(o);
+}
+
+}  // namespace
+
+SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
+  using K = SymValue::Kind;
+  if (owner.is_tensor()) return tensor_attr(owner, name);
+  if (owner.kind == K::NamedTuple)
+    for (size_t i = 0; i < owner.field_names.size(); ++i)
+      if (owner.field_names[i] == name) return owner.items[i];
+  if (owner.kind == K::List || owner.kind == K::Dict || owner.kind == K::Tuple) {
+    SymValue m;
+    m.kind = K::BoundMethod;  // a container method: obj stays null
+    m.name = name;
+    m.items.push_back(owner);
+    return m;
+  }
+  if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
+  PyObject* o = owner.obj;
+  if (owner.name == "__super__") {
+    PyOwned value(PyObject_GetAttrString(o, name.c_str()));
+    if (!value.p) { PyErr_Clear(); throw Unsupported("super()." + name + " does not exist"); }
+    if (PyMethod_Check(value.p) && is_python_function(PyMethod_GET_FUNCTION(value.p))) {
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.obj = Py_NewRef(PyMethod_GET_FUNCTION(value.p));
+      m.items.push_back(owner.items[0]);
+      return m;
+    }
+    if (!is_plain_value(value.p)) throw Unsupported("super()." + name + " is not a method");
+    return constant(value.p);
+  }
+  PyObject* value = nullptr;
+  if (PyModule_Check(o)) {
+    value = PyDict_GetItemString(PyModule_GetDict(o), name.c_str());
+    Py_XINCREF(value);
+    if (!value) value = PyObject_GetAttrString(o, name.c_str());  // module __getattr__
+  } else if (PyType_Check(o) || foldable_constant(o) || PyCFunction_Check(o) || PyFunction_Check(o) ||
+             PyMethod_Check(o) || PyCode_Check(o)) {
+    value = PyObject_GetAttrString(o, name.c_str());
+  } else {
+    PyTypeObject* tp = Py_TYPE(o);
+    PyOwned key(PyUnicode_InternFromString(name.c_str()));
+    if (!has_standard_getattribute(tp)) {
+      // A class with its own __getattribute__ (transformers' PretrainedConfig maps names): read
+      // the attribute for real; only plain values (guarded by equality) are accepted.
+      PyObject* v = PyObject_GetAttr(o, key.p);
+      if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " does not exist"); }
+      PyOwned owned(v);
+      if (!is_plain_value(v)) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " (custom __getattribute__)");
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(v, src) : constant(v);
+    }
+    PyObject* type_attr = _PyType_Lookup(tp, key.p);  // borrowed
+    const bool data_descriptor = type_attr && Py_TYPE(type_attr)->tp_descr_set;
+    if (data_descriptor) {
+      if (Py_TYPE(type_attr) == &PyProperty_Type) {
+        PyOwned fget(PyObject_GetAttrString(type_attr, "fget"));
+        if (!fget.p || !is_python_function(fget.p)) { PyErr_Clear(); throw Unsupported("property '" + name + "' without a Python getter"); }
+        return call(constant(fget.p), {owner}, {});
+      }
+      PyObject* v = PyObject_GetAttr(o, key.p);  // a slot or C-level field
+      if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " raised"); }
+      PyOwned owned(v);
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(v, src) : constant(v);
+    }
+    // Instance dict, then nn.Module's three dicts (its __getattr__ searches them).
+    PyObject** dictptr = _PyObject_GetDictPtr(o);
+    PyObject* dict = dictptr ? *dictptr : nullptr;
+    const char* slot_found = nullptr;
+    if (dict) {
+      value = PyDict_GetItemWithError(dict, key.p);
+      if (!value && !type_attr && PyObject_IsInstance(o, module_type()) == 1) {
+        for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
+          PyObject* d = PyDict_GetItemString(dict, slot);
+          if (d && PyDict_Check(d) && (value = PyDict_GetItemWithError(d, key.p))) {
+            slot_found = slot;
+            break;
+          }
+        }
+      }
+      Py_XINCREF(value);
+    }
+    PyErr_Clear();
+    if (value) {
+      PyOwned owned(value);
+      if (slot_found && owner.source) {
+        // Read it where nn.Module keeps it, so guards and the transformed code do a dict lookup
+        // instead of calling Module.__getattr__.
+        SourcePtr slot_src = child_source(owner.source, Source::Kind::Attr, slot_found);
+        return wrap(value, child_source(slot_src, Source::Kind::DictItem, name));
+      }
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(value, src) : constant(value);
+    }
+    if (!type_attr) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " object does not exist");
+    if (is_python_function(type_attr)) {
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.obj = Py_NewRef(type_attr);
+      m.items.push_back(owner);
+      return m;
+    }
+    if (Py_TYPE(type_attr) == &PyStaticMethod_Type || Py_TYPE(type_attr) == &PyClassMethod_Type) {
+      PyOwned fn(PyObject_GetAttrString(type_attr, "__func__"));
+      if (!fn.p) { PyErr_Clear(); throw Unsupported("method '" + name + "'"); }
+      if (Py_TYPE(type_attr) == &PyStaticMethod_Type) return constant(fn.p);
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.obj = Py_NewRef(fn.p);
+      m.items.push_back(constant(reinterpret_cast<PyObject*>(tp)));
+      return m;
+    }
+    if (PyType_Check(type_attr) || is_plain_value(type_attr) || PyModule_Check(type_attr) || PyCFunction_Check(type_attr))
+      return constant(type_attr);  // a class-level constant: fixed by the type guard
+    throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " is a " + Py_TYPE(type_attr)->tp_name);
+  }
+  if (!value) {
+    PyErr_Clear();
+    throw Unsupported("attribute '" + name + "' of " + describe(owner) + " does not exist");
+  }
+  PyOwned owned(value);
+  if (!owner.source) return constant(value);  // attribute of a trace-time constant
+  return wrap(value, child_source(owner.source, Source::Kind::Attr, name));
+}
+
+SymValue Tracer::call_family(Family fam, const std::vector<SymValue>& args,
+                             const std::vector<std::pair<std::string, SymValue>>& kwargs, const char* what) {
+  std::vector<codegen::CallArg> cargs;
+  cargs.reserve(args.size());
+  for (const SymValue& a : args) cargs.push_back(to_call_arg(a));
+  std::vector<std::pair<std::string, codegen::CallArg>> ckw;
+  for (const auto& [k, v] : kwargs) ckw.emplace_back(k, to_call_arg(v));
+  return record(fam, cargs, ckw, what);
+}
+
+SymValue Tracer::record(Family fam, const std::vector<codegen::CallArg>& args,
+                        const std::vector<std::pair<std::string, codegen::CallArg>>& kwargs, const char* what) {
+  codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, args, kwargs);
+  if (!r.ok) throw Unsupported(std::string(what) + ": " + r.reason);
+  return from_capture(fam, r);
+}
+
+SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
+  const codegen::TensorMeta& m = meta(t);
+  if (name == "shape") {
+    // NB: THPSize_NewFromSizes is not exported by libtorch_python; build torch.Size(tuple).
+    static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
+    PyOwned tuple(PyTuple_New(m.dim()));
+    for (int64_t i = 0; i < m.dim(); ++i) PyTuple_SET_ITEM(tuple.p, i, PyLong_FromLongLong(m.sizes[static_cast<size_t>(i)]));
+    PyOwned s(PyObject_CallOneArg(size_type, tuple.p));
+    if (!s.p) { PyErr_Clear(); throw Unsupported("building torch.Size failed"); }
+    return constant(s.p);
+  }
+  if (name == "dtype") return constant(reinterpret_cast<PyObject*>(torch::getTHPDtype(m.dtype)));
+  if (name == "device") {
+    PyObject* d = THPDevice_New(m.device);
+    SymValue v = constant(d);
+    Py_DECREF(d);
+    return v;
+  }
+  if (name == "ndim") {
+    PyOwned n(PyLong_FromLongLong(m.dim()));
+    return constant(n.p);
+  }
+  if (name == "requires_grad") return constant(m.requires_grad ? Py_True : Py_False);
+  if (name == "is_cuda") return constant(m.device.is_cuda() ? Py_True : Py_False);
+  if (name == "is_cpu") return constant(m.device.is_cpu() ? Py_True : Py_False);
+  // Methods are bound lazily: the CALL that follows decides (tensor-method intrinsics or ops).
+  PyObject* attr = PyObject_GetAttrString(tensor_type(), name.c_str());
+  if (!attr) {
+    PyErr_Clear();
+    throw Unsupported("'Tensor' object has no attribute '" + name + "'");
+  }
+  PyOwned owned(attr);
+  const bool is_property = !PyCallable_Check(attr) || Py_TYPE(attr) == &PyGetSetDescr_Type ||
+                           Py_TYPE(attr) == &PyProperty_Type;
+  if (is_property) {
+    auto fam = family_of_tensor_attr(name);
+    if (!fam) throw Unsupported("tensor attribute '" + name + "' is not supported");
+    return call_family(*fam, {t}, {}, ("Tensor." + name).c_str());
+  }
+  SymValue m_v;
+  m_v.kind = SymValue::Kind::Method;
+  m_v.name = name;
+  m_v.items.push_back(t);
+  return m_v;
+}
+
+SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& name, std::vector<SymValue> args,
+                                    std::vector<std::pair<std::string, SymValue>> kwargs) {
+  const codegen::TensorMeta& m = meta(self);
+  auto int_arg = [&](size_t i) -> int64_t {
+    if (i >= args.size() || !args[i].is_constant() || !PyLong_Check(args[i].obj))
+      throw Unsupported("Tensor." + name + ": expected an int argument");
+    return PyLong_AsLongLong(args[i].obj);
+  };
+  auto wrap_dim = [&](int64_t d) {
+    const int64_t n = std::max<int64_t>(m.dim(), 1);
+    if (d < -n || d >= n) throw Unsupported("Tensor." + name + ": dimension out of range");
+    return d < 0 ? d + n : d;
+  };
+  auto int_obj = [&](int64_t v) {
+    PyOwned o(PyLong_FromLongLong(v));
+    return constant(o.p);
+  };
+  if (kwargs.empty()) {
+    if (name == "size" || name == "stride") {
+      const auto& vec = name == "size" ? m.sizes : m.strides;
+      if (args.empty()) {
+        if (name == "stride") {
+          std::vector<SymValue> items;
+          for (int64_t s : vec) items.push_back(int_obj(s));
+          PyOwned t(materialize(SymValue::tuple(std::move(items))));
+          return constant(t.p);
+        }
+        return tensor_attr(self, "shape");
+      }
+      return int_obj(vec[static_cast<size_t>(wrap_dim(int_arg(0)))]);
+    }
+    if ((name == "dim" || name == "ndimension") && args.empty()) return int_obj(m.dim());
+    if ((name == "numel" || name == "nelement") && args.empty()) return int_obj(m.numel());
+    if (name == "element_size" && args.empty()) return int_obj(static_cast<int64_t>(c10::elementSize(m.dtype)));
+    if (name == "is_floating_point" && args.empty())
+      return constant(c10::isFloatingType(m.dtype) ? Py_True : Py_False);
+    if (name == "is_complex" && args.empty()) return constant(c10::isComplexType(m.dtype) ? Py_True : Py_False);
+    if (name == "get_device" && args.empty()) return int_obj(m.device.is_cpu() ? -1 : m.device.index());
+    if (name == "is_contiguous" && args.empty()) {
+      int64_t expected = 1;
+      bool contiguous = true;
+      for (int64_t d = m.dim() - 1; d >= 0; --d) {
+        if (m.sizes[d] == 1) continue;
+        if (m.strides[d] != expected) contiguous = false;
+        expected *= m.sizes[d];
+      }
+      if (m.numel() == 0) contiguous = true;
+      return constant(contiguous ? Py_True : Py_False);
+    }
+  }
+  static const char* data_dependent[] = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
+                                         "nonzero", "unique", "masked_select", "data_ptr"};
+  for (const char* d : data_dependent)
+    if (name == d) throw Unsupported("Tensor." + name + "() depends on tensor data");
+  auto fam = family_of_tensor_attr(name);
+  if (!fam) throw Unsupported("tensor method '" + name + "' is not in the op table");
+  args.insert(args.begin(), self);
+  return call_family(*fam, args, kwargs, ("Tensor." + name).c_str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls
+
+struct Calls {
+  using Args = std::vector<SymValue>;
+  using Kwargs = std::vector<std::pair<std::string, SymValue>>;
+
+  // What an inlined call needs to know about its function.
+  struct Target {
+    PyCodeObject* code = nullptr;
+    PyObject* globals = nullptr;
+    Args defaults;
+    Kwargs kwdefaults;
+    Args cells;
+  };
+
+  static Target target_of_function(Tracer& t, PyObject* fn) {
+    auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+    Target tg;
+    tg.code = reinterpret_cast<PyCodeObject*>(f->func_code);
+    tg.globals = f->func_globals;
+    if (f->func_builtins != t.frame_.builtins) throw Unsupported("function with other builtins");
+    if (f->func_defaults)
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_defaults); ++i)
+        tg.defaults.push_back(Tracer::constant(PyTuple_GET_ITEM(f->func_defaults, i)));
+    if (f->func_kwdefaults && PyDict_Check(f->func_kwdefaults)) {
+      PyObject *k, *v;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(f->func_kwdefaults, &pos, &k, &v)) tg.kwdefaults.emplace_back(PyUnicode_AsUTF8(k), Tracer::constant(v));
+    }
+    if (f->func_closure) {
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_closure); ++i) {
+        PyObject* cell = PyTuple_GET_ITEM(f->func_closure, i);
+        SymValue c = SymValue::boxed(SymValue::Kind::Cell);
+        c.obj = Py_NewRef(cell);
+        c.source = child_source(const_source(cell, "cell"), Source::Kind::Attr, "cell_contents");
+        tg.cells.push_back(std::move(c));
+      }
+    }
+    return tg;
+  }
+
+  static Target target_of_made(Tracer& t, const SymValue& fn) {
+    Target tg;
+    tg.code = reinterpret_cast<PyCodeObject*>(fn.obj);
+    tg.globals = t.fr().globals;
+    tg.defaults = fn.box->items;
+    for (size_t i = 0; i < fn.field_names.size(); ++i) tg.kwdefaults.emplace_back(fn.field_names[i], fn.items[i]);
+    tg.cells = fn.box->closure;
+    return tg;
+  }
+
+  static SymValue inline_call(Tracer& t, const Target& tg, Args args, Kwargs kwargs) {
+    PyCodeObject* co = tg.code;
+    const char* fname = PyUnicode_AsUTF8(co->co_qualname);
+    if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+      throw Unsupported(std::string("call of generator function ") + fname);
+    const int argc = co->co_argcount, kwonly = co->co_kwonlyargcount, posonly = co->co_posonlyargcount;
+    const int total = argc + kwonly;
+    const bool varargs = co->co_flags & CO_VARARGS, varkw = co->co_flags & CO_VARKEYWORDS;
+    auto f = std::make_unique<FrameState>();
+    f->code = co;
+    f->globals = tg.globals;
+    f->depth = t.fr().depth + 1;
+    f->insts = decode(co);
+    f->locals.resize(static_cast<size_t>(co->co_nlocalsplus));
+    auto name_of = [&](int i) { return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i))); };
+    const size_t npos = std::min(args.size(), static_cast<size_t>(argc));
+    for (size_t i = 0; i < npos; ++i) f->locals[i] = std::move(args[i]);
+    if (args.size() > static_cast<size_t>(argc)) {
+      if (!varargs) throw Unsupported(std::string(fname) + "() takes " + std::to_string(argc) + " positional arguments");
+      f->locals[static_cast<size_t>(total)] = SymValue::tuple(Args(args.begin() + argc, args.end()));
+    } else if (varargs) {
+      f->locals[static_cast<size_t>(total)] = SymValue::tuple({});
+    }
+    SymValue extra = SymValue::boxed(SymValue::Kind::Dict);
+    for (auto& [k, v] : kwargs) {
+      int found = -1;
+      for (int i = posonly; i < total; ++i)
+        if (name_of(i) == k) found = i;
+      if (found >= 0) {
+        if (f->locals[static_cast<size_t>(found)]) throw Unsupported(std::string(fname) + "() got multiple values for '" + k + "'");
+        f->locals[static_cast<size_t>(found)] = std::move(v);
+      } else if (varkw) {
+        PyOwned key(PyUnicode_FromString(k.c_str()));
+        extra.box->keys.push_back(Tracer::constant(key.p));
+        extra.box->items.push_back(std::move(v));
+      } else {
+        throw Unsupported(std::string(fname) + "() got an unexpected keyword argument '" + k + "'");
+      }
+    }
+    if (varkw) f->locals[static_cast<size_t>(total + (varargs ? 1 : 0))] = std::move(extra);
+    const int ndef = static_cast<int>(tg.defaults.size());
+    for (int i = argc - ndef; i < argc; ++i)
+      if (i >= 0 && !f->locals[static_cast<size_t>(i)]) f->locals[static_cast<size_t>(i)] = tg.defaults[static_cast<size_t>(i - (argc - ndef))];
+    for (int i = argc; i < total; ++i)
+      for (const auto& [k, v] : tg.kwdefaults)
+        if (!f->locals[static_cast<size_t>(i)] && k == name_of(i)) f->locals[static_cast<size_t>(i)] = v;
+    for (int i = 0; i < total; ++i)
+      if (!f->locals[static_cast<size_t>(i)]) throw Unsupported(std::string(fname) + "() missing argument '" + name_of(i) + "'");
+    const int nfree = co->co_nfreevars;
+    if (static_cast<int>(tg.cells.size()) != nfree) throw Unsupported(std::string(fname) + ": closure size mismatch");
+    for (int i = 0; i < nfree; ++i) f->locals[static_cast<size_t>(co->co_nlocalsplus - nfree + i)] = tg.cells[static_cast<size_t>(i)];
+    t.frames_.push_back(std::move(f));
+    t.run_frame();
+    SymValue out = std::move(t.fr().return_value);
+    t.frames_.pop_back();
+    return out;
+  }
+
+  static SymValue call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwargs) {
+    PyObject* mod = m.obj;
+    PyObject** dictptr = _PyObject_GetDictPtr(mod);
+    PyObject* dict = dictptr ? *dictptr : nullptr;
+    if (!dict) throw Unsupported("module without __dict__");
+    // No hooks, on the instance or global; guarded so that registering one recompiles.
+    for (const char* h : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"}) {
+      PyObject* d = PyDict_GetItemString(dict, h);
+      if (!d) continue;
+      if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("module with ") + h); }
+      if (m.source) t.add_guard(child_source(m.source, Source::Kind::Attr, h), GuardKind::TypeAndLen, d);
+    }
+    static PyObject* module_mod = resolve_python_name("torch.nn.modules.module");
+    for (const char* h : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                          "_global_backward_pre_hooks"}) {
+      PyObject* d = module_mod ? PyObject_GetAttrString(module_mod, h) : nullptr;
+      if (!d) { PyErr_Clear(); continue; }
+      PyOwned owned(d);
+      if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("a global module hook (") + h + ")"); }
+      t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
+    }
+    if (PyDict_GetItemString(dict, "forward")) throw Unsupported("module with an instance-level forward");
+    static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
+    PyOwned call_key(PyUnicode_InternFromString("__call__"));
+    PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);
+    PyOwned fwd_key(PyUnicode_InternFromString(type_call == module_call ? "forward" : "__call__"));
+    PyObject* fwd = _PyType_Lookup(Py_TYPE(mod), fwd_key.p);
+    if (!fwd || !is_python_function(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
+    args.insert(args.begin(), m);
+    return inline_call(t, target_of_function(t, fwd), std::move(args), std::move(kwargs));
+  }
+
+  // ---- builtins on symbolic values
+  static PyObject* type_of(Tracer& t, const SymValue& v) {
+    using K = SymValue::Kind;
+    switch (v.kind) {
+      case K::Constant: return reinterpret_cast<PyObject*>(Py_TYPE(v.obj));
+      case K::Tensor: return v.obj ? reinterpret_cast<PyObject*>(Py_TYPE(v.obj)) : tensor_type();
+      case K::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
+      case K::List: return reinterpret_cast<PyObject*>(&PyList_Type);
+      case K::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
+      case K::NamedTuple: if (v.obj) return v.obj; break;
+      case K::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
+      default: break;
+    }
+    (void)t;
+    throw Unsupported("type() of " + describe(v));
+  }
+
+  static SymValue length(Tracer& t, const SymValue& v) {
+    using K = SymValue::Kind;
+    Py_ssize_t n;
+    if (v.is_tensor()) {
+      const auto& m = t.meta(v);
+      if (m.dim() == 0) throw Unsupported("len() of a 0-d tensor");
+      n = static_cast<Py_ssize_t>(m.sizes[0]);
+    } else if (v.kind == K::Tuple || v.kind == K::List || v.kind == K::NamedTuple) {
+      n = static_cast<Py_ssize_t>(v.seq().size());
+    } else if (v.kind == K::Dict) {
+      n = static_cast<Py_ssize_t>(v.box->keys.size());
+    } else if (v.is_constant()) {
+      n = PyObject_Length(v.obj);
+      if (n < 0) { PyErr_Clear(); throw Unsupported("len() of " + describe(v)); }
+    } else {
+      throw Unsupported("len() of " + describe(v));
+    }
+    PyOwned o(PyLong_FromSsize_t(n));
+    return Tracer::constant(o.p);
+  }
+
+  static SymValue iterator_of(Args items) {
+    SymValue it = SymValue::boxed(SymValue::Kind::Iterator);
+    it.box->items = std::move(items);
+    return it;
+  }
+  static Args remaining(const SymValue& it) {
+    return Args(it.box->items.begin() + static_cast<long>(it.box->pos), it.box->items.end());
+  }
+
+  static bool builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
+    auto is = [&](const char* name) { return fn == builtin(name); };
+    const size_t n = args.size();
+    if (is("len") && n == 1 && kwargs.empty()) { out = length(t, args[0]); return true; }
+    if (is("isinstance") && n == 2 && args[1].is_constant() && !args[0].is_constant()) {
+      int r = PyObject_IsSubclass(type_of(t, args[0]), args[1].obj);
+      if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
+      out = Tracer::constant(r ? Py_True : Py_False);
+      return true;
+    }
+    if (is("type") && n == 1 && !args[0].is_constant()) { out = Tracer::constant(type_of(t, args[0])); return true; }
+    if ((is("getattr") && (n == 2 || n == 3)) || (is("hasattr") && n == 2)) {
+      if (!args[1].is_constant() || !PyUnicode_Check(args[1].obj)) throw Unsupported("getattr with a non-constant name");
+      const std::string name = PyUnicode_AsUTF8(args[1].obj);
+      const bool has = is("hasattr");
+      if (args[0].is_constant() && !PyObject_HasAttrString(args[0].obj, name.c_str())) {
+        PyErr_Clear();
+        if (has) { out = Tracer::constant(Py_False); return true; }
+        if (n == 3) { out = args[2]; return true; }
+        throw Unsupported("getattr of a missing attribute");
+      }
+      if (args[0].is_tensor() && has) {
+        out = Tracer::constant(PyObject_HasAttrString(tensor_type(), name.c_str()) || name == "grad" ? Py_True : Py_False);
+        return true;
+      }
+      SymValue v = t.load_attr(args[0], name);
+      out = has ? Tracer::constant(Py_True) : v;
+      return true;
+    }
+    if ((is("iter") && n == 1) || (is("reversed") && n == 1)) {
+      SymValue it = t.make_iterator(args[0]);
+      if (is("reversed")) {
+        Args items = remaining(it);
+        std::reverse(items.begin(), items.end());
+        it = iterator_of(std::move(items));
+      }
+      out = it;
+      return true;
+    }
+    if (is("next") && n >= 1 && args[0].kind == SymValue::Kind::Iterator) {
+      auto& box = *args[0].box;
+      if (box.pos < box.items.size()) out = box.items[box.pos++];
+      else if (n == 2) out = args[1];
+      else throw Unsupported("next() of an exhausted iterator");
+      return true;
+    }
+    if (is("enumerate") && (n == 1 || n == 2)) {
+      long start = 0;
+      if (n == 2) {
+        if (!args[1].is_constant() || !PyLong_Check(args[1].obj)) throw Unsupported("enumerate start");
+        start = PyLong_AsLong(args[1].obj);
+      }
+      Args items;
+      for (SymValue& v : remaining(t.make_iterator(args[0]))) {
+        PyOwned i(PyLong_FromLong(start++));
+        items.push_back(SymValue::tuple({Tracer::constant(i.p), v}));
+      }
+      out = iterator_of(std::move(items));
+      return true;
+    }
+    if (is("zip") && kwargs.empty()) {
+      std::vector<Args> seqs;
+      size_t len = SIZE_MAX;
+      for (SymValue& a : args) {
+        seqs.push_back(remaining(t.make_iterator(a)));
+        len = std::min(len, seqs.back().size());
+      }
+      if (seqs.empty()) len = 0;
+      Args items;
+      for (size_t i = 0; i < len; ++i) {
+        Args tup;
+        for (auto& s : seqs) tup.push_back(s[i]);
+        items.push_back(SymValue::tuple(std::move(tup)));
+      }
+      out = iterator_of(std::move(items));
+      return true;
+    }
+    if ((is("list") || is("tuple")) && n == 1 && !args[0].is_python_constant()) {
+      Args items = remaining(t.make_iterator(args[0]));
+      out = is("list") ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+      return true;
+    }
+    if (is("list") && n == 0) { out = SymValue::list({}); return true; }
+    if (is("dict") && n <= 1) {
+      SymValue d = SymValue::boxed(SymValue::Kind::Dict);
+      if (n == 1) {
+        if (args[0].kind == SymValue::Kind::Dict) {
+          d.box->keys = args[0].box->keys;
+          d.box->items = args[0].box->items;
+        } else {
+          for (SymValue& pair : remaining(t.make_iterator(args[0]))) {
+            Args kv = t.unpack(pair, 2);
+            if (!kv[0].is_constant()) throw Unsupported("dict() with a non-constant key");
+            d.box->keys.push_back(kv[0]);
+            d.box->items.push_back(kv[1]);
+          }
+        }
+      }
+      for (auto& [k, v] : kwargs) {
+        PyOwned key(PyUnicode_FromString(k.c_str()));
+        d.box->keys.push_back(Tracer::constant(key.p));
+        d.box->items.push_back(v);
+      }
+      out = d;
+      return true;
+    }
+    if (is("super")) {
+      SymValue self, cls;
+      if (n == 2) {
+        cls = args[0];
+        self = args[1];
+      } else if (n == 0) {
+        FrameState& f = t.fr();
+        PyCodeObject* co = f.code;
+        if (co->co_argcount < 1 || !f.locals[0]) throw Unsupported("super() without arguments outside a method");
+        self = *f.locals[0];
+        if (self.kind == SymValue::Kind::Cell) self = self.box->items.empty() ? SymValue() : self.box->items[0];
+        for (int i = 0; i < co->co_nlocalsplus; ++i)
+          if (std::strcmp(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i)), "__class__") == 0 && f.locals[static_cast<size_t>(i)]) {
+            SymValue& c = *f.locals[static_cast<size_t>(i)];
+            if (c.kind == SymValue::Kind::Cell && c.obj) cls = Tracer::constant(PyCell_GET(c.obj));
+          }
+        if (!cls.obj) throw Unsupported("super() without __class__");
+      } else {
+        throw Unsupported("super() with one argument");
+      }
+      if (!self.is_constant() || !cls.is_constant()) throw Unsupported("super() of " + describe(self));
+      PyOwned sup(PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&PySuper_Type), cls.obj, self.obj, nullptr));
+      if (!sup.p) { PyErr_Clear(); throw Unsupported("super() raised"); }
+      out = Tracer::constant(sup.p);
+      out.name = "__super__";
+      out.items.push_back(self);
+      return true;
+    }
+    if (is("callable") && n == 1) {
+      using K = SymValue::Kind;
+      bool c = args[0].is_constant() ? PyCallable_Check(args[0].obj) : (args[0].kind == K::Function || args[0].kind == K::BoundMethod || args[0].kind == K::Method);
+      out = Tracer::constant(c ? Py_True : Py_False);
+      return true;
+    }
+    return false;
+  }
+
+  // list.append, dict.get ...: methods of containers made in the trace.
+  static SymValue container_method(Tracer& t, SymValue self, const std::string& name, Args args, Kwargs kwargs) {
+    using K = SymValue::Kind;
+    auto mutate = [&]() {
+      if (self.source) throw Unsupported(describe(self) + "." + name + "() on a container the caller can see");
+    };
+    if (!kwargs.empty()) throw Unsupported(describe(self) + "." + name + " with keyword arguments");
+    const size_t n = args.size();
+    if (self.kind == K::List) {
+      auto& items = self.box->items;
+      if (name == "append" && n == 1) { mutate(); items.push_back(args[0]); return Tracer::constant(Py_None); }
+      if (name == "extend" && n == 1) {
+        mutate();
+        for (SymValue& v : remaining(t.make_iterator(args[0]))) items.push_back(v);
+        return Tracer::constant(Py_None);
+      }
+      if (name == "insert" && n == 2 && args[0].is_constant() && PyLong_Check(args[0].obj)) {
+        mutate();
+        long i = PyLong_AsLong(args[0].obj);
+        const long sz = static_cast<long>(items.size());
+        if (i < 0) i = std::max(0L, i + sz);
+        i = std::min(i, sz);
+        items.insert(items.begin() + i, args[1]);
+        return Tracer::constant(Py_None);
+      }
+      if (name == "pop" && n <= 1) {
+        mutate();
+        if (items.empty()) throw Unsupported("pop from an empty list");
+        long i = static_cast<long>(items.size()) - 1;
+        if (n == 1) {
+          if (!args[0].is_constant() || !PyLong_Check(args[0].obj)) throw Unsupported("list.pop index");
+          i = PyLong_AsLong(args[0].obj);
+          if (i < 0) i += static_cast<long>(items.size());
+        }
+        if (i < 0 || i >= static_cast<long>(items.size())) throw Unsupported("pop index out of range");
+        SymValue v = items[static_cast<size_t>(i)];
+        items.erase(items.begin() + i);
+        return v;
+      }
+      if (name == "copy" && n == 0) return SymValue::list(items);
+    }
+    if (self.kind == K::Dict) {
+      auto find = [&](const SymValue& key) -> int {
+        if (!key.is_constant()) throw Unsupported("dict key " + describe(key));
+        for (size_t i = 0; i < self.box->keys.size(); ++i) {
+          int eq = PyObject_RichCompareBool(self.box->keys[i].obj, key.obj, Py_EQ);
+          if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
+          if (eq) return static_cast<int>(i);
+        }
+        return -1;
+      };
+      if (name == "get" && (n == 1 || n == 2)) {
+        int i = find(args[0]);
+        return i >= 0 ? self.box->items[static_cast<size_t>(i)] : (n == 2 ? args[1] : Tracer::constant(Py_None));
+      }
+      if ((name == "keys" || name == "values" || name == "items") && n == 0) {
+        Args out;
+        for (size_t i = 0; i < self.box->keys.size(); ++i) {
+          if (name == "keys") out.push_back(self.box->keys[i]);
+          else if (name == "values") out.push_back(self.box->items[i]);
+          else out.push_back(SymValue::tuple({self.box->keys[i], self.box->items[i]}));
+        }
+        return SymValue::tuple(std::move(out));  // a snapshot view: iterated, not mutated, in practice
+      }
+      if (name == "pop" && (n == 1 || n == 2)) {
+        mutate();
+        int i = find(args[0]);
+        if (i < 0) {
+          if (n == 2) return args[1];
+          throw Unsupported("dict.pop of a missing key");
+        }
+        SymValue v = self.box->items[static_cast<size_t>(i)];
+        self.box->keys.erase(self.box->keys.begin() + i);
+        self.box->items.erase(self.box->items.begin() + i);
+        return v;
+      }
+      if ((name == "update" && n == 1) || (name == "setdefault" && (n == 1 || n == 2))) {
+        mutate();
+        if (name == "setdefault") {
+          int i = find(args[0]);
+          if (i >= 0) return self.box->items[static_cast<size_t>(i)];
+          self.box->keys.push_back(args[0]);
+          self.box->items.push_back(n == 2 ? args[1] : Tracer::constant(Py_None));
+          return self.box->items.back();
+        }
+        if (args[0].kind != K::Dict) throw Unsupported("dict.update with " + describe(args[0]));
+        for (size_t k = 0; k < args[0].box->keys.size(); ++k) {
+          int i = find(args[0].box->keys[k]);
+          if (i >= 0) self.box->items[static_cast<size_t>(i)] = args[0].box->items[k];
+          else {
+            self.box->keys.push_back(args[0].box->keys[k]);
+            self.box->items.push_back(args[0].box->items[k]);
+          }
+        }
+        return Tracer::constant(Py_None);
+      }
+      if (name == "copy" && n == 0) {
+        SymValue d = SymValue::boxed(K::Dict);
+        d.box->keys = self.box->keys;
+        d.box->items = self.box->items;
+        return d;
+      }
+    }
+    if (self.kind == K::Tuple && name == "index" && n == 1 && args[0].is_constant()) {
+      for (size_t i = 0; i < self.items.size(); ++i)
+        if (self.items[i].is_constant() && PyObject_RichCompareBool(self.items[i].obj, args[0].obj, Py_EQ) == 1) {
+          PyOwned r(PyLong_FromSize_t(i));
+          return Tracer::constant(r.p);
+        }
+      PyErr_Clear();
+    }
+    throw Unsupported(describe(self) + "." + name + "() is not supported");
+  }
+
+  static bool is_namedtuple_type(PyObject* o) {
+    return PyType_Check(o) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(o), &PyTuple_Type) &&
+           PyObject_HasAttrString(o, "_fields");
+  }
+
+  static SymValue make_namedtuple(PyObject* type, Args args, Kwargs kwargs) {
+    PyOwned fields(PyObject_GetAttrString(type, "_fields"));
+    if (!fields.p || !PyTuple_Check(fields.p)) { PyErr_Clear(); throw Unsupported("namedtuple without _fields"); }
+    const Py_ssize_t n = PyTuple_GET_SIZE(fields.p);
+    SymValue v;
+    v.kind = SymValue::Kind::NamedTuple;
+    v.obj = Py_NewRef(type);
+    std::vector<std::optional<SymValue>> slots(static_cast<size_t>(n));
+    if (static_cast<Py_ssize_t>(args.size()) > n) throw Unsupported("too many namedtuple fields");
+    for (size_t i = 0; i < args.size(); ++i) slots[i] = args[i];
+    for (Py_ssize_t i = 0; i < n; ++i) v.field_names.push_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields.p, i)));
+    for (auto& [k, val] : kwargs) {
+      auto it = std::find(v.field_names.begin(), v.field_names.end(), k);
+      if (it == v.field_names.end()) throw Unsupported("namedtuple has no field '" + k + "'");
+      slots[static_cast<size_t>(it - v.field_names.begin())] = val;
+    }
+    PyOwned defaults(PyObject_GetAttrString(type, "_field_defaults"));
+    PyErr_Clear();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!slots[static_cast<size_t>(i)] && defaults.p && PyDict_Check(defaults.p))
+        if (PyObject* d = PyDict_GetItemString(defaults.p, v.field_names[static_cast<size_t>(i)].c_str()))
+          slots[static_cast<size_t>(i)] = Tracer::constant(d);
+      if (!slots[static_cast<size_t>(i)]) throw Unsupported("namedtuple field '" + v.field_names[static_cast<size_t>(i)] + "' missing");
+      v.items.push_back(*slots[static_cast<size_t>(i)]);
+    }
+    return v;
+  }
+};
+
+SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
+                      std::vector<std::pair<std::string, SymValue>> kwargs) {
+  using K = SymValue::Kind;
+  switch (callable.kind) {
+    case K::Method:
+      return call_tensor_method(callable.items[0], callable.name, std::move(args), std::move(kwargs));
+    case K::BoundMethod:
+      if (callable.name == "__fd_grad_exit__") {
+        FrameState& f = fr();
+        FD_CHECK(!f.grad_stack.empty(), "grad-mode exit without an enter");
+        const bool prev = f.grad_stack.back() != 0;
+        f.grad_stack.pop_back();
+        if (prev != ctx_.grad_enabled) grad_mode_changed_ = true;
+        ctx_.grad_enabled = prev;
+        return constant(Py_None);
+      }
+      if (!callable.obj) return Calls::container_method(*this, callable.items[0], callable.name, std::move(args), std::move(kwargs));
+      args.insert(args.begin(), callable.items[0]);
+      return Calls::inline_call(*this, Calls::target_of_function(*this, callable.obj), std::move(args), std::move(kwargs));
+    case K::Function:
+      return Calls::inline_call(*this, Calls::target_of_made(*this, callable), std::move(args), std::move(kwargs));
+    case K::Constant:
+      break;
+    default:
+      throw Unsupported("call of " + describe(callable));
+  }
+  PyObject* fn = callable.obj;
+  if (auto fam = family_of_object(fn)) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
+  // Tracing/compiling probes answer False (the program runs as eagerly written).
+  // NB: resolved through loaded modules only: resolving torch._dynamo would import it (seconds).
+  static const char* probe_names[] = {"torch.jit.is_scripting", "torch.jit.is_tracing",
+                                      "torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling",
+                                      "torch._dynamo.is_compiling", "torch._utils.is_compiling",
+                                      "torch._dynamo.external_utils.is_compiling"};
+  static PyObject* probes[std::size(probe_names)] = {};
+  if (args.empty() && (PyFunction_Check(fn) || PyCFunction_Check(fn)))
+    for (size_t i = 0; i < std::size(probe_names); ++i) {
+      if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i]);  // NB: kept for the process
+      if (probes[i] == fn) return constant(Py_False);
+    }
+  if (PyObject_IsInstance(fn, module_type()) == 1) return Calls::call_module(*this, callable, std::move(args), std::move(kwargs));
+  PyErr_Clear();
+  if (PyFunction_Check(fn)) return Calls::inline_call(*this, Calls::target_of_function(*this, fn), std::move(args), std::move(kwargs));
+  if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
+    args.insert(args.begin(), constant(PyMethod_GET_SELF(fn)));
+    return Calls::inline_call(*this, Calls::target_of_function(*this, PyMethod_GET_FUNCTION(fn)), std::move(args), std::move(kwargs));
+  }
+  static PyObject* partial_type = resolve_python_name("functools.partial");
+  if (partial_type && PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(partial_type))) {
+    PyOwned func(PyObject_GetAttrString(fn, "func")), pargs(PyObject_GetAttrString(fn, "args")),
+        pkw(PyObject_GetAttrString(fn, "keywords"));
+    if (!func.p || !pargs.p || !pkw.p) { PyErr_Clear(); throw Unsupported("functools.partial"); }
+    std::vector<SymValue> all;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.p); ++i) all.push_back(constant(PyTuple_GET_ITEM(pargs.p, i)));
+    for (SymValue& a : args) all.push_back(std::move(a));
+    std::vector<std::pair<std::string, SymValue>> kw;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(pkw.p, &pos, &k, &v)) {
+      bool overridden = false;
+      for (const auto& kv : kwargs) overridden = overridden || kv.first == PyUnicode_AsUTF8(k);
+      if (!overridden) kw.emplace_back(PyUnicode_AsUTF8(k), constant(v));
+    }
+    for (auto& kv : kwargs) kw.push_back(std::move(kv));
+    return call(constant(func.p), std::move(all), std::move(kw));
+  }
+  if (Calls::is_namedtuple_type(fn)) return Calls::make_namedtuple(fn, std::move(args), std::move(kwargs));
+  SymValue out;
+  if (Calls::builtin_call(*this, fn, args, kwargs, out)) return out;
+  // Pure functions on constants: builtins, math, operator, torch.finfo/iinfo.
+  bool all_const = true;
+  for (const SymValue& a : args) all_const = all_const && a.is_python_constant();
+  for (const auto& kv : kwargs) all_const = all_const && kv.second.is_python_constant();
+  static PyObject* finfo = resolve_python_name("torch.finfo");
+  static PyObject* iinfo = resolve_python_name("torch.iinfo");
+  if (all_const && (is_foldable_builtin(fn) || is_math_function(fn) || fn == finfo || fn == iinfo)) {
+    PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    for (size_t i = 0; i < args.size(); ++i) {
+      PyObject* o = materialize(args[i]);
+      if (!o) throw Unsupported("argument of " + py_repr(fn));
+      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), o);
+    }
+    PyOwned kw(kwargs.empty() ? nullptr : PyDict_New());
+    for (const auto& [k, v] : kwargs) {
+      PyOwned o(materialize(v));
+      PyDict_SetItemString(kw.p, k.c_str(), o.p);
+    }
+    PyObject* r = PyObject_Call(fn, tuple.p, kw.p);
+    if (!r) {
+      PyErr_Clear();
+      throw Unsupported("call of " + py_repr(fn) + " raised on constant arguments");
+    }
+    PyOwned owned(r);
+    if (PyIter_Check(r)) throw Unsupported("iterator from " + py_repr(fn));
+    return constant(r);
+  }
+  // torch functions that only read global state, and tracing/scripting probes.
+  static PyObject* is_grad_enabled = resolve_python_name("torch.is_grad_enabled");
+  if (fn == is_grad_enabled && args.empty()) return constant(ctx_.grad_enabled ? Py_True : Py_False);
+  static PyObject* tracing_state = resolve_python_name("torch._C._get_tracing_state");
+  if (tracing_state && fn == tracing_state && args.empty()) return constant(Py_None);
+  throw Unsupported("call to " + py_repr(fn) + " is not supported");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operators, subscripts, iteration
+
+SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
+  using K = SymValue::Kind;
+  const std::string sym = symbol;
+  if (a.is_python_constant() && b.is_python_constant()) {
+    PyOwned x(materialize(a)), y(materialize(b));
+    if (!x.p || !y.p || (!foldable_constant(x.p) && !THPSize_Check(x.p)) || (!foldable_constant(y.p) && !THPSize_Check(y.p))) {
+      // Identity-compared objects (modules, types): == and != are identity unless overridden.
+      if ((sym == "==" || sym == "!=") && x.p && y.p && PyType_Check(x.p) && PyType_Check(y.p))
+        return constant((x.p == y.p) == (sym == "==") ? Py_True : Py_False);
+      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
+    }
+    PyObject* r = nullptr;
+    static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
+    for (int i = 0; i < 6; ++i)
+      if (sym == cmp[i]) {
+        static const int ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
+        r = PyObject_RichCompare(x.p, y.p, ops[i]);
+      }
+    if (!r) r = fold_binary(sym, x.p, y.p);
+    if (!r) {
+      PyErr_Clear();
+      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised");
+    }
+    PyOwned owned(r);
+    return constant(r);
+  }
+  // Sequences built in the trace: concatenation and repetition.
+  const bool a_seq = a.kind == K::Tuple || a.kind == K::List, b_seq = b.kind == K::Tuple || b.kind == K::List;
+  if ((sym == "+" || sym == "+=") && (a_seq || (a.is_constant() && PyTuple_Check(a.obj))) && (b_seq || (b.is_constant() && PyTuple_Check(b.obj)))) {
+    std::vector<SymValue> items = a_seq ? a.seq() : unpack(a, static_cast<int>(PyTuple_GET_SIZE(a.obj)));
+    std::vector<SymValue> more = b_seq ? b.seq() : unpack(b, static_cast<int>(PyTuple_GET_SIZE(b.obj)));
+    items.insert(items.end(), more.begin(), more.end());
+    if (a.kind == K::List && sym == "+=") {
+      if (a.source) throw Unsupported("+= on a list the caller can see");
+      a.box->items = items;
+      return a;
+    }
+    return a.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+  }
+  if ((sym == "==" || sym == "!=") && !a.is_tensor() && !b.is_tensor() && (a.is_constant() || b.is_constant())) {
+    // A container or function made in the trace against a constant (None, say): never equal.
+    const SymValue& other = a.is_constant() ? b : a;
+    if (other.kind == K::Dict || other.kind == K::Function || other.kind == K::BoundMethod || other.kind == K::Method ||
+        other.kind == K::Iterator)
+      return constant((sym == "!=") ? Py_True : Py_False);
+  }
+  if (!a.is_tensor() && !b.is_tensor())
+    throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
+  const char* op_name = operator_name(sym);
+  auto fam = op_name ? family_of_name(op_name) : std::nullopt;
+  if (!fam) throw Unsupported(std::string("tensor operator ") + sym + " (" + (op_name ? op_name : "?") + ") is not in the op table");
+  return call_family(*fam, {a, b}, {}, op_name);
+}
+
+namespace {
+
+bool is_module_container(PyObject* o, const char* name) {
+  PyObject* t = resolve_python_name(std::string("torch.nn.") + name);
+  Py_XDECREF(t);  // the type lives as long as torch.nn
+  return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
+}
+
+}  // namespace
+
+SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
+  using K = SymValue::Kind;
+  if (container.is_tensor()) {
+    auto fam = family_of_name("operator.getitem");
+    if (!fam) throw Unsupported("tensor subscripts are not in the op table");
+    return record(*fam, {to_call_arg(container), index_arg(index)}, {}, "Tensor.__getitem__");
+  }
+  if (container.kind == K::Dict) {
+    if (!index.is_constant()) throw Unsupported("dict subscript with " + describe(index));
+    for (size_t i = 0; i < container.box->keys.size(); ++i) {
+      int eq = PyObject_RichCompareBool(container.box->keys[i].obj, index.obj, Py_EQ);
+      if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
+      if (eq) return container.box->items[i];
+    }
+    throw Unsupported("KeyError: " + py_repr(index.obj));
+  }
+  if ((container.kind == K::Tuple || container.kind == K::List || container.kind == K::NamedTuple) && index.is_constant()) {
+    const auto& seq = container.seq();
+    if (PyLong_Check(index.obj)) {
+      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
+      const Py_ssize_t n = static_cast<Py_ssize_t>(seq.size());
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) throw Unsupported("index out of range");
+      return seq[static_cast<size_t>(i)];
+    }
+    if (PySlice_Check(index.obj)) {
+      Py_ssize_t start, stop, step;
+      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
+      Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(seq.size()), &start, &stop, step);
+      std::vector<SymValue> items;
+      for (Py_ssize_t k = 0; k < len; ++k) items.push_back(seq[static_cast<size_t>(start + k * step)]);
+      return container.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+    }
+  }
+  if (container.is_constant() && index.is_constant()) {
+    PyObject* c = container.obj;
+    // nn.ModuleList / Sequential by int: the module in _modules (a dict read, guarded).
+    if ((is_module_container(c, "ModuleList") || is_module_container(c, "Sequential")) && PyLong_Check(index.obj)) {
+      Py_ssize_t n = PyObject_Length(c);
+      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) throw Unsupported("module index out of range");
+      return load_attr(container, std::to_string(i));
+    }
+    if (is_module_container(c, "ModuleDict") && PyUnicode_Check(index.obj)) return load_attr(container, PyUnicode_AsUTF8(index.obj));
+    if ((PyDict_CheckExact(c) || PyList_CheckExact(c) || PyTuple_CheckExact(c)) && container.source) {
+      PyObject* r = PyObject_GetItem(c, index.obj);
+      if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
+      PyOwned owned(r);
+      if (PyDict_CheckExact(c) && PyUnicode_Check(index.obj))
+        return wrap(r, child_source(container.source, Source::Kind::DictItem, PyUnicode_AsUTF8(index.obj)));
+      if (!PyDict_CheckExact(c) && PyLong_Check(index.obj) && PyLong_AsLong(index.obj) >= 0)
+        return wrap(r, child_source(container.source, Source::Kind::Item, "", static_cast<int>(PyLong_AsLong(index.obj))));
+      throw Unsupported("subscript of " + describe(container));
+    }
+  }
+  if (container.is_python_constant() && index.is_python_constant()) {
+    PyOwned c(materialize(container)), i(materialize(index));
+    if (!foldable_constant(c.p) && !THPSize_Check(c.p)) {
+      // A user object with a Python __getitem__: inline it.
+      PyOwned key(PyUnicode_InternFromString("__getitem__"));
+      PyObject* gi = _PyType_Lookup(Py_TYPE(c.p), key.p);
+      if (gi && PyFunction_Check(gi)) return call(constant(gi), {container, index}, {});
+      throw Unsupported("subscript of " + describe(container));
+    }
+    PyObject* r = PyObject_GetItem(c.p, i.p);
+    if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
+    PyOwned owned(r);
+    return constant(r);
+  }
+  throw Unsupported("subscript of " + describe(container) + " with " + describe(index));
+}
+
+SymValue Tracer::make_iterator(const SymValue& v) {
+  using K = SymValue::Kind;
+  constexpr Py_ssize_t kMaxUnroll = 4096;
+  std::vector<SymValue> items;
+  switch (v.kind) {
+    case K::Iterator: return v;
+    case K::Tuple:
+    case K::List:
+    case K::NamedTuple:
+      items = v.seq();
+      break;
+    case K::Dict:
+      items = v.box->keys;
+      break;
+    case K::Tensor: {
+      auto fam = family_of_tensor_attr("unbind");
+      if (!fam) throw Unsupported("iterating a tensor needs Tensor.unbind");
+      const auto& m = meta(v);
+      if (m.dim() == 0) throw Unsupported("iteration over a 0-d tensor");
+      if (m.sizes[0] > kMaxUnroll) throw Unsupported("iterating a tensor of " + std::to_string(m.sizes[0]) + " rows");
+      items = call_family(*fam, {v}, {}, "Tensor.__iter__").items;
+      break;
+    }
+    case K::Constant: {
+      PyObject* o = v.obj;
+      if (is_module_container(o, "ModuleList") || is_module_container(o, "Sequential")) {
+        const Py_ssize_t n = PyObject_Length(o);
+        for (Py_ssize_t i = 0; i < n; ++i) items.push_back(load_attr(v, std::to_string(i)));
+        break;
+      }
+      if (is_module_container(o, "ModuleDict")) {
+        PyOwned keys(PySequence_List(o));
+        if (!keys.p) { PyErr_Clear(); throw Unsupported("iterating a ModuleDict"); }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.p); ++i) items.push_back(constant(PyList_GET_ITEM(keys.p, i)));
+        break;
+      }
+      const bool sequence = PyTuple_Check(o) || PyList_CheckExact(o) || PyRange_Check(o) || PyDict_CheckExact(o) ||
+                            PyUnicode_CheckExact(o) || THPSize_Check(o);
+      if (!sequence) throw Unsupported("iteration over " + describe(v));
+      if (PyObject_Length(o) > kMaxUnroll) throw Unsupported("a loop of more than " + std::to_string(kMaxUnroll) + " iterations");
+      PyOwned list(PySequence_List(o));
+      if (!list.p) { PyErr_Clear(); throw Unsupported("iteration over " + describe(v) + " raised"); }
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.p); ++i) {
+        PyObject* item = PyList_GET_ITEM(list.p, i);
+        SourcePtr src = (v.source && (PyTuple_CheckExact(o) || PyList_CheckExact(o)))
+                            ? child_source(v.source, Source::Kind::Item, "", static_cast<int>(i)) : nullptr;
+        items.push_back(src ? wrap(item, src) : constant(item));
+      }
+      PyErr_Clear();
+      break;
+    }
+    default:
+      throw Unsupported("iteration over " + describe(v));
+  }
+  return Calls::iterator_of(std::move(items));
+}
+
+std::vector<SymValue> Tracer::unpack(const SymValue& seq, int n) {
+  SymValue it = make_iterator(seq);
+  std::vector<SymValue> items = Calls::remaining(it);
+  if (static_cast<int>(items.size()) != n)
+    throw Unsupported("unpacking " + std::to_string(items.size()) + " values into " + std::to_string(n));
+  return items;
+}
+
+bool Tracer::truth(const SymValue& v, const char* what) {
+  using K = SymValue::Kind;
+  switch (v.kind) {
+    case K::Constant: {
+      int r = PyObject_IsTrue(v.obj);
+      if (r < 0) { PyErr_Clear(); throw Unsupported(std::string(what) + " on " + describe(v) + " raised"); }
+      return r == 1;
+    }
+    case K::Tensor: throw Unsupported(std::string(what) + " depends on a tensor's value");
+    case K::Tuple:
+    case K::List:
+    case K::NamedTuple: return !v.seq().empty();
+    case K::Dict: return !v.box->keys.empty();
+    case K::Null: throw InternalError("truth value of NULL");
+    default: return true;
+  }
+}
+
+}  // namespace fastdyn::symbolic

@@ -1,0 +1,428 @@
+// symbolic/continuation.cpp — see continuation.h.
+#include "symbolic/continuation.h"
+
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "runtime/errors.h"
+#include "symbolic/assembler.h"
+#include "symbolic/bytecode.h"
+#include "symbolic/opcodes.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+namespace {
+
+struct CannotRebuild : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out) {
+  using K = SymValue::Kind;
+  if (v.is_tensor()) {
+    if (!v.source && std::find(out.begin(), out.end(), v.tensor) == out.end()) out.push_back(v.tensor);
+    return;
+  }
+  if ((v.kind == K::List || v.kind == K::Dict) && v.source) return;  // loaded from its source
+  if (v.kind == K::Constant && v.name != "__super__") return;
+  for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect_tensors(i, out);
+  if (v.kind == K::Dict)
+    for (const SymValue& i : v.box->items) collect_tensors(i, out);
+}
+
+// How a breaking instruction uses the stack and where execution goes on.
+struct Successor {
+  int inst;          // original instruction index to resume at
+  int kept;          // operands still on the stack on this path (JUMP_IF_*_OR_POP keeps one)
+  int pushed;        // new non-NULL results
+  bool via_jump;
+};
+struct BreakShape {
+  int consumed = 0;
+  std::vector<Successor> successors;
+};
+
+// Plain instructions a break may stop at: (operands popped, results pushed).
+bool plain_effect(const char* name, int arg, int* pops, int* pushes) {
+  static const std::tuple<const char*, int, int> table[] = {
+      {"STORE_ATTR", 2, 0}, {"DELETE_ATTR", 1, 0}, {"STORE_SUBSCR", 3, 0}, {"DELETE_SUBSCR", 2, 0},
+      {"STORE_GLOBAL", 1, 0}, {"BINARY_OP", 2, 1}, {"BINARY_SUBSCR", 2, 1}, {"COMPARE_OP", 2, 1},
+      {"CONTAINS_OP", 2, 1}, {"UNARY_NOT", 1, 1}, {"UNARY_NEGATIVE", 1, 1}, {"UNARY_INVERT", 1, 1},
+      {"GET_ITER", 1, 1}, {"IMPORT_NAME", 2, 1}, {"BUILD_STRING", -1, 1}, {"FORMAT_VALUE", -2, 1},
+  };
+  for (const auto& [n, p, q] : table) {
+    if (std::strcmp(n, name) != 0) continue;
+    *pops = p == -1 ? arg : (p == -2 ? ((arg & 0x04) ? 2 : 1) : p);
+    *pushes = q;
+    return true;
+  }
+  if (std::strcmp(name, "LOAD_ATTR") == 0 && (python_minor() < 12 || !(arg & 1))) {
+    *pops = 1;
+    *pushes = 1;
+    return true;
+  }
+  return false;
+}
+
+BreakShape shape_of(const std::vector<Instruction>& insts, int first, int last, int* jump_target) {
+  const Instruction& in = insts[static_cast<size_t>(last)];
+  const char* name = opcode_info(in.opcode).name;
+  const int next = last + 1;
+  BreakShape s;
+  if (std::strcmp(name, "CALL") == 0) {
+    s.consumed = in.arg + 2;
+    s.successors.push_back({next, 0, 1, false});
+    return s;
+  }
+  if (std::strcmp(name, "CALL_FUNCTION_EX") == 0) {
+    s.consumed = 3 + (in.arg & 1);
+    s.successors.push_back({next, 0, 1, false});
+    return s;
+  }
+  if (first != last) throw CannotRebuild("an instruction sequence that is not a call");
+  const uint32_t flags = opcode_info(in.opcode).flags;
+  if (flags & kJumpRelative) {
+    if (flags & kJumpBackward) throw CannotRebuild("a backward jump");
+    const int target_units = in.next + in.arg;
+    int target = -1;
+    for (size_t i = 0; i < insts.size(); ++i)
+      if (insts[i].start == target_units || insts[i].index == target_units) target = static_cast<int>(i);
+    if (target < 0) throw CannotRebuild("a jump into an instruction");
+    *jump_target = target;
+    if (std::strncmp(name, "POP_JUMP", 8) == 0) {
+      s.consumed = 1;
+      s.successors.push_back({next, 0, 0, false});
+      s.successors.push_back({target, 0, 0, true});
+      return s;
+    }
+    if (std::strstr(name, "_OR_POP")) {
+      s.consumed = 1;
+      s.successors.push_back({next, 0, 0, false});
+      s.successors.push_back({target, 1, 0, true});
+      return s;
+    }
+    throw CannotRebuild(std::string("a break at ") + name);
+  }
+  if (flags & (kHasLocal | kHasFree)) throw CannotRebuild(std::string("a break at ") + name);
+  int pops = 0, pushes = 0;
+  if (!plain_effect(name, in.arg, &pops, &pushes)) throw CannotRebuild(std::string("a break at ") + name);
+  s.consumed = pops;
+  s.successors.push_back({next, 0, pushes, false});
+  return s;
+}
+
+// ---- continuation code objects
+
+void write_exception_varint(std::string& out, int v, bool first) {
+  // Most significant 6-bit group first; bit 6 continues; bit 7 marks an entry's first byte.
+  int shift = 0;
+  while ((v >> shift) >= 64) shift += 6;
+  bool mark = first;
+  for (; shift >= 0; shift -= 6) {
+    char b = static_cast<char>((v >> shift) & 0x3f);
+    if (shift > 0) b |= 0x40;
+    if (mark) b |= static_cast<char>(0x80);
+    mark = false;
+    out.push_back(b);
+  }
+}
+
+PyObject* shifted_exception_table(PyCodeObject* orig, int shift) {
+  std::string out;
+  for (const ExceptionEntry& e : exception_table(orig)) {
+    write_exception_varint(out, e.start + shift, true);
+    write_exception_varint(out, e.end - e.start, false);
+    write_exception_varint(out, e.target + shift, false);
+    write_exception_varint(out, (e.depth << 1) | (e.lasti ? 1 : 0), false);
+  }
+  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+}
+
+// The original bytes with every local/cell/free index >= nlocals moved up by `shift` (the
+// stack parameters sit between the locals and the free variables).
+std::string remapped_body(PyCodeObject* orig, int nlocals, int shift) {
+  PyOwned bytes(PyCode_GetCode(orig));
+  std::string code(PyBytes_AS_STRING(bytes.p), static_cast<size_t>(PyBytes_GET_SIZE(bytes.p)));
+  if (shift == 0) return code;
+  for (const Instruction& in : decode(orig)) {
+    if (!(opcode_info(in.opcode).flags & (kHasLocal | kHasFree)) || in.arg < nlocals) continue;
+    const int arg = in.arg + shift;
+    const int prefixes = in.index - in.start;
+    if (arg >= (1 << (8 * (prefixes + 1)))) throw CannotRebuild("a local index that would need EXTENDED_ARG");
+    for (int p = 0; p <= prefixes; ++p)
+      code[static_cast<size_t>(2 * (in.start + p) + 1)] = static_cast<char>((arg >> (8 * (prefixes - p))) & 0xff);
+  }
+  return code;
+}
+
+struct ResumeKey {
+  PyCodeObject* code;
+  int inst;
+  std::vector<bool> layout;
+  std::vector<bool> bound;
+  bool operator<(const ResumeKey& o) const {
+    return std::tie(code, inst, layout, bound) < std::tie(o.code, o.inst, o.layout, o.bound);
+  }
+};
+
+// New reference to the continuation of `orig` at instruction `inst` with a stack of `layout`
+// (true = NULL) and the locals `bound`. Cached for the process (the cache keeps `orig` alive, so
+// its address is never reused), so that recompiles find the continuation's own cache entries.
+PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& insts, int inst,
+                          const std::vector<bool>& layout, const std::vector<bool>& bound) {
+  static std::map<ResumeKey, PyCodeObject*> cache;
+  ResumeKey key{orig, inst, layout, bound};
+  auto it = cache.find(key);
+  if (it != cache.end()) return reinterpret_cast<PyCodeObject*>(Py_NewRef(reinterpret_cast<PyObject*>(it->second)));
+
+  const int nlocals = orig->co_nlocals;
+  int nstack = 0;
+  for (bool is_null : layout) nstack += is_null ? 0 : 1;
+  Assembler pro;
+  const int line = orig->co_firstlineno;
+  pro.emit(op::RESUME, 0, line);
+  if (orig->co_nfreevars > 0) pro.emit(op::COPY_FREE_VARS, orig->co_nfreevars, line);
+  for (int i = 0; i < nlocals; ++i)
+    if (!bound[static_cast<size_t>(i)]) pro.emit(op::DELETE_FAST, i, line);
+  int k = 0;
+  for (bool is_null : layout) {
+    if (is_null) pro.emit(op::PUSH_NULL, 0, line);
+    else pro.emit(op::LOAD_FAST, nlocals + k++, line);
+  }
+  pro.emit(op::JUMP_FORWARD, insts[static_cast<size_t>(inst)].start, line);  // relative to the body start
+  PyOwned pro_bytes(pro.code_bytes());
+  const int pro_units = static_cast<int>(PyBytes_GET_SIZE(pro_bytes.p) / 2);
+
+  std::string code(PyBytes_AS_STRING(pro_bytes.p), static_cast<size_t>(PyBytes_GET_SIZE(pro_bytes.p)));
+  code += remapped_body(orig, nlocals, nstack);
+  std::string lines;
+  for (int left = pro_units; left > 0; left -= 8)  // "no location": the line stays co_firstlineno
+    lines.push_back(static_cast<char>(0x80 | (15 << 3) | (std::min(left, 8) - 1)));
+  lines.append(PyBytes_AS_STRING(orig->co_linetable), static_cast<size_t>(PyBytes_GET_SIZE(orig->co_linetable)));
+
+  PyOwned varnames(PyTuple_New(nlocals + nstack));
+  for (int i = 0; i < nlocals; ++i)
+    PyTuple_SET_ITEM(varnames.p, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, i)));
+  for (int i = 0; i < nstack; ++i)
+    PyTuple_SET_ITEM(varnames.p, nlocals + i, PyUnicode_FromFormat("___stack%d", i));
+  PyOwned code_b(PyBytes_FromStringAndSize(code.data(), static_cast<Py_ssize_t>(code.size())));
+  PyOwned lines_b(PyBytes_FromStringAndSize(lines.data(), static_cast<Py_ssize_t>(lines.size())));
+  PyOwned exc(shifted_exception_table(orig, pro_units));
+  PyOwned freevars(PyObject_GetAttrString(reinterpret_cast<PyObject*>(orig), "co_freevars"));
+  PyOwned cellvars(PyTuple_New(0));
+  const int flags = orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  PyCodeObject* out = PyCode_NewWithPosOnlyArgs(
+      nlocals + nstack, 0, 0, nlocals + nstack, orig->co_stacksize + nstack + 1, flags, code_b.p,
+      orig->co_consts, orig->co_names, varnames.p, freevars.p, cellvars.p, orig->co_filename, orig->co_name,
+      orig->co_qualname, orig->co_firstlineno, lines_b.p, exc.p);
+  if (!out) {
+    PyErr_Clear();
+    throw CannotRebuild("creating the continuation's code object failed");
+  }
+  Py_INCREF(reinterpret_cast<PyObject*>(orig));  // NB: see above: the cache keeps orig alive
+  cache.emplace(key, reinterpret_cast<PyCodeObject*>(Py_NewRef(reinterpret_cast<PyObject*>(out))));
+  return out;
+}
+
+// ---- the transformed code
+
+struct Rebuilder {
+  CodeBuilder& b;
+  const std::vector<codegen::ValueId>& outputs;
+  int out_slot;
+
+  void push(const SymValue& v) {
+    using K = SymValue::Kind;
+    switch (v.kind) {
+      case K::Null: b.emit(op::PUSH_NULL, 0); return;
+      case K::Tensor: {
+        if (v.source) return b.load_source(*v.source);
+        auto it = std::find(outputs.begin(), outputs.end(), v.tensor);
+        FD_CHECK(it != outputs.end(), "a tensor of the break state is not a graph output");
+        b.emit(op::LOAD_FAST, out_slot);
+        PyOwned i(PyLong_FromLong(static_cast<long>(it - outputs.begin())));
+        b.load_const(i.p);
+        b.emit(op::BINARY_SUBSCR, 0);
+        return;
+      }
+      case K::Constant:
+        if (v.name == "__super__") throw CannotRebuild("a super() object");
+        if (v.source) return b.load_source(*v.source);
+        return b.load_const(v.obj);
+      case K::Slice: {
+        std::vector<PyObject*> parts;
+        for (const SymValue& p : v.items) {
+          if (!p.is_constant()) throw CannotRebuild("a slice with a tensor bound");
+          b.load_const(p.obj);
+        }
+        b.emit(op::BUILD_SLICE, 3);
+        return;
+      }
+      case K::Tuple:
+        for (const SymValue& i : v.items) push(i);
+        b.emit(op::BUILD_TUPLE, static_cast<int>(v.items.size()));
+        return;
+      case K::List:
+        if (v.source) return b.load_source(*v.source);
+        for (const SymValue& i : v.box->items) push(i);
+        b.emit(op::BUILD_LIST, static_cast<int>(v.box->items.size()));
+        return;
+      case K::Dict:
+        if (v.source) return b.load_source(*v.source);
+        for (size_t i = 0; i < v.box->keys.size(); ++i) {
+          b.load_const(v.box->keys[i].obj);
+          push(v.box->items[i]);
+        }
+        b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
+        return;
+      case K::NamedTuple:
+        if (!v.obj) throw CannotRebuild("a named tuple of unknown type");
+        b.emit(op::PUSH_NULL, 0);
+        b.load_const(v.obj);
+        for (const SymValue& i : v.items) push(i);
+        b.call(static_cast<int>(v.items.size()));
+        return;
+      case K::Method:
+        push(v.items[0]);
+        b.load_attr(v.name);
+        return;
+      case K::BoundMethod:
+        if (v.name == "__fd_grad_exit__") throw CannotRebuild("an open grad-mode block");
+        push(v.items[0]);
+        b.load_attr(v.name);
+        return;
+      default:
+        throw CannotRebuild("a " + describe(v) + " cannot be rebuilt");
+    }
+  }
+};
+
+// Copies one original instruction, moving its constant or name into the new tables and keeping
+// its source position, so that an exception it raises shows eager's traceback line and carets.
+void copy_instruction(CodeBuilder& b, PyCodeObject* orig, const Instruction& in) {
+  const uint32_t flags = opcode_info(in.opcode).flags;
+  int arg = in.arg;
+  if (flags & kHasConst) {
+    arg = b.const_index(PyTuple_GET_ITEM(orig->co_consts, in.arg));
+  } else if (flags & kHasName) {
+    int namei = in.arg, low = 0;
+    if (in.opcode == op::LOAD_GLOBAL || (python_minor() >= 12 && in.opcode == op::LOAD_ATTR)) {
+      namei = in.arg >> 1;
+      low = in.arg & 1;
+      arg = (b.name_index(PyUnicode_AsUTF8(PyTuple_GET_ITEM(orig->co_names, namei))) << 1) | low;
+    } else {
+      arg = b.name_index(PyUnicode_AsUTF8(PyTuple_GET_ITEM(orig->co_names, namei)));
+    }
+  }
+  b.as().emit(in.opcode, arg, position_of(orig, in.index));
+}
+
+}  // namespace
+
+std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
+  std::vector<codegen::ValueId> out;
+  for (const auto& l : trace.locals)
+    if (l) collect_tensors(*l, out);
+  for (const SymValue& v : trace.stack) collect_tensors(v, out);
+  return out;
+}
+
+PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
+                             const std::vector<codegen::ValueId>& outputs, PyObject* globals,
+                             std::string* why) {
+  try {
+    const std::vector<Instruction> insts = decode(orig);
+    int jump_target = -1;
+    const BreakShape shape = shape_of(insts, trace.break_inst, trace.break_end, &jump_target);
+    const int depth = static_cast<int>(trace.stack.size());
+    if (shape.consumed > depth) throw CannotRebuild("stack underflow at the break");
+    const int nargs = argument_slots(orig);
+    const int nlocals = orig->co_nlocals;
+    const int nfree = orig->co_nfreevars;
+    const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
+    const int out_slot = nargs;  // a spare local after the parameters
+    CodeBuilder b(line, nargs + 1);
+    b.as().emit(op::RESUME, 0, orig->co_firstlineno);
+    if (nfree > 0) b.as().emit(op::COPY_FREE_VARS, nfree, orig->co_firstlineno);
+    if (graph) {
+      b.emit(op::PUSH_NULL, 0);
+      b.load_const(graph);
+      for (const SourcePtr& s : trace.input_sources) b.load_source(*s);
+      b.call(static_cast<int>(trace.input_sources.size()));
+      b.emit(op::STORE_FAST, out_slot);
+    }
+    // NULL and a placeholder where each continuation's function goes, then its arguments.
+    b.emit(op::PUSH_NULL, 0);
+    b.load_const(Py_None);
+    Rebuilder rb{b, outputs, out_slot};
+    std::vector<bool> bound(static_cast<size_t>(nlocals), false);
+    for (int i = 0; i < nlocals; ++i) {
+      const auto& l = trace.locals[static_cast<size_t>(i)];
+      bound[static_cast<size_t>(i)] = l.has_value();
+      if (l) rb.push(*l);
+      else b.load_const(Py_None);
+    }
+    const int passthrough = depth - shape.consumed;
+    std::vector<bool> below;  // NULL-ness of the stack items the instruction does not touch
+    int passed = 0;
+    for (int j = 0; j < depth; ++j) {
+      const SymValue& v = trace.stack[static_cast<size_t>(j)];
+      if (j < passthrough) {
+        below.push_back(v.is_null());
+        if (v.is_null()) continue;  // recreated by the continuation's prologue
+        ++passed;
+      }
+      rb.push(v);
+    }
+    int label = -1;
+    for (int i = trace.break_inst; i <= trace.break_end; ++i) {
+      const Instruction& in = insts[static_cast<size_t>(i)];
+      if (i == trace.break_end && shape.successors.size() == 2) {
+        label = b.as().new_label();
+        b.as().emit_jump(in.opcode, label, line);  // NB: bool(tensor) raises rarely; no columns
+      } else {
+        copy_instruction(b, orig, in);
+      }
+    }
+    for (const Successor& s : shape.successors) {
+      if (s.via_jump) b.as().bind(label);
+      std::vector<bool> layout = below;
+      for (int k = 0; k < s.kept + s.pushed; ++k) layout.push_back(false);
+      PyOwned code(reinterpret_cast<PyObject*>(resume_code(orig, insts, s.inst, layout, bound)));
+      if (nfree == 0) {
+        PyOwned fn(PyFunction_New(code.p, globals));
+        if (!fn.p) { PyErr_Clear(); throw CannotRebuild("creating the continuation failed"); }
+        b.load_const(fn.p);
+      } else {
+        for (int f = 0; f < nfree; ++f) {
+#if FD_PY_MINOR >= 12
+          b.emit(op::LOAD_FAST, nargs + 1 + f);  // 3.12's LOAD_CLOSURE is LOAD_FAST of the cell slot
+#else
+          b.emit(op::LOAD_CLOSURE, nargs + 1 + f);
+#endif
+        }
+        b.emit(op::BUILD_TUPLE, nfree);
+        b.load_const(code.p);
+        b.emit(op::MAKE_FUNCTION, 0x08);
+      }
+      const int nargs_resume = nlocals + passed + s.kept + s.pushed;
+      b.emit(op::SWAP, nargs_resume + 2);
+      b.emit(op::POP_TOP, 0);
+      b.call(nargs_resume);
+      b.emit(op::RETURN_VALUE, 0);
+    }
+    PyOwned varnames(PyTuple_New(nargs + 1));
+    for (int i = 0; i < nargs; ++i) PyTuple_SET_ITEM(varnames.p, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, i)));
+    PyTuple_SET_ITEM(varnames.p, nargs, PyUnicode_FromString("___graph_out"));
+    return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
+  } catch (const CannotRebuild& e) {
+    *why = e.what();
+    return nullptr;
+  } catch (const Unsupported& e) {
+    *why = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace fastdyn::symbolic

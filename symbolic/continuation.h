@@ -1,0 +1,39 @@
+// symbolic/continuation.h — graph breaks in bytecode.
+//
+// When a trace stops at a root instruction it cannot capture (TraceResult::stopped), the frame
+// is replaced by code that
+//   1. calls the graph recorded so far, keeping its output tuple in a spare local;
+//   2. rebuilds the live locals and the value stack the original had before the instruction,
+//      from graph outputs, trace-time constants and the places inputs were read from;
+//   3. runs the instruction itself, exactly as the original code would (a CALL, a conditional
+//      jump on a tensor, a store...);
+//   4. calls a continuation for each way the instruction can go on and returns its result.
+// A continuation ("resume function") is the original code object with a prologue: its
+// parameters are the original's locals followed by the non-NULL stack items; the prologue
+// deletes the locals that were unbound, pushes the stack (NULLs included) and jumps to the
+// instruction after the break. The body keeps the original's bytes, constants, names, line
+// table and exception table (shifted), so tracebacks name the user's function and line. It is
+// an ordinary function: the hook catches and compiles it in turn.
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+#include "codegen/graph.h"
+#include "symbolic/interpreter.h"
+
+namespace fastdyn::symbolic {
+
+// The tensors the rebuilt state needs from the graph (values not read from an input's source),
+// in the order the transformed code indexes the graph's output tuple.
+std::vector<codegen::ValueId> break_outputs(const TraceResult& trace);
+
+// The transformed code of a frame that broke. `graph` (borrowed) returns a tuple of `outputs`,
+// or is nullptr when nothing was recorded before the break. `globals` (borrowed) are the frame's.
+// Returns nullptr and sets *why when the state at the break cannot be rebuilt in bytecode.
+PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
+                             const std::vector<codegen::ValueId>& outputs, PyObject* globals,
+                             std::string* why);
+
+}  // namespace fastdyn::symbolic
