@@ -1,9 +1,15 @@
 // eval_hook/compiler.cpp — see compiler.h.
 #include "eval_hook/compiler.h"
 
+#include <torch/csrc/autograd/python_variable.h>
+
 #include <chrono>
 
 #include "codegen/aten_backend.h"
+#ifdef FASTDYN_HAVE_LLVM
+#include "codegen/llvm/backend.h"
+#include "codegen/loop/passes.h"
+#endif
 #include "eval_hook/config.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/errors.h"
@@ -37,12 +43,18 @@ bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplat
       t.constant = Py_NewRef(v.obj);
       return true;
     case SymValue::Kind::Tuple:
-    case SymValue::Kind::List:
+    case SymValue::Kind::List: {
+      if (v.kind == SymValue::Kind::List && v.source) {
+        why = "returning a list the caller passed";  // identity matters: bytecode reloads it
+        return false;
+      }
       t.kind = v.kind == SymValue::Kind::Tuple ? runtime::OutputTemplate::Kind::Tuple : runtime::OutputTemplate::Kind::List;
-      t.items.resize(v.items.size());
-      for (size_t i = 0; i < v.items.size(); ++i)
-        if (!build_template(v.items[i], g, t.items[i], why)) return false;
+      const auto& items = v.seq();
+      t.items.resize(items.size());
+      for (size_t i = 0; i < items.size(); ++i)
+        if (!build_template(items[i], g, t.items[i], why)) return false;
       return true;
+    }
     case SymValue::Kind::NamedTuple:
       if (!v.obj) {
         why = "returning a named tuple whose type is unknown";
@@ -78,6 +90,7 @@ struct Prepared {
   runtime::OutputTemplate out;
   std::string why;
   bool ok = false;
+  bool bytecode_return = false;  // effects or a rebuilt result: continuation.h's assemble_return
 };
 
 Prepared prepare(const symbolic::FrameInputs& frame) {
@@ -88,9 +101,38 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
     return p;
   }
   if (p.trace.stopped) return p;
-  if (!build_template(p.trace.return_value, p.trace.graph, p.out, p.why)) return p;
+  // Side effects to replay, or a result no template can build (a dataclass made in the frame):
+  // the transformed code does it in bytecode.
+  if (!p.trace.effects.empty() || !build_template(p.trace.return_value, p.trace.graph, p.out, p.why)) {
+    p.out = runtime::OutputTemplate();
+    p.trace.graph.outputs.clear();
+    p.bytecode_return = true;
+  }
   p.ok = true;
   return p;
+}
+
+// The backend config().backend names; a graph llvm_cpu cannot take runs on aten (logged under
+// FASTDYN_LOG=code with the reason).
+runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname) {
+#ifdef FASTDYN_HAVE_LLVM
+  const std::string& backend = config().backend;
+  if (backend == "native" || backend == "llvm_cpu") {
+    try {
+      runtime::ExecutablePtr exe = codegen::compile_llvm_cpu(g);
+      if (config().log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
+      return exe;
+    } catch (const codegen::loop::Unsupported& e) {
+      if (config().log_code) log_event("code", std::string(qualname) + ": runs on aten: " + e.what());
+    } catch (const std::exception& e) {
+      // A compiler bug or an LLVM refusal must not cost the user the graph: aten runs it.
+      log_event("code", std::string(qualname) + ": llvm_cpu failed, running on aten: " + e.what());
+    }
+  }
+#else
+  (void)qualname;
+#endif
+  return codegen::compile_aten(g);
 }
 
 void log_entry(const char* qualname, const CacheEntry& entry) {
@@ -107,15 +149,40 @@ void log_entry(const char* qualname, const CacheEntry& entry) {
   }
 }
 
-// A trace that stopped at a graph break: the graph so far, then the breaking instruction and a
-// continuation, in the transformed code (symbolic/continuation.h).
+// Dataclasses the transformed code constructs for the user (a model output) run their generated
+// __init__ and bookkeeping methods then: Python with no tensor op, so the hook leaves them alone.
+void skip_code_tree(PyCodeObject* code) {  // the code and the comprehensions/lambdas inside it
+  mark_skip(code);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(code->co_consts); ++i)
+    if (PyCode_Check(PyTuple_GET_ITEM(code->co_consts, i)))
+      skip_code_tree(reinterpret_cast<PyCodeObject*>(PyTuple_GET_ITEM(code->co_consts, i)));
+}
+
+void skip_record_constructors(const SymValue& v) {
+  if (v.kind == SymValue::Kind::Record) {
+    for (const char* m : {"__init__", "__post_init__", "__setattr__", "__setitem__"}) {
+      PyObject* f = PyObject_GetAttrString(v.obj, m);
+      if (f && PyFunction_Check(f)) skip_code_tree(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(f)));
+      Py_XDECREF(f);
+      PyErr_Clear();
+    }
+  }
+  for (const SymValue& i : v.kind == SymValue::Kind::List ? v.box->items : v.items) skip_record_constructors(i);
+}
+
+// A trace that stopped at a graph break (the graph so far, then the breaking instruction and a
+// continuation), or that returns through bytecode (side effects, a rebuilt result): the graph
+// returns a tuple of the tensors the bytecode needs (symbolic/continuation.h).
 void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, Prepared& p, CompileOutcome& outcome) {
   symbolic::TraceResult& trace = p.trace;
   outcome.reason = trace.reason;
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
   if (!qualname) qualname = "?";
-  if (trace.graph.nodes.empty() && trace.input_sources.empty()) {
-    // Nothing about tensors before the break: not worth a continuation (pure Python stays as is).
+  bool tensor_args = false;
+  for (int i = 0; i < symbolic::argument_slots(frame.code); ++i)
+    tensor_args = tensor_args || (frame.localsplus[i] && THPVariable_Check(frame.localsplus[i]));
+  if (trace.stopped && trace.graph.nodes.empty() && trace.input_sources.empty() && !tensor_args) {
+    // No tensor anywhere before the break: not worth a continuation (pure Python stays as is).
     outcome.kind = CompileOutcome::Kind::Unsupported;
     return;
   }
@@ -130,15 +197,21 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
       tpl.items[i].kind = runtime::OutputTemplate::Kind::Output;
       tpl.items[i].output = static_cast<int>(i);
     }
-    entry->graph = runtime::make_compiled_graph(codegen::compile_aten(trace.graph), std::move(tpl), qualname);
+    entry->graph = runtime::make_compiled_graph(compile_graph(trace.graph, qualname), std::move(tpl), qualname);
     if (!entry->graph) throw InternalError("creating the compiled graph object failed");
     entry->graph_text = codegen::print_graph(trace.graph);
   }
+  skip_record_constructors(trace.return_value);
+  for (const SymValue& v : trace.stack) skip_record_constructors(v);
+  for (const auto& l : trace.locals)
+    if (l) skip_record_constructors(*l);
   std::string why;
-  PyCodeObject* code = symbolic::assemble_break(frame.code, trace, entry->graph, outputs, frame.globals, &why);
+  PyCodeObject* code = trace.stopped
+      ? symbolic::assemble_break(frame.code, trace, entry->graph, outputs, frame.globals, &why)
+      : symbolic::assemble_return(frame.code, trace, entry->graph, outputs, &why);
   if (!code) {
     outcome.kind = CompileOutcome::Kind::Unsupported;
-    outcome.reason += " (no graph break: " + why + ")";
+    outcome.reason = trace.stopped ? outcome.reason + " (no graph break: " + why + ")" : why;
     return;
   }
   mark_skip(code);
@@ -154,13 +227,13 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
   entry->direct = false;
   entry->guards = symbolic::build_guards(trace);
   log_entry(qualname, *entry);
-  entry->broke = true;
+  entry->broke = trace.stopped;
   entry->break_reason = trace.reason;
   entry->break_file = trace.filename;
   entry->break_line = trace.lineno;
   outcome.graph_ops = static_cast<int>(trace.graph.nodes.size());
   outcome.kind = CompileOutcome::Kind::Compiled;
-  outcome.broke = true;
+  outcome.broke = trace.stopped;
   outcome.entry = std::move(entry);
 }
 
@@ -172,7 +245,11 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   Prepared p = prepare(frame);
   outcome.filename = p.trace.filename;
   outcome.lineno = p.trace.lineno;
-  if (p.trace.stopped) {
+  if (p.trace.stopped || p.bytecode_return) {
+    if (p.bytecode_return && p.trace.graph.nodes.empty() && p.trace.effects.empty()) {
+      outcome.kind = CompileOutcome::Kind::NoTensors;
+      return outcome;
+    }
     compile_break(frame, func, p, outcome);
     stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return outcome;
@@ -187,7 +264,8 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
     return outcome;
   }
   auto entry = std::make_unique<CacheEntry>();
-  runtime::ExecutablePtr exe = codegen::compile_aten(p.trace.graph);
+  const char* qname = PyUnicode_AsUTF8(frame.code->co_qualname);
+  runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?");
   entry->graph_text = codegen::print_graph(p.trace.graph);
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");

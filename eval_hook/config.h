@@ -16,6 +16,9 @@ struct Config {
   bool log_guards = false;
   bool log_graphs = false;
   bool log_code = false;
+  // "native" (llvm_cpu where built, else aten), "llvm_cpu" or "aten"; set by enable()/jit()
+  // (process-wide: the last call wins).
+  std::string backend = "native";
 };
 Config& config();
 void load_config_from_env();  // reads FASTDYN_LOG; called at module import

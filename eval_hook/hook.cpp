@@ -96,7 +96,10 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
       return nullptr;
     }
   }
-  if (g_recorder) record_outcome(*g_recorder, out);
+  if (g_recorder) {
+    ModeGuard off(Mode::Off, false);  // describing guards may run user __repr__
+    record_outcome(*g_recorder, out);
+  }
   if (out.broke) {
     report_break(out, code);
     if (fullgraph && g_raise_graph_break) {

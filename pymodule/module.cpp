@@ -38,8 +38,9 @@ void raise_graph_break(const std::string& reason, const std::string& filename, i
 }
 
 void check_backend(const std::string& backend) {
-  if (backend != "native" && backend != "aten")
-    throw py::value_error("fastdyn: unknown backend '" + backend + "' (expected 'native' or 'aten')");
+  if (backend != "native" && backend != "aten" && backend != "llvm_cpu")
+    throw py::value_error("fastdyn: unknown backend '" + backend + "' (expected 'native', 'llvm_cpu' or 'aten')");
+  eval_hook::config().backend = backend;  // process-wide: the last enable()/jit() wins
 }
 
 PyCodeObject* code_of(py::handle fn) {

@@ -200,6 +200,11 @@ void CodeBuilder::call(int nargs) {
   emit(op::CALL, nargs);
 }
 
+void CodeBuilder::call_kw(int nargs, PyObject* kw_names) {
+  emit(op::KW_NAMES, const_index(kw_names));
+  call(nargs);
+}
+
 PyObject* CodeBuilder::consts_tuple() const { return PyList_AsTuple(consts_); }
 PyObject* CodeBuilder::names_tuple() const { return PyList_AsTuple(names_); }
 

@@ -57,6 +57,7 @@ class CodeBuilder {
   void load_source(const Source& s);
   void load_attr(const std::string& name);
   void call(int nargs);          // [PRECALL n] CALL n
+  void call_kw(int nargs, PyObject* kw_names);  // the last len(kw_names) arguments are keywords
   int name_index(const std::string& name);
   int const_index(PyObject* obj);
   PyObject* consts_tuple() const;  // new references

@@ -25,7 +25,7 @@ namespace {
 bool is_foldable_builtin(PyObject* fn) {
   static const char* names[] = {"len", "min", "max", "abs", "int", "float", "bool", "tuple",
                                 "list", "sum", "round", "divmod", "isinstance", "pow", "range",
-                                "str", "slice", "all", "any", "reversed", "sorted"};
+                                "str", "slice", "all", "any", "reversed", "sorted", "id", "hash", "set", "frozenset", "type"};
   if (!PyCFunction_Check(fn) && !PyType_Check(fn)) return false;
   PyObject* builtins = PyEval_GetBuiltins();
   for (const char* n : names)
@@ -110,6 +110,43 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
 
 PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
 
+// A C method whose call on constant arguments has no side effect: any method of an immutable
+// value, the read-only methods of dicts and lists, and os.environ.get.
+bool is_pure_method(PyObject* fn) {
+  if (PyMethod_Check(fn)) {
+    static PyObject* environ = resolve_python_name("os.environ");
+    PyOwned name(PyObject_GetAttrString(fn, "__name__"));
+    PyErr_Clear();
+    return PyMethod_GET_SELF(fn) == environ && name.p && PyUnicode_Check(name.p) &&
+           std::strcmp(PyUnicode_AsUTF8(name.p), "get") == 0;
+  }
+  if (!PyCFunction_Check(fn)) return false;
+  PyObject* self = PyCFunction_GET_SELF(fn);
+  if (!self || PyModule_Check(self)) return false;
+  if (PyUnicode_Check(self) || PyBytes_Check(self) || PyLong_Check(self) || PyFloat_Check(self) ||
+      PyTuple_Check(self) || PyFrozenSet_Check(self))
+    return true;
+  if (PyDict_Check(self) || PyList_Check(self) || Py_IS_TYPE(self, &PyDictProxy_Type)) {
+    const char* name = reinterpret_cast<PyCFunctionObject*>(fn)->m_ml->ml_name;
+    static const char* readers[] = {"get", "keys", "values", "items", "copy", "__contains__", "__getitem__", "index", "count"};
+    for (const char* r : readers)
+      if (std::strcmp(name, r) == 0) return true;
+  }
+  return false;
+}
+
+// transformers' ModelOutput: a dataclass over OrderedDict whose None fields are left out of
+// its dict and tuple views.
+bool is_model_output(PyObject* type) {
+  if (!PyType_Check(type)) return false;
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    auto* t = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (std::strcmp(t->tp_name, "ModelOutput") == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -176,6 +213,11 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   if (owner.kind == K::NamedTuple)
     for (size_t i = 0; i < owner.field_names.size(); ++i)
       if (owner.field_names[i] == name) return owner.items[i];
+  if (owner.kind == K::BoundMethod && owner.obj) {
+    if (name == "__func__") return constant(owner.obj);
+    if (name == "__self__") return owner.items[0];
+    return load_attr(constant(owner.obj), name);  // __name__, __code__, __qualname__...
+  }
   if (owner.kind == K::List || owner.kind == K::Dict || owner.kind == K::Tuple) {
     SymValue m;
     m.kind = K::BoundMethod;  // a container method: obj stays null
@@ -183,9 +225,30 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     m.items.push_back(owner);
     return m;
   }
+  if (owner.kind == K::Record) {
+    for (size_t i = 0; i < owner.field_names.size(); ++i)
+      if (owner.field_names[i] == name) return owner.items[i];
+    if (is_model_output(owner.obj)) {  // methods of ModelOutput: answered on the fields
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.items.push_back(owner);
+      return m;
+    }
+    throw Unsupported("attribute '" + name + "' of " + describe(owner));
+  }
   if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
   PyObject* o = owner.obj;
+  for (const auto& [obj, n, v] : written_attrs_)
+    if (obj == o && n == name) return v;
   if (owner.name == "__super__") {
+    if (name == "__getattribute__") {  // object's lookup, done for real on the instance
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = "__fd_generic_getattr__";
+      m.items.push_back(owner.items[0]);
+      return m;
+    }
     PyOwned value(PyObject_GetAttrString(o, name.c_str()));
     if (!value.p) { PyErr_Clear(); throw Unsupported("super()." + name + " does not exist"); }
     if (PyMethod_Check(value.p) && is_python_function(PyMethod_GET_FUNCTION(value.p))) {
@@ -196,7 +259,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       m.items.push_back(owner.items[0]);
       return m;
     }
-    if (!is_plain_value(value.p)) throw Unsupported("super()." + name + " is not a method");
+    if (!is_plain_value(value.p) && !PyCFunction_Check(value.p)) throw Unsupported("super()." + name + " is not a method");
     return constant(value.p);
   }
   PyObject* value = nullptr;
@@ -216,7 +279,15 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       PyObject* v = PyObject_GetAttr(o, key.p);
       if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " does not exist"); }
       PyOwned owned(v);
-      if (!is_plain_value(v)) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " (custom __getattribute__)");
+      if (PyMethod_Check(v) && PyMethod_GET_SELF(v) == o && PyFunction_Check(PyMethod_GET_FUNCTION(v))) {
+        SymValue m;
+        m.kind = K::BoundMethod;
+        m.name = name;
+        m.obj = Py_NewRef(PyMethod_GET_FUNCTION(v));
+        m.items.push_back(owner);
+        return m;
+      }
+      if (!is_plain_value(v) && !PyType_Check(v)) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " (custom __getattribute__)");
       SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
       return src ? wrap(v, src) : constant(v);
     }
@@ -285,6 +356,10 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     }
     if (PyType_Check(type_attr) || is_plain_value(type_attr) || PyModule_Check(type_attr) || PyCFunction_Check(type_attr))
       return constant(type_attr);  // a class-level constant: fixed by the type guard
+    if (PyDict_Check(type_attr) || PyList_Check(type_attr)) {  // a class-level registry: guarded item by item
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(type_attr, src) : wrap(type_attr, child_source(const_source(reinterpret_cast<PyObject*>(tp), tp->tp_name), Source::Kind::Attr, name));
+    }
     throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " is a " + Py_TYPE(type_attr)->tp_name);
   }
   if (!value) {
@@ -474,8 +549,8 @@ struct Calls {
   static SymValue inline_call(Tracer& t, const Target& tg, Args args, Kwargs kwargs) {
     PyCodeObject* co = tg.code;
     const char* fname = PyUnicode_AsUTF8(co->co_qualname);
-    if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
-      throw Unsupported(std::string("call of generator function ") + fname);
+    if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+      throw Unsupported(std::string("call of coroutine function ") + fname);
     const int argc = co->co_argcount, kwonly = co->co_kwonlyargcount, posonly = co->co_posonlyargcount;
     const int total = argc + kwonly;
     const bool varargs = co->co_flags & CO_VARARGS, varkw = co->co_flags & CO_VARKEYWORDS;
@@ -483,6 +558,9 @@ struct Calls {
     f->code = co;
     f->globals = tg.globals;
     f->depth = t.fr().depth + 1;
+    // A generator runs to completion at once; its items come back as an iterator (the generator
+    // expressions libraries pass to all(), tuple()...).
+    f->generator = co->co_flags & CO_GENERATOR;
     f->insts = decode(co);
     f->locals.resize(static_cast<size_t>(co->co_nlocalsplus));
     auto name_of = [&](int i) { return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i))); };
@@ -524,7 +602,7 @@ struct Calls {
     for (int i = 0; i < nfree; ++i) f->locals[static_cast<size_t>(co->co_nlocalsplus - nfree + i)] = tg.cells[static_cast<size_t>(i)];
     t.frames_.push_back(std::move(f));
     t.run_frame();
-    SymValue out = std::move(t.fr().return_value);
+    SymValue out = t.fr().generator ? iterator_of(std::move(t.fr().yields)) : std::move(t.fr().return_value);
     t.frames_.pop_back();
     return out;
   }
@@ -572,6 +650,8 @@ struct Calls {
       case K::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
       case K::NamedTuple: if (v.obj) return v.obj; break;
       case K::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
+      case K::Record: return v.obj;
+      case K::BoundMethod: if (v.obj) return reinterpret_cast<PyObject*>(&PyMethod_Type); break;
       default: break;
     }
     (void)t;
@@ -589,6 +669,8 @@ struct Calls {
       n = static_cast<Py_ssize_t>(v.seq().size());
     } else if (v.kind == K::Dict) {
       n = static_cast<Py_ssize_t>(v.box->keys.size());
+    } else if (v.kind == K::Record && is_model_output(v.obj)) {
+      n = static_cast<Py_ssize_t>(model_output_items(v).size());
     } else if (v.is_constant()) {
       n = PyObject_Length(v.obj);
       if (n < 0) { PyErr_Clear(); throw Unsupported("len() of " + describe(v)); }
@@ -612,8 +694,14 @@ struct Calls {
     auto is = [&](const char* name) { return fn == builtin(name); };
     const size_t n = args.size();
     if (is("len") && n == 1 && kwargs.empty()) { out = length(t, args[0]); return true; }
-    if (is("isinstance") && n == 2 && args[1].is_constant() && !args[0].is_constant()) {
-      int r = PyObject_IsSubclass(type_of(t, args[0]), args[1].obj);
+    if (is("type") && n == 1 && args[0].is_constant()) {
+      out = Tracer::constant(reinterpret_cast<PyObject*>(Py_TYPE(args[0].obj)));
+      return true;
+    }
+    if (is("isinstance") && n == 2 && args[1].is_python_constant() &&
+        !(args[0].is_constant() && args[1].is_constant())) {
+      PyOwned cls(t.materialize(args[1]));
+      int r = args[0].is_constant() ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
       if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
       out = Tracer::constant(r ? Py_True : Py_False);
       return true;
@@ -637,6 +725,7 @@ struct Calls {
       out = has ? Tracer::constant(Py_True) : v;
       return true;
     }
+    if (!kwargs.empty() && !is("enumerate") && !is("dict") && !is("getattr")) return false;
     if ((is("iter") && n == 1) || (is("reversed") && n == 1)) {
       SymValue it = t.make_iterator(args[0]);
       if (is("reversed")) {
@@ -656,9 +745,14 @@ struct Calls {
     }
     if (is("enumerate") && (n == 1 || n == 2)) {
       long start = 0;
-      if (n == 2) {
-        if (!args[1].is_constant() || !PyLong_Check(args[1].obj)) throw Unsupported("enumerate start");
-        start = PyLong_AsLong(args[1].obj);
+      const SymValue* start_v = n == 2 ? &args[1] : nullptr;
+      for (auto& [k, v] : kwargs) {
+        if (k != "start" || start_v) throw Unsupported("enumerate() keyword '" + k + "'");
+        start_v = &v;
+      }
+      if (start_v) {
+        if (!start_v->is_constant() || !PyLong_Check(start_v->obj)) throw Unsupported("enumerate start");
+        start = PyLong_AsLong(start_v->obj);
       }
       Args items;
       for (SymValue& v : remaining(t.make_iterator(args[0]))) {
@@ -722,8 +816,8 @@ struct Calls {
       } else if (n == 0) {
         FrameState& f = t.fr();
         PyCodeObject* co = f.code;
-        if (co->co_argcount < 1 || !f.locals[0]) throw Unsupported("super() without arguments outside a method");
-        self = *f.locals[0];
+        if (co->co_argcount < 1) throw Unsupported("super() without arguments outside a method");
+        self = t.local(0);
         if (self.kind == SymValue::Kind::Cell) self = self.box->items.empty() ? SymValue() : self.box->items[0];
         for (int i = 0; i < co->co_nlocalsplus; ++i)
           if (std::strcmp(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i)), "__class__") == 0 && f.locals[static_cast<size_t>(i)]) {
@@ -754,10 +848,19 @@ struct Calls {
   // list.append, dict.get ...: methods of containers made in the trace.
   static SymValue container_method(Tracer& t, SymValue self, const std::string& name, Args args, Kwargs kwargs) {
     using K = SymValue::Kind;
+    if (name == "__fd_generic_getattr__" && args.size() == 1 && args[0].is_constant() && PyUnicode_Check(args[0].obj) &&
+        self.is_constant()) {
+      PyOwned v(PyObject_GenericGetAttr(self.obj, args[0].obj));
+      if (!v.p) { PyErr_Clear(); throw Unsupported("object.__getattribute__ raised"); }
+      if (!is_plain_value(v.p) && !PyType_Check(v.p) && !PyDict_Check(v.p)) throw Unsupported("object.__getattribute__ of a non-constant");
+      SourcePtr src = child_source(self.source, Source::Kind::Attr, PyUnicode_AsUTF8(args[0].obj));
+      return src ? t.wrap(v.p, src) : Tracer::constant(v.p);
+    }
     auto mutate = [&]() {
       if (self.source) throw Unsupported(describe(self) + "." + name + "() on a container the caller can see");
     };
-    if (!kwargs.empty()) throw Unsupported(describe(self) + "." + name + " with keyword arguments");
+    if (!kwargs.empty() && !(self.kind == K::Dict && name == "update"))
+      throw Unsupported(describe(self) + "." + name + " with keyword arguments");
     const size_t n = args.size();
     if (self.kind == K::List) {
       auto& items = self.box->items;
@@ -791,6 +894,28 @@ struct Calls {
         return v;
       }
       if (name == "copy" && n == 0) return SymValue::list(items);
+      if (name == "reverse" && n == 0) {
+        mutate();
+        std::reverse(items.begin(), items.end());
+        return Tracer::constant(Py_None);
+      }
+      if (name == "clear" && n == 0) {
+        mutate();
+        items.clear();
+        return Tracer::constant(Py_None);
+      }
+      if ((name == "index" || name == "count") && n == 1 && args[0].is_constant()) {
+        long count = 0, first = -1;
+        for (size_t i = 0; i < items.size(); ++i)
+          if (items[i].is_constant() && PyObject_RichCompareBool(items[i].obj, args[0].obj, Py_EQ) == 1) {
+            if (first < 0) first = static_cast<long>(i);
+            ++count;
+          }
+        PyErr_Clear();
+        if (name == "index" && first < 0) throw Unsupported("list.index of a missing value");
+        PyOwned r(PyLong_FromLong(name == "index" ? first : count));
+        return Tracer::constant(r.p);
+      }
     }
     if (self.kind == K::Dict) {
       auto find = [&](const SymValue& key) -> int {
@@ -827,7 +952,21 @@ struct Calls {
         self.box->items.erase(self.box->items.begin() + i);
         return v;
       }
-      if ((name == "update" && n == 1) || (name == "setdefault" && (n == 1 || n == 2))) {
+      if (name == "update" && n == 0 && !kwargs.empty()) args.push_back(SymValue::boxed(K::Dict));
+      if (name == "update" && args.size() == 1 && !kwargs.empty()) {
+        SymValue merged = SymValue::boxed(K::Dict);
+        if (args[0].kind != K::Dict) throw Unsupported("dict.update with " + describe(args[0]));
+        merged.box->keys = args[0].box->keys;
+        merged.box->items = args[0].box->items;
+        for (auto& [k, v] : kwargs) {
+          PyOwned key(PyUnicode_FromString(k.c_str()));
+          merged.box->keys.push_back(Tracer::constant(key.p));
+          merged.box->items.push_back(v);
+        }
+        args[0] = merged;
+        kwargs.clear();
+      }
+      if ((name == "update" && args.size() == 1) || (name == "setdefault" && (n == 1 || n == 2))) {
         mutate();
         if (name == "setdefault") {
           int i = find(args[0]);
@@ -854,6 +993,25 @@ struct Calls {
         return d;
       }
     }
+    if (self.kind == K::Record) {
+      if (name == "to_tuple" && n == 0) return SymValue::tuple(model_output_items(self));
+      if ((name == "keys" || name == "values" || name == "items") && n == 0) {
+        Args out;
+        for (size_t i = 0; i < self.items.size(); ++i) {
+          if (self.items[i].is_constant() && self.items[i].obj == Py_None) continue;
+          PyOwned key(PyUnicode_FromString(self.field_names[i].c_str()));
+          if (name == "keys") out.push_back(Tracer::constant(key.p));
+          else if (name == "values") out.push_back(self.items[i]);
+          else out.push_back(SymValue::tuple({Tracer::constant(key.p), self.items[i]}));
+        }
+        return SymValue::tuple(std::move(out));
+      }
+      if (name == "get" && (n == 1 || n == 2) && args[0].is_constant() && PyUnicode_Check(args[0].obj))
+        for (size_t i = 0; i < self.items.size(); ++i)
+          if (self.field_names[i] == PyUnicode_AsUTF8(args[0].obj) && !(self.items[i].is_constant() && self.items[i].obj == Py_None))
+            return self.items[i];
+      if (name == "get") return n == 2 ? args[1] : Tracer::constant(Py_None);
+    }
     if (self.kind == K::Tuple && name == "index" && n == 1 && args[0].is_constant()) {
       for (size_t i = 0; i < self.items.size(); ++i)
         if (self.items[i].is_constant() && PyObject_RichCompareBool(self.items[i].obj, args[0].obj, Py_EQ) == 1) {
@@ -863,6 +1021,59 @@ struct Calls {
       PyErr_Clear();
     }
     throw Unsupported(describe(self) + "." + name + "() is not supported");
+  }
+
+  static bool is_record_type(PyObject* type) {
+    if (!PyType_Check(type) || !PyObject_HasAttrString(type, "__dataclass_fields__")) return false;
+    // Only the dataclass-made __init__ (no user code to run): its code is compiled from "<string>".
+    PyOwned init(PyObject_GetAttrString(type, "__init__"));
+    PyErr_Clear();
+    if (!init.p || !PyFunction_Check(init.p)) return false;
+    PyObject* file = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init.p))->co_filename;
+    return PyUnicode_Check(file) && std::strcmp(PyUnicode_AsUTF8(file), "<string>") == 0;
+  }
+
+  // A dataclass instance made in the frame. It is built for real after the graph (the type's
+  // own __init__/__post_init__ run then); the trace reads its fields.
+  static SymValue make_record(PyObject* type, Args args, Kwargs kwargs) {
+    PyOwned fields(PyObject_GetAttrString(type, "__dataclass_fields__"));
+    PyOwned missing(resolve_python_name("dataclasses.MISSING"));
+    if (!fields.p || !PyDict_Check(fields.p)) { PyErr_Clear(); throw Unsupported("dataclass fields"); }
+    SymValue v;
+    v.kind = SymValue::Kind::Record;
+    v.obj = Py_NewRef(type);
+    PyObject *k, *f;
+    Py_ssize_t pos = 0;
+    size_t positional = 0;
+    while (PyDict_Next(fields.p, &pos, &k, &f)) {
+      PyOwned init(PyObject_GetAttrString(f, "init"));
+      if (init.p != Py_True) { PyErr_Clear(); throw Unsupported("a dataclass field with init=False"); }
+      const std::string name = PyUnicode_AsUTF8(k);
+      std::optional<SymValue> value;
+      if (positional < args.size()) value = args[positional++];
+      for (auto& [kn, kv] : kwargs)
+        if (kn == name) value = kv;
+      if (!value) {
+        PyOwned def(PyObject_GetAttrString(f, "default"));
+        if (!def.p || def.p == missing.p) { PyErr_Clear(); throw Unsupported("dataclass field '" + name + "' without a value"); }
+        value = Tracer::constant(def.p);
+      }
+      v.field_names.push_back(name);
+      v.items.push_back(std::move(*value));
+    }
+    if (positional < args.size()) throw Unsupported("too many arguments for a dataclass");
+    for (auto& [kn, kv] : kwargs)
+      if (std::find(v.field_names.begin(), v.field_names.end(), kn) == v.field_names.end())
+        throw Unsupported("unexpected dataclass field '" + kn + "'");
+    return v;
+  }
+
+  // ModelOutput's tuple view: the fields that are not None.
+  static Args model_output_items(const SymValue& r) {
+    Args out;
+    for (const SymValue& v : r.items)
+      if (!(v.is_constant() && v.obj == Py_None)) out.push_back(v);
+    return out;
   }
 
   static bool is_namedtuple_type(PyObject* o) {
@@ -916,6 +1127,22 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
         return constant(Py_None);
       }
       if (!callable.obj) return Calls::container_method(*this, callable.items[0], callable.name, std::move(args), std::move(kwargs));
+      if (callable.items[0].is_constant()) {
+        static PyObject* environ = resolve_python_name("os.environ");
+        if (callable.items[0].obj == environ && (callable.name == "get" || callable.name == "__contains__") &&
+            kwargs.empty()) {  // read the environment at trace time (its values are not guarded)
+          PyOwned bound(materialize(callable));
+          PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+          for (size_t i = 0; i < args.size(); ++i) {
+            PyObject* o = args[i].is_python_constant() ? materialize(args[i]) : nullptr;
+            if (!o) throw Unsupported("os.environ." + callable.name + " with a non-constant argument");
+            PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), o);
+          }
+          PyOwned r(PyObject_Call(bound.p, tuple.p, nullptr));
+          if (!r.p) { PyErr_Clear(); throw Unsupported("os.environ." + callable.name + " raised"); }
+          return constant(r.p);
+        }
+      }
       args.insert(args.begin(), callable.items[0]);
       return Calls::inline_call(*this, Calls::target_of_function(*this, callable.obj), std::move(args), std::move(kwargs));
     case K::Function:
@@ -927,21 +1154,39 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   }
   PyObject* fn = callable.obj;
   if (auto fam = family_of_object(fn)) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
-  // Tracing/compiling probes answer False (the program runs as eagerly written).
-  // NB: resolved through loaded modules only: resolving torch._dynamo would import it (seconds).
-  static const char* probe_names[] = {"torch.jit.is_scripting", "torch.jit.is_tracing",
-                                      "torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling",
-                                      "torch._dynamo.is_compiling", "torch._utils.is_compiling",
-                                      "torch._dynamo.external_utils.is_compiling"};
+  // Tracing and compiling probes. Like Dynamo, fastdyn answers "compiling" while it traces, so
+  // libraries take their compile-friendly paths (transformers builds attention masks without
+  // reading their values); jit tracing/scripting and export are not happening.
+  static const std::pair<const char*, bool> probe_names[] = {
+      {"torch.jit.is_scripting", false}, {"torch.jit.is_tracing", false},
+      {"torch.compiler.is_exporting", false}, {"torch.compiler.is_compiling", true},
+      {"torch.compiler.is_dynamo_compiling", true}, {"torch._dynamo.is_compiling", true},
+      {"torch._utils.is_compiling", true}, {"torch._dynamo.external_utils.is_compiling", true}};
   static PyObject* probes[std::size(probe_names)] = {};
   if (args.empty() && (PyFunction_Check(fn) || PyCFunction_Check(fn)))
     for (size_t i = 0; i < std::size(probe_names); ++i) {
-      if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i]);  // NB: kept for the process
-      if (probes[i] == fn) return constant(Py_False);
+      if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i].first);  // NB: kept for the process
+      if (probes[i] == fn) return constant(probe_names[i].second ? Py_True : Py_False);
     }
+  // Grad-mode context managers are plain objects until a `with` enters them.
+  static PyObject* no_grad = resolve_python_name("torch.autograd.grad_mode.no_grad");
+  static PyObject* enable_grad = resolve_python_name("torch.autograd.grad_mode.enable_grad");
+  if ((fn == no_grad || fn == enable_grad) && args.empty() && kwargs.empty()) {
+    PyOwned obj(PyObject_CallNoArgs(fn));
+    if (!obj.p) { PyErr_Clear(); throw Unsupported("creating a grad-mode context raised"); }
+    return constant(obj.p);
+  }
   if (PyObject_IsInstance(fn, module_type()) == 1) return Calls::call_module(*this, callable, std::move(args), std::move(kwargs));
   PyErr_Clear();
-  if (PyFunction_Check(fn)) return Calls::inline_call(*this, Calls::target_of_function(*this, fn), std::move(args), std::move(kwargs));
+  if (PyFunction_Check(fn)) {
+    // Pure library functions called on constants are answered for real rather than inlined.
+    static PyObject* signature = resolve_python_name("inspect.signature");
+    bool consts = true;
+    for (const SymValue& a : args) consts = consts && a.is_python_constant();
+    for (const auto& kv : kwargs) consts = consts && kv.second.is_python_constant();
+    if (!(consts && fn == signature))
+      return Calls::inline_call(*this, Calls::target_of_function(*this, fn), std::move(args), std::move(kwargs));
+  }
   if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
     args.insert(args.begin(), constant(PyMethod_GET_SELF(fn)));
     return Calls::inline_call(*this, Calls::target_of_function(*this, PyMethod_GET_FUNCTION(fn)), std::move(args), std::move(kwargs));
@@ -966,15 +1211,24 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     return call(constant(func.p), std::move(all), std::move(kw));
   }
   if (Calls::is_namedtuple_type(fn)) return Calls::make_namedtuple(fn, std::move(args), std::move(kwargs));
+  if (Calls::is_record_type(fn)) return Calls::make_record(fn, std::move(args), std::move(kwargs));
   SymValue out;
   if (Calls::builtin_call(*this, fn, args, kwargs, out)) return out;
-  // Pure functions on constants: builtins, math, operator, torch.finfo/iinfo.
+  // Reductions over an iterator made in the trace (a generator expression, say).
+  static const char* over_iterables[] = {"all", "any", "sum", "min", "max", "sorted", "tuple", "list", "set", "frozenset"};
+  for (const char* name : over_iterables)
+    if (fn == builtin(name) && args.size() == 1 && args[0].kind == SymValue::Kind::Iterator)
+      args[0] = SymValue::tuple(Calls::remaining(args[0]));
+  // Pure functions on constants: builtins, math, operator, torch.finfo/iinfo, methods of
+  // immutable values (str.startswith...) and read-only methods of containers (dict.get...).
   bool all_const = true;
   for (const SymValue& a : args) all_const = all_const && a.is_python_constant();
   for (const auto& kv : kwargs) all_const = all_const && kv.second.is_python_constant();
   static PyObject* finfo = resolve_python_name("torch.finfo");
   static PyObject* iinfo = resolve_python_name("torch.iinfo");
-  if (all_const && (is_foldable_builtin(fn) || is_math_function(fn) || fn == finfo || fn == iinfo)) {
+  static PyObject* signature = resolve_python_name("inspect.signature");  // NB: kept for the process
+  if (all_const && (is_foldable_builtin(fn) || is_math_function(fn) || fn == finfo || fn == iinfo ||
+                    fn == signature || fn == partial_type || is_pure_method(fn))) {
     PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
     for (size_t i = 0; i < args.size(); ++i) {
       PyObject* o = materialize(args[i]);
@@ -1045,6 +1299,19 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     }
     return a.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
   }
+  if ((sym == "*" || sym == "*=") && (a_seq || b_seq) && (a.is_constant() || b.is_constant())) {
+    const SymValue& seq = a_seq ? a : b;
+    const SymValue& count = a_seq ? b : a;
+    if (!PyLong_Check(count.obj)) throw Unsupported("sequence repetition by " + describe(count));
+    std::vector<SymValue> items;
+    for (long k = 0; k < PyLong_AsLong(count.obj); ++k) items.insert(items.end(), seq.seq().begin(), seq.seq().end());
+    if (seq.kind == K::List && sym == "*=") {
+      if (seq.source) throw Unsupported("*= on a list the caller can see");
+      seq.box->items = items;
+      return seq;
+    }
+    return seq.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+  }
   if ((sym == "==" || sym == "!=") && !a.is_tensor() && !b.is_tensor() && (a.is_constant() || b.is_constant())) {
     // A container or function made in the trace against a constant (None, say): never equal.
     const SymValue& other = a.is_constant() ? b : a;
@@ -1076,6 +1343,14 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
     auto fam = family_of_name("operator.getitem");
     if (!fam) throw Unsupported("tensor subscripts are not in the op table");
     return record(*fam, {to_call_arg(container), index_arg(index)}, {}, "Tensor.__getitem__");
+  }
+  if (container.kind == K::Record && is_model_output(container.obj) && index.is_constant()) {
+    if (PyUnicode_Check(index.obj)) {
+      for (size_t i = 0; i < container.field_names.size(); ++i)
+        if (container.field_names[i] == PyUnicode_AsUTF8(index.obj)) return container.items[i];
+      throw Unsupported("KeyError in a model output");
+    }
+    return subscript(SymValue::tuple(Calls::model_output_items(container)), index);
   }
   if (container.kind == K::Dict) {
     if (!index.is_constant()) throw Unsupported("dict subscript with " + describe(index));
@@ -1114,6 +1389,14 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
       if (i < 0 || i >= n) throw Unsupported("module index out of range");
       return load_attr(container, std::to_string(i));
     }
+    if (is_module_container(c, "ModuleList") && PySlice_Check(index.obj)) {  // a list of the modules
+      Py_ssize_t start, stop, step;
+      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
+      const Py_ssize_t len = PySlice_AdjustIndices(PyObject_Length(c), &start, &stop, step);
+      std::vector<SymValue> mods;
+      for (Py_ssize_t k = 0; k < len; ++k) mods.push_back(load_attr(container, std::to_string(start + k * step)));
+      return SymValue::list(std::move(mods));
+    }
     if (is_module_container(c, "ModuleDict") && PyUnicode_Check(index.obj)) return load_attr(container, PyUnicode_AsUTF8(index.obj));
     if ((PyDict_CheckExact(c) || PyList_CheckExact(c) || PyTuple_CheckExact(c)) && container.source) {
       PyObject* r = PyObject_GetItem(c, index.obj);
@@ -1143,6 +1426,14 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
   throw Unsupported("subscript of " + describe(container) + " with " + describe(index));
 }
 
+// A loop over a module container unrolls over its current submodules: guard their number.
+void Tracer::guard_module_count(const SymValue& container) {
+  PyObject** dictptr = _PyObject_GetDictPtr(container.obj);
+  PyObject* mods = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!mods || !container.source) return;
+  add_guard(child_source(container.source, Source::Kind::Attr, "_modules"), GuardKind::TypeAndLen, mods);
+}
+
 SymValue Tracer::make_iterator(const SymValue& v) {
   using K = SymValue::Kind;
   constexpr Py_ssize_t kMaxUnroll = 4096;
@@ -1170,19 +1461,22 @@ SymValue Tracer::make_iterator(const SymValue& v) {
       PyObject* o = v.obj;
       if (is_module_container(o, "ModuleList") || is_module_container(o, "Sequential")) {
         const Py_ssize_t n = PyObject_Length(o);
+        guard_module_count(v);
         for (Py_ssize_t i = 0; i < n; ++i) items.push_back(load_attr(v, std::to_string(i)));
         break;
       }
       if (is_module_container(o, "ModuleDict")) {
+        guard_module_count(v);
         PyOwned keys(PySequence_List(o));
         if (!keys.p) { PyErr_Clear(); throw Unsupported("iterating a ModuleDict"); }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.p); ++i) items.push_back(constant(PyList_GET_ITEM(keys.p, i)));
         break;
       }
-      const bool sequence = PyTuple_Check(o) || PyList_CheckExact(o) || PyRange_Check(o) || PyDict_CheckExact(o) ||
-                            PyUnicode_CheckExact(o) || THPSize_Check(o);
+      const bool view = PyDictKeys_Check(o) || PyDictValues_Check(o) || PyDictItems_Check(o);
+      const bool sequence = PyTuple_Check(o) || PyList_CheckExact(o) || PyRange_Check(o) || PyDict_Check(o) ||
+                            PyUnicode_CheckExact(o) || THPSize_Check(o) || view || (PyIter_Check(o) && !v.source);
       if (!sequence) throw Unsupported("iteration over " + describe(v));
-      if (PyObject_Length(o) > kMaxUnroll) throw Unsupported("a loop of more than " + std::to_string(kMaxUnroll) + " iterations");
+      if (!PyIter_Check(o) && PyObject_Length(o) > kMaxUnroll) throw Unsupported("a loop of more than " + std::to_string(kMaxUnroll) + " iterations");
       PyOwned list(PySequence_List(o));
       if (!list.p) { PyErr_Clear(); throw Unsupported("iteration over " + describe(v) + " raised"); }
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.p); ++i) {

@@ -27,6 +27,7 @@ void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out) {
   if ((v.kind == K::List || v.kind == K::Dict) && v.source) return;  // loaded from its source
   if (v.kind == K::Constant && v.name != "__super__") return;
   for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect_tensors(i, out);
+  if (v.kind == K::BoundMethod || v.kind == K::Method) return;
   if (v.kind == K::Dict)
     for (const SymValue& i : v.box->items) collect_tensors(i, out);
 }
@@ -227,10 +228,54 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
 
 // ---- the transformed code
 
+// Lists and dicts made in the trace, each built once into a spare local: two references to one
+// list must stay one list after the rebuild (an append through either is seen by both).
+struct BoxSlots {
+  std::vector<const SymBox*> boxes;
+  void collect(const SymValue& v) {
+    using K = SymValue::Kind;
+    if ((v.kind == K::List || v.kind == K::Dict) && !v.source) {
+      if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
+      boxes.push_back(v.box.get());
+    }
+    for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect(i);
+    if (v.kind == K::Dict)
+      for (const SymValue& i : v.box->items) collect(i);
+  }
+  void collect_trace(const TraceResult& t) {
+    for (const auto& l : t.locals)
+      if (l) collect(*l);
+    for (const SymValue& v : t.stack) collect(v);
+    for (const TraceResult::SideEffect& e : t.effects) {
+      collect(e.target);
+      collect(e.value);
+    }
+    if (!t.stopped) collect(t.return_value);
+  }
+};
+
 struct Rebuilder {
   CodeBuilder& b;
   const std::vector<codegen::ValueId>& outputs;
   int out_slot;
+  const BoxSlots& slots;
+  int first_slot;  // local index of slots.boxes[0]
+  std::vector<bool> built = std::vector<bool>(slots.boxes.size(), false);
+
+  // Loads a list/dict already built, or builds it (via `build`) and keeps it in its slot.
+  template <typename Build>
+  void boxed(const SymValue& v, Build build) {
+    const size_t k = static_cast<size_t>(std::find(slots.boxes.begin(), slots.boxes.end(), v.box.get()) - slots.boxes.begin());
+    FD_CHECK(k < slots.boxes.size(), "a list of the break state has no slot");
+    if (built[k]) {
+      b.emit(op::LOAD_FAST, first_slot + static_cast<int>(k));
+      return;
+    }
+    build();
+    b.emit(op::COPY, 1);
+    b.emit(op::STORE_FAST, first_slot + static_cast<int>(k));
+    built[k] = true;
+  }
 
   void push(const SymValue& v) {
     using K = SymValue::Kind;
@@ -265,17 +310,30 @@ struct Rebuilder {
         return;
       case K::List:
         if (v.source) return b.load_source(*v.source);
-        for (const SymValue& i : v.box->items) push(i);
-        b.emit(op::BUILD_LIST, static_cast<int>(v.box->items.size()));
-        return;
+        return boxed(v, [&] {
+          for (const SymValue& i : v.box->items) push(i);
+          b.emit(op::BUILD_LIST, static_cast<int>(v.box->items.size()));
+        });
       case K::Dict:
         if (v.source) return b.load_source(*v.source);
-        for (size_t i = 0; i < v.box->keys.size(); ++i) {
-          b.load_const(v.box->keys[i].obj);
-          push(v.box->items[i]);
+        return boxed(v, [&] {
+          for (size_t i = 0; i < v.box->keys.size(); ++i) {
+            b.load_const(v.box->keys[i].obj);
+            push(v.box->items[i]);
+          }
+          b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
+        });
+      case K::Record: {  // the real constructor, with every field by keyword
+        b.emit(op::PUSH_NULL, 0);
+        b.load_const(v.obj);
+        PyOwned names(PyTuple_New(static_cast<Py_ssize_t>(v.field_names.size())));
+        for (size_t i = 0; i < v.field_names.size(); ++i) {
+          push(v.items[i]);
+          PyTuple_SET_ITEM(names.p, static_cast<Py_ssize_t>(i), PyUnicode_FromString(v.field_names[i].c_str()));
         }
-        b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
+        b.call_kw(static_cast<int>(v.items.size()), names.p);
         return;
+      }
       case K::NamedTuple:
         if (!v.obj) throw CannotRebuild("a named tuple of unknown type");
         b.emit(op::PUSH_NULL, 0);
@@ -318,6 +376,36 @@ void copy_instruction(CodeBuilder& b, PyCodeObject* orig, const Instruction& in)
   b.as().emit(in.opcode, arg, position_of(orig, in.index));
 }
 
+// The prologue shared by every transformed code: the graph call (its outputs in `out_slot`) and
+// the side effects the trace recorded, in order.
+void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
+                            Rebuilder& rb, int out_slot) {
+  b.as().emit(op::RESUME, 0, orig->co_firstlineno);
+  if (orig->co_nfreevars > 0) b.as().emit(op::COPY_FREE_VARS, orig->co_nfreevars, orig->co_firstlineno);
+  if (graph) {
+    b.emit(op::PUSH_NULL, 0);
+    b.load_const(graph);
+    for (const SourcePtr& s : trace.input_sources) b.load_source(*s);
+    b.call(static_cast<int>(trace.input_sources.size()));
+    b.emit(op::STORE_FAST, out_slot);
+  }
+  for (const TraceResult::SideEffect& e : trace.effects) {
+    rb.push(e.value);
+    rb.push(e.target);
+    b.emit(op::STORE_ATTR, b.name_index(e.name));
+  }
+}
+
+// The transformed code's locals: its parameters, the graph's output tuple, the box slots.
+PyObject* transformed_varnames(PyCodeObject* orig, int nargs, size_t nboxes) {
+  PyObject* varnames = PyTuple_New(nargs + 1 + static_cast<Py_ssize_t>(nboxes));
+  for (int i = 0; i < nargs; ++i) PyTuple_SET_ITEM(varnames, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, i)));
+  PyTuple_SET_ITEM(varnames, nargs, PyUnicode_FromString("___graph_out"));
+  for (size_t k = 0; k < nboxes; ++k)
+    PyTuple_SET_ITEM(varnames, nargs + 1 + static_cast<Py_ssize_t>(k), PyUnicode_FromFormat("___box%d", static_cast<int>(k)));
+  return varnames;
+}
+
 }  // namespace
 
 std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
@@ -325,7 +413,33 @@ std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
   for (const auto& l : trace.locals)
     if (l) collect_tensors(*l, out);
   for (const SymValue& v : trace.stack) collect_tensors(v, out);
+  for (const TraceResult::SideEffect& e : trace.effects) collect_tensors(e.value, out);
+  if (!trace.stopped) collect_tensors(trace.return_value, out);
   return out;
+}
+
+PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
+                              const std::vector<codegen::ValueId>& outputs, std::string* why) {
+  try {
+    const int nargs = argument_slots(orig);
+    const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
+    BoxSlots slots;
+    slots.collect_trace(trace);
+    const int nboxes = static_cast<int>(slots.boxes.size());
+    CodeBuilder b(line, nargs + 1 + nboxes);
+    Rebuilder rb{b, outputs, nargs, slots, nargs + 1};
+    emit_graph_and_effects(b, orig, trace, graph, rb, nargs);
+    rb.push(trace.return_value);
+    b.emit(op::RETURN_VALUE, 0);
+    PyOwned varnames(transformed_varnames(orig, nargs, slots.boxes.size()));
+    return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
+  } catch (const CannotRebuild& e) {
+    *why = e.what();
+    return nullptr;
+  } catch (const Unsupported& e) {
+    *why = e.what();
+    return nullptr;
+  }
 }
 
 PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
@@ -342,20 +456,16 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     const int nfree = orig->co_nfreevars;
     const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
     const int out_slot = nargs;  // a spare local after the parameters
-    CodeBuilder b(line, nargs + 1);
-    b.as().emit(op::RESUME, 0, orig->co_firstlineno);
-    if (nfree > 0) b.as().emit(op::COPY_FREE_VARS, nfree, orig->co_firstlineno);
-    if (graph) {
-      b.emit(op::PUSH_NULL, 0);
-      b.load_const(graph);
-      for (const SourcePtr& s : trace.input_sources) b.load_source(*s);
-      b.call(static_cast<int>(trace.input_sources.size()));
-      b.emit(op::STORE_FAST, out_slot);
-    }
+    BoxSlots slots;
+    slots.collect_trace(trace);
+    const int nboxes = static_cast<int>(slots.boxes.size());
+    const int free_base = nargs + 1 + nboxes;
+    CodeBuilder b(line, free_base);
+    Rebuilder rb{b, outputs, out_slot, slots, nargs + 1};
+    emit_graph_and_effects(b, orig, trace, graph, rb, out_slot);
     // NULL and a placeholder where each continuation's function goes, then its arguments.
     b.emit(op::PUSH_NULL, 0);
     b.load_const(Py_None);
-    Rebuilder rb{b, outputs, out_slot};
     std::vector<bool> bound(static_cast<size_t>(nlocals), false);
     for (int i = 0; i < nlocals; ++i) {
       const auto& l = trace.locals[static_cast<size_t>(i)];
@@ -397,9 +507,9 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       } else {
         for (int f = 0; f < nfree; ++f) {
 #if FD_PY_MINOR >= 12
-          b.emit(op::LOAD_FAST, nargs + 1 + f);  // 3.12's LOAD_CLOSURE is LOAD_FAST of the cell slot
+          b.emit(op::LOAD_FAST, free_base + f);  // 3.12's LOAD_CLOSURE is LOAD_FAST of the cell slot
 #else
-          b.emit(op::LOAD_CLOSURE, nargs + 1 + f);
+          b.emit(op::LOAD_CLOSURE, free_base + f);
 #endif
         }
         b.emit(op::BUILD_TUPLE, nfree);
@@ -412,9 +522,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       b.call(nargs_resume);
       b.emit(op::RETURN_VALUE, 0);
     }
-    PyOwned varnames(PyTuple_New(nargs + 1));
-    for (int i = 0; i < nargs; ++i) PyTuple_SET_ITEM(varnames.p, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, i)));
-    PyTuple_SET_ITEM(varnames.p, nargs, PyUnicode_FromString("___graph_out"));
+    PyOwned varnames(transformed_varnames(orig, nargs, slots.boxes.size()));
     return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
   } catch (const CannotRebuild& e) {
     *why = e.what();

@@ -25,8 +25,8 @@
 
 namespace fastdyn::symbolic {
 
-// The tensors the rebuilt state needs from the graph (values not read from an input's source),
-// in the order the transformed code indexes the graph's output tuple.
+// The tensors the rebuilt state (stack, locals, side effects, return value) needs from the graph
+// (values not read from an input's source), in the order the transformed code indexes the graph's output tuple.
 std::vector<codegen::ValueId> break_outputs(const TraceResult& trace);
 
 // The transformed code of a frame that broke. `graph` (borrowed) returns a tuple of `outputs`,
@@ -35,5 +35,11 @@ std::vector<codegen::ValueId> break_outputs(const TraceResult& trace);
 PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
                              const std::vector<codegen::ValueId>& outputs, PyObject* globals,
                              std::string* why);
+
+// The transformed code of a frame traced to its return whose result or side effects need
+// bytecode (attribute writes to replay, a dataclass to construct): graph call, effects, the
+// return value rebuilt. nullptr and *why when it cannot be rebuilt.
+PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
+                              const std::vector<codegen::ValueId>& outputs, std::string* why);
 
 }  // namespace fastdyn::symbolic

@@ -69,6 +69,7 @@ std::string describe(const SymValue& v) {
     case SymValue::Kind::Function: return "function made in the frame";
     case SymValue::Kind::Cell: return "cell";
     case SymValue::Kind::BoundMethod: return "method " + v.name;
+    case SymValue::Kind::Record: return std::string(reinterpret_cast<PyTypeObject*>(v.obj)->tp_name) + " made in the frame";
   }
   return "?";
 }
@@ -177,6 +178,25 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     return SymValue::constant(obj, source);
   }
   PyErr_Clear();
+  // A bound method (a classmethod read from its class, say) is made anew by every read: guard
+  // its function and its self, not the method object.
+  if (PyMethod_Check(obj) && PyFunction_Check(PyMethod_GET_FUNCTION(obj))) {
+    auto part = [&](const char* attr) {
+      auto s = std::make_shared<Source>();
+      s->kind = Source::Kind::Attr;
+      s->name = attr;
+      s->parent = source;
+      return s;
+    };
+    PyObject* fn = PyMethod_GET_FUNCTION(obj);
+    add_guard(part("__func__"), GuardKind::IdIs, fn);
+    SymValue m;
+    m.kind = SymValue::Kind::BoundMethod;
+    m.obj = Py_NewRef(fn);
+    m.name = PyUnicode_AsUTF8(reinterpret_cast<PyFunctionObject*>(fn)->func_name);
+    m.items.push_back(wrap(PyMethod_GET_SELF(obj), part("__self__")));
+    return m;
+  }
   // Python modules, functions, classes, other objects: identity.
   guard(GuardKind::IdIs);
   return SymValue::constant(obj, source);
@@ -273,6 +293,9 @@ codegen::CallArg Tracer::index_arg(const SymValue& v) const {
 PyObject* Tracer::materialize(const SymValue& v) const {
   switch (v.kind) {
     case SymValue::Kind::Constant: return Py_NewRef(v.obj);
+    case SymValue::Kind::BoundMethod:
+      if (!v.obj || !v.items[0].is_constant()) return nullptr;
+      return PyMethod_New(v.obj, v.items[0].obj);
     case SymValue::Kind::Tuple:
     case SymValue::Kind::List:
     case SymValue::Kind::Slice: {

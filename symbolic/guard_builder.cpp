@@ -15,6 +15,7 @@ runtime::AccessKind access_kind(Source::Kind k) {
     case Source::Kind::Attr: return runtime::AccessKind::Attr;
     case Source::Kind::Item: return runtime::AccessKind::Item;
     case Source::Kind::DictItem: return runtime::AccessKind::DictItem;
+    case Source::Kind::Const: return runtime::AccessKind::Const;
   }
   return runtime::AccessKind::Local;
 }
@@ -25,6 +26,7 @@ runtime::GuardNode* node_for(runtime::GuardTree& tree, const Source& s) {
   a.kind = access_kind(s.kind);
   a.index = s.index;
   a.name = s.name;
+  a.object = s.object;  // Const: the tree takes its own reference
   return tree.node(parent, a);
 }
 

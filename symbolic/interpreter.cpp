@@ -76,6 +76,27 @@ Tracer::Tracer(const FrameInputs& frame, TraceResult& result, int stop_at)
   frames_.push_back(std::move(f));
 }
 
+SymValue& Tracer::local(int i) {
+  FrameState& f = fr();
+  auto& s = f.locals[static_cast<size_t>(i)];
+  auto name = [&] { return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(f.code->co_localsplusnames, i))); };
+  if (!s && f.depth == 0 && i < nargs_ && !f.written[static_cast<size_t>(i)]) {
+    PyObject* obj = frame_.localsplus[i];
+    if (!obj) throw Unsupported("argument slot is empty");
+    auto src = std::make_shared<Source>();
+    src->kind = Source::Kind::Local;
+    src->index = i;
+    src->name = name();
+    s = wrap(obj, src);
+    // *args and **kwargs are made fresh for each call: the trace may change them freely (the
+    // items keep their sources for guards).
+    const int first_star = frame_.code->co_argcount + frame_.code->co_kwonlyargcount;
+    if (i >= first_star) s->source = nullptr;
+  }
+  if (!s) throw Unsupported("local variable '" + name() + "' read before assignment");
+  return *s;
+}
+
 SymValue Tracer::pop() {
   auto& st = fr().stack;
   FD_CHECK(!st.empty(), "symbolic stack underflow");
@@ -108,21 +129,7 @@ struct Handlers {
 
   // ---- loads and stores
   // The value in local slot i; the root frame's arguments are wrapped (and guarded) on first read.
-  static SymValue& slot(Tracer& t, int i) {
-    FrameState& f = t.fr();
-    auto& s = f.locals[static_cast<size_t>(i)];
-    if (!s && f.depth == 0 && i < t.nargs_) {
-      PyObject* obj = t.frame_.localsplus[i];
-      if (!obj) throw Unsupported("argument slot is empty");
-      auto src = std::make_shared<Source>();
-      src->kind = Source::Kind::Local;
-      src->index = i;
-      src->name = local_name(t, i);
-      s = t.wrap(obj, src);
-    }
-    if (!s) throw Unsupported("local variable '" + local_name(t, i) + "' read before assignment");
-    return *s;
-  }
+  static SymValue& slot(Tracer& t, int i) { return t.local(i); }
   static void load_fast(Tracer& t, const Instruction& in) { t.push(slot(t, in.arg)); }
   static void mark_written(Tracer& t, int i) {
     if (t.fr().depth == 0) t.fr().written[static_cast<size_t>(i)] = true;
@@ -357,7 +364,45 @@ struct Handlers {
       items[static_cast<size_t>(i)] = std::move(value);
       return;
     }
+    if (container.kind == SymValue::Kind::List && index.is_constant() && PySlice_Check(index.obj)) {
+      if (container.source) throw Unsupported("slice assignment to a list the caller can see");
+      auto& items = container.box->items;
+      Py_ssize_t start, stop, step;
+      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0 || step != 1) { PyErr_Clear(); throw Unsupported("extended slice assignment"); }
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(items.size()), &start, &stop, step);
+      if (stop < start) stop = start;
+      SymValue it = t.make_iterator(value);
+      std::vector<SymValue> repl(it.box->items.begin() + static_cast<long>(it.box->pos), it.box->items.end());
+      items.erase(items.begin() + start, items.begin() + stop);
+      items.insert(items.begin() + start, repl.begin(), repl.end());
+      return;
+    }
     throw Unsupported("item assignment to " + describe(container));
+  }
+  static void delete_subscr(Tracer& t, const Instruction&) {
+    SymValue index = t.pop();
+    SymValue container = t.pop();
+    if (container.source || !index.is_constant()) throw Unsupported("del on " + describe(container));
+    if (container.kind == SymValue::Kind::List && PyLong_Check(index.obj)) {
+      auto& items = container.box->items;
+      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
+      if (i < 0) i += static_cast<Py_ssize_t>(items.size());
+      if (i < 0 || i >= static_cast<Py_ssize_t>(items.size())) throw Unsupported("del index out of range");
+      items.erase(items.begin() + i);
+      return;
+    }
+    if (container.kind == SymValue::Kind::Dict) {
+      for (size_t i = 0; i < container.box->keys.size(); ++i)
+        if (PyObject_RichCompareBool(container.box->keys[i].obj, index.obj, Py_EQ) == 1) {
+          container.box->keys.erase(container.box->keys.begin() + static_cast<long>(i));
+          container.box->items.erase(container.box->items.begin() + static_cast<long>(i));
+          return;
+        }
+      PyErr_Clear();
+      throw Unsupported("del of a missing key");
+    }
+    (void)t;
+    throw Unsupported("del on " + describe(container));
   }
   static void dict_set(Tracer& t, SymValue& dict, const SymValue& key, SymValue value) {
     (void)t;
@@ -475,6 +520,28 @@ struct Handlers {
     PyOwned empty(PyUnicode_FromString(""));
     PyOwned r(PyUnicode_Join(empty.p, tuple.p));
     t.push(Tracer::constant(r.p));
+  }
+
+  // Sets of constants are real sets, made and filled at trace time.
+  static void build_set(Tracer& t, const Instruction& in) {
+    std::vector<SymValue> items = pop_n(t, in.arg);
+    PyOwned set(PySet_New(nullptr));
+    for (const SymValue& v : items) {
+      if (!v.is_python_constant()) throw Unsupported("a set of " + describe(v));
+      PyOwned o(t.materialize(v));
+      if (PySet_Add(set.p, o.p) < 0) { PyErr_Clear(); throw Unsupported("unhashable set item"); }
+    }
+    t.push(Tracer::constant(set.p));
+  }
+  static void set_add(Tracer& t, const Instruction& in) {  // SET_ADD and SET_UPDATE
+    SymValue v = t.pop();
+    SymValue& set = t.top(in.arg - 1);
+    if (!set.is_constant() || !PySet_Check(set.obj) || set.source || !v.is_python_constant())
+      throw Unsupported("adding " + describe(v) + " to a set");
+    PyOwned o(t.materialize(v));
+    const bool update = std::strcmp(opcode_info(in.opcode).name, "SET_UPDATE") == 0;
+    const int rc = update ? _PySet_Update(set.obj, o.p) : PySet_Add(set.obj, o.p);
+    if (rc < 0) { PyErr_Clear(); throw Unsupported("set update raised"); }
   }
 
   // ---- control flow
@@ -631,6 +698,67 @@ struct Handlers {
     t.push(t.call(callable, std::move(args), std::move(kwargs)));
   }
 
+  // ---- attribute writes: fields of records made in the trace, or side effects replayed after
+  // the graph on objects with the default __setattr__.
+  static void store_attr(Tracer& t, const Instruction& in) {
+    SymValue owner = t.pop();
+    SymValue value = t.pop();
+    const std::string name = str_name(t, in.arg);
+    if (owner.kind == SymValue::Kind::Record) {
+      for (size_t i = 0; i < owner.field_names.size(); ++i)
+        if (owner.field_names[i] == name) throw Unsupported("assignment to a field of a record made in the frame");
+      throw Unsupported("new attribute on a record made in the frame");
+    }
+    if (!owner.is_constant() || owner.name == "__super__") throw Unsupported("attribute assignment on " + describe(owner));
+    PyTypeObject* tp = Py_TYPE(owner.obj);
+    if (tp->tp_setattro != PyObject_GenericSetAttr || PyType_Check(owner.obj) || PyModule_Check(owner.obj))
+      throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " (custom __setattr__)");
+    if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Function || value.kind == SymValue::Kind::Cell)
+      throw Unsupported("storing a " + describe(value) + " in an attribute");
+    for (auto& [obj, n, v] : t.written_attrs_)
+      if (obj == owner.obj && n == name) {
+        v = value;
+        t.result_.effects.push_back({owner, name, value});
+        return;
+      }
+    t.written_attrs_.emplace_back(owner.obj, name, value);
+    t.result_.effects.push_back({owner, name, value});
+  }
+
+  // ---- imports of modules already imported (a sys.modules lookup, as Python does first)
+  static void import_name(Tracer& t, const Instruction& in) {
+    SymValue fromlist = t.pop();
+    SymValue level = t.pop();
+    if (!level.is_constant() || !PyLong_Check(level.obj) || PyLong_AsLong(level.obj) != 0)
+      throw Unsupported("relative import");
+    const std::string name = str_name(t, in.arg);
+    PyObject* modules = PyImport_GetModuleDict();
+    PyObject* mod = PyDict_GetItemString(modules, name.c_str());
+    if (!mod) throw Unsupported("import of '" + name + "', not imported yet");
+    const bool from = fromlist.is_constant() && fromlist.obj != Py_None && PyObject_IsTrue(fromlist.obj) == 1;
+    if (!from) mod = PyDict_GetItemString(modules, name.substr(0, name.find('.')).c_str());
+    if (!mod) throw Unsupported("import of '" + name + "'");
+    t.push(Tracer::constant(mod));
+  }
+  static void import_from(Tracer& t, const Instruction& in) {
+    SymValue mod = t.top();
+    if (!mod.is_constant()) throw Unsupported("from-import of " + describe(mod));
+    PyOwned v(PyObject_GetAttrString(mod.obj, str_name(t, in.arg).c_str()));
+    if (!v.p) { PyErr_Clear(); throw Unsupported("from-import of '" + str_name(t, in.arg) + "'"); }
+    t.push(Tracer::constant(v.p));
+  }
+
+  // ---- generators inlined by calls.cpp run to completion, collecting what they yield
+  static void return_generator(Tracer& t, const Instruction&) {
+    if (!t.fr().generator) throw Unsupported("a generator frame");
+    t.push(Tracer::constant(Py_None));  // what the first resume would send
+  }
+  static void yield_value(Tracer& t, const Instruction&) {
+    if (!t.fr().generator) throw Unsupported("yield outside an inlined generator");
+    t.fr().yields.push_back(t.pop());
+    t.push(Tracer::constant(Py_None));  // next() sends None
+  }
+
   // ---- returns
   static void return_value(Tracer& t, const Instruction&) {
     FrameState& f = t.fr();
@@ -655,7 +783,7 @@ struct Handlers {
           {"UNARY_NEGATIVE", unary_negative}, {"UNARY_POSITIVE", unary_positive},
           {"UNARY_INVERT", unary_invert}, {"UNARY_NOT", unary_not},
           {"CALL_INTRINSIC_1", call_intrinsic_1}, {"BINARY_SUBSCR", binary_subscr},
-          {"BINARY_SLICE", binary_slice}, {"BUILD_SLICE", build_slice}, {"STORE_SUBSCR", store_subscr},
+          {"BINARY_SLICE", binary_slice}, {"BUILD_SLICE", build_slice}, {"STORE_SUBSCR", store_subscr}, {"DELETE_SUBSCR", delete_subscr},
           {"BUILD_TUPLE", build_tuple}, {"BUILD_LIST", build_list}, {"LIST_EXTEND", list_extend},
           {"LIST_APPEND", list_append}, {"LIST_TO_TUPLE", list_to_tuple},
           {"UNPACK_SEQUENCE", unpack_sequence}, {"BUILD_MAP", build_map},
@@ -672,7 +800,8 @@ struct Handlers {
           {"JUMP_IF_TRUE_OR_POP", jump_or_pop}, {"GET_ITER", get_iter}, {"FOR_ITER", for_iter},
           {"BEFORE_WITH", before_with}, {"MAKE_FUNCTION", make_function},
           {"KW_NAMES", kw_names}, {"CALL", call}, {"CALL_FUNCTION_EX", call_function_ex},
-          {"RETURN_VALUE", return_value},
+          {"RETURN_VALUE", return_value}, {"IMPORT_NAME", import_name}, {"IMPORT_FROM", import_from},
+          {"RETURN_GENERATOR", return_generator}, {"YIELD_VALUE", yield_value}, {"STORE_ATTR", store_attr}, {"BUILD_SET", build_set}, {"SET_ADD", set_add}, {"SET_UPDATE", set_add},
       };
       for (int op = 0; op < 256; ++op) {
         const char* name = opcode_info(static_cast<uint8_t>(op)).name;

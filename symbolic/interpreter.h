@@ -57,6 +57,15 @@ struct TraceResult {
   std::vector<GuardSpec> guards;
   SymValue return_value;  // when the frame was traced to its return
 
+  // Attribute writes on objects that outlive the frame, in program order: the transformed code
+  // performs them after the graph runs (target.name = value).
+  struct SideEffect {
+    SymValue target;
+    std::string name;
+    SymValue value;
+  };
+  std::vector<SideEffect> effects;
+
   // A graph break: the trace stopped before root instruction break_inst (the first of the
   // sequence [KW_NAMES] [PRECALL] CALL, or the one instruction that could not be traced), whose
   // last instruction is break_end; `reason`/`lineno` say why. stack and locals are the root

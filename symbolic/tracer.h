@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <optional>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -43,6 +44,8 @@ struct FrameState {
   SymValue return_value;
   int depth = 0;                     // 0 for the root
   std::vector<int> grad_stack;       // `with` grad-mode blocks entered in this frame (previous mode)
+  bool generator = false;            // an inlined generator: runs to its end, collecting yields
+  std::vector<SymValue> yields;
 };
 
 class Tracer {
@@ -76,6 +79,8 @@ class Tracer {
   friend struct Calls;
 
   FrameState& fr() { return *frames_.back(); }
+  // Local slot i of the current frame; the root's arguments are wrapped (guarded) on first read.
+  SymValue& local(int i);
   SymValue pop();
   SymValue& top(int depth = 0);
   void push(SymValue v) { fr().stack.push_back(std::move(v)); }
@@ -96,6 +101,7 @@ class Tracer {
   SymValue subscript(const SymValue& container, const SymValue& index);
   std::vector<SymValue> unpack(const SymValue& seq, int n);
   SymValue make_iterator(const SymValue& iterable);
+  void guard_module_count(const SymValue& container);
   bool truth(const SymValue& v, const char* what);  // trace-time truth value, or Unsupported
 
   const FrameInputs& frame_;
@@ -106,6 +112,8 @@ class Tracer {
   int nargs_ = 0;       // argument slots of the root frame
   int stop_at_ = -1;    // root instruction index at which to stop and record a break
   bool grad_mode_changed_ = false;
+  // Attribute values written during the trace (result_.effects), read back by later reads.
+  std::vector<std::tuple<PyObject*, std::string, SymValue>> written_attrs_;
 };
 
 // Python name of a value for messages: "Tensor", "int 3", "<function f>".

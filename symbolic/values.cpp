@@ -76,6 +76,7 @@ std::vector<SymValue>& SymValue::mutable_seq() { return kind == Kind::List ? box
 bool SymValue::is_python_constant() const {
   switch (kind) {
     case Kind::Constant: return true;
+    case Kind::BoundMethod: return obj && !items.empty() && items[0].is_constant();
     case Kind::Tuple:
     case Kind::List:
     case Kind::Slice:

@@ -55,6 +55,7 @@ struct SymValue {
                  // box->keys kw-default names with box->closure values, box->closure cells
     Cell,        // box->items holds 0 or 1 value; obj (+source): a real cell read lazily
     BoundMethod, // items[0] self, obj the function (Python-level method of a user object)
+    Record,      // a dataclass instance made in the trace: obj its type, field_names/items
   };
   Kind kind = Kind::Constant;
   PyObject* obj = nullptr;        // Constant: strong ref; Tensor from outside: the live tensor

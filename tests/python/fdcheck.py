@@ -129,24 +129,40 @@ def stats_delta(before, after):
     return {k: after[k] - before[k] for k in before}
 
 
-def check(fn, *args, graphs=1, kwargs=None, check_strides=True, rtol=None, atol=None):
+def _seeded(seed):
+    if seed is not None:
+        torch.manual_seed(seed)
+
+
+def check(fn, *args, graphs=1, breaks=0, kwargs=None, check_strides=True, rtol=None, atol=None,
+          seed=None):
     """Run `fn` eagerly and through fastdyn; they must agree, and fastdyn must find `graphs`
-    graphs. Where eager raises, fastdyn must raise the same error. Returns the eager result."""
+    graphs and `breaks` graph breaks. Where eager raises, fastdyn must raise the same error.
+    With `seed`, every run starts from torch.manual_seed(seed) and must leave the default
+    generator where eager left it (random ops draw from the same stream as eager).
+    Returns the eager result."""
     kwargs = kwargs or {}
     eager_args, eager_kwargs = clone_tree(args), clone_tree(kwargs)
+    _seeded(seed)
     try:
         expected = fn(*eager_args, **eager_kwargs)
     except Exception as error:  # then fastdyn must raise the same error, every time
         check_same_error(fn, args, kwargs, error, graphs, eager_args)
         return error
+    eager_rng = torch.get_rng_state() if seed is not None else None
     eager_alias = aliasing(expected, (eager_args, eager_kwargs))
 
     jitted = fastdyn.jit(fn)
     for call in ("compile call", "cached call"):
         run_args, run_kwargs = clone_tree(args), clone_tree(kwargs)
+        _seeded(seed)
         before = fastdyn.stats()
         got = jitted(*run_args, **run_kwargs)
         delta = stats_delta(before, fastdyn.stats())
+        if seed is not None:
+            assert torch.equal(torch.get_rng_state(), eager_rng), (
+                f"{fn.__name__}: {call}: the random generator is not where eager left it "
+                "(a different number of draws)")
         assert_same(got, expected, f"{fn.__name__}: {call}: output", check_strides, rtol, atol)
         assert_same(run_args, eager_args, f"{fn.__name__}: {call}: positional inputs after the call",
                     check_strides, rtol, atol)
@@ -156,23 +172,115 @@ def check(fn, *args, graphs=1, kwargs=None, check_strides=True, rtol=None, atol=
             f"{fn.__name__}: {call}: outputs alias inputs differently from eager "
             f"(pairs of (shares storage, is the same object)):\n"
             f"{aliasing(got, (run_args, run_kwargs))}\n!= eager {eager_alias}")
-        if graphs:
-            if call == "compile call":
-                assert delta["frames_compiled"] == 1 and delta["cache_misses"] == 1, (
-                    f"{fn.__name__}: the first call should compile the frame once: {delta}\n"
-                    f"{fastdyn.explain(fn, *clone_tree(args), **clone_tree(kwargs))}")
-            else:
-                assert delta["cache_hits"] == 1 and delta["cache_misses"] == 0 and \
-                    delta["frames_compiled"] == 0, (
-                        f"{fn.__name__}: the second call should hit the cache: {delta}")
+        check_call_stats(fn, call, delta, graphs, breaks, args, kwargs)
 
+    _seeded(seed)
     report = fastdyn.explain(fn, *clone_tree(args), **clone_tree(kwargs))
-    assert report.graph_count == graphs, (
-        f"{fn.__name__}: graph_count {report.graph_count} != {graphs}\n{report}")
-    if graphs:
-        assert report.graph_break_count == 0, f"{fn.__name__}: unexpected graph breaks\n{report}"
-        assert len(report.op_counts) == graphs, f"{fn.__name__}: op_counts per graph\n{report}"
+    check_report(fn, report, graphs, breaks)
     return expected
+
+
+def check_call_stats(fn, call, delta, graphs, breaks, args=(), kwargs=None):
+    """The per-call counters: a frame without breaks compiles once on the first call and hits the
+    cache on the second; a frame with breaks compiles at least once (the frame, then its
+    continuations) and the second call neither misses nor compiles."""
+    first = call in ("compile call", "first call")
+    if not graphs:
+        # Nothing to compile (or a frame left to eager): still, a later call must not compile.
+        assert first or delta["frames_compiled"] == 0, (
+            f"{fn.__name__}: the second call compiled again: {delta}")
+        return
+    if first:
+        if breaks:
+            ok = delta["frames_compiled"] >= 1
+        else:
+            ok = delta["frames_compiled"] == 1 and delta["cache_misses"] == 1
+        assert ok, (f"{fn.__name__}: the first call should compile the frame: {delta}\n"
+                    f"{fastdyn.explain(fn, *clone_tree(args), **clone_tree(kwargs or {}))}")
+    elif breaks:
+        assert delta["cache_hits"] >= 1 and delta["cache_misses"] == 0 and \
+            delta["frames_compiled"] == 0, (
+                f"{fn.__name__}: the second call should hit the caches: {delta}")
+    else:
+        assert delta["cache_hits"] == 1 and delta["cache_misses"] == 0 and \
+            delta["frames_compiled"] == 0, (
+                f"{fn.__name__}: the second call should hit the cache: {delta}")
+
+
+def check_report(fn, report, graphs, breaks):
+    """fastdyn.explain's counts: `graphs` graphs (each with its op counts) and `breaks` breaks,
+    each break with a reason and a source line."""
+    name = getattr(fn, "__name__", type(fn).__name__)
+    assert report.graph_count == graphs, (
+        f"{name}: graph_count {report.graph_count} != {graphs}\n{report}")
+    assert report.graph_break_count == breaks, (
+        f"{name}: graph_break_count {report.graph_break_count} != {breaks}\n{report}")
+    assert len(report.op_counts) == graphs, f"{name}: op_counts per graph\n{report}"
+    for b in report.break_reasons:
+        assert b.reason and b.lineno > 0, f"{name}: a break without reason or line: {b}"
+
+
+# --------------------------------------------------------------------------- caller-visible mutation
+
+def assert_same_object(got, expected, what="value", rtol=None, atol=None, _depth=0):
+    """Like assert_same, for Python objects too: namedtuples, sets, dataclasses and plain user
+    objects (compared field by field through vars()). Used to check that mutations of objects the
+    caller can see are replayed exactly as eager made them."""
+    assert _depth < 20, f"{what}: structure too deep (a cycle?)"
+    if isinstance(expected, torch.Tensor):
+        assert_same(got, expected, what, True, rtol, atol)
+        return
+    assert type(got) is type(expected), (
+        f"{what}: type {type(got).__name__} != eager {type(expected).__name__}")
+    if isinstance(expected, (tuple, list)):
+        assert len(got) == len(expected), f"{what}: length {len(got)} != eager {len(expected)}: {got!r}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_same_object(g, e, f"{what}[{i}]", rtol, atol, _depth + 1)
+    elif isinstance(expected, dict):
+        assert list(got.keys()) == list(expected.keys()), (
+            f"{what}: keys {list(got.keys())} != eager {list(expected.keys())} (order included)")
+        for k in expected:
+            assert_same_object(got[k], expected[k], f"{what}[{k!r}]", rtol, atol, _depth + 1)
+    elif isinstance(expected, (set, frozenset)):
+        assert got == expected, f"{what}: {got!r} != eager {expected!r}"
+    elif isinstance(expected, torch.nn.Module):
+        # Fresh modules (check_fresh) are equal when their mode and state are.
+        assert got.training == expected.training, f"{what}: training {got.training} != eager"
+        assert_same_object(dict(got.state_dict(keep_vars=True)),
+                           dict(expected.state_dict(keep_vars=True)),
+                           f"{what}.state_dict()", rtol, atol, _depth + 1)
+    elif isinstance(expected, (types.FunctionType, types.ModuleType, type)):
+        assert got is expected, f"{what}: {got!r} is not eager's {expected!r}"
+    elif hasattr(expected, "__dict__"):
+        assert_same_object(vars(got), vars(expected), f"{what}.__dict__", rtol, atol, _depth + 1)
+    else:
+        assert got == expected, f"{what}: {got!r} != eager {expected!r}"
+
+
+def check_fresh(fn, make_args, graphs=1, breaks=0, seed=0, rtol=None, atol=None):
+    """Run `fn(*make_args())` eagerly and through fastdyn (compile call, cached call), each run
+    on freshly made arguments from the same seed, and compare the results AND the arguments
+    afterwards, Python objects included (lists, dicts, sets, user objects, dataclasses): a
+    mutation the caller can see must be replayed exactly. Then checks graph and break counts.
+    Returns (eager result, eager arguments after the call)."""
+    torch.manual_seed(seed)
+    eager_args = list(make_args())
+    expected = fn(*eager_args)
+    eager_alias = aliasing(expected, eager_args)
+    jitted = fastdyn.jit(fn)
+    for call in ("compile call", "cached call"):
+        torch.manual_seed(seed)
+        run_args = list(make_args())
+        got, delta = call_with_stats(jitted, *run_args)
+        assert_same_object(got, expected, f"{fn.__name__}: {call}: output", rtol, atol)
+        assert_same_object(run_args, eager_args, f"{fn.__name__}: {call}: arguments after the call",
+                           rtol, atol)
+        assert aliasing(got, run_args) == eager_alias, (
+            f"{fn.__name__}: {call}: outputs alias inputs differently from eager")
+        check_call_stats(fn, call, delta, graphs, breaks, tuple(make_args()))
+    torch.manual_seed(seed)
+    check_report(fn, fastdyn.explain(fn, *make_args()), graphs, breaks)
+    return expected, eager_args
 
 
 def check_same_error(fn, args, kwargs, error, graphs, eager_args):
