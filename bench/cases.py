@@ -10,6 +10,8 @@ Case fields:
                   (the way users run real models, and the only way to measure the hook's cost
                   on code that fastdyn must leave alone)
   outputs         result -> list of values to compare with eager (default: flatten tensors)
+  bytes_moved     bytes an ideal (fused) implementation reads plus writes per call; run.py reports
+                  achieved bandwidth (GB/s) for these cases, against copy_16m's as the machine's
 """
 import math
 from dataclasses import dataclass
@@ -63,6 +65,14 @@ def attention(q, k, v):
     return torch.matmul(probs, v)
 
 
+def pointwise_16m(x, y):
+    return (x * 2 + y).relu() * 0.5
+
+
+def copy_16m(out, x):
+    return out.copy_(x)
+
+
 def _collatz_len(n):
     steps = 0
     while n != 1:
@@ -94,6 +104,19 @@ def make_pointwise_1m():
     g = _seeded()
     n = 1 << 20
     return pointwise_1m, (_randn(g, n), _randn(g, n))
+
+
+N16M = 1 << 24
+
+
+def make_pointwise_16m():
+    g = _seeded()
+    return pointwise_16m, (_randn(g, N16M), _randn(g, N16M))
+
+
+def make_copy_16m():
+    g = _seeded()
+    return copy_16m, (torch.empty(N16M), _randn(g, N16M))
 
 
 def make_gelu_bias():
@@ -147,11 +170,17 @@ class Case:
     description: str
     whole_process: bool = False
     outputs: Optional[Callable[[Any], List[Any]]] = None
+    bytes_moved: Optional[int] = None
 
 
 CASES = {c.name: c for c in [
     Case("overhead16", make_overhead16, "(x + y) * 2 - 1 on 16 floats: per-call overhead"),
     Case("pointwise_1m", make_pointwise_1m, "chain of 10 pointwise ops on 1M floats"),
+    Case("pointwise_16m", make_pointwise_16m,
+         "(x * 2 + y).relu() * 0.5 on 16M floats: memory bandwidth of a fused chain",
+         bytes_moved=3 * 4 * N16M),  # reads x and y, writes the result
+    Case("copy_16m", make_copy_16m, "out.copy_(x), 16M floats, out preallocated: the machine's "
+         "bandwidth reference", bytes_moved=2 * 4 * N16M),
     Case("gelu_bias", make_gelu_bias, "gelu(x + b), x [1024, 1024]"),
     Case("layernorm_softmax", make_layernorm_softmax, "softmax(layer_norm(x)), x [256, 1024]"),
     Case("mlp", make_mlp, "linear 1024->4096, gelu, linear 4096->1024, batch 64"),

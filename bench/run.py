@@ -5,6 +5,8 @@
     python3 bench/run.py --quick              # skip inductor
     python3 bench/run.py --cases mlp,attention --modes eager,fastdyn --out bench/results
 
+Modes: eager, inductor, fastdyn (cold kernel cache), fastdyn_warm (a fresh process over a kernel
+cache that a throwaway fastdyn process has just filled).
 Each (case, mode) runs in a fresh process (`run.py --one CASE MODE`), so that first-call times
 include everything a cold process pays: compilation, lazy initialisation, kernel caches.
 The parent only orchestrates and compares outputs with eager's; it never runs a case itself.
@@ -26,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-MODES = ("eager", "inductor", "fastdyn")
+MODES = ("eager", "inductor", "fastdyn", "fastdyn_warm")
 THREADS = 2
 
 # Steady-state timing: warm-up for WARMUP_S, then batches of about BATCH_S seconds each, for
@@ -55,7 +57,7 @@ class Runner:
         elif mode == "inductor":
             import torch
             self.fn = torch.compile(fn)  # lazy: compiles on the first call
-        elif mode == "fastdyn":
+        elif mode in ("fastdyn", "fastdyn_warm"):  # warm: same, over a primed disk cache
             import fastdyn  # a failure here is reported as the cell's error
             self.fastdyn = fastdyn
             self.skip = getattr(fastdyn, "skip", _no_fastdyn_skip)
@@ -147,6 +149,7 @@ def run_one(case_name: str, mode: str, json_out: Path, tensors_out: Path, min_ti
         sys.path.insert(0, str(HERE))
         from cases import CASES, flatten_outputs
         case = CASES[case_name]
+        result["bytes_moved"] = case.bytes_moved
         result["stage"] = "setup"
         t0 = time.perf_counter_ns()
         runner = Runner(case, mode, backend)
@@ -219,8 +222,10 @@ PINNED_MALLOC = {"MALLOC_TRIM_THRESHOLD_": "1000000000", "MALLOC_MMAP_THRESHOLD_
 MALLOC_MODE = "pinned"
 
 
-def child_env(mode: str, inductor_cache: str, scratch):
+def child_env(mode: str, inductor_cache: str, scratch, fastdyn_cache=None):
     env = dict(os.environ)
+    if fastdyn_cache:
+        env["FASTDYN_CACHE_DIR"] = fastdyn_cache  # see run_cell
     env["OMP_NUM_THREADS"] = str(THREADS)
     if MALLOC_MODE == "pinned":
         env.update(PINNED_MALLOC)
@@ -260,6 +265,22 @@ def inductor_header_built() -> bool:
 
 
 def run_cell(case: str, mode: str, args, raw: Path, scratch: Path, rep: int = 0):
+    """One measured process. fastdyn gets an empty kernel cache directory of its own (its first
+    call is a cold compile, whatever earlier runs left on disk); fastdyn_warm gets one that a
+    throwaway fastdyn process of the same case has just filled, so its first call measures a
+    warm start: a fresh process whose kernels are all on disk."""
+    fastdyn_cache = None
+    if mode in ("fastdyn", "fastdyn_warm"):
+        fastdyn_cache = tempfile.mkdtemp(prefix="fastdyn_cache_", dir=scratch)
+    if mode == "fastdyn_warm":
+        primer = argparse.Namespace(**dict(vars(args), iters=1, min_time=0))
+        prime = run_process(case, "fastdyn", primer, raw, scratch, f"{rep}_prime", fastdyn_cache)
+        if prime["status"] != "ok":
+            return dict(prime, mode=mode, error="priming run: " + (prime.get("error") or ""))
+    return run_process(case, mode, args, raw, scratch, rep, fastdyn_cache)
+
+
+def run_process(case: str, mode: str, args, raw: Path, scratch: Path, rep, fastdyn_cache):
     json_out = raw / f"{case}__{mode}__{rep}.json"
     tensors_out = raw / f"{case}__{mode}__{rep}.pt"
     for p in (json_out, tensors_out):
@@ -273,7 +294,8 @@ def run_cell(case: str, mode: str, args, raw: Path, scratch: Path, rep: int = 0)
     t0 = time.monotonic()
     # A session of its own, so that a timeout also ends the compile workers it may have started.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env(mode, args.inductor_cache, scratch), cwd=str(ROOT),
+                            env=child_env(mode, args.inductor_cache, scratch, fastdyn_cache),
+                            cwd=str(ROOT),
                             start_new_session=True)
     try:
         _, stderr = proc.communicate(timeout=args.timeout)
@@ -421,6 +443,30 @@ def max_others(results):
     return f"{max(loads):.2f}" if loads else "unknown"
 
 
+def gb_per_s(r):
+    """Achieved bandwidth of a cell: the bytes an ideal fused kernel moves / time per call."""
+    if r is None or r.get("status") != "ok" or not r.get("bytes_moved"):
+        return None
+    return r["bytes_moved"] / r["median_ns"]  # bytes per ns = GB/s
+
+
+def bandwidth_lines(by_key, cases, modes, reference="copy_16m"):
+    """GB/s of every cell whose case declares bytes_moved, and its ratio to eager's copy_ of the
+    same size in the same run (the machine's measured bandwidth)."""
+    rows = [(c, m, gb_per_s(by_key.get((c, m)))) for c in cases for m in modes]
+    rows = [(c, m, g) for c, m, g in rows if g is not None]
+    if not rows:
+        return []
+    ref = gb_per_s(by_key.get((reference, "eager")))
+    lines = ["", f"Memory bandwidth (bytes an ideal fused kernel reads and writes / per-call time; "
+                 f"reference: {reference} in eager, {ref:.1f} GB/s):" if ref else
+             f"Memory bandwidth ({reference} in eager not run: no reference):", "",
+             f"| case | mode | GB/s | vs {reference} |", "|---|---|---:|---:|"]
+    for c, m, g in rows:
+        lines.append(f"| {c} | {m} | {g:.1f} | {f'{g / ref:.0%}' if ref else '—'} |")
+    return lines
+
+
 def write_reports(out: Path, info, results, cases, modes, argv):
     (out / "results.json").write_text(json.dumps(
         {"machine": info, "command": argv, "results": results}, indent=1))
@@ -462,12 +508,16 @@ def write_reports(out: Path, info, results, cases, modes, argv):
             if r.get("max_abs_diff") is not None and mode != "eager":
                 correct += f" ({r['max_abs_diff']:.1g})"
             note = cell_note(r)
+            if mode == "fastdyn_warm" and eager and eager["status"] == "ok":
+                extra = (r["first_call_ns"] - eager["first_call_ns"]) / 1e6
+                note = f"warm start: first call {extra:+.1f} ms vs eager's; {note}".strip("; ")
             if r.get("correct") is False:
                 note = (r.get("mismatch", "") + "; " + note).strip("; ")
             others = r.get("others_cpu")
             others = "?" if others is None else f"{others:.2f}"
             lines.append(f"| {case} | {mode} | {fmt_time(r['first_call_ns'])} | "
                          f"{fmt_time(r['median_ns'])} | {speed} | {correct} | {others} | {note} |")
+    lines += bandwidth_lines(by_key, cases, modes)
     lines.append("")
     (out / "results.md").write_text("\n".join(lines))
     return "\n".join(lines)
@@ -520,6 +570,8 @@ def main(argv=None):
     bad = [c for c in cases if c not in CASES] + [m for m in modes if m not in MODES]
     if bad:
         p.error(f"unknown case or mode: {', '.join(bad)} (see --list)")
+    if any(CASES[c].bytes_moved for c in cases if c in CASES) and "copy_16m" not in cases:
+        cases.append("copy_16m")  # the bandwidth reference (see bandwidth_lines)
     if "eager" not in modes:
         modes.insert(0, "eager")  # the reference for speed-ups and correctness
     modes.sort(key=MODES.index)

@@ -377,6 +377,13 @@ CaptureResult tensor_result(ValueId v) {
   return r;
 }
 
+CaptureResult none_result() {
+  CaptureResult r;
+  r.ok = true;
+  r.shape = CaptureResult::Shape::None;
+  return r;
+}
+
 CaptureResult tuple_result(std::vector<ValueId> vs, std::vector<std::string> field_names) {
   CaptureResult r;
   r.ok = true;

@@ -89,6 +89,7 @@ ValueId emit1(Graph& g, OpId op, std::vector<Arg> args, TensorMeta out);
 // Result helpers.
 CaptureResult tensor_result(ValueId v);
 CaptureResult tuple_result(std::vector<ValueId> vs, std::vector<std::string> field_names = {});
+CaptureResult none_result();  // the Python call returns None (x[i] = v)
 
 #define FD_FAMILY(id, ...) CaptureResult bind_##id(BindCall& call);
 #include "codegen/families.def"

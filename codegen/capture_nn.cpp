@@ -7,8 +7,8 @@
 //   - matmul-like and norm/loss outputs are contiguous;
 //   - conv, group/batch norm and pad keep a channels-last input channels-last;
 //   - dropout in training keeps the input's layout; outside training it is the input itself;
-//   - sdpa: the fused CPU kernel (inputs with unit last-dim stride) lays its output out in the
-//     query's dimension order, the math fallback contiguously.
+//   - sdpa: the fused CPU kernel (inputs with unit last-dim stride, as many key as value heads)
+//     lays its output out densely in the query's dimension order, the math fallback contiguously.
 #include "codegen/binder.h"
 #include "codegen/meta_rules.h"
 
@@ -483,9 +483,21 @@ CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
     return CaptureResult::fail("scaled_dot_product_attention: query and key must have the same embedding size");
   if (mk.sizes[mk.sizes.size() - 2] != mv.sizes[mv.sizes.size() - 2])
     return CaptureResult::fail("scaled_dot_product_attention: key and value must have the same sequence length");
-  if (a.boolean("enable_gqa")) return CaptureResult::fail("scaled_dot_product_attention: enable_gqa is not supported");
+  // Grouped-query attention: key and value may carry fewer heads (dim -3) than the query, each
+  // shared by a group of query heads; eager only checks that both counts divide the query's.
+  const bool gqa = a.boolean("enable_gqa");
+  const size_t heads_dim = mq.sizes.size() >= 3 ? mq.sizes.size() - 3 : mq.sizes.size();
+  if (gqa) {
+    if (heads_dim == mq.sizes.size())
+      return CaptureResult::fail("scaled_dot_product_attention: enable_gqa needs a heads dim (rank >= 3)");
+    int64_t hq = mq.sizes[heads_dim], hk = mk.sizes[heads_dim], hv = mv.sizes[heads_dim];
+    if (hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0)
+      return CaptureResult::fail("scaled_dot_product_attention: number of heads in key (" + std::to_string(hk) +
+                                 ") and value (" + std::to_string(hv) + ") must divide the number of heads in "
+                                 "query (" + std::to_string(hq) + ")");
+  }
   for (size_t i = 0; i + 2 < mq.sizes.size(); ++i)
-    if (mq.sizes[i] != mk.sizes[i] || mq.sizes[i] != mv.sizes[i])
+    if ((!gqa || i != heads_dim) && (mq.sizes[i] != mk.sizes[i] || mq.sizes[i] != mv.sizes[i]))
       return CaptureResult::fail("scaled_dot_product_attention: batch dims of query, key and value differ");
   std::vector<ValueId> ins{q, k, v};
   if (!a.is_none("attn_mask")) {
@@ -502,21 +514,18 @@ CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
   }
   Ints shape = mq.sizes;
   shape.back() = mv.sizes.back();
-  // The fused CPU kernel (4-d, unit last-dim strides) follows the query's dimension order.
-  bool fused = mq.dim() == 4 && mq.strides.back() == 1 && mk.strides.back() == 1 && mv.strides.back() == 1;
+  // The fused CPU kernel (4-d, unit last-dim strides, as many key as value heads, value head
+  // size = query head size) lays its output out densely in the query's dimension order, also
+  // when the query itself is not dense (q of a fused qkv projection, split then transposed).
+  bool fused = mq.dim() == 4 && mq.strides.back() == 1 && mk.strides.back() == 1 && mv.strides.back() == 1 &&
+               mk.sizes[heads_dim] == mv.sizes[heads_dim] && shape.back() == mq.sizes.back();
   Ints strides = contiguous_strides(shape);
-  if (fused) {
-    TensorMeta like = mq;
-    like.sizes = shape;
-    like.strides = mq.strides;
-    if (!is_non_overlapping_and_dense(like) || shape.back() != mq.sizes.back()) like.strides = contiguous_strides(shape);
-    strides = preserve_format_strides(like);
-  }
+  if (fused) strides = preserve_format_strides(mq);
   TensorMeta out = make_meta(mq.dtype, mq.device, shape, strides, any_requires_grad(c.graph, c.ctx, ins));
   return tensor_result(emit1(c.graph, OpId::scaled_dot_product_attention,
                              {Arg::of_value(q), Arg::of_value(k), Arg::of_value(v), const_arg(a.get("attn_mask")),
                               Arg::of_double(a.number("dropout_p")), Arg::of_bool(a.boolean("is_causal")),
-                              const_arg(a.get("scale")), Arg::of_bool(false)},
+                              const_arg(a.get("scale")), Arg::of_bool(gqa)},
                              out));
 }
 

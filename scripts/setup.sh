@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if command -v apt-get >/dev/null 2>&1; then
   need=""
-  for p in cmake ninja-build g++ libgtest-dev llvm-19-dev; do
+  for p in cmake ninja-build g++ libgtest-dev llvm-19-dev libsleef-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
   done
   if [ -n "$need" ]; then

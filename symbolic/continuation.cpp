@@ -345,11 +345,23 @@ struct Rebuilder {
         push(v.items[0]);
         b.load_attr(v.name);
         return;
-      case K::BoundMethod:
+      case K::BoundMethod: {
         if (v.name == "__fd_grad_exit__") throw CannotRebuild("an open grad-mode block");
+        if (!v.obj) {  // a container's method: the attribute of the rebuilt container
+          push(v.items[0]);
+          b.load_attr(v.name);
+          return;
+        }
+        // types.MethodType(function, self): `self.name` could find another function (a method
+        // reached through super() is shadowed by the subclass's own).
+        static PyObject* method_type = reinterpret_cast<PyObject*>(&PyMethod_Type);
+        b.emit(op::PUSH_NULL, 0);
+        b.load_const(method_type);
+        b.load_const(v.obj);
         push(v.items[0]);
-        b.load_attr(v.name);
+        b.call(2);
         return;
+      }
       default:
         throw CannotRebuild("a " + describe(v) + " cannot be rebuilt");
     }

@@ -353,6 +353,19 @@ struct Handlers {
     SymValue index = t.pop();
     SymValue container = t.pop();
     SymValue value = t.pop();
+    store_item(t, container, index, std::move(value));
+  }
+  static void store_slice(Tracer& t, const Instruction&) {  // 3.12: value, container, start, stop
+    SymValue stop = t.pop();
+    SymValue start = t.pop();
+    SymValue container = t.pop();
+    SymValue value = t.pop();
+    SymValue s;
+    s.kind = SymValue::Kind::Slice;
+    s.items = {start, stop, Tracer::constant(Py_None)};
+    store_item(t, container, fold_slice(t, std::move(s)), std::move(value));
+  }
+  static void store_item(Tracer& t, SymValue& container, const SymValue& index, SymValue value) {
     if (container.kind == SymValue::Kind::Dict) return dict_set(t, container, index, std::move(value));
     if (container.kind == SymValue::Kind::List && index.is_constant() && PyLong_Check(index.obj)) {
       if (container.source) throw Unsupported("item assignment to a list the caller can see");
@@ -783,7 +796,7 @@ struct Handlers {
           {"UNARY_NEGATIVE", unary_negative}, {"UNARY_POSITIVE", unary_positive},
           {"UNARY_INVERT", unary_invert}, {"UNARY_NOT", unary_not},
           {"CALL_INTRINSIC_1", call_intrinsic_1}, {"BINARY_SUBSCR", binary_subscr},
-          {"BINARY_SLICE", binary_slice}, {"BUILD_SLICE", build_slice}, {"STORE_SUBSCR", store_subscr}, {"DELETE_SUBSCR", delete_subscr},
+          {"BINARY_SLICE", binary_slice}, {"BUILD_SLICE", build_slice}, {"STORE_SUBSCR", store_subscr}, {"STORE_SLICE", store_slice}, {"DELETE_SUBSCR", delete_subscr},
           {"BUILD_TUPLE", build_tuple}, {"BUILD_LIST", build_list}, {"LIST_EXTEND", list_extend},
           {"LIST_APPEND", list_append}, {"LIST_TO_TUPLE", list_to_tuple},
           {"UNPACK_SEQUENCE", unpack_sequence}, {"BUILD_MAP", build_map},

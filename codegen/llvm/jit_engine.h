@@ -77,4 +77,35 @@ CacheStats cache_stats();
 // The directory in use ("" when the disk cache is off).
 std::string cache_dir();
 
+// --- Additions by the engine (H4a); nothing above changed. ---
+//
+// More on math_function(): the scalar declaration (lanes == 1) carries
+// "vector-function-abi-variant" mappings to the host's SLEEF vector forms (up to
+// host_target().vector_bits), so the loop vectoriser turns a scalar call in a loop into a vector
+// call by itself; the emitter may emit scalar calls and let it, or call vector forms directly.
+// Where the process already exports a SLEEF symbol (the torch wheel exports the 256/512-bit forms
+// its own kernels use) kernels call that copy, so they agree with ATen bit for bit; libsleef
+// supplies the rest. Known SLEEF edge behaviour is listed in math_functions.cpp.
+// Also resolvable from kernels: fastdyn_parallel_for, __truncsfbf2/__truncdfbf2 (supplied by the
+// engine), libm and libgcc helpers (from the process).
+
+// The SLEEF symbol math_function() declares ("" if there is none for this host), and its address
+// (nullptr if libsleef or the symbol is missing). For tests and diagnostics.
+constexpr int kMathFnCount = int(MathFn::Lgamma) + 1;
+std::string math_function_name(MathFn fn, bool is_f64, int lanes);
+void* math_symbol_address(const std::string& name);
+const char* math_fn_name(MathFn fn);  // "exp", "atan2", ...
+int math_fn_arity(MathFn fn);         // 1 or 2 (atan2, pow)
+double math_fn_max_ulp(MathFn fn);    // SLEEF's documented bound: 1.0 (u10), 1.5 (u15), ...
+
+// Tests only: forget every kernel in memory (their code is freed: addresses handed out earlier
+// dangle) and zero the statistics, as if the process had just started. The disk is left alone.
+void reset_for_testing();
+// Wall time of the last compile() call's phases, in milliseconds (FASTDYN_LOG=code, tests).
+// FASTDYN_LLVM_ARGS="-opt=value ..." passes options to LLVM (experiments; part of the cache key).
+struct CompileTimes {
+  double optimise_ms = 0, codegen_ms = 0, link_ms = 0, total_ms = 0;
+};
+CompileTimes last_compile_times();
+
 }  // namespace fastdyn::codegen::llvm_jit

@@ -72,12 +72,24 @@ int report_status(const char* what, const PyStatus& status) {
   return 1;
 }
 
-// Imports fastdyn and calls fastdyn.enable(). On failure the Python error is left set.
+// Arranges for fastdyn.enable() to run when the script first imports torch (fastdyn/_defer.py
+// says why), loading _defer.py by path so that neither fastdyn nor torch is imported now. On
+// failure the Python error is left set.
 bool enable_fastdyn() {
-  PyObject* module = PyImport_ImportModule("fastdyn");  // new reference
-  if (module == nullptr) return false;
-  PyObject* result = PyObject_CallMethod(module, "enable", nullptr);  // new reference
-  Py_DECREF(module);
+  static const char* code =
+      "import importlib.util as _u, os as _os\n"
+      "_spec = _u.find_spec('fastdyn')\n"
+      "if _spec is None or not _spec.submodule_search_locations:\n"
+      "    raise ImportError('No module named fastdyn')\n"
+      "_path = _os.path.join(list(_spec.submodule_search_locations)[0], '_defer.py')\n"
+      "_d = _u.module_from_spec(_u.spec_from_file_location('fastdyn._defer', _path))\n"
+      "_d.__spec__.loader.exec_module(_d)\n"
+      "_d.install()\n";
+  PyObject* globals = PyDict_New();
+  if (globals == nullptr) return false;
+  PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+  PyObject* result = PyRun_String(code, Py_file_input, globals, globals);  // new reference
+  Py_DECREF(globals);
   if (result == nullptr) return false;
   Py_DECREF(result);
   return true;

@@ -1,6 +1,6 @@
-// tests/cpp/codegen/test_capture_pointwise.cpp — cross-checks the elementwise, reduction and nn
-// binders (codegen/capture_pointwise.cpp, capture_reductions.cpp, capture_nn.cpp) against eager
-// ATen.
+// tests/cpp/codegen/test_capture_pointwise.cpp — cross-checks the elementwise, reduction, nn and
+// composite binders (codegen/capture_pointwise.cpp, capture_reductions.cpp, capture_nn.cpp,
+// capture_composites.cpp) against eager ATen.
 //
 // One harness, cases as data: each case names a family, its input tensors (dtype, sizes and a
 // layout: contiguous, transposed, sliced, expanded, channels-last), its Python-level arguments
@@ -34,7 +34,7 @@ using Tensors = std::vector<at::Tensor>;
 
 // ---- inputs -------------------------------------------------------------------------------------
 
-enum class Layout { C, T, Sliced, Expanded, CL, Swap12 };
+enum class Layout { C, T, Sliced, Expanded, CL, Swap12, Split12 };
 
 struct TSpec {
   ST dtype = ST::Float;
@@ -81,6 +81,12 @@ at::Tensor make(const TSpec& s) {
     case Layout::Swap12: {  // dims 1 and 2 transposed, as attention code does with heads
       std::swap(base[1], base[2]);
       t = values(s.dtype, base).transpose(1, 2);
+      break;
+    }
+    case Layout::Split12: {  // Swap12 of the first third of a 3x wider last dim: q of a fused qkv
+      std::swap(base[1], base[2]);
+      base.back() *= 3;
+      t = values(s.dtype, base).slice(-1, 0, s.sizes.back()).transpose(1, 2);
       break;
     }
   }
@@ -873,6 +879,56 @@ TEST(CaptureNN, MatchEager) {
       {"sdpa_requires_grad", Family::scaled_dot_product_attention,
        {RG(F({2, 4, 6, 8})), F({2, 4, 6, 8}), F({2, 4, 6, 8})}, {T(0), T(1), T(2)}, {},
        [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      // GPT-2: q, k, v split from one projection, then heads transposed (not dense).
+      {"sdpa_split_qkv_causal", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Split12), F({2, 4, 6, 8}, Layout::Split12), F({2, 4, 6, 8}, Layout::Split12)},
+       {T(0), T(1), T(2)}, {{"is_causal", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, true)}; }},
+      {"sdpa_split_q_one_batch_one_head", Family::scaled_dot_product_attention,
+       {F({1, 1, 6, 8}, Layout::Split12), F({1, 1, 6, 8}), F({1, 1, 6, 8})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      {"sdpa_split_q_one_head", Family::scaled_dot_product_attention,
+       {F({2, 1, 6, 8}, Layout::Split12), F({2, 1, 6, 8}), F({2, 1, 6, 8})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      {"sdpa_split_q_value_head_size_differs", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Split12), F({2, 4, 5, 8}), F({2, 4, 5, 3})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
+      {"sdpa_gqa_split_q_bool_mask", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Split12), F({2, 2, 6, 8}, Layout::Split12), F({2, 2, 6, 8}, Layout::Split12),
+        Bo({2, 1, 6, 6})},
+       {T(0), T(1), T(2), T(3)}, {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], t[3], 0.0, false, {}, true)}; }},
+      // Grouped-query attention (LLaMA with fewer key/value heads, transformers' sdpa path).
+      {"sdpa_gqa", Family::scaled_dot_product_attention, {F({2, 4, 6, 8}), F({2, 2, 5, 8}), F({2, 2, 5, 8})},
+       {T(0), T(1), T(2)}, {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, false, {}, true)}; }},
+      {"sdpa_gqa_heads_transposed_causal", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Swap12), F({2, 2, 6, 8}, Layout::Swap12), F({2, 2, 6, 8}, Layout::Swap12)},
+       {T(0), T(1), T(2)}, {{"is_causal", B(true)}, {"scale", Dbl(0.25)}, {"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, true, 0.25, true)}; }},
+      {"sdpa_gqa_kv_permuted_math_path", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Swap12), F({2, 2, 5, 8}, Layout::T), F({2, 2, 5, 8}, Layout::T)},
+       {T(0), T(1), T(2)}, {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, false, {}, true)}; }},
+      {"sdpa_gqa_bool_mask_v_dim", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}), F({2, 1, 5, 8}), F({2, 1, 5, 3}), Bo({2, 1, 6, 5})}, {T(0), T(1), T(2), T(3)},
+       {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], t[3], 0.0, false, {}, true)}; }},
+      {"sdpa_gqa_3d", Family::scaled_dot_product_attention, {F({4, 6, 8}), F({2, 5, 8}), F({2, 5, 8})},
+       {T(0), T(1), T(2)}, {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, false, {}, true)}; }},
+      {"sdpa_gqa_heads_do_not_divide", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}), F({2, 3, 5, 8}), F({2, 3, 5, 8})}, {T(0), T(1), T(2)}, {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, false, {}, true)}; }},
+      {"sdpa_gqa_key_value_heads_differ_math_path", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}, Layout::Swap12), F({2, 2, 5, 8}), F({2, 1, 5, 8})}, {T(0), T(1), T(2)}, {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, false, {}, true)}; }},
+      {"sdpa_gqa_more_kv_than_query_heads", Family::scaled_dot_product_attention,
+       {F({2, 2, 6, 8}), F({2, 4, 5, 8}), F({2, 4, 5, 8})}, {T(0), T(1), T(2)}, {{"enable_gqa", B(true)}},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2], {}, 0.0, false, {}, true)}; }},
+      {"sdpa_fewer_kv_heads_without_gqa_fails", Family::scaled_dot_product_attention,
+       {F({2, 4, 6, 8}), F({2, 2, 5, 8}), F({2, 2, 5, 8})}, {T(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::scaled_dot_product_attention(t[0], t[1], t[2])}; }},
       {"pad_transposed", Family::pad, {F({3, 4}, Layout::T)}, {T(0), Ints({1, 2})}, {},
        [](const Tensors& t) { return Tensors{at::pad(t[0], {1, 2})}; }},
       {"pad_channels_last_value", Family::pad, {F({2, 3, 4, 5}, Layout::CL)}, {T(0), Ints({1, 1, 0, -1})},
@@ -911,6 +967,42 @@ TEST(CaptureNN, MatchEager) {
       {"cross_entropy_none_3d", Family::cross_entropy, {F({2, 6, 3}), L({2, 3})}, {T(0), T(1)},
        {{"reduction", Str("none")}, {"label_smoothing", Dbl(0.1)}},
        [](const Tensors& t) { return Tensors{at::cross_entropy_loss(t[0], t[1], {}, 0, -100, 0.1)}; }},
+  };
+  for (const auto& k : cases) run_case(k);
+}
+
+// ---- composites recorded as eager's decomposition (capture_composites.cpp) ----------------------
+
+TEST(CaptureComposites, DiffMatchesEager) {
+  // Eager lambdas see the positional arguments only: tensors passed as prepend/append are
+  // positional here (input, n, dim, prepend, append); keyword binding is the Signature's job.
+  auto diff = [](int64_t n, int64_t dim) {
+    return [=](const Tensors& t) { return Tensors{at::diff(t[0], n, dim)}; };
+  };
+  const std::vector<Case> cases = {
+      {"diff_last_dim", Family::diff, {F({3, 5})}, {T(0)}, {}, diff(1, -1)},
+      {"diff_dim0_transposed", Family::diff, {F({3, 5}, Layout::T)}, {T(0)}, {{"dim", I(0)}}, diff(1, 0)},
+      {"diff_twice_sliced", Family::diff, {F({2, 3, 4}, Layout::Sliced)}, {T(0), I(2)}, {}, diff(2, -1)},
+      {"diff_expanded_dim0", Family::diff, {F({3, 4}, Layout::Expanded)}, {T(0)}, {{"dim", I(0)}}, diff(1, 0)},
+      // What transformers' find_packed_sequence_indices runs on position ids.
+      {"diff_long_prepend", Family::diff, {L({2, 8}), L({2, 1})}, {T(0), I(1), I(-1), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::diff(t[0], 1, -1, t[3])}; }},
+      {"diff_prepend_append_transposed", Family::diff, {F({3, 4}, Layout::T), F({1, 4}), F({2, 4}, Layout::T)},
+       {T(0), I(1), I(0), T(1), T(2)}, {},
+       [](const Tensors& t) { return Tensors{at::diff(t[0], 1, 0, t[3], t[4])}; }},
+      {"diff_append_only_twice", Family::diff, {F({3, 4}), F({3, 2})}, {T(0), I(2), I(1), None(), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::diff(t[0], 2, 1, {}, t[4])}; }},
+      {"diff_bool_is_xor", Family::diff, {Bo({3, 6})}, {T(0)}, {}, diff(1, -1)},
+      {"diff_order_beyond_length", Family::diff, {F({3, 2})}, {T(0), I(5)}, {}, diff(5, -1)},
+      {"diff_order_zero_is_a_copy", Family::diff, {F({3, 4}, Layout::T), F({3, 1})}, {T(0), I(0), I(-1), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::diff(t[0], 0, -1, t[3])}; }},
+      {"diff_0d_fails", Family::diff, {F({})}, {T(0)}, {}, diff(1, -1)},
+      {"diff_negative_order_fails", Family::diff, {F({3})}, {T(0), I(-1)}, {}, diff(-1, -1)},
+      {"diff_dim_out_of_range_fails", Family::diff, {F({3})}, {T(0)}, {{"dim", I(1)}}, diff(1, 1)},
+      {"diff_prepend_rank_fails", Family::diff, {F({3, 4}), F({4})}, {T(0), I(1), I(-1), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::diff(t[0], 1, -1, t[3])}; }},
+      {"diff_prepend_shape_fails", Family::diff, {F({3, 4}), F({2, 1})}, {T(0), I(1), I(-1), T(1)}, {},
+       [](const Tensors& t) { return Tensors{at::diff(t[0], 1, -1, t[3])}; }},
   };
   for (const auto& k : cases) run_case(k);
 }

@@ -22,7 +22,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -569,6 +571,142 @@ TEST(CaptureViews, AdvancedIndexingFuzzMatchesEager) {
     ++checked;
   }
   EXPECT_GT(checked, 200);
+}
+
+// ---- assignment: x[idx] = v -----------------------------------------------------------------------
+
+// A tensor with t's dtype, sizes, strides and storage offset over a copy of t's storage: eager
+// and the graph each write into their own copy of the same input.
+at::Tensor clone_geometry(const at::Tensor& t) {
+  const c10::Storage& src = t.storage();
+  at::Tensor bytes = at::empty({static_cast<int64_t>(src.nbytes())}, at::kByte);
+  if (src.nbytes() > 0) std::memcpy(bytes.data_ptr(), src.data(), src.nbytes());
+  at::Tensor out = at::empty({0}, t.options().requires_grad(false));
+  out.set_(bytes.storage(), t.storage_offset(), t.sizes(), t.strides());
+  if (t.requires_grad()) out.requires_grad_(true);
+  return out;
+}
+
+struct AssignCase {
+  std::string name;
+  CallArg index, value;                                   // tensors by input position (T(i))
+  std::function<void(Tensors&)> eager;                    // performs the assignment on its inputs
+  std::function<Tensors()> extra_inputs = nullptr;        // beyond the layout-made x
+  bool capture_may_fail = false;  // a known limit (data-dependent shape): capture fails, naming setitem
+};
+
+// Runs one assignment on `inputs`; returns the failure text (empty = pass). Capture must succeed
+// exactly when eager does, record no result value, and the graph must leave every input exactly
+// as eager's assignment leaves its own copy.
+std::string run_assign(const AssignCase& c, const Tensors& inputs, int& graphs_run) {
+  Tensors eager_in, graph_in;
+  for (const auto& t : inputs) {
+    eager_in.push_back(clone_geometry(t));
+    graph_in.push_back(clone_geometry(t));
+  }
+  std::string eager_error;
+  try {
+    c.eager(eager_in);
+  } catch (const c10::Error& e) {
+    eager_error = e.what_without_backtrace();
+  }
+  Graph g;
+  std::vector<ValueId> ids;
+  for (const auto& t : graph_in) ids.push_back(g.add_input(meta_of(t)));
+  CaptureResult r = record_call(g, CaptureContext{}, Family::setitem,
+                                {CallArg::tensor(ids[0]), resolve(c.index, ids), resolve(c.value, ids)}, {});
+  std::ostringstream fail;
+  if (!r.ok && r.reason.find("setitem") == std::string::npos) fail << "the failure does not name setitem: " << r.reason;
+  if (c.capture_may_fail && !r.ok) return fail.str();
+  if (!eager_error.empty() || !r.ok) {
+    if (eager_error.empty() != r.ok)
+      fail << "eager " << (eager_error.empty() ? "succeeded" : "failed (" + eager_error.substr(0, 200) + ")")
+           << " but capture " << (r.ok ? "succeeded" : "failed (" + r.reason + ")");
+    return fail.str();
+  }
+  if (r.shape != CaptureResult::Shape::None || !r.values.empty())
+    fail << "x[i] = v returns None, but capture returned " << r.values.size() << " values; ";
+  try {
+    compile_aten(g)->run(graph_in);
+  } catch (const std::exception& e) {
+    return std::string("compile_aten/run threw: ") + e.what() + "\n" + print_graph(g);
+  }
+  ++graphs_run;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (!(meta_of(graph_in[j]) == meta_of(eager_in[j])))
+      fail << "input " << j << ": " << describe(meta_of(graph_in[j])) << " vs eager " << describe(meta_of(eager_in[j])) << "; ";
+    else if (!same_values(graph_in[j].detach(), eager_in[j].detach()))
+      fail << "input " << j << ": values differ from eager's after the assignment; ";
+  }
+  if (!fail.str().empty()) fail << "\n" << print_graph(g);
+  return fail.str();
+}
+
+TEST(CaptureSubscript, AssignmentWritesLikeEagerOnEveryLayout) {
+  using TI = at::indexing::TensorIndex;
+  // x[items] = number / x[items] = inputs[1], as Python's Tensor.__setitem__ runs it.
+  auto put = [](std::vector<TI> items, double number) {
+    return [items, number](Tensors& x) { x[0].index_put_(items, number); };
+  };
+  auto put_t = [](std::vector<TI> items) { return [items](Tensors& x) { x[0].index_put_(items, x[1]); }; };
+  auto with = [](std::function<Tensors()> f) { return f; };
+  const CallArg half = CallArg::of_double(2.5);
+  const std::vector<AssignCase> cases = {
+      {"x[1] = 2.5", I(1), half, put({1}, 2.5)},
+      {"x[-1] = 3", I(-1), I(3), put({-1}, 3)},
+      {"x[:, 1:] = 0", Tup({Sl({}, {}), Sl(1, {})}), I(0), put({Slice(), Slice(1, None)}, 0)},
+      {"x[..., ::2] = True", Tup({CallArg::ellipsis(), Sl({}, {}, 2)}), CallArg::of_bool(true),
+       put({Ellipsis, Slice(None, None, 2)}, 1)},
+      {"x[None, 0] = -1", Tup({CallArg::none(), I(0)}), I(-1), put({None, 0}, -1)},
+      {"x[...] = 7", CallArg::ellipsis(), I(7), put({Ellipsis}, 7)},
+      {"x[False] = 1 does nothing", CallArg::of_bool(false), I(1), put({false}, 1)},
+      {"x[..., 0] = v[3]", Tup({CallArg::ellipsis(), I(0)}), T(1), put_t({Ellipsis, 0}),
+       with([] { return Tensors{at::randn({3})}; })},
+      {"x[0] = v[1, 1, 4] (leading ones dropped)", I(0), T(1), put_t({0}),
+       with([] { return Tensors{at::randn({1, 1, 4})}; })},
+      {"x[1] = v[3, 1] (broadcast, transposed)", I(1), T(1), put_t({1}),
+       with([] { return Tensors{at::randn({1, 3}).t()}; })},
+      {"x[0] = double 0-dim (cast)", I(0), T(1), put_t({0}), with([] { return Tensors{at::randn({}, at::kDouble)}; })},
+      {"x[0] = long v[3, 4] (cast)", I(0), T(1), put_t({0}),
+       with([] { return Tensors{at::randint(0, 9, {3, 4}, at::kLong)}; })},
+      {"x[0] = v[2, 4] does not fit", I(0), T(1), put_t({0}), with([] { return Tensors{at::randn({2, 4})}; })},
+      {"x[:, [0, 2]] = 7", Tup({Sl({}, {}), L({0, 2})}), I(7), put({Slice(), at::tensor({0, 2})}, 7)},
+      {"x[i] = v[3, 4]", T(1), T(2), [](Tensors& x) { x[0].index_put_({x[1]}, x[2]); },
+       with([] { return Tensors{at::tensor({1, 0, 1}), at::randn({3, 4})}; })},
+      {"x[:, i, j] = v[2, 1]", Tup({Sl({}, {}), T(1), T(2)}), T(3),
+       [](Tensors& x) { x[0].index_put_({Slice(), x[1], x[2]}, x[3]); },
+       with([] { return Tensors{at::tensor({2, 0}), at::tensor({1, 3}), at::randn({2, 1})}; })},
+      {"x[i] = long v (dtype mismatch)", T(1), T(2), [](Tensors& x) { x[0].index_put_({x[1]}, x[2]); },
+       with([] { return Tensors{at::tensor({0}), at::randint(0, 9, {4}, at::kLong)}; })},
+      {"x[i] = v[5] does not broadcast", T(1), T(2), [](Tensors& x) { x[0].index_put_({x[1]}, x[2]); },
+       with([] { return Tensors{at::tensor({0, 1}), at::randn({5})}; })},
+      {"x[mask] = -inf", T(1), CallArg::of_double(-std::numeric_limits<double>::infinity()),
+       [](Tensors& x) { x[0].index_put_({x[1]}, -std::numeric_limits<double>::infinity()); },
+       with([] { return Tensors{at::randint(0, 2, {2, 3}, at::kLong).to(at::kBool)}; })},
+      {"x[:, mask] = 0-dim", Tup({Sl({}, {}), T(1)}), T(2), [](Tensors& x) { x[0].index_put_({Slice(), x[1]}, x[2]); },
+       with([] { return Tensors{at::randint(0, 2, {3, 4}, at::kLong).to(at::kBool), at::randn({})}; })},
+      {"x[mask] = v[4]: data-dependent", T(1), T(2), [](Tensors& x) { x[0].index_put_({x[1]}, x[2]); },
+       with([] { return Tensors{at::ones({2, 3}, at::kBool), at::randn({4})}; }), true},
+      {"x[mask of the wrong shape] = 1", T(1), I(1), [](Tensors& x) { x[0].index_put_({x[1]}, 1); },
+       with([] { return Tensors{at::ones({3, 3}, at::kBool)}; })},
+      {"x[1, 2, 3, 4] = 0: too many indices", Tup({I(1), I(2), I(3), I(4)}), I(0), put({1, 2, 3, 4}, 0)},
+      {"x[5] = 0: out of range", I(5), I(0), put({5}, 0)},
+      {"x[0] = 'a': bad value", I(0), CallArg::of_string("a"), [](Tensors&) { TORCH_CHECK(false, "Python raises TypeError for a str value"); }},
+  };
+  int graphs_run = 0;
+  for (const auto& c : cases) {
+    for (const auto& ln : kAll) {
+      at::manual_seed(0);
+      Tensors inputs{layouts().at(ln)()};
+      if (c.extra_inputs)
+        for (auto& t : c.extra_inputs()) inputs.push_back(t);
+      std::string err = run_assign(c, inputs, graphs_run);
+      EXPECT_TRUE(err.empty()) << c.name << " on " << ln << ": " << err;
+    }
+  }
+  // Most (case, layout) pairs are valid assignments: they must have been captured and run, not
+  // merely failed on both sides.
+  EXPECT_GE(graphs_run, 100) << "of " << cases.size() * kAll.size();
 }
 
 // ---- factories and casts ------------------------------------------------------------------------

@@ -1,0 +1,169 @@
+// codegen/llvm/backend.cpp — compile_llvm_cpu and its Executable.
+#include "codegen/llvm/backend.h"
+
+#include "codegen/aten_backend.h"
+#include "codegen/llvm/emit.h"
+#include "codegen/llvm/jit_engine.h"
+#include "codegen/loop/passes.h"
+#include "runtime/errors.h"
+
+#include <ATen/ATen.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <cstdio>
+
+namespace fastdyn::codegen {
+namespace {
+
+using loop::ValuePlan;
+using KernelFn = void (*)(void**, int32_t*);
+
+class LlvmExecutable final : public runtime::Executable {
+ public:
+  struct Extern {
+    runtime::ExecutablePtr exe;
+    std::vector<ValueId> inputs, outputs;
+  };
+  struct Run {
+    bool is_kernel;
+    int32_t index;  // fns_ or externs_
+  };
+
+  LlvmExecutable(loop::Program p, std::string text, std::vector<KernelFn> fns, std::vector<Extern> externs)
+      : p_(std::move(p)), text_(std::move(text)), fns_(std::move(fns)), externs_(std::move(externs)) {
+    int32_t e = 0;
+    for (const loop::Step& s : p_.steps)
+      runs_.push_back(s.kind == loop::Step::Kind::Kernel ? Run{true, s.index} : Run{false, e++});
+    for (size_t s = 0; s < p_.slot_owner.size(); ++s) {
+      ValueId v = p_.slot_owner[s];
+      if (p_.plans[static_cast<size_t>(v)].kind == ValuePlan::Kind::Buffer) buffers_.push_back(static_cast<int32_t>(s));
+    }
+  }
+
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
+    const Graph& g = p_.graph;
+    if (inputs.size() != g.inputs.size())
+      throw UserError("llvm_cpu backend: graph takes " + std::to_string(g.inputs.size()) + " inputs, got " +
+                      std::to_string(inputs.size()));
+    std::vector<at::Tensor> slots(p_.slot_owner.size());
+    for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.plans[static_cast<size_t>(g.inputs[i])].slot)] = inputs[i];
+    for (int32_t s : buffers_) {
+      const TensorMeta& m = g.meta(p_.slot_owner[static_cast<size_t>(s)]);
+      slots[static_cast<size_t>(s)] = at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype));
+    }
+    std::vector<void*> ptrs(slots.size(), nullptr);
+    for (const Run& r : runs_) {
+      if (r.is_kernel) {
+        for (size_t s = 0; s < slots.size(); ++s) ptrs[s] = slots[s].defined() ? slots[s].data_ptr() : nullptr;
+        int32_t status = 0;
+        fns_[static_cast<size_t>(r.index)](ptrs.data(), &status);
+        if (status != 0) throw BackendError("llvm_cpu: index out of range in self (embedding / index_select)");
+        continue;
+      }
+      const Extern& e = externs_[static_cast<size_t>(r.index)];
+      std::vector<at::Tensor> ins;
+      ins.reserve(e.inputs.size());
+      for (ValueId v : e.inputs) ins.push_back(tensor_of(v, slots));
+      std::vector<at::Tensor> outs = e.exe->run(ins);
+      for (size_t o = 0; o < e.outputs.size(); ++o) {
+        const ValuePlan& pl = p_.plans[static_cast<size_t>(e.outputs[o])];
+        if (pl.slot < 0) continue;
+        const TensorMeta& m = g.meta(e.outputs[o]);
+        at::Tensor t = std::move(outs[o]);
+        // Kernels address extern results with the graph's strides: keep that promise.
+        if (t.defined() && t.strides() != c10::IntArrayRef(m.strides) && t.numel() > 1) {
+          at::Tensor fixed = at::empty_strided(m.sizes, m.strides, t.options());
+          fixed.copy_(t);
+          t = fixed;
+        }
+        slots[static_cast<size_t>(pl.slot)] = std::move(t);
+      }
+    }
+    std::vector<at::Tensor> outputs;
+    outputs.reserve(g.outputs.size());
+    for (ValueId v : g.outputs) outputs.push_back(tensor_of(v, slots));
+    return outputs;
+  }
+
+  std::string describe() const override { return "backend llvm_cpu\n" + text_; }
+
+ private:
+  at::Tensor tensor_of(ValueId v, const std::vector<at::Tensor>& slots) const {
+    const ValuePlan& pl = p_.plans[static_cast<size_t>(v)];
+    const TensorMeta& m = p_.graph.meta(v);
+    if (pl.slot < 0) throw InternalError("llvm_cpu backend: v" + std::to_string(v) + " was never materialised");
+    const at::Tensor& t = slots[static_cast<size_t>(pl.slot)];
+    if (pl.kind == ValuePlan::Kind::Alias) {
+      int64_t off = t.storage_offset() + m.storage_offset - p_.graph.meta(pl.root).storage_offset;
+      return t.as_strided(m.sizes, m.strides, off);
+    }
+    if (pl.kind == ValuePlan::Kind::Buffer && (t.sizes() != c10::IntArrayRef(m.sizes) || t.strides() != c10::IntArrayRef(m.strides)))
+      return t.as_strided(m.sizes, m.strides, t.storage_offset());  // a reused slot
+    return t;
+  }
+
+  loop::Program p_;
+  std::string text_;
+  std::vector<KernelFn> fns_;
+  std::vector<Extern> externs_;
+  std::vector<Run> runs_;
+  std::vector<int32_t> buffers_;
+};
+
+LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
+  LlvmExecutable::Extern e;
+  Graph sub;
+  sub.values = g.values;
+  auto add_input = [&](ValueId v) {
+    if (v < 0) return;
+    for (ValueId u : e.inputs)
+      if (u == v) return;
+    e.inputs.push_back(v);
+  };
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value) add_input(a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId v : a.values) add_input(v);
+  }
+  sub.inputs = e.inputs;
+  sub.nodes.push_back(n);
+  sub.outputs = n.outputs;
+  e.outputs = n.outputs;
+  e.exe = compile_aten(sub);
+  return e;
+}
+
+}  // namespace
+
+runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) {
+  loop::Program p = loop::build_program(g);
+  const std::string text = loop::print_program(p);
+  std::vector<std::string> names;
+  for (const loop::Kernel& k : p.kernels) names.push_back(k.name);
+  std::vector<void*> addrs;
+  if (!names.empty()) {
+    const int bits = llvm_jit::host_target().vector_bits;
+    const std::string key = "llvm_cpu 1 vector_bits=" + std::to_string(bits) + "\n" + text;
+    addrs = llvm_jit::find_cached(key, names);
+    if (addrs.empty()) {
+      llvm_jit::ModuleBuilder mb = llvm_jit::new_module("fastdyn_graph");
+      llvm_emit::emit_program(p, *mb.module, bits);
+      if (loop::dump_enabled("llvm")) {
+        std::string s;
+        llvm::raw_string_ostream os(s);
+        mb.module->print(os, nullptr);
+        std::fprintf(stderr, "=== llvm ===\n%s", os.str().c_str());
+      }
+      addrs = llvm_jit::compile(std::move(mb), key, names);
+    }
+  }
+  std::vector<KernelFn> fns;
+  for (void* a : addrs) fns.push_back(reinterpret_cast<KernelFn>(a));
+  std::vector<LlvmExecutable::Extern> externs;
+  for (const loop::Step& s : p.steps)
+    if (s.kind == loop::Step::Kind::Extern) externs.push_back(compile_extern(p.graph, p.graph.nodes[static_cast<size_t>(s.index)]));
+  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(fns), std::move(externs));
+}
+
+}  // namespace fastdyn::codegen

@@ -1,0 +1,806 @@
+// codegen/llvm/emit.cpp — emit_program: loop IR kernels as LLVM IR (see emit.h for the ABI).
+//
+// Structure per kernel: <name>(slots, status) packs its arguments and calls fastdyn_parallel_for
+// with <name>.body(ctx, begin, end); the body turns each task number into an outer point, computes
+// each access's base element offset there, and runs the stages. Loop counters and accumulators
+// live in allocas (the engine's O3 pipeline promotes them to registers), which keeps this file
+// free of phi bookkeeping. One code path emits an instr for any lane count: 1 is the scalar tail
+// and per-outer stages, the host width is the vector body.
+#include "codegen/llvm/emit.h"
+
+#include "codegen/llvm/jit_engine.h"
+#include "runtime/errors.h"
+
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/DerivedTypes.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <map>
+
+namespace fastdyn::codegen::llvm_emit {
+namespace {
+
+using loop::Access;
+using loop::Instr;
+using loop::Kernel;
+using loop::Op;
+using loop::Program;
+using loop::ReduceOp;
+using loop::Stage;
+using ST = c10::ScalarType;
+
+// Elements a reduction accumulates per lane before its partial sum is flushed (blocked summation).
+constexpr int64_t kSumBlock = 4096;
+// Independent vector accumulators per reduction: the vector loop is unrolled this many times so
+// that additions do not wait on each other (floating-point adds may not be reassociated).
+constexpr int kUnroll = 4;
+// A pure pointwise kernel's rows are split into blocks of this many elements across threads.
+constexpr int64_t kRowBlock = 16384;
+// Work (elements) below which a parallel chunk is not worth a thread.
+constexpr int64_t kGrainElements = 32768;
+
+bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
+
+// Strides of one access, after the plan: element offset = base + sum_d stride[d] * i_d (+ dyn).
+struct Addr {
+  int32_t slot = -1;
+  ST storage = ST::Float;
+  int64_t base = 0;
+  std::vector<int64_t> stride;  // per kernel dim
+  int32_t dynamic = -1;          // instr id in the stage
+  int64_t dyn_stride = 0, dyn_size = 0;
+};
+
+Addr address_of(const Program& p, const Kernel& k, const Access& a) {
+  const TensorMeta& m = p.graph.meta(a.value);
+  const loop::ValuePlan& pl = p.plans.at(static_cast<size_t>(a.value));
+  FD_CHECK(pl.slot >= 0, "llvm emitter: v" + std::to_string(a.value) + " has no buffer slot");
+  Addr r;
+  r.slot = pl.slot;
+  r.storage = m.dtype;
+  r.stride.assign(static_cast<size_t>(k.dims()), 0);
+  if (pl.kind == loop::ValuePlan::Kind::Alias) r.base = m.storage_offset - p.graph.meta(pl.root).storage_offset;
+  for (size_t row = 0; row < a.index.size(); ++row) {
+    const loop::AffineIndex& ix = a.index[row];
+    const int64_t s = m.strides[row];
+    r.base += ix.constant * s;
+    for (size_t d = 0; d < ix.coef.size(); ++d) r.stride[d] += ix.coef[d] * s;
+    if (ix.dynamic >= 0) {
+      r.dynamic = ix.dynamic;
+      r.dyn_stride = s;
+      r.dyn_size = m.sizes[row];
+    }
+  }
+  return r;
+}
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const Program& p, const Kernel& k, llvm::Module& m, int vector_bits)
+      : p_(p), k_(k), m_(m), ctx_(m.getContext()), b_(ctx_), vf_(std::max(1, vector_bits / 32)) {}
+
+  void emit() {
+    auto* ptr = llvm::PointerType::get(ctx_, 0);
+    auto* i64 = b_.getInt64Ty();
+    // ---- the body: (ctx, begin, end) ----
+    auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
+    body_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, k_.name + ".body", m_);
+    fn_ = body_;
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", body_);
+    b_.SetInsertPoint(entry);
+    llvm::Value* ctxp = body_->getArg(0);
+    slots_ = b_.CreateLoad(ptr, ctxp);
+    status_ = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(1)}));
+    prepare();
+    for_loop(body_->getArg(1), body_->getArg(2), b_.getInt64(1), [&](llvm::Value* task) { emit_task(task); });
+    b_.CreateRetVoid();
+    // ---- the entry point ----
+    auto* fn_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
+    auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, k_.name, m_);
+    fn_ = f;
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
+    llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(2));
+    b_.CreateStore(f->getArg(0), pack);
+    b_.CreateStore(f->getArg(1), b_.CreateGEP(ptr, pack, {b_.getInt64(1)}));
+    auto* pf_ty = llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, ptr, ptr}, false);
+    llvm::FunctionCallee pf = m_.getOrInsertFunction("fastdyn_parallel_for", pf_ty);
+    b_.CreateCall(pf, {b_.getInt64(tasks_), b_.getInt64(grain_), body_, pack});
+    b_.CreateRetVoid();
+  }
+
+ private:
+  // ---- dims, collapsed ------------------------------------------------------------------------
+
+  // The loop dims after merging neighbours that every access walks contiguously, and the task
+  // layout. Pure pointwise kernels treat all dims alike (a contiguous tensor becomes one row).
+  void prepare() {
+    for (const Stage& s : k_.stages) {
+      std::vector<Addr> loads, stores;
+      for (const Access& a : s.loads) loads.push_back(address_of(p_, k_, a));
+      for (const loop::Store& st : s.stores) stores.push_back(address_of(p_, k_, st.dst));
+      load_addr_.push_back(std::move(loads));
+      store_addr_.push_back(std::move(stores));
+    }
+    pure_ = k_.stages.size() == 1 && !k_.stages[0].per_outer && k_.stages[0].reductions.empty();
+    std::vector<int64_t> sizes = k_.outer;
+    sizes.insert(sizes.end(), k_.inner.begin(), k_.inner.end());
+    std::vector<std::vector<int32_t>> groups;  // kernel dims per loop dim
+    n_outer_ = 0;
+    auto all_addrs = [&](const std::function<bool(const Addr&)>& f) {
+      for (auto& v : load_addr_) for (const Addr& a : v) if (!f(a)) return false;
+      for (auto& v : store_addr_) for (const Addr& a : v) if (!f(a)) return false;
+      return true;
+    };
+    const size_t no = k_.outer.size();
+    // Loop order: natural, except that a pure pointwise kernel walks its first store's memory
+    // order (the smallest stride innermost), so a transposed output is written contiguously.
+    std::vector<int32_t> order;
+    for (size_t d = 0; d < sizes.size(); ++d) order.push_back(static_cast<int32_t>(d));
+    if (pure_ && !store_addr_[0].empty()) {
+      const Addr& st = store_addr_[0][0];
+      std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+        return std::abs(st.stride[static_cast<size_t>(x)]) > std::abs(st.stride[static_cast<size_t>(y)]);
+      });
+    }
+    for (size_t pos = 0; pos < order.size(); ++pos) {
+      const size_t d = static_cast<size_t>(order[pos]);
+      bool boundary = d == no && !pure_;  // outer and inner never merge unless pure pointwise
+      if (!groups.empty() && !boundary) {
+        int32_t prev = groups.back().back();
+        int64_t inner_size = sizes[d];
+        bool ok = all_addrs([&](const Addr& a) {
+          return a.stride[static_cast<size_t>(prev)] == a.stride[d] * inner_size;
+        });
+        if (ok) {
+          groups.back().push_back(static_cast<int32_t>(d));
+          continue;
+        }
+      }
+      groups.push_back({static_cast<int32_t>(d)});
+    }
+    if (!pure_) {
+      n_outer_ = 0;
+      for (auto& grp : groups) if (grp[0] < static_cast<int32_t>(no)) ++n_outer_;
+    } else {
+      n_outer_ = groups.empty() ? 0 : groups.size() - 1;  // the last merged dim is the row
+    }
+    for (auto& grp : groups) {
+      int64_t size = 1;
+      for (int32_t d : grp) size *= sizes[static_cast<size_t>(d)];
+      loop_size_.push_back(size);
+      loop_dim_.push_back(grp.back());  // the innermost kernel dim carries the stride
+    }
+    outer_numel_ = 1;
+    for (size_t l = 0; l < n_outer_; ++l) outer_numel_ *= loop_size_[l];
+    inner_numel_ = 1;
+    for (size_t l = n_outer_; l < loop_size_.size(); ++l) inner_numel_ *= loop_size_[l];
+    if (pure_ && loop_size_.size() > n_outer_) {
+      row_ = loop_size_.back();
+      blocks_ = row_ > kRowBlock ? (row_ + kRowBlock - 1) / kRowBlock : 1;
+    }
+    tasks_ = outer_numel_ * blocks_;
+    int64_t work = pure_ ? std::min(row_, kRowBlock) : inner_numel_ * static_cast<int64_t>(k_.stages.size());
+    grain_ = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(work, 1));
+    // An empty reduction still stores its identity at every outer point.
+    if (outer_numel_ == 0 || (pure_ && inner_numel_ == 0)) tasks_ = 0;
+  }
+
+  int64_t stride(const Addr& a, size_t loop) const { return a.stride[static_cast<size_t>(loop_dim_[loop])]; }
+
+  // ---- loops ------------------------------------------------------------------------------------
+
+  void for_loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step, const std::function<void(llvm::Value*)>& body) {
+    llvm::Value* var = entry_alloca(b_.getInt64Ty());
+    b_.CreateStore(lo, var);
+    auto* cond = llvm::BasicBlock::Create(ctx_, "loop.cond", fn_);
+    auto* bodyb = llvm::BasicBlock::Create(ctx_, "loop.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "loop.exit", fn_);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(cond);
+    llvm::Value* i = b_.CreateLoad(b_.getInt64Ty(), var);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, hi), bodyb, exit);
+    b_.SetInsertPoint(bodyb);
+    body(i);
+    // NB: body() may have moved the insert point into its own exit block; we continue there.
+    b_.CreateStore(b_.CreateAdd(i, step), var);
+    b_.CreateBr(cond);
+    b_.SetInsertPoint(exit);
+  }
+
+  llvm::Value* entry_alloca(llvm::Type* t) {
+    llvm::IRBuilder<> e(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    return e.CreateAlloca(t);
+  }
+
+  // ---- per task ---------------------------------------------------------------------------------
+
+  void emit_task(llvm::Value* task) {
+    llvm::Value* o = task;
+    llvm::Value* block = b_.getInt64(0);
+    if (blocks_ > 1) {
+      o = b_.CreateUDiv(task, b_.getInt64(blocks_));
+      block = b_.CreateURem(task, b_.getInt64(blocks_));
+    }
+    // Outer multi-index, innermost fastest.
+    std::vector<llvm::Value*> oidx(n_outer_);
+    for (size_t l = n_outer_; l-- > 0;) {
+      oidx[l] = b_.CreateURem(o, b_.getInt64(loop_size_[l]));
+      o = b_.CreateUDiv(o, b_.getInt64(loop_size_[l]));
+    }
+    // Base element offsets of every access at this outer point.
+    auto bases = [&](std::vector<std::vector<Addr>>& addrs, std::vector<std::vector<llvm::Value*>>& out) {
+      out.clear();
+      for (auto& v : addrs) {
+        std::vector<llvm::Value*> row;
+        for (const Addr& a : v) {
+          llvm::Value* off = b_.getInt64(a.base);
+          for (size_t l = 0; l < n_outer_; ++l)
+            if (stride(a, l) != 0) off = b_.CreateAdd(off, b_.CreateMul(oidx[l], b_.getInt64(stride(a, l))));
+          row.push_back(off);
+        }
+        out.push_back(row);
+      }
+    };
+    bases(load_addr_, load_base_);
+    bases(store_addr_, store_base_);
+    reduced_.clear();
+    stage_values_.assign(k_.stages.size(), {});
+    for (size_t s = 0; s < k_.stages.size(); ++s) {
+      if (k_.stages[s].per_outer) {
+        run_point(s, 1, {}, nullptr);
+      } else {
+        emit_inner_stage(s, block);
+      }
+    }
+  }
+
+  // ---- inner stages -------------------------------------------------------------------------------
+
+  struct Acc {
+    std::array<llvm::Value*, kUnroll> vec{};   // vector partials (allocas), one per unrolled slot
+    std::array<llvm::Value*, kUnroll> vidx{};  // arg: vector best indices
+    std::array<llvm::Value*, kUnroll> blk{};   // blocked partials for float sums
+    llvm::Value* sc = nullptr;     // scalar accumulator (tail)
+    llvm::Value* sidx = nullptr;
+  };
+
+  void emit_inner_stage(size_t s, llvm::Value* block) {
+    const Stage& st = k_.stages[s];
+    const size_t n_inner_loops = loop_size_.size() - n_outer_;
+    // Accumulators.
+    accs_.assign(st.reductions.size(), Acc());
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& red = st.reductions[r];
+      ST vt = value_type(s, red.instr);
+      Acc& a = accs_[r];
+      a.sc = entry_alloca(vec_type(vt, 1));
+      b_.CreateStore(identity(red.op, vt, 1), a.sc);
+      const bool arg = red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin;
+      if (arg) {
+        a.sidx = entry_alloca(b_.getInt64Ty());
+        b_.CreateStore(b_.getInt64(std::numeric_limits<int64_t>::max()), a.sidx);
+      }
+      for (int u = 0; u < kUnroll; ++u) {
+        a.vec[u] = entry_alloca(vec_type(vt, vf_));
+        b_.CreateStore(identity(red.op, vt, vf_), a.vec[u]);
+        if (arg) {
+          a.vidx[u] = entry_alloca(vec_type(ST::Long, vf_));
+          b_.CreateStore(splat(b_.getInt64(std::numeric_limits<int64_t>::max()), vf_), a.vidx[u]);
+        }
+        if (red.op == ReduceOp::Sum && is_fp(vt)) {
+          a.blk[u] = entry_alloca(vec_type(vt, vf_));
+          b_.CreateStore(identity(red.op, vt, vf_), a.blk[u]);
+        }
+      }
+    }
+    if (n_inner_loops == 0) {
+      run_point(s, 1, {}, b_.getInt64(0));
+    } else {
+      std::vector<llvm::Value*> idx(n_inner_loops);
+      std::function<void(size_t, llvm::Value*)> nest = [&](size_t l, llvm::Value* flat) {
+        const size_t loop = n_outer_ + l;
+        if (l + 1 < n_inner_loops) {
+          for_loop(b_.getInt64(0), b_.getInt64(loop_size_[loop]), b_.getInt64(1), [&](llvm::Value* i) {
+            idx[l] = i;
+            nest(l + 1, b_.CreateMul(b_.CreateAdd(flat, i), b_.getInt64(loop_size_[loop + 1])));
+          });
+          return;
+        }
+        llvm::Value* lo = b_.getInt64(0);
+        llvm::Value* hi = b_.getInt64(loop_size_[loop]);
+        if (blocks_ > 1) {
+          lo = b_.CreateMul(block, b_.getInt64(kRowBlock));
+          hi = b_.CreateSelect(b_.CreateICmpSLT(b_.CreateAdd(lo, b_.getInt64(kRowBlock)), hi),
+                               b_.CreateAdd(lo, b_.getInt64(kRowBlock)), hi);
+        }
+        innermost(s, idx, l, lo, hi, flat);
+      };
+      nest(0, b_.getInt64(0));
+    }
+    // Combine the lanes, then the tail, into one result per reduction.
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& red = st.reductions[r];
+      ST vt = value_type(s, red.instr);
+      Acc& a = accs_[r];
+      if (a.blk[0]) flush_block(red, a, vt);
+      if (red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin) {
+        llvm::Value* best = b_.CreateLoad(vec_type(vt, 1), a.sc);
+        llvm::Value* bidx = b_.CreateLoad(b_.getInt64Ty(), a.sidx);
+        for (int u = 0; u < kUnroll; ++u) {
+          llvm::Value* vec = b_.CreateLoad(vec_type(vt, vf_), a.vec[u]);
+          llvm::Value* vidx = b_.CreateLoad(vec_type(ST::Long, vf_), a.vidx[u]);
+          for (int l = 0; l < vf_; ++l) {
+            llvm::Value* v = vf_ > 1 ? b_.CreateExtractElement(vec, l) : vec;
+            llvm::Value* i = vf_ > 1 ? b_.CreateExtractElement(vidx, l) : vidx;
+            llvm::Value* take = b_.CreateOr(better(red.op, vt, v, best),
+                                            b_.CreateAnd(same(vt, v, best), b_.CreateICmpSLT(i, bidx)));
+            best = b_.CreateSelect(take, v, best);
+            bidx = b_.CreateSelect(take, i, bidx);
+          }
+        }
+        bidx = b_.CreateSelect(b_.CreateICmpEQ(bidx, b_.getInt64(std::numeric_limits<int64_t>::max())), b_.getInt64(0), bidx);
+        reduced_.push_back(bidx);
+        continue;
+      }
+      // Pairwise: the unrolled partials, then halve the vector until one lane is left.
+      std::vector<llvm::Value*> parts;
+      for (int u = 0; u < kUnroll; ++u) parts.push_back(b_.CreateLoad(vec_type(vt, vf_), a.vec[u]));
+      while (parts.size() > 1) {
+        std::vector<llvm::Value*> next;
+        for (size_t q = 0; q + 1 < parts.size(); q += 2) next.push_back(combine(red.op, vt, parts[q], parts[q + 1]));
+        if (parts.size() % 2) next.push_back(parts.back());
+        parts = std::move(next);
+      }
+      llvm::Value* vec = parts[0];
+      for (int w = vf_; w > 1; w /= 2) {
+        llvm::SmallVector<int, 16> lo, hi;
+        for (int l = 0; l < w / 2; ++l) { lo.push_back(l); hi.push_back(l + w / 2); }
+        vec = combine(red.op, vt, b_.CreateShuffleVector(vec, lo), b_.CreateShuffleVector(vec, hi));
+      }
+      llvm::Value* lane = vf_ > 1 ? b_.CreateExtractElement(vec, static_cast<uint64_t>(0)) : vec;
+      if (lane->getType()->isVectorTy()) lane = b_.CreateExtractElement(lane, static_cast<uint64_t>(0));
+      reduced_.push_back(combine(red.op, vt, lane, b_.CreateLoad(vec_type(vt, 1), a.sc)));
+    }
+  }
+
+  void flush_block(const loop::Reduction& red, Acc& a, ST vt) {
+    llvm::Type* t = vec_type(vt, vf_);
+    for (int u = 0; u < kUnroll; ++u) {
+      b_.CreateStore(combine(red.op, vt, b_.CreateLoad(t, a.vec[u]), b_.CreateLoad(t, a.blk[u])), a.vec[u]);
+      b_.CreateStore(identity(red.op, vt, vf_), a.blk[u]);
+    }
+  }
+
+  // The innermost loop: vector body in blocks of kSumBlock, then the scalar tail.
+  void innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat) {
+    llvm::Value* n = b_.CreateSub(hi, lo);
+    llvm::Value* vec_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vf_)), b_.getInt64(vf_)));
+    const Stage& st = k_.stages[s];
+    bool blocked = false;
+    for (const Acc& a : accs_) blocked |= a.blk[0] != nullptr;
+    if (vf_ > 1) {
+      auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
+        llvm::Value* start = blo;
+        if (!st.reductions.empty()) {
+          // kUnroll points per iteration, each into its own accumulators, then single vectors.
+          const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
+          llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
+          for_loop(blo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
+            for (int u = 0; u < kUnroll; ++u) {
+              llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
+              idx[l] = ju;
+              run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
+            }
+          });
+          start = main_end;
+        }
+        for_loop(start, bhi, b_.getInt64(vf_), [&](llvm::Value* j) {
+          idx[l] = j;
+          run_point(s, vf_, idx, b_.CreateAdd(flat, j));
+        });
+      };
+      if (blocked) {
+        for_loop(lo, vec_end, b_.getInt64(kSumBlock), [&](llvm::Value* jb) {
+          llvm::Value* e = b_.CreateAdd(jb, b_.getInt64(kSumBlock));
+          vector_body(jb, b_.CreateSelect(b_.CreateICmpSLT(e, vec_end), e, vec_end));
+          for (size_t r = 0; r < st.reductions.size(); ++r)
+            if (accs_[r].blk[0]) flush_block(st.reductions[r], accs_[r], value_type(s, st.reductions[r].instr));
+        });
+      } else {
+        vector_body(lo, vec_end);
+      }
+    }
+    for_loop(vf_ > 1 ? vec_end : lo, hi, b_.getInt64(1), [&](llvm::Value* j) {
+      idx[l] = j;
+      run_point(s, 1, idx, b_.CreateAdd(flat, j));
+    });
+  }
+
+  // ---- one point (lanes wide) -------------------------------------------------------------------
+
+  ST value_type(size_t s, int32_t instr) const { return k_.stages[s].instrs.at(static_cast<size_t>(instr)).type; }
+
+  llvm::Type* scalar_type(ST t) {
+    switch (t) {
+      case ST::Float: return b_.getFloatTy();
+      case ST::Double: return b_.getDoubleTy();
+      case ST::Long: return b_.getInt64Ty();
+      case ST::Int: return b_.getInt32Ty();
+      case ST::Bool: return b_.getInt1Ty();
+      default: throw BackendError(std::string("llvm emitter: no compute type for ") + c10::toString(t));
+    }
+  }
+  llvm::Type* storage_type(ST t) {
+    switch (t) {
+      case ST::BFloat16: return b_.getBFloatTy();
+      case ST::Half: return b_.getHalfTy();
+      case ST::Bool: return b_.getInt8Ty();
+      default: return scalar_type(t);
+    }
+  }
+  llvm::Type* vec_type(ST t, int lanes) {
+    return lanes_of(scalar_type(t), lanes);
+  }
+  static llvm::Type* lanes_of(llvm::Type* t, int lanes) {
+    return lanes == 1 ? t : static_cast<llvm::Type*>(llvm::FixedVectorType::get(t, static_cast<unsigned>(lanes)));
+  }
+  llvm::Value* splat(llvm::Value* v, int lanes) {
+    if (lanes == 1 || v->getType()->isVectorTy()) return v;
+    return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
+  }
+  llvm::Value* constant(double v, ST t, int lanes) {
+    llvm::Type* s = scalar_type(t);
+    llvm::Constant* c = is_fp(t) ? llvm::ConstantFP::get(s, v)
+                        : t == ST::Bool ? llvm::ConstantInt::get(s, v != 0)
+                        : llvm::ConstantInt::get(s, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
+    return lanes == 1 ? static_cast<llvm::Value*>(c) : llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(lanes), c);
+  }
+  llvm::Value* identity(ReduceOp op, ST t, int lanes) {
+    const bool fp = is_fp(t);
+    switch (op) {
+      case ReduceOp::Sum: return constant(0, t, lanes);
+      case ReduceOp::Prod: return constant(1, t, lanes);
+      case ReduceOp::Max:
+      case ReduceOp::ArgMax:
+        return fp ? constant(-INFINITY, t, lanes) : int_limit(t, lanes, true);
+      case ReduceOp::Min:
+      case ReduceOp::ArgMin:
+        return fp ? constant(INFINITY, t, lanes) : int_limit(t, lanes, false);
+    }
+    return nullptr;
+  }
+  llvm::Value* int_limit(ST t, int lanes, bool lowest) {
+    unsigned bits = scalar_type(t)->getIntegerBitWidth();
+    llvm::APInt v = lowest ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getSignedMaxValue(bits);
+    llvm::Constant* c = llvm::ConstantInt::get(scalar_type(t), v);
+    return lanes == 1 ? static_cast<llvm::Value*>(c) : llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(lanes), c);
+  }
+  llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args) {
+    return b_.CreateIntrinsic(id, {args[0]->getType()}, args);
+  }
+  llvm::Value* combine(ReduceOp op, ST t, llvm::Value* a, llvm::Value* b) {
+    const bool fp = is_fp(t);
+    switch (op) {
+      case ReduceOp::Sum: return fp ? b_.CreateFAdd(a, b) : b_.CreateAdd(a, b);
+      case ReduceOp::Prod: return fp ? b_.CreateFMul(a, b) : b_.CreateMul(a, b);
+      case ReduceOp::Max: return intrinsic(fp ? llvm::Intrinsic::maximum : llvm::Intrinsic::smax, {a, b});
+      case ReduceOp::Min: return intrinsic(fp ? llvm::Intrinsic::minimum : llvm::Intrinsic::smin, {a, b});
+      default: throw InternalError("llvm emitter: combine of an arg reduction");
+    }
+  }
+  // Strictly better for argmax/argmin; a NaN beats any number (ATen returns the first NaN).
+  llvm::Value* better(ReduceOp op, ST t, llvm::Value* v, llvm::Value* best) {
+    if (!is_fp(t)) return op == ReduceOp::ArgMax ? b_.CreateICmpSGT(v, best) : b_.CreateICmpSLT(v, best);
+    llvm::Value* cmp = op == ReduceOp::ArgMax ? b_.CreateFCmpOGT(v, best) : b_.CreateFCmpOLT(v, best);
+    return b_.CreateOr(cmp, b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(best, best)));
+  }
+  llvm::Value* same(ST t, llvm::Value* v, llvm::Value* best) {
+    if (!is_fp(t)) return b_.CreateICmpEQ(v, best);
+    return b_.CreateOr(b_.CreateFCmpOEQ(v, best), b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpUNO(best, best)));
+  }
+
+  // Element offset of an access at the current point (lanes wide when lanes > 1 and not unit/0).
+  llvm::Value* element_offset(const Addr& a, llvm::Value* base, const std::vector<llvm::Value*>& idx, int lanes,
+                              const std::vector<llvm::Value*>& vals, bool& contiguous, bool& uniform) {
+    llvm::Value* off = base;
+    const size_t n_inner = idx.size();
+    int64_t lane_stride = 0;
+    for (size_t l = 0; l < n_inner; ++l) {
+      int64_t s = stride(a, n_outer_ + l);
+      if (s != 0) off = b_.CreateAdd(off, b_.CreateMul(idx[l], b_.getInt64(s)));
+      if (l + 1 == n_inner) lane_stride = s;
+    }
+    llvm::Value* dyn = nullptr;
+    if (a.dynamic >= 0) {
+      dyn = vals.at(static_cast<size_t>(a.dynamic));
+      // Out-of-range gathered indices read row 0 and raise the status flag.
+      llvm::Value* size = splat(b_.getInt64(a.dyn_size), lanes);
+      llvm::Value* bad = b_.CreateICmpUGE(dyn, size);
+      llvm::Value* any = lanes == 1 ? bad : b_.CreateOrReduce(bad);
+      llvm::Value* old = b_.CreateLoad(b_.getInt32Ty(), status_);
+      b_.CreateStore(b_.CreateSelect(any, b_.getInt32(1), old), status_);
+      dyn = b_.CreateSelect(bad, splat(b_.getInt64(0), lanes), dyn);
+      dyn = b_.CreateMul(dyn, splat(b_.getInt64(a.dyn_stride), lanes));
+    }
+    contiguous = lanes > 1 && lane_stride == 1 && !dyn;
+    uniform = lanes > 1 && lane_stride == 0 && !dyn;
+    if (lanes == 1 || contiguous || uniform) return dyn ? b_.CreateAdd(off, dyn) : off;
+    llvm::SmallVector<llvm::Constant*, 16> steps;
+    for (int i = 0; i < lanes; ++i) steps.push_back(b_.getInt64(static_cast<uint64_t>(i * lane_stride)));
+    llvm::Value* v = b_.CreateAdd(splat(off, lanes), llvm::ConstantVector::get(steps));
+    return dyn ? b_.CreateAdd(v, dyn) : v;
+  }
+
+  llvm::Value* slot_ptr(int32_t slot) {
+    auto* ptr = llvm::PointerType::get(ctx_, 0);
+    return b_.CreateLoad(ptr, b_.CreateGEP(ptr, slots_, {b_.getInt64(slot)}));
+  }
+
+  llvm::Value* widen(llvm::Value* raw, ST storage, ST compute, int lanes) {
+    switch (storage) {
+      case ST::BFloat16:
+      case ST::Half: return b_.CreateFPExt(raw, vec_type(ST::Float, lanes));
+      case ST::Bool: return b_.CreateICmpNE(raw, llvm::Constant::getNullValue(raw->getType()));
+      default: (void)compute; return raw;
+    }
+  }
+  llvm::Value* narrow(llvm::Value* v, ST storage, int lanes) {
+    switch (storage) {
+      case ST::BFloat16:
+      case ST::Half: return b_.CreateFPTrunc(v, lanes_of(storage_type(storage), lanes));
+      case ST::Bool: return b_.CreateZExt(v, lanes_of(b_.getInt8Ty(), lanes));
+      default: return v;
+    }
+  }
+
+  llvm::Value* load(const Addr& a, llvm::Value* base, const std::vector<llvm::Value*>& idx, int lanes,
+                    const std::vector<llvm::Value*>& vals, ST compute) {
+    bool contiguous = false, uniform = false;
+    llvm::Value* off = element_offset(a, base, idx, lanes, vals, contiguous, uniform);
+    llvm::Type* et = storage_type(a.storage);
+    llvm::Value* p = slot_ptr(a.slot);
+    if (lanes == 1 || uniform) {
+      llvm::Value* x = widen(b_.CreateLoad(et, b_.CreateGEP(et, p, {off})), a.storage, compute, 1);
+      return splat(x, lanes);
+    }
+    if (contiguous) {
+      auto* vt = llvm::FixedVectorType::get(et, static_cast<unsigned>(lanes));
+      auto* ld = b_.CreateAlignedLoad(vt, b_.CreateGEP(et, p, {off}), llvm::MaybeAlign(et->getPrimitiveSizeInBits() / 8));
+      return widen(ld, a.storage, compute, lanes);
+    }
+    llvm::Value* v = llvm::UndefValue::get(vec_type(compute, lanes));
+    for (int i = 0; i < lanes; ++i) {
+      llvm::Value* e = b_.CreateLoad(et, b_.CreateGEP(et, p, {b_.CreateExtractElement(off, i)}));
+      v = b_.CreateInsertElement(v, widen(e, a.storage, compute, 1), i);
+    }
+    return v;
+  }
+
+  void store(const Addr& a, llvm::Value* base, const std::vector<llvm::Value*>& idx, int lanes,
+             const std::vector<llvm::Value*>& vals, llvm::Value* v) {
+    bool contiguous = false, uniform = false;
+    llvm::Value* off = element_offset(a, base, idx, lanes, vals, contiguous, uniform);
+    llvm::Type* et = storage_type(a.storage);
+    llvm::Value* p = slot_ptr(a.slot);
+    v = narrow(v, a.storage, lanes);
+    if (lanes == 1) {
+      b_.CreateStore(v, b_.CreateGEP(et, p, {off}));
+      return;
+    }
+    if (contiguous) {
+      b_.CreateAlignedStore(v, b_.CreateGEP(et, p, {off}), llvm::MaybeAlign(et->getPrimitiveSizeInBits() / 8));
+      return;
+    }
+    if (uniform) {  // every lane writes the same element: the last lane wins, as in the scalar loop
+      b_.CreateStore(b_.CreateExtractElement(v, lanes - 1), b_.CreateGEP(et, p, {off}));
+      return;
+    }
+    for (int i = 0; i < lanes; ++i)
+      b_.CreateStore(b_.CreateExtractElement(v, i), b_.CreateGEP(et, p, {b_.CreateExtractElement(off, i)}));
+  }
+
+  // Evaluates stage s at the current point; `flat` is the flat inner index (arg reductions).
+  void run_point(size_t s, int lanes, const std::vector<llvm::Value*>& idx, llvm::Value* flat, int slot = 0) {
+    const Stage& st = k_.stages[s];
+    std::vector<llvm::Value*> vals(st.instrs.size(), nullptr);
+    for (size_t i = 0; i < st.instrs.size(); ++i) vals[i] = instr(s, st.instrs[i], lanes, idx, vals);
+    for (size_t w = 0; w < st.stores.size(); ++w)
+      store(store_addr_[s][w], store_base_[s][w], idx, lanes, vals, vals[static_cast<size_t>(st.stores[w].instr)]);
+    if (st.per_outer) {
+      stage_values_[s] = vals;
+      return;
+    }
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& red = st.reductions[r];
+      ST vt = value_type(s, red.instr);
+      Acc& a = accs_[r];
+      llvm::Value* x = vals[static_cast<size_t>(red.instr)];
+      if (red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin) {
+        llvm::Value* accp = lanes == 1 ? a.sc : a.vec[slot];
+        llvm::Value* idxp = lanes == 1 ? a.sidx : a.vidx[slot];
+        llvm::Value* best = b_.CreateLoad(vec_type(vt, lanes), accp);
+        llvm::Value* bi = b_.CreateLoad(vec_type(ST::Long, lanes), idxp);
+        llvm::Value* here = flat;
+        if (lanes > 1) {
+          llvm::SmallVector<llvm::Constant*, 16> steps;
+          for (int i = 0; i < lanes; ++i) steps.push_back(b_.getInt64(static_cast<uint64_t>(i)));
+          here = b_.CreateAdd(splat(flat, lanes), llvm::ConstantVector::get(steps));
+        }
+        llvm::Value* take = better(red.op, vt, x, best);
+        b_.CreateStore(b_.CreateSelect(take, x, best), accp);
+        b_.CreateStore(b_.CreateSelect(take, here, bi), idxp);
+        continue;
+      }
+      llvm::Value* accp = lanes == 1 ? a.sc : (a.blk[slot] ? a.blk[slot] : a.vec[slot]);
+      b_.CreateStore(combine(red.op, vt, b_.CreateLoad(vec_type(vt, lanes), accp), x), accp);
+    }
+  }
+
+  llvm::Value* instr(size_t s, const Instr& in, int lanes, const std::vector<llvm::Value*>& idx,
+                     const std::vector<llvm::Value*>& vals) {
+    auto arg = [&](int32_t i) { return vals.at(static_cast<size_t>(i)); };
+    const ST t = in.type;
+    const bool fp = is_fp(t);
+    switch (in.op) {
+      case Op::Load:
+        return load(load_addr_[s][static_cast<size_t>(in.a)], load_base_[s][static_cast<size_t>(in.a)], idx, lanes, vals, t);
+      case Op::Const: return constant(in.value, t, lanes);
+      case Op::Reduced: return splat(reduced_.at(static_cast<size_t>(in.a)), lanes);
+      case Op::StageValue: return splat(stage_values_.at(static_cast<size_t>(in.a)).at(static_cast<size_t>(in.b)), lanes);
+      case Op::Cast: return cast(arg(in.a), k_.stages[s].instrs[static_cast<size_t>(in.a)].type, t, lanes);
+      case Op::Neg: return fp ? b_.CreateFNeg(arg(in.a)) : b_.CreateNeg(arg(in.a));
+      case Op::Abs: return fp ? intrinsic(llvm::Intrinsic::fabs, {arg(in.a)})
+                              : t == ST::Bool ? arg(in.a)
+                              : b_.CreateIntrinsic(llvm::Intrinsic::abs, {arg(in.a)->getType()}, {arg(in.a), b_.getFalse()});
+      case Op::Sqrt: return intrinsic(llvm::Intrinsic::sqrt, {arg(in.a)});
+      case Op::Rsqrt: return b_.CreateFDiv(constant(1, t, lanes), intrinsic(llvm::Intrinsic::sqrt, {arg(in.a)}));
+      case Op::Recip: return b_.CreateFDiv(constant(1, t, lanes), arg(in.a));
+      case Op::Floor: return intrinsic(llvm::Intrinsic::floor, {arg(in.a)});
+      case Op::Ceil: return intrinsic(llvm::Intrinsic::ceil, {arg(in.a)});
+      case Op::Trunc: return intrinsic(llvm::Intrinsic::trunc, {arg(in.a)});
+      case Op::Round: return intrinsic(llvm::Intrinsic::roundeven, {arg(in.a)});
+      case Op::IsNan: return b_.CreateFCmpUNO(arg(in.a), arg(in.a));
+      case Op::Not: return b_.CreateNot(arg(in.a));
+      case Op::RoundBF16: return b_.CreateFPExt(b_.CreateFPTrunc(arg(in.a), lanes_of(b_.getBFloatTy(), lanes)), vec_type(t, lanes));
+      case Op::RoundF16: return b_.CreateFPExt(b_.CreateFPTrunc(arg(in.a), lanes_of(b_.getHalfTy(), lanes)), vec_type(t, lanes));
+      case Op::Exp: return math_call(llvm_jit::MathFn::Exp, t, {arg(in.a)}, lanes);
+      case Op::Expm1: return math_call(llvm_jit::MathFn::Expm1, t, {arg(in.a)}, lanes);
+      case Op::Log: return math_call(llvm_jit::MathFn::Log, t, {arg(in.a)}, lanes);
+      case Op::Log1p: return math_call(llvm_jit::MathFn::Log1p, t, {arg(in.a)}, lanes);
+      case Op::Log2: return math_call(llvm_jit::MathFn::Log2, t, {arg(in.a)}, lanes);
+      case Op::Log10: return math_call(llvm_jit::MathFn::Log10, t, {arg(in.a)}, lanes);
+      case Op::Sin: return math_call(llvm_jit::MathFn::Sin, t, {arg(in.a)}, lanes);
+      case Op::Cos: return math_call(llvm_jit::MathFn::Cos, t, {arg(in.a)}, lanes);
+      case Op::Tan: return math_call(llvm_jit::MathFn::Tan, t, {arg(in.a)}, lanes);
+      case Op::Tanh: return math_call(llvm_jit::MathFn::Tanh, t, {arg(in.a)}, lanes);
+      case Op::Sinh: return math_call(llvm_jit::MathFn::Sinh, t, {arg(in.a)}, lanes);
+      case Op::Cosh: return math_call(llvm_jit::MathFn::Cosh, t, {arg(in.a)}, lanes);
+      case Op::Asin: return math_call(llvm_jit::MathFn::Asin, t, {arg(in.a)}, lanes);
+      case Op::Acos: return math_call(llvm_jit::MathFn::Acos, t, {arg(in.a)}, lanes);
+      case Op::Atan: return math_call(llvm_jit::MathFn::Atan, t, {arg(in.a)}, lanes);
+      case Op::Erf: return math_call(llvm_jit::MathFn::Erf, t, {arg(in.a)}, lanes);
+      case Op::Erfc: return math_call(llvm_jit::MathFn::Erfc, t, {arg(in.a)}, lanes);
+      case Op::Pow: return math_call(llvm_jit::MathFn::Pow, t, {arg(in.a), arg(in.b)}, lanes);
+      case Op::Atan2: return math_call(llvm_jit::MathFn::Atan2, t, {arg(in.a), arg(in.b)}, lanes);
+      case Op::Add: return fp ? b_.CreateFAdd(arg(in.a), arg(in.b)) : t == ST::Bool ? b_.CreateOr(arg(in.a), arg(in.b)) : b_.CreateAdd(arg(in.a), arg(in.b));
+      case Op::Sub: return fp ? b_.CreateFSub(arg(in.a), arg(in.b)) : b_.CreateSub(arg(in.a), arg(in.b));
+      case Op::Mul: return fp ? b_.CreateFMul(arg(in.a), arg(in.b)) : t == ST::Bool ? b_.CreateAnd(arg(in.a), arg(in.b)) : b_.CreateMul(arg(in.a), arg(in.b));
+      case Op::Div:
+        if (!fp) throw BackendError("llvm emitter: integer division has no lowering");
+        return b_.CreateFDiv(arg(in.a), arg(in.b));
+      case Op::Max:
+        return fp ? intrinsic(llvm::Intrinsic::maximum, {arg(in.a), arg(in.b)})
+               : t == ST::Bool ? b_.CreateOr(arg(in.a), arg(in.b)) : intrinsic(llvm::Intrinsic::smax, {arg(in.a), arg(in.b)});
+      case Op::Min:
+        return fp ? intrinsic(llvm::Intrinsic::minimum, {arg(in.a), arg(in.b)})
+               : t == ST::Bool ? b_.CreateAnd(arg(in.a), arg(in.b)) : intrinsic(llvm::Intrinsic::smin, {arg(in.a), arg(in.b)});
+      case Op::And: return b_.CreateAnd(arg(in.a), arg(in.b));
+      case Op::Or: return b_.CreateOr(arg(in.a), arg(in.b));
+      case Op::Xor: return b_.CreateXor(arg(in.a), arg(in.b));
+      case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Eq: case Op::Ne:
+        return compare(in.op, k_.stages[s].instrs[static_cast<size_t>(in.a)].type, arg(in.a), arg(in.b));
+      case Op::Select: return b_.CreateSelect(arg(in.a), arg(in.b), arg(in.c));
+      case Op::Rem: case Op::Fmod: case Op::Shl: case Op::Shr: break;
+    }
+    throw BackendError(std::string("llvm emitter: no code for ") + loop::op_name(in.op));
+  }
+
+  llvm::Value* compare(Op op, ST t, llvm::Value* a, llvm::Value* b) {
+    using P = llvm::CmpInst::Predicate;
+    struct Row { Op op; P f, s, u; };
+    static const Row rows[] = {
+        {Op::Lt, P::FCMP_OLT, P::ICMP_SLT, P::ICMP_ULT}, {Op::Le, P::FCMP_OLE, P::ICMP_SLE, P::ICMP_ULE},
+        {Op::Gt, P::FCMP_OGT, P::ICMP_SGT, P::ICMP_UGT}, {Op::Ge, P::FCMP_OGE, P::ICMP_SGE, P::ICMP_UGE},
+        {Op::Eq, P::FCMP_OEQ, P::ICMP_EQ, P::ICMP_EQ},   {Op::Ne, P::FCMP_UNE, P::ICMP_NE, P::ICMP_NE},
+    };
+    for (const Row& r : rows)
+      if (r.op == op) return is_fp(t) ? b_.CreateFCmp(r.f, a, b) : b_.CreateICmp(t == ST::Bool ? r.u : r.s, a, b);
+    throw InternalError("llvm emitter: bad comparison");
+  }
+
+  llvm::Value* cast(llvm::Value* v, ST from, ST to, int lanes) {
+    if (from == to) return v;
+    llvm::Type* dt = vec_type(to, lanes);
+    if (to == ST::Bool)
+      return is_fp(from) ? b_.CreateFCmpUNE(v, llvm::Constant::getNullValue(v->getType()))
+                         : b_.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
+    if (from == ST::Bool) return is_fp(to) ? b_.CreateUIToFP(v, dt) : b_.CreateZExt(v, dt);
+    if (is_fp(from) && is_fp(to)) return b_.CreateFPCast(v, dt);
+    if (is_fp(from)) return b_.CreateFPToSI(v, dt);
+    if (is_fp(to)) return b_.CreateSIToFP(v, dt);
+    return b_.CreateSExtOrTrunc(v, dt);
+  }
+
+  // A SLEEF call at this width, else narrower widths, else the scalar form lane by lane.
+  llvm::Value* math_call(llvm_jit::MathFn fn, ST t, std::vector<llvm::Value*> args, int lanes) {
+    const bool f64 = t == ST::Double;
+    if (!is_fp(t)) throw BackendError("llvm emitter: math function on an integer type");
+    if (llvm::Function* f = llvm_jit::math_function(m_, fn, f64, lanes)) return b_.CreateCall(f, args);
+    for (int w = lanes / 2; w >= 2; w /= 2) {
+      llvm::Function* f = llvm_jit::math_function(m_, fn, f64, w);
+      if (!f) continue;
+      llvm::Value* out = llvm::UndefValue::get(vec_type(t, lanes));
+      for (int part = 0; part < lanes / w; ++part) {
+        llvm::SmallVector<int, 16> sel;
+        for (int i = 0; i < w; ++i) sel.push_back(part * w + i);
+        std::vector<llvm::Value*> pa;
+        for (llvm::Value* a : args) pa.push_back(b_.CreateShuffleVector(a, sel));
+        llvm::Value* r = b_.CreateCall(f, pa);
+        for (int i = 0; i < w; ++i) out = b_.CreateInsertElement(out, b_.CreateExtractElement(r, i), part * w + i);
+      }
+      return out;
+    }
+    llvm::Function* f = llvm_jit::math_function(m_, fn, f64, 1);
+    if (!f) throw BackendError("llvm emitter: no math function for this op");
+    if (lanes == 1) return b_.CreateCall(f, args);
+    llvm::Value* out = llvm::UndefValue::get(vec_type(t, lanes));
+    for (int i = 0; i < lanes; ++i) {
+      std::vector<llvm::Value*> sa;
+      for (llvm::Value* a : args) sa.push_back(b_.CreateExtractElement(a, i));
+      out = b_.CreateInsertElement(out, b_.CreateCall(f, sa), i);
+    }
+    return out;
+  }
+
+  const Program& p_;
+  const Kernel& k_;
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  int vf_;
+  llvm::Function* body_ = nullptr;
+  llvm::Function* fn_ = nullptr;
+  llvm::Value* slots_ = nullptr;
+  llvm::Value* status_ = nullptr;
+  std::vector<std::vector<Addr>> load_addr_, store_addr_;
+  std::vector<std::vector<llvm::Value*>> load_base_, store_base_;
+  bool pure_ = false;
+  size_t n_outer_ = 0;
+  std::vector<int64_t> loop_size_;
+  std::vector<int32_t> loop_dim_;
+  int64_t outer_numel_ = 1, inner_numel_ = 1, row_ = 1, blocks_ = 1, tasks_ = 1, grain_ = 1;
+  std::vector<Acc> accs_;
+  std::vector<llvm::Value*> reduced_;
+  std::vector<std::vector<llvm::Value*>> stage_values_;
+};
+
+}  // namespace
+
+std::vector<std::string> emit_program(const loop::Program& p, llvm::Module& m, int vector_bits) {
+  std::vector<std::string> names;
+  for (const Kernel& k : p.kernels) {
+    KernelEmitter(p, k, m, vector_bits).emit();
+    names.push_back(k.name);
+  }
+  return names;
+}
+
+}  // namespace fastdyn::codegen::llvm_emit

@@ -1,0 +1,32 @@
+// codegen/llvm/emit.h — the llvm_cpu kernel emitter: a planned loop Program -> LLVM IR functions
+// (codegen/ layer; LLVM types only by forward declaration here).
+//
+// ABI: every kernel of the Program becomes `void <kernel name>(void** slots, int32_t* status)`,
+// where slots[s] is the data pointer of buffer slot s (ValuePlan::slot). The executable calls the
+// kernels in step order from C++, with the extern ATen calls between them: the tensors of an
+// extern step are C++ objects anyway, so a callback ABI would buy nothing. All kernels of one
+// graph go into one module: one compile, one cache entry. *status is set to 1 when a gathered
+// index (embedding / index_select) is out of range; the kernel then reads row 0 instead.
+//
+// Code shape: the outer points (for pure pointwise kernels: blocks of the innermost row) are
+// split by fastdyn_parallel_for with a grain that keeps small tensors on the calling thread.
+// The innermost loop is vectorised explicitly to the host width with a scalar tail; reductions
+// keep vector accumulators, blocked (partial sums flushed every few thousand elements) and
+// combined pairwise at the end; transcendental functions call SLEEF through math_function().
+#pragma once
+#include "codegen/loop/loop_ir.h"
+
+#include <string>
+#include <vector>
+
+namespace llvm {
+class Module;
+}
+
+namespace fastdyn::codegen::llvm_emit {
+
+// Emits every kernel of `p` into `m`; returns their symbol names in Program::kernels order.
+// Throws BackendError when an instr has no code for its type (a lowering bug, reported by name).
+std::vector<std::string> emit_program(const loop::Program& p, llvm::Module& m, int vector_bits);
+
+}  // namespace fastdyn::codegen::llvm_emit

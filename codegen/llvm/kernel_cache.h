@@ -1,0 +1,89 @@
+// codegen/llvm/kernel_cache.h — the kernel cache behind the LLVM JIT engine: compiled kernels in
+// memory, their object files on disk.
+//
+// Layer: codegen (llvm_cpu backend), below jit_engine.cpp; no LLVM, ATen or Python types here, so
+// the file format can be tested on its own. The engine owns the JIT; this class owns bytes and
+// bookkeeping:
+// - memory: key_text -> an opaque handle of the linked module (its JITDylib) and the addresses
+//   looked up in it so far;
+// - disk: one file per key, `<dir>/<16 hex digits>.o`, whose name hashes the key together with
+//   the target identity (format version, LLVM version, host CPU and features, fastdyn build).
+//   The file repeats
+//   all of that in its header, plus the object's length and checksum; read_object() checks every
+//   field and hands out the object only if all match, so a hash collision, a truncated or
+//   corrupted file, or a file written for another CPU or LLVM is rejected (counted in
+//   rejected_files), never trusted.
+// - Writes go to a temporary file in the same directory and are renamed over the final name, so
+//   concurrent processes never see half a file. No disk problem (missing HOME, read-only or full
+//   directory, foreign files) ever throws: the cache just stops writing or reading.
+// Not thread-safe: the engine calls it under its mutex.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/llvm/jit_engine.h"
+
+namespace fastdyn::codegen::llvm_jit {
+
+// Who this cache's objects are valid for; every field is part of the file name's hash and is
+// checked in each file's header.
+struct TargetIdentity {
+  std::string llvm_version;  // "19.1.7" (+ FASTDYN_LLVM_ARGS, which change the code too)
+  std::string cpu;           // "znver4"
+  std::string features;      // "+avx2,+fma,..." (sorted, so the text is stable)
+  // The fastdyn binary that emits the kernels (size and mtime of the file holding the engine):
+  // a rebuilt emitter may compute something else under the same key_text, so its kernels must
+  // not be served to it. "" where the binary cannot be identified.
+  std::string build;
+};
+// The identity the engine's cache uses in this process (jit_engine.cpp).
+const TargetIdentity& engine_target_identity();
+
+class KernelCache {
+ public:
+  static constexpr char kMagic[8] = {'F', 'D', 'K', 'C', 'A', 'C', 'H', 'E'};
+  static constexpr uint32_t kFormatVersion = 2;
+
+  struct Entry {
+    void* dylib = nullptr;                            // engine-owned JITDylib of the module
+    std::unordered_map<std::string, void*> symbols;   // addresses looked up so far
+  };
+
+  explicit KernelCache(TargetIdentity target);
+
+  // Memory. The returned pointer stays valid until the next insert/clear.
+  Entry* find_memory(const std::string& key_text);
+  Entry& insert_memory(const std::string& key_text, Entry entry);
+  // Forgets every entry and returns their dylibs (the engine frees them).
+  std::vector<void*> clear_memory();
+
+  // Disk. The directory is resolved from FASTDYN_CACHE_DIR (else $HOME/.cache/fastdyn; "off"
+  // disables it) on each call, so a changed environment takes effect at the next miss.
+  std::string dir();
+  std::string file_path(const std::string& key_text);  // "" when the disk cache is off
+  // The verified object bytes for key_text; nullopt if there is no file or it was rejected.
+  std::optional<std::string> read_object(const std::string& key_text);
+  // Writes atomically; returns false (and leaves nothing behind) if it could not.
+  bool write_object(const std::string& key_text, const std::string& object);
+
+  // The bytes write_object() puts on disk, and the check read_object() applies; public for tests.
+  std::string encode_file(const std::string& key_text, const std::string& object) const;
+  std::optional<std::string> decode_file(const std::string& file, const std::string& key_text) const;
+
+  CacheStats& stats() { return stats_; }
+  const TargetIdentity& target() const { return target_; }
+
+ private:
+  TargetIdentity target_;
+  std::unordered_map<std::string, Entry> memory_;
+  CacheStats stats_;
+  std::string env_seen_;     // FASTDYN_CACHE_DIR (or "\x01unset") when dir_ was resolved
+  std::string dir_;          // "" = off
+  bool dir_resolved_ = false;
+  uint64_t temp_counter_ = 0;
+};
+
+}  // namespace fastdyn::codegen::llvm_jit

@@ -1,0 +1,515 @@
+// codegen/loop/fusion.cpp — fuse: the scheduler that turns a LoweredGraph into kernels.
+//
+// 1. Materialisation. A pointwise value is computed inline wherever it is read (its body is
+//    substituted into the reader's stage through the reader's index map) unless it must exist in
+//    memory (a graph output, an extern's operand, the base of a reshape) or inlining would repeat
+//    real work: a value read more than once is inlined only when it is a few cheap instrs, since
+//    recomputing it costs less than writing and re-reading it (bytes saved). Reductions are never
+//    duplicated: they live in exactly one kernel.
+// 2. Kernels, in node order: one per materialised pointwise value, the lowering's kernels for
+//    reductions / softmax / norms / cat.
+// 3. Merging, between adjacent kernel steps: a kernel joins the previous one as later stages when
+//    it iterates the same full shape (reduction -> broadcast -> reduction chains, horizontal
+//    reductions, pointwise consumers), or as a per-outer epilogue when it iterates the shape of a
+//    value the previous kernel stores once per outer point. A read of a value the previous kernel
+//    produced is allowed only at the very point it was produced (it then becomes a register for
+//    per-outer values), so outer points stay independent and the threads need no barrier.
+// 4. Stores that nothing reads any more (the value lives only in registers now) are dropped.
+#include "codegen/loop/passes.h"
+
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <map>
+
+namespace fastdyn::codegen::loop {
+namespace {
+
+using ST = c10::ScalarType;
+
+AffineIndex zero_index(size_t dims) {
+  AffineIndex ix;
+  ix.coef.assign(dims, 0);
+  return ix;
+}
+
+std::vector<AffineIndex> identity_map(size_t dims) {
+  std::vector<AffineIndex> m;
+  for (size_t d = 0; d < dims; ++d) {
+    AffineIndex ix = zero_index(dims);
+    ix.coef[d] = 1;
+    m.push_back(ix);
+  }
+  return m;
+}
+
+bool is_transcendental(Op op) {
+  switch (op) {
+    case Op::Exp: case Op::Expm1: case Op::Log: case Op::Log1p: case Op::Log2: case Op::Log10: case Op::Sin:
+    case Op::Cos: case Op::Tan: case Op::Tanh: case Op::Sinh: case Op::Cosh: case Op::Asin: case Op::Acos:
+    case Op::Atan: case Op::Erf: case Op::Erfc: case Op::Pow: case Op::Atan2: case Op::Div: case Op::Sqrt:
+    case Op::Rsqrt: case Op::Recip: case Op::Rem: case Op::Fmod: return true;
+    default: return false;
+  }
+}
+
+class Fuser {
+ public:
+  explicit Fuser(const LoweredGraph& lg) : lg_(lg), g_(lg.graph) {}
+
+  Program run() {
+    const size_t nv = g_.values.size();
+    producer_.assign(nv, -1);
+    out_index_.assign(nv, 0);
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      for (size_t o = 0; o < g_.nodes[i].outputs.size(); ++o) {
+        producer_[static_cast<size_t>(g_.nodes[i].outputs[o])] = static_cast<int32_t>(i);
+        out_index_[static_cast<size_t>(g_.nodes[i].outputs[o])] = static_cast<int32_t>(o);
+      }
+    decide_materialisation();
+    p_.graph = g_;
+    p_.plans.assign(nv, ValuePlan());
+    for (ValueId v : g_.inputs) p_.plans[static_cast<size_t>(v)].kind = ValuePlan::Kind::Input;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) schedule_node(i);
+    drop_dead_stores();
+    return std::move(p_);
+  }
+
+ private:
+  const NodeLowering* lowering_of(ValueId v) const {
+    int32_t n = producer_[static_cast<size_t>(v)];
+    return n < 0 ? nullptr : &lg_.nodes[static_cast<size_t>(n)];
+  }
+  bool is_kind(ValueId v, NodeLowering::Kind k) const {
+    const NodeLowering* l = lowering_of(v);
+    return l && l->kind == k;
+  }
+  const NodeLowering::View& view_of(ValueId v) const {
+    return lowering_of(v)->views.at(static_cast<size_t>(out_index_[static_cast<size_t>(v)]));
+  }
+
+  template <class F>
+  void for_each_input(const Node& n, F f) const {
+    for (const Arg& a : n.args) {
+      if (a.kind == Arg::Kind::Value) f(a.value);
+      if (a.kind == Arg::Kind::ValueList)
+        for (ValueId v : a.values)
+          if (v >= 0) f(v);
+    }
+  }
+
+  // ---- 1. materialisation -------------------------------------------------------------------
+
+  void decide_materialisation() {
+    const size_t nv = g_.values.size();
+    must_.assign(nv, false);
+    uses_.assign(nv, 0);
+    inline_.assign(nv, false);
+    for (ValueId v : g_.outputs) must_[static_cast<size_t>(v)] = true;
+    for (const Node& n : g_.nodes) {
+      const NodeLowering& l = lg_.nodes[static_cast<size_t>(&n - g_.nodes.data())];
+      for_each_input(n, [&](ValueId v) {
+        if (l.kind == NodeLowering::Kind::Extern) must_[static_cast<size_t>(v)] = true;
+        if (l.kind == NodeLowering::Kind::View && !l.views.at(0).affine) must_[static_cast<size_t>(v)] = true;
+      });
+    }
+    // Readers through affine views count as readers of the base; a view that must exist in
+    // memory needs its base in memory. Views follow their bases, so walk the nodes backwards.
+    for (size_t i = g_.nodes.size(); i-- > 0;) {
+      const Node& n = g_.nodes[i];
+      const NodeLowering& l = lg_.nodes[i];
+      if (l.kind == NodeLowering::Kind::View) {
+        int64_t through = 0;
+        for (ValueId o : n.outputs) {
+          through += uses_[static_cast<size_t>(o)];
+          if (must_[static_cast<size_t>(o)]) must_[static_cast<size_t>(l.views[0].base)] = true;
+        }
+        uses_[static_cast<size_t>(l.views[0].base)] += l.views[0].affine ? through : 1;
+      } else {
+        for_each_input(n, [&](ValueId v) { uses_[static_cast<size_t>(v)] += 1; });
+      }
+    }
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const NodeLowering& l = lg_.nodes[i];
+      if (l.kind != NodeLowering::Kind::Pointwise) continue;
+      ValueId v = g_.nodes[i].outputs[0];
+      if (must_[static_cast<size_t>(v)]) continue;
+      int work = 0;
+      bool expensive = false;
+      for (const Instr& in : l.body.instrs) {
+        if (in.op == Op::Load || in.op == Op::Const || in.op == Op::Cast) continue;
+        ++work;
+        expensive |= is_transcendental(in.op);
+      }
+      for (const Access& a : l.body.loads)
+        for (const AffineIndex& ix : a.index) expensive |= ix.dynamic >= 0;  // gathers
+      inline_[static_cast<size_t>(v)] = uses_[static_cast<size_t>(v)] <= 1 || (!expensive && work <= 4);
+    }
+  }
+
+  // ---- building stages through inlined producers ---------------------------------------------
+
+  // Rows of `m` (value dims over X dims, dynamic ids in the source stage, remapped by `remap`)
+  // composed with `d` (X dims over kernel dims, dynamic ids already in the destination stage).
+  std::vector<AffineIndex> compose(const std::vector<AffineIndex>& m, const std::vector<AffineIndex>& d,
+                                   const std::vector<int32_t>* remap, size_t kdims) const {
+    std::vector<AffineIndex> out;
+    for (const AffineIndex& row : m) {
+      AffineIndex r = zero_index(kdims);
+      r.constant = row.constant;
+      if (row.dynamic >= 0) r.dynamic = remap ? (*remap)[static_cast<size_t>(row.dynamic)] : row.dynamic;
+      for (size_t x = 0; x < row.coef.size(); ++x) {
+        int64_t c = row.coef[x];
+        if (c == 0) continue;
+        const AffineIndex& dx = d.at(x);
+        for (size_t k = 0; k < kdims; ++k) r.coef[k] += c * dx.coef[k];
+        r.constant += c * dx.constant;
+        if (dx.dynamic >= 0) {
+          if (c != 1 || r.dynamic >= 0) throw Unsupported("a gathered index is scaled or combined");
+          r.dynamic = dx.dynamic;
+        }
+      }
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  struct StageCtx {
+    Stage* dst;
+    size_t kdims;
+    std::vector<std::pair<Access, int32_t>> memo;  // resolved reads of this stage
+    int32_t reduction_base = 0;                     // renumbering of Reduced when merging
+    int32_t stage_base = 0;                         // renumbering of StageValue when merging
+    const std::vector<std::vector<int32_t>>* stage_maps = nullptr;  // instr maps of merged stages
+  };
+
+  int32_t push(StageCtx& sc, Instr in) {
+    sc.dst->instrs.push_back(in);
+    return static_cast<int32_t>(sc.dst->instrs.size() - 1);
+  }
+
+  // The instr computing value a.value at a.index (over the kernel's dims), in sc's stage.
+  int32_t resolve(StageCtx& sc, const Access& a, ST type) {
+    for (const auto& [acc, id] : sc.memo)
+      if (acc == a) return id;
+    int32_t id;
+    ValueId v = a.value;
+    if (inline_[static_cast<size_t>(v)]) {
+      const NodeLowering& l = *lowering_of(v);
+      std::vector<int32_t> map = rebuild_instrs(sc, l.body, a.index);
+      id = map[static_cast<size_t>(l.result)];
+    } else if (is_kind(v, NodeLowering::Kind::View) && view_of(v).affine &&
+               p_.plans[static_cast<size_t>(v)].kind == ValuePlan::Kind::None) {
+      const NodeLowering::View& vw = view_of(v);
+      Access b;
+      b.value = vw.base;
+      b.index = compose(vw.map, a.index, nullptr, sc.kdims);
+      id = resolve(sc, b, type);
+    } else {
+      sc.dst->loads.push_back(a);
+      Instr in;
+      in.op = Op::Load;
+      in.type = type;
+      in.a = static_cast<int32_t>(sc.dst->loads.size() - 1);
+      id = push(sc, in);
+    }
+    sc.memo.emplace_back(a, id);
+    return id;
+  }
+
+  // Copies src's instrs into sc's stage; src's domain dims are `dmap` over the kernel's dims.
+  std::vector<int32_t> rebuild_instrs(StageCtx& sc, const Stage& src, const std::vector<AffineIndex>& dmap) {
+    std::vector<int32_t> map(src.instrs.size(), -1);
+    for (size_t i = 0; i < src.instrs.size(); ++i) {
+      Instr in = src.instrs[i];
+      switch (in.op) {
+        case Op::Load: {
+          Access a;
+          a.value = src.loads.at(static_cast<size_t>(in.a)).value;
+          a.index = compose(src.loads[static_cast<size_t>(in.a)].index, dmap, &map, sc.kdims);
+          map[i] = resolve(sc, a, in.type);
+          continue;
+        }
+        case Op::Reduced: in.a += sc.reduction_base; break;
+        case Op::StageValue:
+          in.b = (*sc.stage_maps)[static_cast<size_t>(in.a)][static_cast<size_t>(in.b)];
+          in.a += sc.stage_base;
+          break;
+        default:
+          if (in.a >= 0 && in.op != Op::Const) in.a = map[static_cast<size_t>(in.a)];
+          if (in.b >= 0) in.b = map[static_cast<size_t>(in.b)];
+          if (in.c >= 0) in.c = map[static_cast<size_t>(in.c)];
+      }
+      map[i] = push(sc, in);
+    }
+    return map;
+  }
+
+  // Appends src (a stage over dims `dmap`) to kernel k as a new stage, or into k's last stage.
+  std::vector<int32_t> append_stage(Kernel& k, const Stage& src, const std::vector<AffineIndex>& dmap,
+                                    bool per_outer, int32_t reduction_base, int32_t stage_base,
+                                    const std::vector<std::vector<int32_t>>* stage_maps, bool into_last) {
+    if (!into_last) {
+      k.stages.emplace_back();
+      k.stages.back().per_outer = per_outer;
+    }
+    StageCtx sc{&k.stages.back(), static_cast<size_t>(k.dims()), {}, reduction_base, stage_base, stage_maps};
+    if (into_last) {
+      // Reads of values this stage already stores at the same point become the stored register.
+      for (const Store& s : sc.dst->stores) sc.memo.emplace_back(s.dst, s.instr);
+    }
+    std::vector<int32_t> map = rebuild_instrs(sc, src, dmap);
+    for (const Store& s : src.stores) {
+      Store d;
+      d.instr = map[static_cast<size_t>(s.instr)];
+      d.dst.value = s.dst.value;
+      d.dst.index = compose(s.dst.index, dmap, &map, sc.kdims);
+      sc.dst->stores.push_back(std::move(d));
+    }
+    for (const Reduction& r : src.reductions) {
+      Reduction d = r;
+      d.instr = map[static_cast<size_t>(r.instr)];
+      sc.dst->reductions.push_back(d);
+    }
+    return map;
+  }
+
+  // ---- 2. kernels ------------------------------------------------------------------------------
+
+  struct Built {
+    Kernel kernel;
+    std::vector<int64_t> full;
+    std::vector<int32_t> full_to_dom;
+    bool pure_pointwise = false;  // one inner stage, no reductions
+  };
+
+  Built build(const KernelDef& def) {
+    Built b;
+    b.kernel.outer = def.kernel.outer;
+    b.kernel.inner = def.kernel.inner;
+    b.full = def.full;
+    b.full_to_dom = def.full_to_dom;
+    std::vector<std::vector<int32_t>> maps;
+    const auto id = identity_map(static_cast<size_t>(def.kernel.dims()));
+    for (const Stage& s : def.kernel.stages)
+      maps.push_back(append_stage(b.kernel, s, id, s.per_outer, 0, 0, &maps, false));
+    b.pure_pointwise = def.kernel.stages.size() == 1 && def.kernel.stages[0].reductions.empty() &&
+                       !def.kernel.stages[0].per_outer;
+    return b;
+  }
+
+  Built build_pointwise(ValueId v, const NodeLowering& l) {
+    const TensorMeta& m = g_.meta(v);
+    KernelDef def;
+    def.full = m.sizes;
+    for (size_t d = 0; d < m.sizes.size(); ++d) def.full_to_dom.push_back(static_cast<int32_t>(d));
+    def.kernel.outer = m.sizes;
+    if (!m.sizes.empty()) {
+      def.kernel.outer.pop_back();
+      def.kernel.inner.push_back(m.sizes.back());
+    }
+    Stage s = l.body;
+    Store st;
+    st.instr = l.result;
+    st.dst.value = v;
+    st.dst.index = identity_map(m.sizes.size());
+    s.stores.push_back(st);
+    def.kernel.stages.push_back(std::move(s));
+    return build(def);
+  }
+
+  void schedule_node(size_t i) {
+    const Node& n = g_.nodes[i];
+    const NodeLowering& l = lg_.nodes[i];
+    switch (l.kind) {
+      case NodeLowering::Kind::Extern:
+        for (ValueId v : n.outputs) p_.plans[static_cast<size_t>(v)].kind = ValuePlan::Kind::Extern;
+        p_.steps.push_back({Step::Kind::Extern, static_cast<int32_t>(i)});
+        last_ = nullptr;
+        return;
+      case NodeLowering::Kind::View:
+        for (size_t o = 0; o < n.outputs.size(); ++o) {
+          const NodeLowering::View& vw = l.views[o];
+          const ValuePlan& base = p_.plans[static_cast<size_t>(vw.base)];
+          if (base.kind == ValuePlan::Kind::None) continue;  // read through the map, inline
+          ValuePlan& pl = p_.plans[static_cast<size_t>(n.outputs[o])];
+          pl.kind = ValuePlan::Kind::Alias;
+          pl.root = base.kind == ValuePlan::Kind::Alias ? base.root : vw.base;
+        }
+        return;
+      case NodeLowering::Kind::Pointwise: {
+        ValueId v = n.outputs[0];
+        if (inline_[static_cast<size_t>(v)]) return;
+        p_.plans[static_cast<size_t>(v)].kind = ValuePlan::Kind::Buffer;
+        add_kernel(build_pointwise(v, l));
+        return;
+      }
+      case NodeLowering::Kind::Kernels:
+        for (ValueId v : n.outputs) p_.plans[static_cast<size_t>(v)].kind = ValuePlan::Kind::Buffer;
+        for (const KernelDef& d : l.kernels) add_kernel(build(d));
+        return;
+    }
+  }
+
+  void add_kernel(Built b) {
+    if (last_ && merge(*last_, b)) return;
+    b.kernel.name = "k" + std::to_string(p_.kernels.size());
+    p_.kernels.push_back(b.kernel);
+    p_.steps.push_back({Step::Kind::Kernel, static_cast<int32_t>(p_.kernels.size() - 1)});
+    last_built_ = std::move(b);
+    last_ = &last_built_;
+  }
+
+  // ---- 3. merging ------------------------------------------------------------------------------
+
+  // Where b's domain dims land in a's domain, or nullopt when b cannot join a.
+  std::optional<std::pair<std::vector<AffineIndex>, bool /*per_outer*/>> placement(const Built& a, const Built& b) const {
+    const size_t ad = static_cast<size_t>(a.kernel.dims());
+    if (b.full == a.full) {
+      if (b.pure_pointwise) {
+        std::vector<AffineIndex> m;
+        for (size_t k = 0; k < b.full.size(); ++k) {
+          AffineIndex ix = zero_index(ad);
+          ix.coef[static_cast<size_t>(a.full_to_dom[k])] = 1;
+          m.push_back(ix);
+        }
+        return std::make_pair(m, false);
+      }
+      if (b.kernel.outer == a.kernel.outer && b.kernel.inner == a.kernel.inner && b.full_to_dom == a.full_to_dom)
+        return std::make_pair(identity_map(ad), false);
+      return std::nullopt;
+    }
+    if (!b.pure_pointwise) return std::nullopt;
+    // An epilogue over a value a stores once per outer point.
+    for (const Stage& s : a.kernel.stages) {
+      if (!s.per_outer) continue;
+      for (const Store& st : s.stores)
+        if (g_.meta(st.dst.value).sizes == b.full) return std::make_pair(st.dst.index, true);
+    }
+    return std::nullopt;
+  }
+
+  bool merge(Built& a, Built& b) {
+    auto place = placement(a, b);
+    if (!place) return false;
+    if (b.full.empty() && !a.full.empty() && !place->second) return false;
+    Kernel merged = a.kernel;
+    const int32_t red_base = [&] {
+      int32_t n = 0;
+      for (const Stage& s : a.kernel.stages) n += static_cast<int32_t>(s.reductions.size());
+      return n;
+    }();
+    const int32_t stage_base = static_cast<int32_t>(a.kernel.stages.size());
+    // b's first stage joins a's last stage itself when both loop over the inner dims: a
+    // pointwise consumer then reads what that stage stores at the point as a register, and
+    // independent reductions over the same input share one pass (horizontal fusion).
+    const bool into_last = !place->second && !a.kernel.stages.empty() && !a.kernel.stages.back().per_outer &&
+                           !b.kernel.stages.empty() && !b.kernel.stages.front().per_outer;
+    const int32_t b_base = into_last ? stage_base - 1 : stage_base;
+    std::vector<std::vector<int32_t>> maps;
+    for (size_t k = 0; k < b.kernel.stages.size(); ++k) {
+      const Stage& s = b.kernel.stages[k];
+      // b's stages were built over b's own dims; re-place them into a's domain.
+      const std::vector<AffineIndex>& dmap = place->first;
+      bool per_outer = s.per_outer || place->second;
+      maps.push_back(append_stage(merged, s, dmap, per_outer, red_base, b_base, &maps, into_last && k == 0));
+    }
+    if (!reads_are_safe(a.kernel, merged, b_base)) return false;
+    for (Stage& s : merged.stages) compact_loads(s);
+    a.kernel = std::move(merged);
+    p_.kernels.back().stages = a.kernel.stages;
+    a.pure_pointwise = a.pure_pointwise && b.pure_pointwise && into_last && merged.stages.size() == 1;
+    return true;
+  }
+
+  // Every load in the new stages (from `first` on) of a value the old stages store must hit a
+  // point the same outer iteration produced; per-outer stored values become registers.
+  bool reads_are_safe(const Kernel& old, Kernel& merged, int32_t first) const {
+    for (size_t s = static_cast<size_t>(std::max(first, 0)); s < merged.stages.size(); ++s) {
+      Stage& st = merged.stages[s];
+      for (Instr& in : st.instrs) {
+        if (in.op != Op::Load) continue;
+        const Access& a = st.loads[static_cast<size_t>(in.a)];
+        bool written = false, matched = false;
+        // A strided view of something this kernel writes reads other points of it: never safe.
+        const ValuePlan& pl = p_.plans[static_cast<size_t>(a.value)];
+        if (pl.kind == ValuePlan::Kind::Alias)
+          for (const Stage& os : old.stages)
+            for (const Store& w : os.stores)
+              if (w.dst.value == pl.root) return false;
+        for (size_t os = 0; os < old.stages.size(); ++os) {
+          for (const Store& w : old.stages[os].stores) {
+            if (w.dst.value != a.value) continue;
+            written = true;
+            if (!(w.dst == a)) continue;
+            matched = true;
+            if (old.stages[os].per_outer) {
+              in.op = Op::StageValue;
+              in.a = static_cast<int32_t>(os);
+              in.b = w.instr;
+            }
+          }
+        }
+        // A store in the same (last) stage at the same point was already turned into a register.
+        for (size_t os = old.stages.size(); os < merged.stages.size() && !written; ++os)
+          for (const Store& w : merged.stages[os].stores) written |= w.dst.value == a.value && os < s;
+        if (written && !matched) return false;
+      }
+    }
+    return true;
+  }
+
+  // Drops loads no Load instr references any more (they became registers).
+  static void compact_loads(Stage& s) {
+    std::vector<Access> kept;
+    for (Instr& in : s.instrs) {
+      if (in.op != Op::Load) continue;
+      const Access& a = s.loads[static_cast<size_t>(in.a)];
+      size_t k = 0;
+      while (k < kept.size() && !(kept[k] == a)) ++k;
+      if (k == kept.size()) kept.push_back(a);
+      in.a = static_cast<int32_t>(k);
+    }
+    s.loads = std::move(kept);
+  }
+
+  // ---- 4. dead stores ----------------------------------------------------------------------------
+
+  void drop_dead_stores() {
+    std::vector<bool> needed(g_.values.size(), false);
+    for (ValueId v : g_.outputs) needed[static_cast<size_t>(v)] = true;
+    for (const Step& s : p_.steps)
+      if (s.kind == Step::Kind::Extern) for_each_input(g_.nodes[static_cast<size_t>(s.index)], [&](ValueId v) { needed[static_cast<size_t>(v)] = true; });
+    for (const Kernel& k : p_.kernels)
+      for (const Stage& st : k.stages)
+        for (const Access& a : st.loads) needed[static_cast<size_t>(a.value)] = true;
+    for (size_t v = 0; v < needed.size(); ++v)
+      if (needed[v] && p_.plans[v].kind == ValuePlan::Kind::Alias) needed[static_cast<size_t>(p_.plans[v].root)] = true;
+    for (Kernel& k : p_.kernels)
+      for (Stage& st : k.stages)
+        st.stores.erase(std::remove_if(st.stores.begin(), st.stores.end(),
+                                       [&](const Store& s) { return !needed[static_cast<size_t>(s.dst.value)]; }),
+                        st.stores.end());
+    for (size_t v = 0; v < needed.size(); ++v)
+      if (!needed[v] && p_.plans[v].kind == ValuePlan::Kind::Buffer) p_.plans[v].kind = ValuePlan::Kind::None;
+    // Aliases of values that are no longer stored read through nothing: drop them too.
+    for (size_t v = 0; v < needed.size(); ++v)
+      if (p_.plans[v].kind == ValuePlan::Kind::Alias && p_.plans[static_cast<size_t>(p_.plans[v].root)].kind == ValuePlan::Kind::None)
+        p_.plans[v].kind = ValuePlan::Kind::None;
+  }
+
+  const LoweredGraph& lg_;
+  const Graph& g_;
+  Program p_;
+  std::vector<int32_t> producer_, out_index_;
+  std::vector<bool> must_, inline_;
+  std::vector<int64_t> uses_;
+  Built last_built_;
+  Built* last_ = nullptr;
+};
+
+}  // namespace
+
+Program fuse(const LoweredGraph& lg) { return Fuser(lg).run(); }
+
+}  // namespace fastdyn::codegen::loop

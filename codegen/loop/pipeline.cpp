@@ -1,0 +1,95 @@
+// codegen/loop/pipeline.cpp — build_program: the ordered pass list, with FASTDYN_DUMP after each
+// pass and FASTDYN_TIME_PASSES timing, plus the lowered graph's printer.
+#include "codegen/loop/passes.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace fastdyn::codegen::loop {
+
+bool dump_enabled(const char* pass) {
+  const char* env = std::getenv("FASTDYN_DUMP");
+  if (!env || !*env) return false;
+  std::string s = std::string(",") + env + ",";
+  return s.find(",all,") != std::string::npos || s.find(std::string(",") + pass + ",") != std::string::npos;
+}
+
+std::string print_lowered(const LoweredGraph& lg) {
+  Program p;
+  p.graph = lg.graph;
+  std::ostringstream os;
+  for (size_t i = 0; i < lg.nodes.size(); ++i) {
+    const NodeLowering& l = lg.nodes[i];
+    const Node& n = lg.graph.nodes[i];
+    switch (l.kind) {
+      case NodeLowering::Kind::Extern: os << "extern (" << l.why << ") " << print_node(lg.graph, n) << "\n"; break;
+      case NodeLowering::Kind::View:
+        for (size_t o = 0; o < l.views.size(); ++o) {
+          os << "view v" << n.outputs[o] << " of v" << l.views[o].base;
+          if (!l.views[o].affine) {
+            os << " (reshape: base in memory)\n";
+            continue;
+          }
+          Kernel k;
+          k.outer = lg.graph.meta(n.outputs[o]).sizes;
+          Stage s;
+          Access a;
+          a.value = l.views[o].base;
+          a.index = l.views[o].map;
+          s.loads.push_back(a);
+          Instr in;
+          in.op = Op::Load;
+          in.a = 0;
+          in.type = compute_type(lg.graph.meta(a.value).dtype);
+          s.instrs.push_back(in);
+          k.stages.push_back(s);
+          std::string text = print_kernel(p, k);
+          os << ": " << text.substr(text.find("%0 = ") + 5);
+        }
+        break;
+      case NodeLowering::Kind::Pointwise: {
+        Kernel k;
+        k.name = "v" + std::to_string(n.outputs[0]);
+        k.outer = lg.graph.meta(n.outputs[0]).sizes;
+        k.stages.push_back(l.body);
+        os << "pointwise " << print_kernel(p, k) << "  result %" << l.result << "\n";
+        break;
+      }
+      case NodeLowering::Kind::Kernels:
+        for (const KernelDef& d : l.kernels) {
+          Kernel k = d.kernel;
+          k.name = "v" + std::to_string(n.outputs[0]);
+          os << print_kernel(p, k);
+        }
+        break;
+    }
+  }
+  return os.str();
+}
+
+Program build_program(const Graph& g) {
+  const bool timing = std::getenv("FASTDYN_TIME_PASSES") != nullptr;
+  auto t0 = std::chrono::steady_clock::now();
+  auto lap = [&](const char* pass) {
+    if (!timing) return;
+    auto t1 = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "[fastdyn] pass %s: %.3f ms\n", pass, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    t0 = t1;
+  };
+  if (dump_enabled("graph")) std::fprintf(stderr, "=== graph ===\n%s", print_graph(g).c_str());
+  LoweredGraph lg = lower(g);
+  lap("lower");
+  if (dump_enabled("lowered")) std::fprintf(stderr, "=== lowered ===\n%s", print_lowered(lg).c_str());
+  Program p = fuse(lg);
+  lap("fuse");
+  if (dump_enabled("fused")) std::fprintf(stderr, "=== fused ===\n%s", print_program(p).c_str());
+  p = plan_memory(std::move(p));
+  lap("plan_memory");
+  if (dump_enabled("planned")) std::fprintf(stderr, "=== planned ===\n%s", print_program(p).c_str());
+  return p;
+}
+
+}  // namespace fastdyn::codegen::loop

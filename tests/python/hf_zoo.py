@@ -1,0 +1,103 @@
+"""The five Hugging Face models of issue 3, built tiny and offline (shared by
+tests/python/test_hf_models.py, bench/models_explain.py and bench/models_ops.py).
+
+Each builder returns (model, inputs): a model built from a small config in code (2 layers,
+hidden 64, 4 heads, a small vocabulary, random weights from a fixed seed, eval mode; nothing is
+downloaded) and the keyword arguments of one forward call. `attn` picks the attention
+implementation: None leaves transformers' default (what a user gets; "sdpa" for all five in
+transformers 5.x), or "eager" / "sdpa" explicitly. `mask` adds an attention_mask with padding to
+the text models (their general masking path); without it they take the no-mask shortcuts.
+"""
+import torch
+
+HIDDEN, LAYERS, HEADS, VOCAB, BATCH, SEQ = 64, 2, 4, 128, 2, 8
+
+
+def _kw(attn):
+    return {} if attn is None else {"attn_implementation": attn}
+
+
+def _text_inputs(mask, **extra):
+    """input_ids, and with mask=True an attention_mask whose second row ends in padding (so the
+    mask really masks: models take their general masking path, not the all-ones shortcut)."""
+    inputs = {"input_ids": torch.randint(0, VOCAB, (BATCH, SEQ))}
+    if mask:
+        m = torch.ones(BATCH, SEQ, dtype=torch.long)
+        m[1, SEQ - 3:] = 0
+        inputs["attention_mask"] = m
+    inputs.update(extra)
+    return inputs
+
+
+def gpt2(attn=None, mask=True):
+    import transformers
+    config = transformers.GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, vocab_size=VOCAB,
+                                     n_positions=32, bos_token_id=0, eos_token_id=0, **_kw(attn))
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    return model, _text_inputs(mask, use_cache=False)
+
+
+def bert(attn=None, mask=True):
+    import transformers
+    config = transformers.BertConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                                     intermediate_size=4 * HIDDEN, vocab_size=VOCAB, max_position_embeddings=32,
+                                     **_kw(attn))
+    torch.manual_seed(0)
+    model = transformers.BertModel(config).eval()
+    return model, _text_inputs(mask)
+
+
+def llama(attn=None, mask=True):
+    import transformers
+    config = transformers.LlamaConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                                      num_key_value_heads=2, intermediate_size=2 * HIDDEN, vocab_size=VOCAB,
+                                      max_position_embeddings=32, **_kw(attn))
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    return model, _text_inputs(mask, use_cache=False)
+
+
+def t5(attn=None, mask=True):
+    import transformers
+    config = transformers.T5Config(num_layers=LAYERS, num_decoder_layers=LAYERS, d_model=HIDDEN, d_kv=HIDDEN // HEADS,
+                                   d_ff=2 * HIDDEN, num_heads=HEADS, vocab_size=VOCAB, relative_attention_num_buckets=8,
+                                   relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0,
+                                   **_kw(attn))
+    torch.manual_seed(0)
+    model = transformers.T5Model(config).eval()
+    inputs = _text_inputs(mask)
+    inputs.update(decoder_input_ids=torch.randint(0, VOCAB, (BATCH, SEQ // 2)), use_cache=False)
+    return model, inputs
+
+
+def vit(attn=None, mask=True):  # noqa: ARG001 - images have no mask
+    import transformers
+    config = transformers.ViTConfig(num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                                    intermediate_size=2 * HIDDEN, image_size=32, patch_size=8, num_channels=3,
+                                    **_kw(attn))
+    torch.manual_seed(0)
+    model = transformers.ViTModel(config).eval()
+    pixels = torch.randn(BATCH, 3, 32, 32)
+    return model, {"pixel_values": pixels}
+
+
+MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "t5": t5, "vit": vit}
+
+
+def build(name, attn=None, mask=True):
+    return MODELS[name](attn, mask)
+
+
+def output_tensors(out):
+    """The tensors of a ModelOutput (or tuple), in a stable order, for comparisons."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    result = []
+    for item in out:
+        if item is None:
+            continue
+        result.extend(output_tensors(item))
+    return result
