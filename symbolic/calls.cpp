@@ -368,6 +368,8 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   }
   PyOwned owned(value);
   if (!owner.source) return constant(value);  // attribute of a trace-time constant
+  // A C method bound to the (guarded) owner is made anew by each read: nothing to guard.
+  if (PyCFunction_Check(value) && PyCFunction_GET_SELF(value) == o) return constant(value);
   return wrap(value, child_source(owner.source, Source::Kind::Attr, name));
 }
 
@@ -1168,6 +1170,33 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i].first);  // NB: kept for the process
       if (probes[i] == fn) return constant(probe_names[i].second ? Py_True : Py_False);
     }
+  // torch.tensor(3.0, dtype=..., device=...) of a Python number: a 0-d full().
+  static PyObject* tensor_fn = resolve_python_name("torch.tensor");
+  if (fn == tensor_fn && args.size() == 1 && args[0].is_constant() &&
+      (PyFloat_CheckExact(args[0].obj) || PyLong_CheckExact(args[0].obj) || PyBool_Check(args[0].obj))) {
+    std::vector<std::pair<std::string, SymValue>> kw;
+    bool has_dtype = false;
+    for (auto& [k, v] : kwargs) {
+      if (k == "requires_grad" && v.is_constant() && v.obj == Py_False) continue;
+      if (k != "dtype" && k != "device") throw Unsupported("torch.tensor keyword '" + k + "'");
+      has_dtype = has_dtype || (k == "dtype" && !(v.is_constant() && v.obj == Py_None));
+      kw.emplace_back(k, v);
+    }
+    if (!has_dtype) {  // what torch.tensor infers from a Python scalar
+      PyObject* dt = PyBool_Check(args[0].obj) ? resolve_python_name("torch.bool")
+                     : PyLong_CheckExact(args[0].obj) ? resolve_python_name("torch.int64")
+                     : reinterpret_cast<PyObject*>(torch::getTHPDtype(ctx_.default_dtype));
+      if (PyBool_Check(args[0].obj) || PyLong_CheckExact(args[0].obj)) {
+        kw.emplace_back("dtype", constant(dt));
+        Py_XDECREF(dt);
+      } else {
+        kw.emplace_back("dtype", constant(dt));
+      }
+    }
+    auto fam = family_of_name("torch.full");
+    if (!fam) throw Unsupported("torch.full is not in the op table");
+    return call_family(*fam, {SymValue::tuple({}), args[0]}, kw, "torch.tensor");
+  }
   // Grad-mode context managers are plain objects until a `with` enters them.
   static PyObject* no_grad = resolve_python_name("torch.autograd.grad_mode.no_grad");
   static PyObject* enable_grad = resolve_python_name("torch.autograd.grad_mode.enable_grad");

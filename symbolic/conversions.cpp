@@ -327,6 +327,7 @@ PyObject* Tracer::materialize(const SymValue& v) const {
 }
 
 SymValue Tracer::from_capture(codegen::Family fam, const codegen::CaptureResult& r) const {
+  if (r.shape == codegen::CaptureResult::Shape::None) return constant(Py_None);  // x[i] = v
   if (r.shape == codegen::CaptureResult::Shape::Tensor) {
     FD_CHECK(r.values.size() == 1, "tensor capture result with " + std::to_string(r.values.size()) + " values");
     return SymValue::of_tensor(r.values[0]);

@@ -366,6 +366,12 @@ struct Handlers {
     store_item(t, container, fold_slice(t, std::move(s)), std::move(value));
   }
   static void store_item(Tracer& t, SymValue& container, const SymValue& index, SymValue value) {
+    if (container.is_tensor()) {  // x[i] = v: an in-place write, recorded as eager does it
+      auto fam = family_of_name("operator.setitem");
+      if (!fam) throw Unsupported("tensor item assignment is not in the op table");
+      t.record(*fam, {t.to_call_arg(container), t.index_arg(index), t.to_call_arg(value)}, {}, "Tensor.__setitem__");
+      return;
+    }
     if (container.kind == SymValue::Kind::Dict) return dict_set(t, container, index, std::move(value));
     if (container.kind == SymValue::Kind::List && index.is_constant() && PyLong_Check(index.obj)) {
       if (container.source) throw Unsupported("item assignment to a list the caller can see");

@@ -9,7 +9,7 @@ Each is built tiny and offline with random weights (tests/python/hf_zoo.py: 2 la
   type and keys, dtypes, shapes, strides, values within 1e-5. The graph and break counts of each
   call are recorded as test properties (--junitxml shows them); the bounds asserted are the ones
   that hold whatever symbolic/ can capture today. A second identical call should only hit the
-  cache (compile nothing): checked separately, xfail while symbolic/ is in progress.
+  cache (compile nothing): checked separately.
 - Op coverage: every distinct torch-level call the model makes (recorded by a TorchFunctionMode,
   tests/python/op_replay.py) is replayed alone under fastdyn.jit(fullgraph=True) and must be
   captured as one graph with eager's results. A failure here names an op-table gap (a missing
@@ -69,9 +69,6 @@ def test_model_under_enable_matches_eager(name, attn, record_property):
     assert d1["frames_seen"] > 0 and d1["frames_compiled"] >= 1, f"no frame of {name} was compiled: {d1}"
 
 
-@pytest.mark.xfail(strict=False, reason="in-progress symbolic/: the second identical call recompiles (a guard on "
-                                        "a fresh bound method, `config._attn_implementation.startswith`, always "
-                                        "misses; see /work/briefs/h3m_findings.md section 12)")
 @pytest.mark.parametrize("name", list(hf_zoo.MODELS))
 def test_second_identical_call_only_hits_the_cache(name):
     model, inputs = hf_zoo.build(name)

@@ -98,26 +98,26 @@ def inplace_chain_returns_input(x, y):
     return x.mul_(y).sub_(1)
 
 
-@CASES(lambda: (r(4, 8), r(8)), xfail=SETITEM)
+@CASES(lambda: (r(4, 8), r(8)))
 def setitem_ellipsis_on_input(x, v):
     x[...] = v
     return x.sum()
 
 
-@CASES(lambda: (r(4, 8),), xfail=SETITEM)
+@CASES(lambda: (r(4, 8),))
 def setitem_row_and_column_on_input(x):
     x[0] = 0.0
     x[:, 1] += 5.0
     return x
 
 
-@CASES(lambda: (r(4, 8), torch.tensor([0, 2])), xfail=SETITEM)
+@CASES(lambda: (r(4, 8), torch.tensor([0, 2])))
 def setitem_with_index_tensor(x, idx):
     x[idx] = -1.0
     return x + 1
 
 
-@CASES(lambda: (r(4, 8),), xfail=SETITEM)
+@CASES(lambda: (r(4, 8),))
 def setitem_with_boolean_mask(x):
     x[x < 0] = 0.0
     return x
@@ -130,7 +130,7 @@ def copy_and_zero_on_inputs(x, y):
     return x + y
 
 
-@CASES(lambda: (r(4, 8),), xfail=SETITEM)
+@CASES(lambda: (r(4, 8),))
 def inplace_through_view_of_input(x):
     x.view(-1)[:3] = 7.0
     x.t()[0].mul_(2)
