@@ -103,6 +103,11 @@ PYBIND11_MODULE(_C, m) {
   eval_hook::set_graph_break_raiser(raise_graph_break);
   py::register_exception<UserError>(m, "UserError", PyExc_ValueError);
 
+#ifdef FASTDYN_HAVE_LLVM
+  m.attr("has_llvm_cpu") = true;  // the llvm_cpu backend is built in ("native" uses it)
+#else
+  m.attr("has_llvm_cpu") = false;
+#endif
   m.def("enable", [](const std::string& backend, bool fullgraph) {
     check_backend(backend);
     if (!g_enabled) eval_hook::install();

@@ -356,6 +356,11 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     }
     if (PyType_Check(type_attr) || is_plain_value(type_attr) || PyModule_Check(type_attr) || PyCFunction_Check(type_attr))
       return constant(type_attr);  // a class-level constant: fixed by the type guard
+    if (Py_IS_TYPE(type_attr, &PyMethodDescr_Type)) {  // a C method of a builtin base (dict.keys...)
+      PyOwned bound(PyObject_GetAttr(o, key.p));
+      if (!bound.p) { PyErr_Clear(); throw Unsupported("method '" + name + "' raised"); }
+      return constant(bound.p);
+    }
     if (PyDict_Check(type_attr) || PyList_Check(type_attr)) {  // a class-level registry: guarded item by item
       SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
       return src ? wrap(type_attr, src) : wrap(type_attr, child_source(const_source(reinterpret_cast<PyObject*>(tp), tp->tp_name), Source::Kind::Attr, name));
@@ -1119,6 +1124,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     case K::Method:
       return call_tensor_method(callable.items[0], callable.name, std::move(args), std::move(kwargs));
     case K::BoundMethod:
+      if (callable.name == "__fd_null_exit__") return constant(Py_None);
       if (callable.name == "__fd_grad_exit__") {
         FrameState& f = fr();
         FD_CHECK(!f.grad_stack.empty(), "grad-mode exit without an enter");
@@ -1197,12 +1203,15 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     if (!fam) throw Unsupported("torch.full is not in the op table");
     return call_family(*fam, {SymValue::tuple({}), args[0]}, kw, "torch.tensor");
   }
-  // Grad-mode context managers are plain objects until a `with` enters them.
-  static PyObject* no_grad = resolve_python_name("torch.autograd.grad_mode.no_grad");
-  static PyObject* enable_grad = resolve_python_name("torch.autograd.grad_mode.enable_grad");
-  if ((fn == no_grad || fn == enable_grad) && args.empty() && kwargs.empty()) {
-    PyOwned obj(PyObject_CallNoArgs(fn));
-    if (!obj.p) { PyErr_Clear(); throw Unsupported("creating a grad-mode context raised"); }
+  // Context managers that are plain objects until a `with` enters them: made for real.
+  static PyObject* plain_managers[] = {resolve_python_name("torch.autograd.grad_mode.no_grad"),
+                                       resolve_python_name("torch.autograd.grad_mode.enable_grad"),
+                                       resolve_python_name("contextlib.nullcontext")};
+  if (std::find(std::begin(plain_managers), std::end(plain_managers), fn) != std::end(plain_managers) &&
+      kwargs.empty() && args.size() <= 1 && (args.empty() || args[0].is_python_constant())) {
+    PyOwned arg(args.empty() ? nullptr : materialize(args[0]));
+    PyOwned obj(arg.p ? PyObject_CallOneArg(fn, arg.p) : PyObject_CallNoArgs(fn));
+    if (!obj.p) { PyErr_Clear(); throw Unsupported("creating " + py_repr(fn) + " raised"); }
     return constant(obj.p);
   }
   if (PyObject_IsInstance(fn, module_type()) == 1) return Calls::call_module(*this, callable, std::move(args), std::move(kwargs));
@@ -1295,9 +1304,17 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
   if (a.is_python_constant() && b.is_python_constant()) {
     PyOwned x(materialize(a)), y(materialize(b));
     if (!x.p || !y.p || (!foldable_constant(x.p) && !THPSize_Check(x.p)) || (!foldable_constant(y.p) && !THPSize_Check(y.p))) {
-      // Identity-compared objects (modules, types): == and != are identity unless overridden.
-      if ((sym == "==" || sym == "!=") && x.p && y.p && PyType_Check(x.p) && PyType_Check(y.p))
-        return constant((x.p == y.p) == (sym == "==") ? Py_True : Py_False);
+      // == and != of objects whose types compare in C (enums, types, modules...): no user code runs.
+      auto c_eq = [](PyObject* o) {
+        PyOwned key(PyUnicode_InternFromString("__eq__"));
+        PyObject* eq = _PyType_Lookup(Py_TYPE(o), key.p);
+        return !eq || !PyFunction_Check(eq);
+      };
+      if ((sym == "==" || sym == "!=") && x.p && y.p && c_eq(x.p) && c_eq(y.p)) {
+        PyOwned r(PyObject_RichCompare(x.p, y.p, sym == "==" ? Py_EQ : Py_NE));
+        if (r.p) return constant(r.p);
+        PyErr_Clear();
+      }
       throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
     }
     PyObject* r = nullptr;

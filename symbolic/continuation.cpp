@@ -346,7 +346,7 @@ struct Rebuilder {
         b.load_attr(v.name);
         return;
       case K::BoundMethod: {
-        if (v.name == "__fd_grad_exit__") throw CannotRebuild("an open grad-mode block");
+        if (v.name == "__fd_grad_exit__" || v.name == "__fd_null_exit__") throw CannotRebuild("an open with block");
         if (!v.obj) {  // a container's method: the attribute of the rebuilt container
           push(v.items[0]);
           b.load_attr(v.name);

@@ -612,7 +612,19 @@ struct Handlers {
     static PyObject* no_grad = grad_mode_type("no_grad");
     static PyObject* enable_grad = grad_mode_type("enable_grad");
     static PyObject* set_grad = grad_mode_type("set_grad_enabled");
+    static PyObject* nullcontext = resolve_python_name("contextlib.nullcontext");
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.obj));
+    if (type == nullcontext) {  // enters to its enter_result and exits doing nothing
+      PyOwned result(PyObject_GetAttrString(mgr.obj, "enter_result"));
+      if (!result.p) { PyErr_Clear(); throw Unsupported("nullcontext without enter_result"); }
+      SymValue exit;
+      exit.kind = SymValue::Kind::BoundMethod;
+      exit.name = "__fd_null_exit__";
+      exit.items.push_back(mgr);
+      t.push(std::move(exit));
+      t.push(Tracer::constant(result.p));
+      return;
+    }
     bool mode;
     if (type == no_grad) mode = false;
     else if (type == enable_grad) mode = true;
