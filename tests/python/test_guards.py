@@ -388,7 +388,9 @@ def test_tuple_dtype_and_string_arguments():
     for args in (((0, 1, 2), torch.float32, "none"), ((2, 0, 1), torch.float32, "none"),
                  ((2, 0, 1), torch.float64, "none"), ((2, 0, 1), torch.float64, "tanh"),
                  ((0, 1, 2), torch.float32, "none")):
-        assert_same(f(x, *args), configurable(x, *args), f"arguments {args}")
+        # NB: gelu runs in float32 before the cast; the native backend's erf is within a float32
+        # ulp of ATen's, not bit-identical, so compare at float32 precision.
+        assert_same(f(x, *args), configurable(x, *args), f"arguments {args}", rtol=1e-5, atol=1e-6)
 
 
 # --------------------------------------------------------------------------- module instances
