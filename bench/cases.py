@@ -73,24 +73,7 @@ def copy_16m(out, x):
     return out.copy_(x)
 
 
-def _collatz_len(n):
-    steps = 0
-    while n != 1:
-        n = n // 2 if n % 2 == 0 else 3 * n + 1
-        steps += 1
-    return steps
-
-
-def _bucket(counts, key, value):
-    counts[key] = counts.get(key, 0) + value
-
-
-def pure_python(n):
-    """Tensor-free: loops, dict updates, small function calls (about 2n Python frames)."""
-    counts = {}
-    for i in range(1, n + 1):
-        _bucket(counts, i % 17, _collatz_len(i))
-    return sum(k * v for k, v in counts.items())
+from pure_python_work import pure_python  # noqa: E402  (shared with bench/pure_python_script.py)
 
 
 # --- factories ---------------------------------------------------------------------------------

@@ -135,6 +135,21 @@ runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualna
   return codegen::compile_aten(g);
 }
 
+// Wraps `code` (a new reference, consumed) as the entry's function: the frame's globals and
+// qualname, its closure, run by the default evaluator.
+void set_transformed_function(CacheEntry& entry, PyCodeObject* code, const symbolic::FrameInputs& frame,
+                              PyFunctionObject* func) {
+  mark_skip(code);  // the transformed code runs by the default evaluator
+  entry.fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code), frame.globals, frame.code->co_qualname);
+  Py_DECREF(code);
+  if (!entry.fn) {
+    PyErr_Clear();
+    throw InternalError("creating the transformed function failed");
+  }
+  if (func && func->func_closure) PyFunction_SetClosure(entry.fn, func->func_closure);
+  entry.nargs = symbolic::argument_slots(frame.code);
+}
+
 void log_entry(const char* qualname, const CacheEntry& entry) {
   const Config& cfg = config();
   if (cfg.log_graphs && !entry.graph_text.empty()) log_event("graph", std::string(qualname) + "\n" + entry.graph_text);
@@ -214,15 +229,7 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
     outcome.reason = trace.stopped ? outcome.reason + " (no graph break: " + why + ")" : why;
     return;
   }
-  mark_skip(code);
-  entry->fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code), frame.globals, frame.code->co_qualname);
-  Py_DECREF(code);
-  if (!entry->fn) {
-    PyErr_Clear();
-    throw InternalError("creating the transformed function failed");
-  }
-  if (func && func->func_closure) PyFunction_SetClosure(entry->fn, func->func_closure);
-  entry->nargs = symbolic::argument_slots(frame.code);
+  set_transformed_function(*entry, code, frame, func);
   entry->rerun_on_error = false;  // the continuation may have run user code with side effects
   entry->direct = false;
   entry->guards = symbolic::build_guards(trace);
@@ -270,16 +277,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
   if (!entry->graph) throw InternalError("creating the compiled graph object failed");
-  PyCodeObject* code = symbolic::assemble_graph_call(frame.code, p.trace, entry->graph);
-  mark_skip(code);  // the transformed code runs by the default evaluator
-  entry->fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code), frame.globals, frame.code->co_qualname);
-  Py_DECREF(code);
-  if (!entry->fn) {
-    PyErr_Clear();
-    throw InternalError("creating the transformed function failed");
-  }
-  if (func && func->func_closure) PyFunction_SetClosure(entry->fn, func->func_closure);
-  entry->nargs = symbolic::argument_slots(frame.code);
+  set_transformed_function(*entry, symbolic::assemble_graph_call(frame.code, p.trace, entry->graph), frame, func);
   for (const codegen::Node& n : p.trace.graph.nodes) {
     const codegen::OpCategory c = codegen::op_info(n.op).category;
     if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) entry->rerun_on_error = false;

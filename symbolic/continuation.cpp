@@ -418,6 +418,19 @@ PyObject* transformed_varnames(PyCodeObject* orig, int nargs, size_t nboxes) {
   return varnames;
 }
 
+// Runs an assembler body; a state that cannot be rebuilt gives nullptr and *why.
+template <typename Body>
+PyCodeObject* or_why(std::string* why, Body body) {
+  try {
+    return body();
+  } catch (const CannotRebuild& e) {
+    *why = e.what();
+  } catch (const Unsupported& e) {
+    *why = e.what();
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
@@ -432,7 +445,7 @@ std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
 
 PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
                               const std::vector<codegen::ValueId>& outputs, std::string* why) {
-  try {
+  return or_why(why, [&] {
     const int nargs = argument_slots(orig);
     const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
     BoxSlots slots;
@@ -445,19 +458,13 @@ PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyOb
     b.emit(op::RETURN_VALUE, 0);
     PyOwned varnames(transformed_varnames(orig, nargs, slots.boxes.size()));
     return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
-  } catch (const CannotRebuild& e) {
-    *why = e.what();
-    return nullptr;
-  } catch (const Unsupported& e) {
-    *why = e.what();
-    return nullptr;
-  }
+  });
 }
 
 PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
                              const std::vector<codegen::ValueId>& outputs, PyObject* globals,
                              std::string* why) {
-  try {
+  return or_why(why, [&] {
     const std::vector<Instruction> insts = decode(orig);
     int jump_target = -1;
     const BreakShape shape = shape_of(insts, trace.break_inst, trace.break_end, &jump_target);
@@ -536,13 +543,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     }
     PyOwned varnames(transformed_varnames(orig, nargs, slots.boxes.size()));
     return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
-  } catch (const CannotRebuild& e) {
-    *why = e.what();
-    return nullptr;
-  } catch (const Unsupported& e) {
-    *why = e.what();
-    return nullptr;
-  }
+  });
 }
 
 }  // namespace fastdyn::symbolic
