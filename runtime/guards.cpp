@@ -3,6 +3,7 @@
 
 #include "runtime/format.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -329,6 +330,10 @@ void GuardTree::add_global_absent(const std::string& name) {
   absent_globals_.push_back(PyUnicode_InternFromString(name.c_str()));
 }
 
+bool autocast_active() {
+  return at::autocast::is_autocast_enabled(at::kCPU) || at::autocast::is_autocast_enabled(at::kCUDA);
+}
+
 void GuardTree::guard_global_state() {
   has_global_state_ = true;
   grad_enabled_ = at::GradMode::is_enabled();
@@ -343,6 +348,10 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
     }
     if (c10::typeMetaToScalarType(c10::get_default_dtype()) != default_dtype_) {
       if (why) why->description = std::string("default_dtype == ") + c10::toString(default_dtype_);
+      return false;
+    }
+    if (autocast_active()) {  // graphs are traced with autocast off (symbolic/ refuses it)
+      if (why) why->description = "autocast is off";
       return false;
     }
   }
@@ -379,6 +388,7 @@ std::vector<std::string> GuardTree::describe() const {
   if (has_global_state_) {
     out.push_back(std::string("grad_mode == ") + (grad_enabled_ ? "True" : "False"));
     out.push_back(std::string("default_dtype == ") + c10::toString(default_dtype_));
+    out.push_back("autocast is off");
   }
   for (PyObject* n : absent_globals_) out.push_back(std::string("G['") + PyUnicode_AsUTF8(n) + "'] is absent");
   for (const auto& r : roots_) describe_node(*r, nullptr, out);
@@ -387,7 +397,7 @@ std::vector<std::string> GuardTree::describe() const {
 }
 
 size_t GuardTree::size() const {
-  size_t k = has_global_state_ ? 2 : 0;
+  size_t k = has_global_state_ ? 3 : 0;
   for (const auto& r : roots_) k += count_node(*r);
   return k;
 }

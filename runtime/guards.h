@@ -77,6 +77,9 @@ struct GuardFailure {
   std::string description;  // "L['x'].size() == [4, 8], got [2, 8]"
 };
 
+// Whether torch.autocast is on for CPU or CUDA (fastdyn's op rules do not model autocast).
+bool autocast_active();
+
 class GuardTree {
  public:
   GuardTree() = default;
@@ -94,7 +97,7 @@ class GuardTree {
   int add_tensor(GuardNode* n, PyObject* tensor);
   void add_same_as(GuardNode* n, int alias_slot);
   void add_len_is(GuardNode* n, Py_ssize_t length);
-  void guard_global_state();                        // grad mode and default dtype, as now
+  void guard_global_state();                        // grad mode and default dtype, as now; autocast off
   // The trace read builtin `name`: a global of that name must stay absent (it would shadow it).
   void add_global_absent(const std::string& name);
 

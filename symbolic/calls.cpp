@@ -1290,6 +1290,11 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   // torch functions that only read global state, and tracing/scripting probes.
   static PyObject* is_grad_enabled = resolve_python_name("torch.is_grad_enabled");
   if (fn == is_grad_enabled && args.empty()) return constant(ctx_.grad_enabled ? Py_True : Py_False);
+  // Traces run with autocast off (trace_frame refuses otherwise; guards check it).
+  static PyObject* autocast_probes[] = {resolve_python_name("torch.is_autocast_enabled"),
+                                        resolve_python_name("torch.is_autocast_cpu_enabled")};
+  for (PyObject* f : autocast_probes)
+    if (f && fn == f) return constant(Py_False);
   static PyObject* tracing_state = resolve_python_name("torch._C._get_tracing_state");
   if (tracing_state && fn == tracing_state && args.empty()) return constant(Py_None);
   throw Unsupported("call to " + py_repr(fn) + " is not supported");

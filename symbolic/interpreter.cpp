@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "runtime/errors.h"
+#include "runtime/guards.h"
 #include "symbolic/assembler.h"
 #include "symbolic/opcodes.h"
 #include "symbolic/py_ops.h"
@@ -41,7 +42,7 @@ std::string source_name(const Source& s) {
 namespace {
 
 constexpr int kMaxInstructions = 200000;  // unrolled loops included
-constexpr int kMaxInlineDepth = 12;
+constexpr int kMaxInlineDepth = 32;
 
 PyObject* grad_mode_type(const char* name) {
   return resolve_python_name(std::string("torch.autograd.grad_mode.") + name);
@@ -943,6 +944,10 @@ TraceResult trace_frame(const FrameInputs& frame) {
   TraceResult result;
   result.filename = PyUnicode_AsUTF8(frame.code->co_filename);
   result.lineno = frame.code->co_firstlineno;
+  if (runtime::autocast_active()) {  // op rules give no autocast dtypes: the frame runs eagerly
+    result.reason = "torch.autocast is active";
+    return result;
+  }
   auto attempt = [&](TraceResult& r, int stop_at) {
     try {
       Tracer tracer(frame, r, stop_at);
