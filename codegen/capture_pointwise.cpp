@@ -723,6 +723,22 @@ CaptureResult bind_masked_fill_(BindCall& c) {
   return tensor_result(emit1(c.graph, op, {Arg::of_value(x), Arg::of_value(mask), const_arg(v)}, out));
 }
 
+// Tensor.copy_: src broadcast to self's shape and cast to its dtype, written in place.
+CaptureResult bind_copy_(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "copy_(Tensor self, Tensor src, bool non_blocking=False)");
+  ValueId x = a.tensor("self"), src = a.tensor("src");
+  const TensorMeta& m = c.graph.meta(x);
+  const TensorMeta& sm = c.graph.meta(src);
+  auto shape = broadcast_shapes({m.sizes, sm.sizes});
+  if (!shape || *shape != m.sizes)
+    return CaptureResult::fail("copy_: src of shape " + shape_str(sm.sizes) + " does not broadcast to self of shape " +
+                               shape_str(m.sizes));
+  if (sm.device != m.device) return CaptureResult::fail("copy_ across devices");
+  TensorMeta out = m;
+  out.requires_grad = m.requires_grad || any_requires_grad(c.graph, c.ctx, {src});
+  return tensor_result(emit1(c.graph, OpId::copy_, {Arg::of_value(x), Arg::of_value(src), Arg::of_bool(a.boolean("non_blocking"))}, out));
+}
+
 namespace {
 
 // clamp with number bounds promotes like a binary op but lays out like a unary one; with tensor

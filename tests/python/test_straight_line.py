@@ -150,6 +150,17 @@ def alias_then_inplace_operator(x):
     return y, x * 2
 
 
+@case(lambda: (r(3, 4), r(4)))
+def copy_into_input_broadcasts(out, x):
+    return out.copy_(x * 2)  # returns `out` itself, written in place
+
+
+@case(lambda: (r(3, 4).double(), r(3, 4)))
+def copy_into_input_casts(out, x):
+    out[1:].copy_(x[1:])
+    return out
+
+
 @case(lambda: (r(3, 4),))
 def inplace_through_views_of_input(x):
     x[:, 1].mul_(3)
