@@ -1,7 +1,7 @@
 // symbolic/calls.cpp — what the interpreter does with values: attribute reads, calls (ops through
 // the op table, Python functions/methods/modules inlined into a new FrameState, builtins and
-// container methods on symbolic values, pure functions folded on constants), operators,
-// subscripts and iteration.
+// container methods on symbolic values, pure functions folded on constants). Operators,
+// subscripts and iteration are in operators.cpp.
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
@@ -19,10 +19,9 @@ namespace fastdyn::symbolic {
 
 using codegen::Family;
 
-namespace {
 
 // Python builtins that are pure on constant arguments and may be folded at trace time.
-bool is_foldable_builtin(PyObject* fn) {
+static bool is_foldable_builtin(PyObject* fn) {
   static const char* names[] = {"len", "min", "max", "abs", "int", "float", "bool", "tuple",
                                 "list", "sum", "round", "divmod", "isinstance", "pow", "range",
                                 "str", "slice", "all", "any", "reversed", "sorted", "id", "hash", "set", "frozenset", "type"};
@@ -33,7 +32,7 @@ bool is_foldable_builtin(PyObject* fn) {
   return false;
 }
 
-bool is_math_function(PyObject* fn) {
+static bool is_math_function(PyObject* fn) {
   if (!PyCFunction_Check(fn)) return false;
   PyObject* self = PyCFunction_GET_SELF(fn);
   if (!self || !PyModule_Check(self)) return false;
@@ -98,7 +97,7 @@ SourcePtr const_source(PyObject* obj, const std::string& label) {
   return s;
 }
 
-SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::string& name, int index = 0) {
+SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::string& name, int index) {
   if (!parent) return nullptr;
   auto s = std::make_shared<Source>();
   s->kind = kind;
@@ -108,11 +107,11 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
   return s;
 }
 
-PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
+static PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
 
 // A C method whose call on constant arguments has no side effect: any method of an immutable
 // value, the read-only methods of dicts and lists, and os.environ.get.
-bool is_pure_method(PyObject* fn) {
+static bool is_pure_method(PyObject* fn) {
   if (PyMethod_Check(fn)) {
     static PyObject* environ = resolve_python_name("os.environ");
     PyOwned name(PyObject_GetAttrString(fn, "__name__"));
@@ -147,236 +146,25 @@ bool is_model_output(PyObject* type) {
   return false;
 }
 
-}  // namespace
 
-// ---------------------------------------------------------------------------------------------
-// Reading names and attributes
-
-SymValue Tracer::load_global(const std::string& name) {
-  FrameState& f = fr();
-  const bool root_globals = f.globals == frame_.globals;
-  auto src = std::make_shared<Source>();
-  src->name = name;
-  PyObject* v = PyDict_GetItemString(f.globals, name.c_str());
-  if (v) {
-    if (root_globals) {
-      src->kind = Source::Kind::Global;
-    } else {
-      src->kind = Source::Kind::DictItem;
-      PyObject* modname = PyDict_GetItemString(f.globals, "__name__");
-      src->parent = const_source(f.globals, modname && PyUnicode_Check(modname) ? PyUnicode_AsUTF8(modname) : "globals");
-    }
-    return wrap(v, src);
-  }
-  v = PyDict_GetItemString(frame_.builtins, name.c_str());
-  if (!v) throw Unsupported("name '" + name + "' is not defined");
-  if (root_globals) {
-    src->kind = Source::Kind::Builtin;  // guarded: no global of this name may appear later
-    return wrap(v, src);
-  }
-  // NB: an inlined function's module gaining a global that shadows this builtin is not guarded.
-  src->kind = Source::Kind::DictItem;
-  src->parent = const_source(frame_.builtins, "builtins");
-  return wrap(v, src);
+SymValue iterator_of(std::vector<SymValue> items) {
+  SymValue it = SymValue::boxed(SymValue::Kind::Iterator);
+  it.box->items = std::move(items);
+  return it;
 }
 
-namespace {
-
-bool is_python_function(PyObject* o) { return PyFunction_Check(o); }
-
-PyObject* object_getattribute() {
-  static PyObject* f = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__getattribute__");
-  return f;
+std::vector<SymValue> remaining(const SymValue& it) {
+  return std::vector<SymValue>(it.box->items.begin() + static_cast<long>(it.box->pos), it.box->items.end());
 }
 
-bool has_standard_getattribute(PyTypeObject* tp) {
-  PyOwned key(PyUnicode_InternFromString("__getattribute__"));
-  return _PyType_Lookup(tp, key.p) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
+// ModelOutput's tuple view: the fields that are not None.
+std::vector<SymValue> model_output_items(const SymValue& r) {
+  std::vector<SymValue> out;
+  for (const SymValue& v : r.items)
+    if (!(v.is_constant() && v.obj == Py_None)) out.push_back(v);
+  return out;
 }
 
-bool is_plain_value(PyObject* o) {
-  if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o))
-    return true;
-  if (PyTuple_CheckExact(o)) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
-      if (!is_plain_value(PyTuple_GET_ITEM(o, i))) return false;
-    return true;
-  }
-  return THPDtype_Check(o) || THPDevice_Check(o);
-}
-
-}  // namespace
-
-SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
-  using K = SymValue::Kind;
-  if (owner.is_tensor()) return tensor_attr(owner, name);
-  if (owner.kind == K::NamedTuple)
-    for (size_t i = 0; i < owner.field_names.size(); ++i)
-      if (owner.field_names[i] == name) return owner.items[i];
-  if (owner.kind == K::BoundMethod && owner.obj) {
-    if (name == "__func__") return constant(owner.obj);
-    if (name == "__self__") return owner.items[0];
-    return load_attr(constant(owner.obj), name);  // __name__, __code__, __qualname__...
-  }
-  if (owner.kind == K::List || owner.kind == K::Dict || owner.kind == K::Tuple) {
-    SymValue m;
-    m.kind = K::BoundMethod;  // a container method: obj stays null
-    m.name = name;
-    m.items.push_back(owner);
-    return m;
-  }
-  if (owner.kind == K::Record) {
-    for (size_t i = 0; i < owner.field_names.size(); ++i)
-      if (owner.field_names[i] == name) return owner.items[i];
-    if (is_model_output(owner.obj)) {  // methods of ModelOutput: answered on the fields
-      SymValue m;
-      m.kind = K::BoundMethod;
-      m.name = name;
-      m.items.push_back(owner);
-      return m;
-    }
-    throw Unsupported("attribute '" + name + "' of " + describe(owner));
-  }
-  if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
-  PyObject* o = owner.obj;
-  for (const auto& [obj, n, v] : written_attrs_)
-    if (obj == o && n == name) return v;
-  if (owner.name == "__super__") {
-    if (name == "__getattribute__") {  // object's lookup, done for real on the instance
-      SymValue m;
-      m.kind = K::BoundMethod;
-      m.name = "__fd_generic_getattr__";
-      m.items.push_back(owner.items[0]);
-      return m;
-    }
-    PyOwned value(PyObject_GetAttrString(o, name.c_str()));
-    if (!value.p) { PyErr_Clear(); throw Unsupported("super()." + name + " does not exist"); }
-    if (PyMethod_Check(value.p) && is_python_function(PyMethod_GET_FUNCTION(value.p))) {
-      SymValue m;
-      m.kind = K::BoundMethod;
-      m.name = name;
-      m.obj = Py_NewRef(PyMethod_GET_FUNCTION(value.p));
-      m.items.push_back(owner.items[0]);
-      return m;
-    }
-    if (!is_plain_value(value.p) && !PyCFunction_Check(value.p)) throw Unsupported("super()." + name + " is not a method");
-    return constant(value.p);
-  }
-  PyObject* value = nullptr;
-  if (PyModule_Check(o)) {
-    value = PyDict_GetItemString(PyModule_GetDict(o), name.c_str());
-    Py_XINCREF(value);
-    if (!value) value = PyObject_GetAttrString(o, name.c_str());  // module __getattr__
-  } else if (PyType_Check(o) || foldable_constant(o) || PyCFunction_Check(o) || PyFunction_Check(o) ||
-             PyMethod_Check(o) || PyCode_Check(o)) {
-    value = PyObject_GetAttrString(o, name.c_str());
-  } else {
-    PyTypeObject* tp = Py_TYPE(o);
-    PyOwned key(PyUnicode_InternFromString(name.c_str()));
-    if (!has_standard_getattribute(tp)) {
-      // A class with its own __getattribute__ (transformers' PretrainedConfig maps names): read
-      // the attribute for real; only plain values (guarded by equality) are accepted.
-      PyObject* v = PyObject_GetAttr(o, key.p);
-      if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " does not exist"); }
-      PyOwned owned(v);
-      if (PyMethod_Check(v) && PyMethod_GET_SELF(v) == o && PyFunction_Check(PyMethod_GET_FUNCTION(v))) {
-        SymValue m;
-        m.kind = K::BoundMethod;
-        m.name = name;
-        m.obj = Py_NewRef(PyMethod_GET_FUNCTION(v));
-        m.items.push_back(owner);
-        return m;
-      }
-      if (!is_plain_value(v) && !PyType_Check(v)) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " (custom __getattribute__)");
-      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
-      return src ? wrap(v, src) : constant(v);
-    }
-    PyObject* type_attr = _PyType_Lookup(tp, key.p);  // borrowed
-    const bool data_descriptor = type_attr && Py_TYPE(type_attr)->tp_descr_set;
-    if (data_descriptor) {
-      if (Py_TYPE(type_attr) == &PyProperty_Type) {
-        PyOwned fget(PyObject_GetAttrString(type_attr, "fget"));
-        if (!fget.p || !is_python_function(fget.p)) { PyErr_Clear(); throw Unsupported("property '" + name + "' without a Python getter"); }
-        return call(constant(fget.p), {owner}, {});
-      }
-      PyObject* v = PyObject_GetAttr(o, key.p);  // a slot or C-level field
-      if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " raised"); }
-      PyOwned owned(v);
-      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
-      return src ? wrap(v, src) : constant(v);
-    }
-    // Instance dict, then nn.Module's three dicts (its __getattr__ searches them).
-    PyObject** dictptr = _PyObject_GetDictPtr(o);
-    PyObject* dict = dictptr ? *dictptr : nullptr;
-    const char* slot_found = nullptr;
-    if (dict) {
-      value = PyDict_GetItemWithError(dict, key.p);
-      if (!value && !type_attr && PyObject_IsInstance(o, module_type()) == 1) {
-        for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
-          PyObject* d = PyDict_GetItemString(dict, slot);
-          if (d && PyDict_Check(d) && (value = PyDict_GetItemWithError(d, key.p))) {
-            slot_found = slot;
-            break;
-          }
-        }
-      }
-      Py_XINCREF(value);
-    }
-    PyErr_Clear();
-    if (value) {
-      PyOwned owned(value);
-      if (slot_found && owner.source) {
-        // Read it where nn.Module keeps it, so guards and the transformed code do a dict lookup
-        // instead of calling Module.__getattr__.
-        SourcePtr slot_src = child_source(owner.source, Source::Kind::Attr, slot_found);
-        return wrap(value, child_source(slot_src, Source::Kind::DictItem, name));
-      }
-      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
-      return src ? wrap(value, src) : constant(value);
-    }
-    if (!type_attr) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " object does not exist");
-    if (is_python_function(type_attr)) {
-      SymValue m;
-      m.kind = K::BoundMethod;
-      m.name = name;
-      m.obj = Py_NewRef(type_attr);
-      m.items.push_back(owner);
-      return m;
-    }
-    if (Py_TYPE(type_attr) == &PyStaticMethod_Type || Py_TYPE(type_attr) == &PyClassMethod_Type) {
-      PyOwned fn(PyObject_GetAttrString(type_attr, "__func__"));
-      if (!fn.p) { PyErr_Clear(); throw Unsupported("method '" + name + "'"); }
-      if (Py_TYPE(type_attr) == &PyStaticMethod_Type) return constant(fn.p);
-      SymValue m;
-      m.kind = K::BoundMethod;
-      m.name = name;
-      m.obj = Py_NewRef(fn.p);
-      m.items.push_back(constant(reinterpret_cast<PyObject*>(tp)));
-      return m;
-    }
-    if (PyType_Check(type_attr) || is_plain_value(type_attr) || PyModule_Check(type_attr) || PyCFunction_Check(type_attr))
-      return constant(type_attr);  // a class-level constant: fixed by the type guard
-    if (Py_IS_TYPE(type_attr, &PyMethodDescr_Type)) {  // a C method of a builtin base (dict.keys...)
-      PyOwned bound(PyObject_GetAttr(o, key.p));
-      if (!bound.p) { PyErr_Clear(); throw Unsupported("method '" + name + "' raised"); }
-      return constant(bound.p);
-    }
-    if (PyDict_Check(type_attr) || PyList_Check(type_attr)) {  // a class-level registry: guarded item by item
-      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
-      return src ? wrap(type_attr, src) : wrap(type_attr, child_source(const_source(reinterpret_cast<PyObject*>(tp), tp->tp_name), Source::Kind::Attr, name));
-    }
-    throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " is a " + Py_TYPE(type_attr)->tp_name);
-  }
-  if (!value) {
-    PyErr_Clear();
-    throw Unsupported("attribute '" + name + "' of " + describe(owner) + " does not exist");
-  }
-  PyOwned owned(value);
-  if (!owner.source) return constant(value);  // attribute of a trace-time constant
-  // A C method bound to the (guarded) owner is made anew by each read: nothing to guard.
-  if (PyCFunction_Check(value) && PyCFunction_GET_SELF(value) == o) return constant(value);
-  return wrap(value, child_source(owner.source, Source::Kind::Attr, name));
-}
 
 SymValue Tracer::call_family(Family fam, const std::vector<SymValue>& args,
                              const std::vector<std::pair<std::string, SymValue>>& kwargs, const char* what) {
@@ -393,52 +181,6 @@ SymValue Tracer::record(Family fam, const std::vector<codegen::CallArg>& args,
   codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, args, kwargs);
   if (!r.ok) throw Unsupported(std::string(what) + ": " + r.reason);
   return from_capture(fam, r);
-}
-
-SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
-  const codegen::TensorMeta& m = meta(t);
-  if (name == "shape") {
-    // NB: THPSize_NewFromSizes is not exported by libtorch_python; build torch.Size(tuple).
-    static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
-    PyOwned tuple(PyTuple_New(m.dim()));
-    for (int64_t i = 0; i < m.dim(); ++i) PyTuple_SET_ITEM(tuple.p, i, PyLong_FromLongLong(m.sizes[static_cast<size_t>(i)]));
-    PyOwned s(PyObject_CallOneArg(size_type, tuple.p));
-    if (!s.p) { PyErr_Clear(); throw Unsupported("building torch.Size failed"); }
-    return constant(s.p);
-  }
-  if (name == "dtype") return constant(reinterpret_cast<PyObject*>(torch::getTHPDtype(m.dtype)));
-  if (name == "device") {
-    PyObject* d = THPDevice_New(m.device);
-    SymValue v = constant(d);
-    Py_DECREF(d);
-    return v;
-  }
-  if (name == "ndim") {
-    PyOwned n(PyLong_FromLongLong(m.dim()));
-    return constant(n.p);
-  }
-  if (name == "requires_grad") return constant(m.requires_grad ? Py_True : Py_False);
-  if (name == "is_cuda") return constant(m.device.is_cuda() ? Py_True : Py_False);
-  if (name == "is_cpu") return constant(m.device.is_cpu() ? Py_True : Py_False);
-  // Methods are bound lazily: the CALL that follows decides (tensor-method intrinsics or ops).
-  PyObject* attr = PyObject_GetAttrString(tensor_type(), name.c_str());
-  if (!attr) {
-    PyErr_Clear();
-    throw Unsupported("'Tensor' object has no attribute '" + name + "'");
-  }
-  PyOwned owned(attr);
-  const bool is_property = !PyCallable_Check(attr) || Py_TYPE(attr) == &PyGetSetDescr_Type ||
-                           Py_TYPE(attr) == &PyProperty_Type;
-  if (is_property) {
-    auto fam = family_of_tensor_attr(name);
-    if (!fam) throw Unsupported("tensor attribute '" + name + "' is not supported");
-    return call_family(*fam, {t}, {}, ("Tensor." + name).c_str());
-  }
-  SymValue m_v;
-  m_v.kind = SymValue::Kind::Method;
-  m_v.name = name;
-  m_v.items.push_back(t);
-  return m_v;
 }
 
 SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& name, std::vector<SymValue> args,
@@ -641,7 +383,7 @@ struct Calls {
     PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);
     PyOwned fwd_key(PyUnicode_InternFromString(type_call == module_call ? "forward" : "__call__"));
     PyObject* fwd = _PyType_Lookup(Py_TYPE(mod), fwd_key.p);
-    if (!fwd || !is_python_function(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
+    if (!fwd || !PyFunction_Check(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
     args.insert(args.begin(), m);
     return inline_call(t, target_of_function(t, fwd), std::move(args), std::move(kwargs));
   }
@@ -688,14 +430,6 @@ struct Calls {
     return Tracer::constant(o.p);
   }
 
-  static SymValue iterator_of(Args items) {
-    SymValue it = SymValue::boxed(SymValue::Kind::Iterator);
-    it.box->items = std::move(items);
-    return it;
-  }
-  static Args remaining(const SymValue& it) {
-    return Args(it.box->items.begin() + static_cast<long>(it.box->pos), it.box->items.end());
-  }
 
   static bool builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
     auto is = [&](const char* name) { return fn == builtin(name); };
@@ -1075,13 +809,6 @@ struct Calls {
     return v;
   }
 
-  // ModelOutput's tuple view: the fields that are not None.
-  static Args model_output_items(const SymValue& r) {
-    Args out;
-    for (const SymValue& v : r.items)
-      if (!(v.is_constant() && v.obj == Py_None)) out.push_back(v);
-    return out;
-  }
 
   static bool is_namedtuple_type(PyObject* o) {
     return PyType_Check(o) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(o), &PyTuple_Type) &&
@@ -1256,7 +983,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   static const char* over_iterables[] = {"all", "any", "sum", "min", "max", "sorted", "tuple", "list", "set", "frozenset"};
   for (const char* name : over_iterables)
     if (fn == builtin(name) && args.size() == 1 && args[0].kind == SymValue::Kind::Iterator)
-      args[0] = SymValue::tuple(Calls::remaining(args[0]));
+      args[0] = SymValue::tuple(remaining(args[0]));
   // Pure functions on constants: builtins, math, operator, torch.finfo/iinfo, methods of
   // immutable values (str.startswith...) and read-only methods of containers (dict.get...).
   bool all_const = true;
@@ -1298,277 +1025,6 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   static PyObject* tracing_state = resolve_python_name("torch._C._get_tracing_state");
   if (tracing_state && fn == tracing_state && args.empty()) return constant(Py_None);
   throw Unsupported("call to " + py_repr(fn) + " is not supported");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Operators, subscripts, iteration
-
-SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
-  using K = SymValue::Kind;
-  const std::string sym = symbol;
-  if (a.is_python_constant() && b.is_python_constant()) {
-    PyOwned x(materialize(a)), y(materialize(b));
-    if (!x.p || !y.p || (!foldable_constant(x.p) && !THPSize_Check(x.p)) || (!foldable_constant(y.p) && !THPSize_Check(y.p))) {
-      // == and != of objects whose types compare in C (enums, types, modules...): no user code runs.
-      auto c_eq = [](PyObject* o) {
-        PyOwned key(PyUnicode_InternFromString("__eq__"));
-        PyObject* eq = _PyType_Lookup(Py_TYPE(o), key.p);
-        return !eq || !PyFunction_Check(eq);
-      };
-      if ((sym == "==" || sym == "!=") && x.p && y.p && c_eq(x.p) && c_eq(y.p)) {
-        PyOwned r(PyObject_RichCompare(x.p, y.p, sym == "==" ? Py_EQ : Py_NE));
-        if (r.p) return constant(r.p);
-        PyErr_Clear();
-      }
-      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
-    }
-    PyObject* r = nullptr;
-    static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
-    for (int i = 0; i < 6; ++i)
-      if (sym == cmp[i]) {
-        static const int ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
-        r = PyObject_RichCompare(x.p, y.p, ops[i]);
-      }
-    if (!r) r = fold_binary(sym, x.p, y.p);
-    if (!r) {
-      PyErr_Clear();
-      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised");
-    }
-    PyOwned owned(r);
-    return constant(r);
-  }
-  // Sequences built in the trace: concatenation and repetition.
-  const bool a_seq = a.kind == K::Tuple || a.kind == K::List, b_seq = b.kind == K::Tuple || b.kind == K::List;
-  if ((sym == "+" || sym == "+=") && (a_seq || (a.is_constant() && PyTuple_Check(a.obj))) && (b_seq || (b.is_constant() && PyTuple_Check(b.obj)))) {
-    std::vector<SymValue> items = a_seq ? a.seq() : unpack(a, static_cast<int>(PyTuple_GET_SIZE(a.obj)));
-    std::vector<SymValue> more = b_seq ? b.seq() : unpack(b, static_cast<int>(PyTuple_GET_SIZE(b.obj)));
-    items.insert(items.end(), more.begin(), more.end());
-    if (a.kind == K::List && sym == "+=") {
-      if (a.source) throw Unsupported("+= on a list the caller can see");
-      a.box->items = items;
-      return a;
-    }
-    return a.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
-  }
-  if ((sym == "*" || sym == "*=") && (a_seq || b_seq) && (a.is_constant() || b.is_constant())) {
-    const SymValue& seq = a_seq ? a : b;
-    const SymValue& count = a_seq ? b : a;
-    if (!PyLong_Check(count.obj)) throw Unsupported("sequence repetition by " + describe(count));
-    std::vector<SymValue> items;
-    for (long k = 0; k < PyLong_AsLong(count.obj); ++k) items.insert(items.end(), seq.seq().begin(), seq.seq().end());
-    if (seq.kind == K::List && sym == "*=") {
-      if (seq.source) throw Unsupported("*= on a list the caller can see");
-      seq.box->items = items;
-      return seq;
-    }
-    return seq.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
-  }
-  if ((sym == "==" || sym == "!=") && !a.is_tensor() && !b.is_tensor() && (a.is_constant() || b.is_constant())) {
-    // A container or function made in the trace against a constant (None, say): never equal.
-    const SymValue& other = a.is_constant() ? b : a;
-    if (other.kind == K::Dict || other.kind == K::Function || other.kind == K::BoundMethod || other.kind == K::Method ||
-        other.kind == K::Iterator)
-      return constant((sym == "!=") ? Py_True : Py_False);
-  }
-  if (!a.is_tensor() && !b.is_tensor())
-    throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
-  const char* op_name = operator_name(sym);
-  auto fam = op_name ? family_of_name(op_name) : std::nullopt;
-  if (!fam) throw Unsupported(std::string("tensor operator ") + sym + " (" + (op_name ? op_name : "?") + ") is not in the op table");
-  return call_family(*fam, {a, b}, {}, op_name);
-}
-
-namespace {
-
-bool is_module_container(PyObject* o, const char* name) {
-  PyObject* t = resolve_python_name(std::string("torch.nn.") + name);
-  Py_XDECREF(t);  // the type lives as long as torch.nn
-  return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
-}
-
-}  // namespace
-
-SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
-  using K = SymValue::Kind;
-  if (container.is_tensor()) {
-    auto fam = family_of_name("operator.getitem");
-    if (!fam) throw Unsupported("tensor subscripts are not in the op table");
-    return record(*fam, {to_call_arg(container), index_arg(index)}, {}, "Tensor.__getitem__");
-  }
-  if (container.kind == K::Record && is_model_output(container.obj) && index.is_constant()) {
-    if (PyUnicode_Check(index.obj)) {
-      for (size_t i = 0; i < container.field_names.size(); ++i)
-        if (container.field_names[i] == PyUnicode_AsUTF8(index.obj)) return container.items[i];
-      throw Unsupported("KeyError in a model output");
-    }
-    return subscript(SymValue::tuple(Calls::model_output_items(container)), index);
-  }
-  if (container.kind == K::Dict) {
-    if (!index.is_constant()) throw Unsupported("dict subscript with " + describe(index));
-    for (size_t i = 0; i < container.box->keys.size(); ++i) {
-      int eq = PyObject_RichCompareBool(container.box->keys[i].obj, index.obj, Py_EQ);
-      if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
-      if (eq) return container.box->items[i];
-    }
-    throw Unsupported("KeyError: " + py_repr(index.obj));
-  }
-  if ((container.kind == K::Tuple || container.kind == K::List || container.kind == K::NamedTuple) && index.is_constant()) {
-    const auto& seq = container.seq();
-    if (PyLong_Check(index.obj)) {
-      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
-      const Py_ssize_t n = static_cast<Py_ssize_t>(seq.size());
-      if (i < 0) i += n;
-      if (i < 0 || i >= n) throw Unsupported("index out of range");
-      return seq[static_cast<size_t>(i)];
-    }
-    if (PySlice_Check(index.obj)) {
-      Py_ssize_t start, stop, step;
-      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
-      Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(seq.size()), &start, &stop, step);
-      std::vector<SymValue> items;
-      for (Py_ssize_t k = 0; k < len; ++k) items.push_back(seq[static_cast<size_t>(start + k * step)]);
-      return container.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
-    }
-  }
-  if (container.is_constant() && index.is_constant()) {
-    PyObject* c = container.obj;
-    // nn.ModuleList / Sequential by int: the module in _modules (a dict read, guarded).
-    if ((is_module_container(c, "ModuleList") || is_module_container(c, "Sequential")) && PyLong_Check(index.obj)) {
-      Py_ssize_t n = PyObject_Length(c);
-      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
-      if (i < 0) i += n;
-      if (i < 0 || i >= n) throw Unsupported("module index out of range");
-      return load_attr(container, std::to_string(i));
-    }
-    if (is_module_container(c, "ModuleList") && PySlice_Check(index.obj)) {  // a list of the modules
-      Py_ssize_t start, stop, step;
-      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
-      const Py_ssize_t len = PySlice_AdjustIndices(PyObject_Length(c), &start, &stop, step);
-      std::vector<SymValue> mods;
-      for (Py_ssize_t k = 0; k < len; ++k) mods.push_back(load_attr(container, std::to_string(start + k * step)));
-      return SymValue::list(std::move(mods));
-    }
-    if (is_module_container(c, "ModuleDict") && PyUnicode_Check(index.obj)) return load_attr(container, PyUnicode_AsUTF8(index.obj));
-    if ((PyDict_CheckExact(c) || PyList_CheckExact(c) || PyTuple_CheckExact(c)) && container.source) {
-      PyObject* r = PyObject_GetItem(c, index.obj);
-      if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
-      PyOwned owned(r);
-      if (PyDict_CheckExact(c) && PyUnicode_Check(index.obj))
-        return wrap(r, child_source(container.source, Source::Kind::DictItem, PyUnicode_AsUTF8(index.obj)));
-      if (!PyDict_CheckExact(c) && PyLong_Check(index.obj) && PyLong_AsLong(index.obj) >= 0)
-        return wrap(r, child_source(container.source, Source::Kind::Item, "", static_cast<int>(PyLong_AsLong(index.obj))));
-      throw Unsupported("subscript of " + describe(container));
-    }
-  }
-  if (container.is_python_constant() && index.is_python_constant()) {
-    PyOwned c(materialize(container)), i(materialize(index));
-    if (!foldable_constant(c.p) && !THPSize_Check(c.p)) {
-      // A user object with a Python __getitem__: inline it.
-      PyOwned key(PyUnicode_InternFromString("__getitem__"));
-      PyObject* gi = _PyType_Lookup(Py_TYPE(c.p), key.p);
-      if (gi && PyFunction_Check(gi)) return call(constant(gi), {container, index}, {});
-      throw Unsupported("subscript of " + describe(container));
-    }
-    PyObject* r = PyObject_GetItem(c.p, i.p);
-    if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
-    PyOwned owned(r);
-    return constant(r);
-  }
-  throw Unsupported("subscript of " + describe(container) + " with " + describe(index));
-}
-
-// A loop over a module container unrolls over its current submodules: guard their number.
-void Tracer::guard_module_count(const SymValue& container) {
-  PyObject** dictptr = _PyObject_GetDictPtr(container.obj);
-  PyObject* mods = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
-  if (!mods || !container.source) return;
-  add_guard(child_source(container.source, Source::Kind::Attr, "_modules"), GuardKind::TypeAndLen, mods);
-}
-
-SymValue Tracer::make_iterator(const SymValue& v) {
-  using K = SymValue::Kind;
-  constexpr Py_ssize_t kMaxUnroll = 4096;
-  std::vector<SymValue> items;
-  switch (v.kind) {
-    case K::Iterator: return v;
-    case K::Tuple:
-    case K::List:
-    case K::NamedTuple:
-      items = v.seq();
-      break;
-    case K::Dict:
-      items = v.box->keys;
-      break;
-    case K::Tensor: {
-      auto fam = family_of_tensor_attr("unbind");
-      if (!fam) throw Unsupported("iterating a tensor needs Tensor.unbind");
-      const auto& m = meta(v);
-      if (m.dim() == 0) throw Unsupported("iteration over a 0-d tensor");
-      if (m.sizes[0] > kMaxUnroll) throw Unsupported("iterating a tensor of " + std::to_string(m.sizes[0]) + " rows");
-      items = call_family(*fam, {v}, {}, "Tensor.__iter__").items;
-      break;
-    }
-    case K::Constant: {
-      PyObject* o = v.obj;
-      if (is_module_container(o, "ModuleList") || is_module_container(o, "Sequential")) {
-        const Py_ssize_t n = PyObject_Length(o);
-        guard_module_count(v);
-        for (Py_ssize_t i = 0; i < n; ++i) items.push_back(load_attr(v, std::to_string(i)));
-        break;
-      }
-      if (is_module_container(o, "ModuleDict")) {
-        guard_module_count(v);
-        PyOwned keys(PySequence_List(o));
-        if (!keys.p) { PyErr_Clear(); throw Unsupported("iterating a ModuleDict"); }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.p); ++i) items.push_back(constant(PyList_GET_ITEM(keys.p, i)));
-        break;
-      }
-      const bool view = PyDictKeys_Check(o) || PyDictValues_Check(o) || PyDictItems_Check(o);
-      const bool sequence = PyTuple_Check(o) || PyList_CheckExact(o) || PyRange_Check(o) || PyDict_Check(o) ||
-                            PyUnicode_CheckExact(o) || THPSize_Check(o) || view || (PyIter_Check(o) && !v.source);
-      if (!sequence) throw Unsupported("iteration over " + describe(v));
-      if (!PyIter_Check(o) && PyObject_Length(o) > kMaxUnroll) throw Unsupported("a loop of more than " + std::to_string(kMaxUnroll) + " iterations");
-      PyOwned list(PySequence_List(o));
-      if (!list.p) { PyErr_Clear(); throw Unsupported("iteration over " + describe(v) + " raised"); }
-      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.p); ++i) {
-        PyObject* item = PyList_GET_ITEM(list.p, i);
-        SourcePtr src = (v.source && (PyTuple_CheckExact(o) || PyList_CheckExact(o)))
-                            ? child_source(v.source, Source::Kind::Item, "", static_cast<int>(i)) : nullptr;
-        items.push_back(src ? wrap(item, src) : constant(item));
-      }
-      PyErr_Clear();
-      break;
-    }
-    default:
-      throw Unsupported("iteration over " + describe(v));
-  }
-  return Calls::iterator_of(std::move(items));
-}
-
-std::vector<SymValue> Tracer::unpack(const SymValue& seq, int n) {
-  SymValue it = make_iterator(seq);
-  std::vector<SymValue> items = Calls::remaining(it);
-  if (static_cast<int>(items.size()) != n)
-    throw Unsupported("unpacking " + std::to_string(items.size()) + " values into " + std::to_string(n));
-  return items;
-}
-
-bool Tracer::truth(const SymValue& v, const char* what) {
-  using K = SymValue::Kind;
-  switch (v.kind) {
-    case K::Constant: {
-      int r = PyObject_IsTrue(v.obj);
-      if (r < 0) { PyErr_Clear(); throw Unsupported(std::string(what) + " on " + describe(v) + " raised"); }
-      return r == 1;
-    }
-    case K::Tensor: throw Unsupported(std::string(what) + " depends on a tensor's value");
-    case K::Tuple:
-    case K::List:
-    case K::NamedTuple: return !v.seq().empty();
-    case K::Dict: return !v.box->keys.empty();
-    case K::Null: throw InternalError("truth value of NULL");
-    default: return true;
-  }
 }
 
 }  // namespace fastdyn::symbolic

@@ -121,6 +121,19 @@ std::string describe(const SymValue& v);
 std::string py_repr(PyObject* o);
 PyObject* module_type();  // torch.nn.Module (borrowed, kept for the process)
 
+// Shared by attributes.cpp, calls.cpp and operators.cpp.
+SourcePtr const_source(PyObject* obj, const std::string& label);  // K['label']: a fixed object
+bool is_plain_value(PyObject* o);          // None, bool, int, float, str, dtype, device, tuples of them
+PyObject* tensor_type();                   // torch.Tensor (borrowed)
+const char* operator_name(const std::string& sym);               // "+" -> "operator.add"
+PyObject* fold_binary(const std::string& sym, PyObject* a, PyObject* b);  // new ref or nullptr
+bool foldable_constant(PyObject* o);       // ints, floats, strings, tuples, dtypes... (no user code)
+SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::string& name, int index = 0);
+bool is_model_output(PyObject* type);      // transformers' ModelOutput dataclasses
+SymValue iterator_of(std::vector<SymValue> items);
+std::vector<SymValue> remaining(const SymValue& iterator);     // the items not yet produced
+std::vector<SymValue> model_output_items(const SymValue& record);  // ModelOutput's tuple view
+
 struct PyOwned {  // one owned reference, released at scope exit
   PyObject* p;
   explicit PyOwned(PyObject* o) : p(o) {}

@@ -1,0 +1,297 @@
+// symbolic/attributes.cpp — reading names and attributes: globals and builtins (with their
+// sources), attributes of modules, classes, plain objects and nn.Modules (parameters, buffers
+// and submodules read where nn.Module keeps them), properties inlined, bound methods, and the
+// metadata attributes of tensors.
+#include <torch/csrc/Device.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Size.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/errors.h"
+#include "symbolic/py_ops.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+
+using codegen::Family;
+
+// ---------------------------------------------------------------------------------------------
+// Reading names and attributes
+
+SymValue Tracer::load_global(const std::string& name) {
+  FrameState& f = fr();
+  const bool root_globals = f.globals == frame_.globals;
+  auto src = std::make_shared<Source>();
+  src->name = name;
+  PyObject* v = PyDict_GetItemString(f.globals, name.c_str());
+  if (v) {
+    if (root_globals) {
+      src->kind = Source::Kind::Global;
+    } else {
+      src->kind = Source::Kind::DictItem;
+      PyObject* modname = PyDict_GetItemString(f.globals, "__name__");
+      src->parent = const_source(f.globals, modname && PyUnicode_Check(modname) ? PyUnicode_AsUTF8(modname) : "globals");
+    }
+    return wrap(v, src);
+  }
+  v = PyDict_GetItemString(frame_.builtins, name.c_str());
+  if (!v) throw Unsupported("name '" + name + "' is not defined");
+  if (root_globals) {
+    src->kind = Source::Kind::Builtin;  // guarded: no global of this name may appear later
+    return wrap(v, src);
+  }
+  // NB: an inlined function's module gaining a global that shadows this builtin is not guarded.
+  src->kind = Source::Kind::DictItem;
+  src->parent = const_source(frame_.builtins, "builtins");
+  return wrap(v, src);
+}
+
+namespace {
+
+
+PyObject* object_getattribute() {
+  static PyObject* f = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__getattribute__");
+  return f;
+}
+
+bool has_standard_getattribute(PyTypeObject* tp) {
+  PyOwned key(PyUnicode_InternFromString("__getattribute__"));
+  return _PyType_Lookup(tp, key.p) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
+}
+
+
+}  // namespace
+
+bool is_plain_value(PyObject* o) {
+  if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o))
+    return true;
+  if (PyTuple_CheckExact(o)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+      if (!is_plain_value(PyTuple_GET_ITEM(o, i))) return false;
+    return true;
+  }
+  return THPDtype_Check(o) || THPDevice_Check(o);
+}
+
+SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
+  using K = SymValue::Kind;
+  if (owner.is_tensor()) return tensor_attr(owner, name);
+  if (owner.kind == K::NamedTuple)
+    for (size_t i = 0; i < owner.field_names.size(); ++i)
+      if (owner.field_names[i] == name) return owner.items[i];
+  if (owner.kind == K::BoundMethod && owner.obj) {
+    if (name == "__func__") return constant(owner.obj);
+    if (name == "__self__") return owner.items[0];
+    return load_attr(constant(owner.obj), name);  // __name__, __code__, __qualname__...
+  }
+  if (owner.kind == K::List || owner.kind == K::Dict || owner.kind == K::Tuple) {
+    SymValue m;
+    m.kind = K::BoundMethod;  // a container method: obj stays null
+    m.name = name;
+    m.items.push_back(owner);
+    return m;
+  }
+  if (owner.kind == K::Record) {
+    for (size_t i = 0; i < owner.field_names.size(); ++i)
+      if (owner.field_names[i] == name) return owner.items[i];
+    if (is_model_output(owner.obj)) {  // methods of ModelOutput: answered on the fields
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.items.push_back(owner);
+      return m;
+    }
+    throw Unsupported("attribute '" + name + "' of " + describe(owner));
+  }
+  if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
+  PyObject* o = owner.obj;
+  for (const auto& [obj, n, v] : written_attrs_)
+    if (obj == o && n == name) return v;
+  if (owner.name == "__super__") {
+    if (name == "__getattribute__") {  // object's lookup, done for real on the instance
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = "__fd_generic_getattr__";
+      m.items.push_back(owner.items[0]);
+      return m;
+    }
+    PyOwned value(PyObject_GetAttrString(o, name.c_str()));
+    if (!value.p) { PyErr_Clear(); throw Unsupported("super()." + name + " does not exist"); }
+    if (PyMethod_Check(value.p) && PyFunction_Check(PyMethod_GET_FUNCTION(value.p))) {
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.obj = Py_NewRef(PyMethod_GET_FUNCTION(value.p));
+      m.items.push_back(owner.items[0]);
+      return m;
+    }
+    if (!is_plain_value(value.p) && !PyCFunction_Check(value.p)) throw Unsupported("super()." + name + " is not a method");
+    return constant(value.p);
+  }
+  PyObject* value = nullptr;
+  if (PyModule_Check(o)) {
+    value = PyDict_GetItemString(PyModule_GetDict(o), name.c_str());
+    Py_XINCREF(value);
+    if (!value) value = PyObject_GetAttrString(o, name.c_str());  // module __getattr__
+  } else if (PyType_Check(o) || foldable_constant(o) || PyCFunction_Check(o) || PyFunction_Check(o) ||
+             PyMethod_Check(o) || PyCode_Check(o)) {
+    value = PyObject_GetAttrString(o, name.c_str());
+  } else {
+    PyTypeObject* tp = Py_TYPE(o);
+    PyOwned key(PyUnicode_InternFromString(name.c_str()));
+    if (!has_standard_getattribute(tp)) {
+      // A class with its own __getattribute__ (transformers' PretrainedConfig maps names): read
+      // the attribute for real; only plain values (guarded by equality) are accepted.
+      PyObject* v = PyObject_GetAttr(o, key.p);
+      if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " does not exist"); }
+      PyOwned owned(v);
+      if (PyMethod_Check(v) && PyMethod_GET_SELF(v) == o && PyFunction_Check(PyMethod_GET_FUNCTION(v))) {
+        SymValue m;
+        m.kind = K::BoundMethod;
+        m.name = name;
+        m.obj = Py_NewRef(PyMethod_GET_FUNCTION(v));
+        m.items.push_back(owner);
+        return m;
+      }
+      if (!is_plain_value(v) && !PyType_Check(v)) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " (custom __getattribute__)");
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(v, src) : constant(v);
+    }
+    PyObject* type_attr = _PyType_Lookup(tp, key.p);  // borrowed
+    const bool data_descriptor = type_attr && Py_TYPE(type_attr)->tp_descr_set;
+    if (data_descriptor) {
+      if (Py_TYPE(type_attr) == &PyProperty_Type) {
+        PyOwned fget(PyObject_GetAttrString(type_attr, "fget"));
+        if (!fget.p || !PyFunction_Check(fget.p)) { PyErr_Clear(); throw Unsupported("property '" + name + "' without a Python getter"); }
+        return call(constant(fget.p), {owner}, {});
+      }
+      PyObject* v = PyObject_GetAttr(o, key.p);  // a slot or C-level field
+      if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " raised"); }
+      PyOwned owned(v);
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(v, src) : constant(v);
+    }
+    // Instance dict, then nn.Module's three dicts (its __getattr__ searches them).
+    PyObject** dictptr = _PyObject_GetDictPtr(o);
+    PyObject* dict = dictptr ? *dictptr : nullptr;
+    const char* slot_found = nullptr;
+    if (dict) {
+      value = PyDict_GetItemWithError(dict, key.p);
+      if (!value && !type_attr && PyObject_IsInstance(o, module_type()) == 1) {
+        for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
+          PyObject* d = PyDict_GetItemString(dict, slot);
+          if (d && PyDict_Check(d) && (value = PyDict_GetItemWithError(d, key.p))) {
+            slot_found = slot;
+            break;
+          }
+        }
+      }
+      Py_XINCREF(value);
+    }
+    PyErr_Clear();
+    if (value) {
+      PyOwned owned(value);
+      if (slot_found && owner.source) {
+        // Read it where nn.Module keeps it, so guards and the transformed code do a dict lookup
+        // instead of calling Module.__getattr__.
+        SourcePtr slot_src = child_source(owner.source, Source::Kind::Attr, slot_found);
+        return wrap(value, child_source(slot_src, Source::Kind::DictItem, name));
+      }
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(value, src) : constant(value);
+    }
+    if (!type_attr) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " object does not exist");
+    if (PyFunction_Check(type_attr)) {
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.obj = Py_NewRef(type_attr);
+      m.items.push_back(owner);
+      return m;
+    }
+    if (Py_TYPE(type_attr) == &PyStaticMethod_Type || Py_TYPE(type_attr) == &PyClassMethod_Type) {
+      PyOwned fn(PyObject_GetAttrString(type_attr, "__func__"));
+      if (!fn.p) { PyErr_Clear(); throw Unsupported("method '" + name + "'"); }
+      if (Py_TYPE(type_attr) == &PyStaticMethod_Type) return constant(fn.p);
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.obj = Py_NewRef(fn.p);
+      m.items.push_back(constant(reinterpret_cast<PyObject*>(tp)));
+      return m;
+    }
+    if (PyType_Check(type_attr) || is_plain_value(type_attr) || PyModule_Check(type_attr) || PyCFunction_Check(type_attr))
+      return constant(type_attr);  // a class-level constant: fixed by the type guard
+    if (Py_IS_TYPE(type_attr, &PyMethodDescr_Type)) {  // a C method of a builtin base (dict.keys...)
+      PyOwned bound(PyObject_GetAttr(o, key.p));
+      if (!bound.p) { PyErr_Clear(); throw Unsupported("method '" + name + "' raised"); }
+      return constant(bound.p);
+    }
+    if (PyDict_Check(type_attr) || PyList_Check(type_attr)) {  // a class-level registry: guarded item by item
+      SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
+      return src ? wrap(type_attr, src) : wrap(type_attr, child_source(const_source(reinterpret_cast<PyObject*>(tp), tp->tp_name), Source::Kind::Attr, name));
+    }
+    throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " is a " + Py_TYPE(type_attr)->tp_name);
+  }
+  if (!value) {
+    PyErr_Clear();
+    throw Unsupported("attribute '" + name + "' of " + describe(owner) + " does not exist");
+  }
+  PyOwned owned(value);
+  if (!owner.source) return constant(value);  // attribute of a trace-time constant
+  // A C method bound to the (guarded) owner is made anew by each read: nothing to guard.
+  if (PyCFunction_Check(value) && PyCFunction_GET_SELF(value) == o) return constant(value);
+  return wrap(value, child_source(owner.source, Source::Kind::Attr, name));
+}
+
+SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
+  const codegen::TensorMeta& m = meta(t);
+  if (name == "shape") {
+    // NB: THPSize_NewFromSizes is not exported by libtorch_python; build torch.Size(tuple).
+    static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
+    PyOwned tuple(PyTuple_New(m.dim()));
+    for (int64_t i = 0; i < m.dim(); ++i) PyTuple_SET_ITEM(tuple.p, i, PyLong_FromLongLong(m.sizes[static_cast<size_t>(i)]));
+    PyOwned s(PyObject_CallOneArg(size_type, tuple.p));
+    if (!s.p) { PyErr_Clear(); throw Unsupported("building torch.Size failed"); }
+    return constant(s.p);
+  }
+  if (name == "dtype") return constant(reinterpret_cast<PyObject*>(torch::getTHPDtype(m.dtype)));
+  if (name == "device") {
+    PyObject* d = THPDevice_New(m.device);
+    SymValue v = constant(d);
+    Py_DECREF(d);
+    return v;
+  }
+  if (name == "ndim") {
+    PyOwned n(PyLong_FromLongLong(m.dim()));
+    return constant(n.p);
+  }
+  if (name == "requires_grad") return constant(m.requires_grad ? Py_True : Py_False);
+  if (name == "is_cuda") return constant(m.device.is_cuda() ? Py_True : Py_False);
+  if (name == "is_cpu") return constant(m.device.is_cpu() ? Py_True : Py_False);
+  // Methods are bound lazily: the CALL that follows decides (tensor-method intrinsics or ops).
+  PyObject* attr = PyObject_GetAttrString(tensor_type(), name.c_str());
+  if (!attr) {
+    PyErr_Clear();
+    throw Unsupported("'Tensor' object has no attribute '" + name + "'");
+  }
+  PyOwned owned(attr);
+  const bool is_property = !PyCallable_Check(attr) || Py_TYPE(attr) == &PyGetSetDescr_Type ||
+                           Py_TYPE(attr) == &PyProperty_Type;
+  if (is_property) {
+    auto fam = family_of_tensor_attr(name);
+    if (!fam) throw Unsupported("tensor attribute '" + name + "' is not supported");
+    return call_family(*fam, {t}, {}, ("Tensor." + name).c_str());
+  }
+  SymValue m_v;
+  m_v.kind = SymValue::Kind::Method;
+  m_v.name = name;
+  m_v.items.push_back(t);
+  return m_v;
+}
+
+}  // namespace fastdyn::symbolic

@@ -1,0 +1,292 @@
+// symbolic/operators.cpp — operators, subscripts, iteration, unpacking and truth values of
+// symbolic values: folded on constants, recorded through the op table on tensors, answered from
+// the items of containers built in the trace.
+#include <torch/csrc/Device.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Size.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/errors.h"
+#include "symbolic/py_ops.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+
+using codegen::Family;
+
+// ---------------------------------------------------------------------------------------------
+// Operators, subscripts, iteration
+
+SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
+  using K = SymValue::Kind;
+  const std::string sym = symbol;
+  if (a.is_python_constant() && b.is_python_constant()) {
+    PyOwned x(materialize(a)), y(materialize(b));
+    if (!x.p || !y.p || (!foldable_constant(x.p) && !THPSize_Check(x.p)) || (!foldable_constant(y.p) && !THPSize_Check(y.p))) {
+      // == and != of objects whose types compare in C (enums, types, modules...): no user code runs.
+      auto c_eq = [](PyObject* o) {
+        PyOwned key(PyUnicode_InternFromString("__eq__"));
+        PyObject* eq = _PyType_Lookup(Py_TYPE(o), key.p);
+        return !eq || !PyFunction_Check(eq);
+      };
+      if ((sym == "==" || sym == "!=") && x.p && y.p && c_eq(x.p) && c_eq(y.p)) {
+        PyOwned r(PyObject_RichCompare(x.p, y.p, sym == "==" ? Py_EQ : Py_NE));
+        if (r.p) return constant(r.p);
+        PyErr_Clear();
+      }
+      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
+    }
+    PyObject* r = nullptr;
+    static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
+    for (int i = 0; i < 6; ++i)
+      if (sym == cmp[i]) {
+        static const int ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
+        r = PyObject_RichCompare(x.p, y.p, ops[i]);
+      }
+    if (!r) r = fold_binary(sym, x.p, y.p);
+    if (!r) {
+      PyErr_Clear();
+      throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised");
+    }
+    PyOwned owned(r);
+    return constant(r);
+  }
+  // Sequences built in the trace: concatenation and repetition.
+  const bool a_seq = a.kind == K::Tuple || a.kind == K::List, b_seq = b.kind == K::Tuple || b.kind == K::List;
+  if ((sym == "+" || sym == "+=") && (a_seq || (a.is_constant() && PyTuple_Check(a.obj))) && (b_seq || (b.is_constant() && PyTuple_Check(b.obj)))) {
+    std::vector<SymValue> items = a_seq ? a.seq() : unpack(a, static_cast<int>(PyTuple_GET_SIZE(a.obj)));
+    std::vector<SymValue> more = b_seq ? b.seq() : unpack(b, static_cast<int>(PyTuple_GET_SIZE(b.obj)));
+    items.insert(items.end(), more.begin(), more.end());
+    if (a.kind == K::List && sym == "+=") {
+      if (a.source) throw Unsupported("+= on a list the caller can see");
+      a.box->items = items;
+      return a;
+    }
+    return a.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+  }
+  if ((sym == "*" || sym == "*=") && (a_seq || b_seq) && (a.is_constant() || b.is_constant())) {
+    const SymValue& seq = a_seq ? a : b;
+    const SymValue& count = a_seq ? b : a;
+    if (!PyLong_Check(count.obj)) throw Unsupported("sequence repetition by " + describe(count));
+    std::vector<SymValue> items;
+    for (long k = 0; k < PyLong_AsLong(count.obj); ++k) items.insert(items.end(), seq.seq().begin(), seq.seq().end());
+    if (seq.kind == K::List && sym == "*=") {
+      if (seq.source) throw Unsupported("*= on a list the caller can see");
+      seq.box->items = items;
+      return seq;
+    }
+    return seq.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+  }
+  if ((sym == "==" || sym == "!=") && !a.is_tensor() && !b.is_tensor() && (a.is_constant() || b.is_constant())) {
+    // A container or function made in the trace against a constant (None, say): never equal.
+    const SymValue& other = a.is_constant() ? b : a;
+    if (other.kind == K::Dict || other.kind == K::Function || other.kind == K::BoundMethod || other.kind == K::Method ||
+        other.kind == K::Iterator)
+      return constant((sym == "!=") ? Py_True : Py_False);
+  }
+  if (!a.is_tensor() && !b.is_tensor())
+    throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
+  const char* op_name = operator_name(sym);
+  auto fam = op_name ? family_of_name(op_name) : std::nullopt;
+  if (!fam) throw Unsupported(std::string("tensor operator ") + sym + " (" + (op_name ? op_name : "?") + ") is not in the op table");
+  return call_family(*fam, {a, b}, {}, op_name);
+}
+
+namespace {
+
+bool is_module_container(PyObject* o, const char* name) {
+  PyObject* t = resolve_python_name(std::string("torch.nn.") + name);
+  Py_XDECREF(t);  // the type lives as long as torch.nn
+  return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
+}
+
+}  // namespace
+
+SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
+  using K = SymValue::Kind;
+  if (container.is_tensor()) {
+    auto fam = family_of_name("operator.getitem");
+    if (!fam) throw Unsupported("tensor subscripts are not in the op table");
+    return record(*fam, {to_call_arg(container), index_arg(index)}, {}, "Tensor.__getitem__");
+  }
+  if (container.kind == K::Record && is_model_output(container.obj) && index.is_constant()) {
+    if (PyUnicode_Check(index.obj)) {
+      for (size_t i = 0; i < container.field_names.size(); ++i)
+        if (container.field_names[i] == PyUnicode_AsUTF8(index.obj)) return container.items[i];
+      throw Unsupported("KeyError in a model output");
+    }
+    return subscript(SymValue::tuple(model_output_items(container)), index);
+  }
+  if (container.kind == K::Dict) {
+    if (!index.is_constant()) throw Unsupported("dict subscript with " + describe(index));
+    for (size_t i = 0; i < container.box->keys.size(); ++i) {
+      int eq = PyObject_RichCompareBool(container.box->keys[i].obj, index.obj, Py_EQ);
+      if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
+      if (eq) return container.box->items[i];
+    }
+    throw Unsupported("KeyError: " + py_repr(index.obj));
+  }
+  if ((container.kind == K::Tuple || container.kind == K::List || container.kind == K::NamedTuple) && index.is_constant()) {
+    const auto& seq = container.seq();
+    if (PyLong_Check(index.obj)) {
+      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
+      const Py_ssize_t n = static_cast<Py_ssize_t>(seq.size());
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) throw Unsupported("index out of range");
+      return seq[static_cast<size_t>(i)];
+    }
+    if (PySlice_Check(index.obj)) {
+      Py_ssize_t start, stop, step;
+      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
+      Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(seq.size()), &start, &stop, step);
+      std::vector<SymValue> items;
+      for (Py_ssize_t k = 0; k < len; ++k) items.push_back(seq[static_cast<size_t>(start + k * step)]);
+      return container.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+    }
+  }
+  if (container.is_constant() && index.is_constant()) {
+    PyObject* c = container.obj;
+    // nn.ModuleList / Sequential by int: the module in _modules (a dict read, guarded).
+    if ((is_module_container(c, "ModuleList") || is_module_container(c, "Sequential")) && PyLong_Check(index.obj)) {
+      Py_ssize_t n = PyObject_Length(c);
+      Py_ssize_t i = PyLong_AsSsize_t(index.obj);
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) throw Unsupported("module index out of range");
+      return load_attr(container, std::to_string(i));
+    }
+    if (is_module_container(c, "ModuleList") && PySlice_Check(index.obj)) {  // a list of the modules
+      Py_ssize_t start, stop, step;
+      if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
+      const Py_ssize_t len = PySlice_AdjustIndices(PyObject_Length(c), &start, &stop, step);
+      std::vector<SymValue> mods;
+      for (Py_ssize_t k = 0; k < len; ++k) mods.push_back(load_attr(container, std::to_string(start + k * step)));
+      return SymValue::list(std::move(mods));
+    }
+    if (is_module_container(c, "ModuleDict") && PyUnicode_Check(index.obj)) return load_attr(container, PyUnicode_AsUTF8(index.obj));
+    if ((PyDict_CheckExact(c) || PyList_CheckExact(c) || PyTuple_CheckExact(c)) && container.source) {
+      PyObject* r = PyObject_GetItem(c, index.obj);
+      if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
+      PyOwned owned(r);
+      if (PyDict_CheckExact(c) && PyUnicode_Check(index.obj))
+        return wrap(r, child_source(container.source, Source::Kind::DictItem, PyUnicode_AsUTF8(index.obj)));
+      if (!PyDict_CheckExact(c) && PyLong_Check(index.obj) && PyLong_AsLong(index.obj) >= 0)
+        return wrap(r, child_source(container.source, Source::Kind::Item, "", static_cast<int>(PyLong_AsLong(index.obj))));
+      throw Unsupported("subscript of " + describe(container));
+    }
+  }
+  if (container.is_python_constant() && index.is_python_constant()) {
+    PyOwned c(materialize(container)), i(materialize(index));
+    if (!foldable_constant(c.p) && !THPSize_Check(c.p)) {
+      // A user object with a Python __getitem__: inline it.
+      PyOwned key(PyUnicode_InternFromString("__getitem__"));
+      PyObject* gi = _PyType_Lookup(Py_TYPE(c.p), key.p);
+      if (gi && PyFunction_Check(gi)) return call(constant(gi), {container, index}, {});
+      throw Unsupported("subscript of " + describe(container));
+    }
+    PyObject* r = PyObject_GetItem(c.p, i.p);
+    if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
+    PyOwned owned(r);
+    return constant(r);
+  }
+  throw Unsupported("subscript of " + describe(container) + " with " + describe(index));
+}
+
+// A loop over a module container unrolls over its current submodules: guard their number.
+void Tracer::guard_module_count(const SymValue& container) {
+  PyObject** dictptr = _PyObject_GetDictPtr(container.obj);
+  PyObject* mods = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!mods || !container.source) return;
+  add_guard(child_source(container.source, Source::Kind::Attr, "_modules"), GuardKind::TypeAndLen, mods);
+}
+
+SymValue Tracer::make_iterator(const SymValue& v) {
+  using K = SymValue::Kind;
+  constexpr Py_ssize_t kMaxUnroll = 4096;
+  std::vector<SymValue> items;
+  switch (v.kind) {
+    case K::Iterator: return v;
+    case K::Tuple:
+    case K::List:
+    case K::NamedTuple:
+      items = v.seq();
+      break;
+    case K::Dict:
+      items = v.box->keys;
+      break;
+    case K::Tensor: {
+      auto fam = family_of_tensor_attr("unbind");
+      if (!fam) throw Unsupported("iterating a tensor needs Tensor.unbind");
+      const auto& m = meta(v);
+      if (m.dim() == 0) throw Unsupported("iteration over a 0-d tensor");
+      if (m.sizes[0] > kMaxUnroll) throw Unsupported("iterating a tensor of " + std::to_string(m.sizes[0]) + " rows");
+      items = call_family(*fam, {v}, {}, "Tensor.__iter__").items;
+      break;
+    }
+    case K::Constant: {
+      PyObject* o = v.obj;
+      if (is_module_container(o, "ModuleList") || is_module_container(o, "Sequential")) {
+        const Py_ssize_t n = PyObject_Length(o);
+        guard_module_count(v);
+        for (Py_ssize_t i = 0; i < n; ++i) items.push_back(load_attr(v, std::to_string(i)));
+        break;
+      }
+      if (is_module_container(o, "ModuleDict")) {
+        guard_module_count(v);
+        PyOwned keys(PySequence_List(o));
+        if (!keys.p) { PyErr_Clear(); throw Unsupported("iterating a ModuleDict"); }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.p); ++i) items.push_back(constant(PyList_GET_ITEM(keys.p, i)));
+        break;
+      }
+      const bool view = PyDictKeys_Check(o) || PyDictValues_Check(o) || PyDictItems_Check(o);
+      const bool sequence = PyTuple_Check(o) || PyList_CheckExact(o) || PyRange_Check(o) || PyDict_Check(o) ||
+                            PyUnicode_CheckExact(o) || THPSize_Check(o) || view || (PyIter_Check(o) && !v.source);
+      if (!sequence) throw Unsupported("iteration over " + describe(v));
+      if (!PyIter_Check(o) && PyObject_Length(o) > kMaxUnroll) throw Unsupported("a loop of more than " + std::to_string(kMaxUnroll) + " iterations");
+      PyOwned list(PySequence_List(o));
+      if (!list.p) { PyErr_Clear(); throw Unsupported("iteration over " + describe(v) + " raised"); }
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.p); ++i) {
+        PyObject* item = PyList_GET_ITEM(list.p, i);
+        SourcePtr src = (v.source && (PyTuple_CheckExact(o) || PyList_CheckExact(o)))
+                            ? child_source(v.source, Source::Kind::Item, "", static_cast<int>(i)) : nullptr;
+        items.push_back(src ? wrap(item, src) : constant(item));
+      }
+      PyErr_Clear();
+      break;
+    }
+    default:
+      throw Unsupported("iteration over " + describe(v));
+  }
+  return iterator_of(std::move(items));
+}
+
+std::vector<SymValue> Tracer::unpack(const SymValue& seq, int n) {
+  SymValue it = make_iterator(seq);
+  std::vector<SymValue> items = remaining(it);
+  if (static_cast<int>(items.size()) != n)
+    throw Unsupported("unpacking " + std::to_string(items.size()) + " values into " + std::to_string(n));
+  return items;
+}
+
+bool Tracer::truth(const SymValue& v, const char* what) {
+  using K = SymValue::Kind;
+  switch (v.kind) {
+    case K::Constant: {
+      int r = PyObject_IsTrue(v.obj);
+      if (r < 0) { PyErr_Clear(); throw Unsupported(std::string(what) + " on " + describe(v) + " raised"); }
+      return r == 1;
+    }
+    case K::Tensor: throw Unsupported(std::string(what) + " depends on a tensor's value");
+    case K::Tuple:
+    case K::List:
+    case K::NamedTuple: return !v.seq().empty();
+    case K::Dict: return !v.box->keys.empty();
+    case K::Null: throw InternalError("truth value of NULL");
+    default: return true;
+  }
+}
+
+}  // namespace fastdyn::symbolic
