@@ -8,6 +8,7 @@
 // and per-outer stages, the host width is the vector body.
 #include "codegen/llvm/emit.h"
 
+#include "codegen/llvm/inline_math.h"
 #include "codegen/llvm/jit_engine.h"
 #include "runtime/errors.h"
 
@@ -541,7 +542,11 @@ class KernelEmitter {
 
   llvm::Value* slot_ptr(int32_t slot) {
     auto* ptr = llvm::PointerType::get(ctx_, 0);
-    return b_.CreateLoad(ptr, b_.CreateGEP(ptr, slots_, {b_.getInt64(slot)}));
+    // NB: kernels never write the slot array, and saying so lets LLVM hoist these loads out of
+    // loops whose stores it could not otherwise prove to miss the array.
+    llvm::LoadInst* load = b_.CreateLoad(ptr, b_.CreateGEP(ptr, slots_, {b_.getInt64(slot)}));
+    load->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
+    return load;
   }
 
   llvm::Value* widen(llvm::Value* raw, ST storage, ST compute, int lanes) {
@@ -671,7 +676,8 @@ class KernelEmitter {
       case Op::Not: return b_.CreateNot(arg(in.a));
       case Op::RoundBF16: return b_.CreateFPExt(b_.CreateFPTrunc(arg(in.a), lanes_of(b_.getBFloatTy(), lanes)), vec_type(t, lanes));
       case Op::RoundF16: return b_.CreateFPExt(b_.CreateFPTrunc(arg(in.a), lanes_of(b_.getHalfTy(), lanes)), vec_type(t, lanes));
-      case Op::Exp: return math_call(llvm_jit::MathFn::Exp, t, {arg(in.a)}, lanes);
+      case Op::Exp:  // inline for f32 (see inline_math.h): no call, no spills in the loop
+        return t == ST::Float ? llvm_jit::emit_exp_f32(b_, arg(in.a)) : math_call(llvm_jit::MathFn::Exp, t, {arg(in.a)}, lanes);
       case Op::Expm1: return math_call(llvm_jit::MathFn::Expm1, t, {arg(in.a)}, lanes);
       case Op::Log: return math_call(llvm_jit::MathFn::Log, t, {arg(in.a)}, lanes);
       case Op::Log1p: return math_call(llvm_jit::MathFn::Log1p, t, {arg(in.a)}, lanes);

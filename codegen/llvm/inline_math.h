@@ -1,0 +1,27 @@
+// codegen/llvm/inline_math.h — math functions the kernel emitter writes inline, as straight-line
+// IR, instead of calling SLEEF (codegen/ layer, below the emitter; LLVM types only).
+//
+// Why inline: a call inside a vectorised loop is opaque to LLVM's register allocator, and every
+// vector register is caller-saved in the SysV ABI, so each call spills whatever the loop keeps
+// live (operands, constants, partial results) around it. For exp, which softmax, sigmoid, silu,
+// softplus and the float32 erf of GELU all need, the call and its spills cost more than the
+// function itself. Inline code also lets LLVM schedule it with its neighbours and keep constants
+// in registers across iterations.
+//
+// Accuracy contract: the same as the SLEEF forms they replace (at most 1.0 ULP, pinned by
+// tests/cpp/llvm/test_inline_math.cpp over every float exponent), with IEEE edge behaviour:
+// exp(nan) = nan, exp(+inf) = +inf, exp(-inf) = +0, overflow to +inf above log(FLT_MAX),
+// gradual underflow through the denormals and +0 below.
+#pragma once
+
+namespace llvm {
+class IRBuilderBase;
+class Value;
+}  // namespace llvm
+
+namespace fastdyn::codegen::llvm_jit {
+
+// exp(x) for x of type float or <N x float>, emitted at the builder's insertion point.
+llvm::Value* emit_exp_f32(llvm::IRBuilderBase& b, llvm::Value* x);
+
+}  // namespace fastdyn::codegen::llvm_jit
