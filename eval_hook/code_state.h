@@ -25,6 +25,7 @@ struct CacheEntry {
   std::vector<int> direct_slots;
   bool direct = false;
   std::string graph_text;     // for explain/logging
+  std::string code_text;      // what the backend made of it (kernels, extern calls): explain
   // A graph break inside: fullgraph=True callers must get GraphBreakError instead of running it.
   bool broke = false;
   std::string break_reason, break_file;

@@ -212,7 +212,9 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
       tpl.items[i].kind = runtime::OutputTemplate::Kind::Output;
       tpl.items[i].output = static_cast<int>(i);
     }
-    entry->graph = runtime::make_compiled_graph(compile_graph(trace.graph, qualname), std::move(tpl), qualname);
+    runtime::ExecutablePtr exe = compile_graph(trace.graph, qualname);
+    entry->code_text = exe->describe();
+    entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(tpl), qualname);
     if (!entry->graph) throw InternalError("creating the compiled graph object failed");
     entry->graph_text = codegen::print_graph(trace.graph);
   }
@@ -274,6 +276,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   const char* qname = PyUnicode_AsUTF8(frame.code->co_qualname);
   runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?");
   entry->graph_text = codegen::print_graph(p.trace.graph);
+  entry->code_text = exe->describe();
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
   if (!entry->graph) throw InternalError("creating the compiled graph object failed");
@@ -311,6 +314,7 @@ void record_outcome(ExplainReport& r, const CompileOutcome& out) {
   r.graph_count++;
   const CacheEntry& e = *out.entry;
   r.graphs.push_back(e.graph_text);
+  r.code.push_back(e.code_text);
   r.op_counts.push_back(count_op_lines(e.graph_text));
   for (const std::string& g : e.guards->describe()) r.guards.push_back(g);
 }

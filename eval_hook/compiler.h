@@ -43,6 +43,7 @@ struct ExplainReport {
   std::vector<std::map<std::string, int>> op_counts;
   std::vector<std::string> guards;
   std::vector<std::string> graphs;  // graph text
+  std::vector<std::string> code;    // per graph: the backend's program (kernels, extern calls)
 };
 // Adds one compile outcome to a report.
 void record_outcome(ExplainReport& r, const CompileOutcome& out);

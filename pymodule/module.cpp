@@ -77,6 +77,7 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
   d["op_counts"] = r.op_counts;
   d["guards"] = r.guards;
   d["graphs"] = r.graphs;
+  d["code"] = r.code;
   return d;
 }
 

@@ -100,7 +100,9 @@ class BreakReason:
 
 
 class ExplainOutput:
-    """What fastdyn would do with one call: graphs, breaks (with source lines), ops and guards."""
+    """What fastdyn would do with one call: graphs, breaks (with source lines), ops, guards, and
+    what the backend made of each graph (`code`: for llvm_cpu the fused kernels in loop IR, with
+    the extern ATen calls between them; for aten the op list)."""
 
     def __init__(self, report, fn_name):
         self.fn_name = fn_name
@@ -110,16 +112,19 @@ class ExplainOutput:
         self.op_counts = [dict(c) for c in report["op_counts"]]
         self.guards = list(report["guards"])
         self.graphs = list(report["graphs"])
+        self.code = list(report["code"])
 
     def __str__(self):
         lines = [f"fastdyn.explain({self.fn_name}): {self.graph_count} graph(s), "
                  f"{self.graph_break_count} graph break(s)"]
         for b in self.break_reasons:
             lines.append(f"  break: {b.reason} ({b.filename}:{b.lineno})")
-        for i, (ops, text) in enumerate(zip(self.op_counts, self.graphs)):
+        for i, (ops, text, code) in enumerate(zip(self.op_counts, self.graphs, self.code)):
             lines.append(f"  graph {i}: {sum(ops.values())} op(s): " +
                          ", ".join(f"{k} x{v}" for k, v in sorted(ops.items())))
             lines.extend("    " + line for line in text.rstrip().splitlines())
+            lines.append(f"  code of graph {i}:")
+            lines.extend("    " + line for line in code.rstrip().splitlines())
         if self.guards:
             lines.append("  guards:")
             lines.extend("    " + g for g in self.guards)

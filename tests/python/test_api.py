@@ -240,3 +240,22 @@ def test_explain_does_not_change_the_function():
     fastdyn.reset()
     _, d = call_with_stats(three_ops, x)
     assert d["frames_seen"] == 0, f"explain left the hook on for a plain call: {d}"
+
+
+def test_explain_shows_the_generated_code():
+    def gelu_rows(x, w, b):
+        return torch.nn.functional.gelu(x @ w + b).sum(-1)
+
+    report = fastdyn.explain(gelu_rows, torch.randn(8, 16), torch.randn(16, 32), torch.randn(32))
+    assert len(report.code) == report.graph_count == 1
+    code = report.code[0]
+    assert f"code of graph 0:" in str(report) and code.splitlines()[0] in str(report)
+    if not fastdyn._C.has_llvm_cpu:
+        assert code.startswith("backend aten"), code
+        return
+    # matmul stays an ATen call; bias, gelu and the row sum fuse into one kernel after it.
+    assert code.startswith("backend llvm_cpu"), code
+    kernels = [l for l in code.splitlines() if l.startswith("kernel ")]
+    externs = [l for l in code.splitlines() if l.startswith("extern ")]
+    assert len(kernels) == 1 and len(externs) == 1 and "aten::matmul" in externs[0], code
+    assert "red0 = sum" in code and "Exp f32" in code, code
