@@ -42,6 +42,10 @@ std::string source_name(const Source& s) {
 namespace {
 
 constexpr int kMaxInstructions = 200000;  // unrolled loops included
+// A trace that has run this many instructions without recording a tensor op is pure Python (a
+// tensor-free loop, a parser...): giving up here keeps its one-time cost near 2 ms instead of the
+// ~20 ms that running into kMaxInstructions costs, and the frame runs eagerly as it would anyway.
+constexpr int kMaxInstructionsWithoutTensorOps = 20000;
 constexpr int kMaxInlineDepth = 32;
 
 PyObject* grad_mode_type(const char* name) {
@@ -869,7 +873,9 @@ void Tracer::run_frame() {
       result_.stopped = true;
       return;
     }
-    if (++executed > kMaxInstructions) throw Unsupported("the trace is longer than " + std::to_string(kMaxInstructions) + " instructions (a long loop?)");
+    if (++executed > kMaxInstructionsWithoutTensorOps && result_.graph.nodes.empty())
+      throw Unsupported("no tensor operation in the first " + std::to_string(kMaxInstructionsWithoutTensorOps) + " instructions");
+    if (executed > kMaxInstructions) throw Unsupported("the trace is longer than " + std::to_string(kMaxInstructions) + " instructions (a long loop?)");
     const Instruction& in = f.insts[f.pc];
     if (f.depth == 0) {
       result_.lineno = in.line;

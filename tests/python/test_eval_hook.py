@@ -762,3 +762,32 @@ def test_no_log_without_the_variable(tmp_path):
     # Hitting the recompile bound may warn unconditionally; nothing else may be printed.
     other = [ln for ln in err.splitlines() if "fd_log_bounded" not in ln]
     assert other == [], f"fastdyn wrote to stderr without FASTDYN_LOG:\n{err}"
+
+
+def _tensor_free_loop(n):
+    total = 0
+    for i in range(n):
+        total += (i * 7) % 13
+    return total
+
+
+def _tensor_op_after_long_python_loop(x, n):
+    y = x * 2  # a tensor op first: the trace may then unroll a long loop
+    for i in range(n):
+        y = y + 0 if i % 1000 else y + 1
+    return y
+
+
+def test_tensor_free_frames_give_up_early_and_run_eagerly():
+    # 4000 iterations unroll into ~40k instructions; a tensor-free trace stops at 20k.
+    report = fastdyn.explain(_tensor_free_loop, 4000)
+    assert report.graph_count == 0
+    assert any("no tensor operation in the first" in b.reason for b in report.break_reasons), str(report)
+    fastdyn.reset()
+    assert fastdyn.jit(_tensor_free_loop)(4000) == _tensor_free_loop(4000)
+    # A trace that records a tensor op first may run past that budget.
+    x = torch.randn(4)
+    report = fastdyn.explain(_tensor_op_after_long_python_loop, x, 3000)
+    assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
+    out = fastdyn.jit(_tensor_op_after_long_python_loop)(x, 3000)
+    torch.testing.assert_close(out, _tensor_op_after_long_python_loop(x, 3000))
