@@ -686,7 +686,8 @@ class KernelEmitter {
       case Op::Sin: return math_call(llvm_jit::MathFn::Sin, t, {arg(in.a)}, lanes);
       case Op::Cos: return math_call(llvm_jit::MathFn::Cos, t, {arg(in.a)}, lanes);
       case Op::Tan: return math_call(llvm_jit::MathFn::Tan, t, {arg(in.a)}, lanes);
-      case Op::Tanh: return math_call(llvm_jit::MathFn::Tanh, t, {arg(in.a)}, lanes);
+      case Op::Tanh:
+        return t == ST::Float ? llvm_jit::emit_tanh_f32(b_, arg(in.a)) : math_call(llvm_jit::MathFn::Tanh, t, {arg(in.a)}, lanes);
       case Op::Sinh: return math_call(llvm_jit::MathFn::Sinh, t, {arg(in.a)}, lanes);
       case Op::Cosh: return math_call(llvm_jit::MathFn::Cosh, t, {arg(in.a)}, lanes);
       case Op::Asin: return math_call(llvm_jit::MathFn::Asin, t, {arg(in.a)}, lanes);

@@ -8,9 +8,9 @@
 // function itself. Inline code also lets LLVM schedule it with its neighbours and keep constants
 // in registers across iterations.
 //
-// Accuracy contract: the same as the SLEEF forms they replace (at most 1.0 ULP, pinned by
-// tests/cpp/llvm/test_inline_math.cpp over every float exponent), with IEEE edge behaviour:
-// exp(nan) = nan, exp(+inf) = +inf, exp(-inf) = +0, overflow to +inf above log(FLT_MAX),
+// Accuracy contract: as stated per function (exp: at most 1.0 ULP, like the SLEEF form it
+// replaces), pinned by tests/cpp/llvm/test_inline_math.cpp over every float exponent, with IEEE
+// edge behaviour: exp(nan) = nan, exp(+inf) = +inf, exp(-inf) = +0, overflow to +inf above log(FLT_MAX),
 // gradual underflow through the denormals and +0 below.
 #pragma once
 
@@ -23,5 +23,9 @@ namespace fastdyn::codegen::llvm_jit {
 
 // exp(x) for x of type float or <N x float>, emitted at the builder's insertion point.
 llvm::Value* emit_exp_f32(llvm::IRBuilderBase& b, llvm::Value* x);
+
+// tanh(x), likewise. At most 1.5 ULP (SLEEF's tanh: 1.0): see inline_math.cpp for where the
+// extra half ULP comes from. tanh(±0) = ±0, tanh(±inf) = ±1, tanh(nan) = nan.
+llvm::Value* emit_tanh_f32(llvm::IRBuilderBase& b, llvm::Value* x);
 
 }  // namespace fastdyn::codegen::llvm_jit

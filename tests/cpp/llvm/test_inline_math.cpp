@@ -1,6 +1,6 @@
-// tests/cpp/llvm/test_inline_math.cpp — the inline float32 exp (codegen/llvm/inline_math.h),
-// compiled by the JIT at 1, 8 and 16 lanes and checked against long double expl: every 997th
-// float bit pattern between the underflow and overflow thresholds (about 2.2 million inputs, all
+// tests/cpp/llvm/test_inline_math.cpp — the inline float32 functions (codegen/llvm/inline_math.h),
+// compiled by the JIT at 1, 8 and 16 lanes and checked against long double references: every
+// 997th float bit pattern of each function's interesting range (about 2.2 million inputs, all
 // exponents and all mantissa patterns' low bits), plus the IEEE edge values.
 #include <cmath>
 #include <cstdint>
@@ -18,10 +18,11 @@
 namespace fastdyn::codegen::llvm_jit {
 namespace {
 
-using ExpKernel = void (*)(const float*, float*, int64_t);
+using Kernel = void (*)(const float*, float*, int64_t);
+using Emitter = llvm::Value* (*)(llvm::IRBuilderBase&, llvm::Value*);
 
-// void <name>(const float* x, float* out, int64_t n), n a multiple of lanes: out = exp(x).
-void add_exp_kernel(llvm::Module& m, int lanes, const std::string& name) {
+// void <name>(const float* x, float* out, int64_t n), n a multiple of lanes: out = f(x).
+void add_kernel(llvm::Module& m, Emitter f, int lanes, const std::string& name) {
   llvm::IRBuilder<> ir(m.getContext());
   llvm::Type* type = lanes == 1 ? ir.getFloatTy() : static_cast<llvm::Type*>(llvm::FixedVectorType::get(ir.getFloatTy(), lanes));
   auto* k = llvm::Function::Create(
@@ -29,7 +30,7 @@ void add_exp_kernel(llvm::Module& m, int lanes, const std::string& name) {
       llvm::Function::ExternalLinkage, name, m);
   testing::emit_loop(ir, k, k->getArg(2), lanes, [&](llvm::Value* i) {
     llvm::Value* x = ir.CreateAlignedLoad(type, ir.CreateInBoundsGEP(ir.getFloatTy(), k->getArg(0), i), llvm::Align(4));
-    ir.CreateAlignedStore(emit_exp_f32(ir, x), ir.CreateInBoundsGEP(ir.getFloatTy(), k->getArg(1), i), llvm::Align(4));
+    ir.CreateAlignedStore(f(ir, x), ir.CreateInBoundsGEP(ir.getFloatTy(), k->getArg(1), i), llvm::Align(4));
   });
   ir.CreateRetVoid();
 }
@@ -52,39 +53,55 @@ float from_bits(uint32_t bits) {
   return f;
 }
 
-TEST(InlineExp, WithinOneUlpAtEveryWidthOverTheWholeRange) {
-  ::setenv("FASTDYN_CACHE_DIR", "off", 1);
-  using L = std::numeric_limits<float>;
-  std::vector<float> xs = {0.0f, -0.0f, L::infinity(), -L::infinity(), L::quiet_NaN(), -L::quiet_NaN(),
-                           L::denorm_min(), -L::denorm_min(), L::max(), -L::max(), 88.7228394f, 88.7228470f,
-                           88.72283935546875f, -87.3365479f, -103.2789307f, -103.972084f, -104.0f, 89.0f, 1.0f};
-  // Every 997th bit pattern of the positive floats below 89 and of the negative ones above -104.
-  for (uint32_t bits = 0; from_bits(bits) < 89.0f; bits += 997) xs.push_back(from_bits(bits));
-  for (uint32_t bits = 0x80000000u; from_bits(bits) > -104.0f; bits += 997) xs.push_back(from_bits(bits));
+// The whole range of `bits_from`..`bits_to` (both signs), every 997th bit pattern, plus edges.
+std::vector<float> inputs(float positive_limit, float negative_limit, std::vector<float> edges) {
+  std::vector<float> xs = std::move(edges);
+  for (uint32_t bits = 0; from_bits(bits) < positive_limit; bits += 997) xs.push_back(from_bits(bits));
+  for (uint32_t bits = 0x80000000u; from_bits(bits) > negative_limit; bits += 997) xs.push_back(from_bits(bits));
   while (xs.size() % 16) xs.push_back(0.5f);
-  const int64_t n = int64_t(xs.size());
+  return xs;
+}
 
-  ModuleBuilder m = new_module("inline_exp");
+// Runs f at every width over xs; returns the outputs of each width after checking the ULP bound.
+std::vector<std::vector<float>> check(const char* name, Emitter f, long double (*ref)(long double),
+                                      const std::vector<float>& xs, double max_ulp) {
+  ::setenv("FASTDYN_CACHE_DIR", "off", 1);
+  const int64_t n = int64_t(xs.size());
+  ModuleBuilder m = new_module(std::string("inline_") + name);
   const int widths[] = {1, 8, 16};
   std::vector<std::string> names;
   for (int lanes : widths) {
-    names.push_back("exp" + std::to_string(lanes));
-    add_exp_kernel(*m.module, lanes, names.back());
+    names.push_back(name + std::to_string(lanes));
+    add_kernel(*m.module, f, lanes, names.back());
   }
-  std::vector<void*> kernels = compile(std::move(m), "test inline exp", names);
+  std::vector<void*> kernels = compile(std::move(m), std::string("test inline ") + name, names);
+  std::vector<std::vector<float>> outs;
   for (size_t w = 0; w < kernels.size(); ++w) {
-    SCOPED_TRACE("lanes " + std::to_string(widths[w]));
+    SCOPED_TRACE(std::string(name) + " lanes " + std::to_string(widths[w]));
     std::vector<float> out(xs.size(), -1.0f);
-    reinterpret_cast<ExpKernel>(kernels[w])(xs.data(), out.data(), n);
+    reinterpret_cast<Kernel>(kernels[w])(xs.data(), out.data(), n);
     double worst = 0;
     float worst_x = 0;
     for (int64_t i = 0; i < n; ++i) {
-      double e = ulp_error(out[i], std::exp((long double)xs[i]));
+      double e = ulp_error(out[i], ref((long double)xs[i]));
       if (!(e <= worst)) worst = e, worst_x = xs[i];
     }
-    std::printf("[ inline   ] exp f32 x%-2d max %.3f ulp (at %.9g)\n", widths[w], worst, double(worst_x));
-    EXPECT_LE(worst, 1.0) << "worst at x = " << worst_x;
-    // IEEE edges, exactly.
+    std::printf("[ inline   ] %s f32 x%-2d max %.3f ulp (at %.9g)\n", name, widths[w], worst, double(worst_x));
+    EXPECT_LE(worst, max_ulp) << "worst at x = " << worst_x;
+    outs.push_back(std::move(out));
+  }
+  ::unsetenv("FASTDYN_CACHE_DIR");
+  return outs;
+}
+
+using L = std::numeric_limits<float>;
+
+TEST(InlineMath, ExpWithinOneUlpAtEveryWidthOverTheWholeRange) {
+  // Edges first: 0, -0, inf, -inf, nan, -nan, then the thresholds around overflow and underflow.
+  std::vector<float> xs = inputs(89.0f, -104.0f, {0.0f, -0.0f, L::infinity(), -L::infinity(), L::quiet_NaN(),
+      -L::quiet_NaN(), L::denorm_min(), -L::denorm_min(), L::max(), -L::max(), 88.7228394f, 88.7228470f,
+      88.72283935546875f, -87.3365479f, -103.2789307f, -103.972084f, -104.0f, 89.0f, 1.0f});
+  for (const std::vector<float>& out : check("exp", emit_exp_f32, [](long double x) { return expl(x); }, xs, 1.0)) {
     EXPECT_TRUE(std::isnan(out[4]) && std::isnan(out[5]));
     EXPECT_EQ(out[2], L::infinity());
     EXPECT_EQ(out[3], 0.0f);
@@ -92,7 +109,23 @@ TEST(InlineExp, WithinOneUlpAtEveryWidthOverTheWholeRange) {
     EXPECT_EQ(out[0], 1.0f);
     EXPECT_EQ(out[1], 1.0f);
   }
-  ::unsetenv("FASTDYN_CACHE_DIR");
+}
+
+TEST(InlineMath, TanhWithinOneAndAHalfUlpAtEveryWidth) {
+  // Beyond |x| = 10 tanh is 1 in float; the sweep covers both pieces and the split at 0.8.
+  std::vector<float> xs = inputs(10.0f, -10.0f, {0.0f, -0.0f, L::infinity(), -L::infinity(), L::quiet_NaN(),
+      L::denorm_min(), -L::denorm_min(), 0.8f, -0.8f, 0.79999995f, 44.0f, 100.0f, -1e30f, L::max()});
+  for (const std::vector<float>& out : check("tanh", emit_tanh_f32, [](long double x) { return tanhl(x); }, xs, 1.5)) {
+    EXPECT_EQ(out[0], 0.0f);
+    EXPECT_FALSE(std::signbit(out[0]));
+    EXPECT_TRUE(std::signbit(out[1]) && out[1] == 0.0f);
+    EXPECT_EQ(out[2], 1.0f);
+    EXPECT_EQ(out[3], -1.0f);
+    EXPECT_TRUE(std::isnan(out[4]));
+    EXPECT_EQ(out[5], L::denorm_min());
+    EXPECT_EQ(out[12], -1.0f);
+    EXPECT_EQ(out[13], 1.0f);
+  }
 }
 
 }  // namespace
