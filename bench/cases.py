@@ -73,6 +73,10 @@ def copy_16m(out, x):
     return out.copy_(x)
 
 
+def reductions(x):
+    return x.sum(0), x.mean(), (x * x).sum(-1)
+
+
 from pure_python_work import pure_python  # noqa: E402  (shared with bench/pure_python_script.py)
 
 
@@ -100,6 +104,13 @@ def make_pointwise_16m():
 def make_copy_16m():
     g = _seeded()
     return copy_16m, (torch.empty(N16M), _randn(g, N16M))
+
+
+def make_reductions():
+    g = _seeded()
+    # NB: offset from zero: two valid summation orders of 2048 standard normals differ by ~1e-5
+    # near a zero sum, which is run.py's atol; with the offset the comparison is relative.
+    return reductions, (_randn(g, 2048, 2048) + 1,)
 
 
 def make_gelu_bias():
@@ -164,6 +175,8 @@ CASES = {c.name: c for c in [
          bytes_moved=3 * 4 * N16M),  # reads x and y, writes the result
     Case("copy_16m", make_copy_16m, "out.copy_(x), 16M floats, out preallocated: the machine's "
          "bandwidth reference", bytes_moved=2 * 4 * N16M),
+    Case("reductions", make_reductions, "x.sum(0), x.mean(), (x * x).sum(-1), x [2048, 2048]: "
+         "over rows, over everything, over columns"),
     Case("gelu_bias", make_gelu_bias, "gelu(x + b), x [1024, 1024]"),
     Case("layernorm_softmax", make_layernorm_softmax, "softmax(layer_norm(x)), x [256, 1024]"),
     Case("mlp", make_mlp, "linear 1024->4096, gelu, linear 4096->1024, batch 64"),

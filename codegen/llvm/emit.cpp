@@ -17,11 +17,16 @@
 #include <llvm/IR/Function.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
+#include <llvm/TargetParser/Triple.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -40,6 +45,21 @@ using ST = c10::ScalarType;
 
 // Elements a reduction accumulates per lane before its partial sum is flushed (blocked summation).
 constexpr int64_t kSumBlock = 4096;
+// Sums cascade over three levels: a block partial, flushed every block into a middle partial,
+// flushed every kCascade blocks into the total, so that no partial adds more than ~kCascade
+// numbers of similar size; the error grows like kCascade * eps instead of n * eps.
+constexpr int64_t kCascade = 64;
+// Column mode (a reduction whose reduced dims are strided and whose kept innermost dim is
+// contiguous): lanes are kept outer points, a task covers kColumnVectors vectors of them (a wide
+// strip of each row: fewer pages and more independent adds per step), and a sum's block partial
+// is flushed every kColumnBlock rows.
+constexpr int kColumnVectors = 4;
+constexpr int64_t kColumnBlock = 64;
+// Split mode (a kernel without outer loops, e.g. a full reduction): it splits when it has at least
+// kSplitMinElements points, into chunks of about kSplitChunkElements, at most kSplitMaxChunks.
+constexpr int64_t kSplitMinElements = int64_t{1} << 18;
+constexpr int64_t kSplitChunkElements = int64_t{1} << 17;
+constexpr int64_t kSplitMaxChunks = 64;
 // Independent vector accumulators per reduction: the vector loop is unrolled this many times so
 // that additions do not wait on each other (floating-point adds may not be reassociated).
 constexpr int kUnroll = 4;
@@ -49,6 +69,36 @@ constexpr int64_t kRowBlock = 16384;
 constexpr int64_t kGrainElements = 32768;
 
 bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
+
+// The last-level cache in bytes: sysfs (what the kernel reports for this CPU), else sysconf (NB:
+// glibc's figure is ten times too large under some hypervisors, hence second), else 32 MiB.
+int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+    int64_t best = 0;
+    for (int index = 0; index < 8; ++index) {
+      std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+      std::string text;
+      if (!(f >> text) || text.empty()) continue;
+      int64_t v = std::atoll(text.c_str());
+      const char unit = text.back();
+      v *= unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1;
+      best = std::max(best, v);
+    }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    if (best <= 0) best = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    return best > 0 ? best : int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+// A kernel that writes a contiguous output larger than the last-level cache stores it with
+// non-temporal (streaming) stores: the lines would be evicted before anyone reads them anyway, and
+// streaming skips reading each destination line into the cache first (as memcpy does for big
+// copies), which cuts the memory traffic of a copy by a third.
+// NB: the host's cache size is not part of the kernel-cache key; a cached kernel from a machine
+// with the same CPU and a different cache only streams at a slightly different size.
+int64_t streaming_store_threshold_bytes() { return last_level_cache_bytes(); }
 
 // Strides of one access, after the plan: element offset = base + sum_d stride[d] * i_d (+ dyn).
 struct Addr {
@@ -91,6 +141,11 @@ class KernelEmitter {
   void emit() {
     auto* ptr = llvm::PointerType::get(ctx_, 0);
     auto* i64 = b_.getInt64Ty();
+    prepare();
+    if (split_) {
+      emit_split();
+      return;
+    }
     // ---- the body: (ctx, begin, end) ----
     auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
     body_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, k_.name + ".body", m_);
@@ -100,8 +155,10 @@ class KernelEmitter {
     llvm::Value* ctxp = body_->getArg(0);
     slots_ = b_.CreateLoad(ptr, ctxp);
     status_ = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(1)}));
-    prepare();
     for_loop(body_->getArg(1), body_->getArg(2), b_.getInt64(1), [&](llvm::Value* task) { emit_task(task); });
+    // Streaming stores are weakly ordered: fence them before this thread's chunk counts as done.
+    if (nt_store_ >= 0 && llvm::Triple(m_.getTargetTriple()).isX86())
+      b_.CreateCall(llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::x86_sse_sfence));
     b_.CreateRetVoid();
     // ---- the entry point ----
     auto* fn_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
@@ -130,7 +187,8 @@ class KernelEmitter {
       load_addr_.push_back(std::move(loads));
       store_addr_.push_back(std::move(stores));
     }
-    pure_ = k_.stages.size() == 1 && !k_.stages[0].per_outer && k_.stages[0].reductions.empty();
+    pure_ = k_.stages.size() == 1 && !k_.stages[0].per_outer && k_.stages[0].reductions.empty() &&
+            !loop::has_scan(k_.stages[0]);
     std::vector<int64_t> sizes = k_.outer;
     sizes.insert(sizes.end(), k_.inner.begin(), k_.inner.end());
     std::vector<std::vector<int32_t>> groups;  // kernel dims per loop dim
@@ -189,12 +247,63 @@ class KernelEmitter {
     }
     tasks_ = outer_numel_ * blocks_;
     int64_t work = pure_ ? std::min(row_, kRowBlock) : inner_numel_ * static_cast<int64_t>(k_.stages.size());
+    choose_column_mode();
+    if (column_) {
+      const int64_t lane_size = loop_size_[n_outer_ - 1];
+      col_groups_ = (lane_size + col_width_ - 1) / col_width_;
+      tasks_ = outer_numel_ / lane_size * col_groups_;
+      work *= col_width_;
+    }
     grain_ = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(work, 1));
+    choose_streaming_store();
+    choose_split_mode();
     // An empty reduction still stores its identity at every outer point.
     if (outer_numel_ == 0 || (pure_ && inner_numel_ == 0)) tasks_ = 0;
   }
 
   int64_t stride(const Addr& a, size_t loop) const { return a.stride[static_cast<size_t>(loop_dim_[loop])]; }
+
+  // Row mode (the default) vectorises along the innermost loop. Column mode vectorises along the
+  // innermost outer loop instead, when that is where the memory is contiguous: x.sum(0) on a
+  // row-major matrix then loads whole vectors of a row and keeps one accumulator per output lane,
+  // where row mode would gather one element per lane with the row stride. Accesses are weighted
+  // by how often they run (inner stages: every inner point; per-outer stages: once).
+  void choose_column_mode() {
+    column_ = false;
+    if (pure_ || vf_ <= 1 || n_outer_ == 0 || loop_size_.size() == n_outer_) return;
+    const size_t lane = n_outer_ - 1, last = loop_size_.size() - 1;
+    if (loop_size_[lane] < vf_) return;
+    int64_t col = 0, row = 0;
+    for (size_t s = 0; s < k_.stages.size(); ++s) {
+      const int64_t weight = k_.stages[s].per_outer ? 1 : inner_numel_;
+      for (const auto* addrs : {&load_addr_[s], &store_addr_[s]})
+        for (const Addr& a : *addrs) {
+          if (a.dynamic >= 0) continue;
+          if (stride(a, lane) == 1) col += weight;
+          if (!k_.stages[s].per_outer && stride(a, last) == 1) row += weight;
+        }
+    }
+    if (col <= row) return;
+    column_ = true;
+    col_width_ = loop_size_[lane] >= vf_ * kColumnVectors ? vf_ * kColumnVectors : vf_;
+  }
+
+  // The store of a pure pointwise kernel that streams (see streaming_store_threshold_bytes): the
+  // first one that is contiguous along the row and whose value is larger than the cache.
+  void choose_streaming_store() {
+    nt_store_ = -1;
+    if (!pure_ || vf_ <= 1 || loop_size_.size() <= n_outer_) return;
+    const size_t row = loop_size_.size() - 1;
+    for (size_t w = 0; w < store_addr_[0].size(); ++w) {
+      const Addr& a = store_addr_[0][w];
+      const TensorMeta& m = p_.graph.meta(k_.stages[0].stores[w].dst.value);
+      const int64_t bytes = m.numel() * static_cast<int64_t>(c10::elementSize(m.dtype));
+      if (a.dynamic >= 0 || stride(a, row) != 1 || bytes < streaming_store_threshold_bytes()) continue;
+      nt_store_ = static_cast<int32_t>(w);
+      nt_align_ = std::min<int64_t>(64, static_cast<int64_t>(vf_) * static_cast<int64_t>(c10::elementSize(a.storage)));
+      return;
+    }
+  }
 
   // ---- loops ------------------------------------------------------------------------------------
 
@@ -221,6 +330,144 @@ class KernelEmitter {
     return e.CreateAlloca(t);
   }
 
+  // ---- split mode: one long reduction over all threads ------------------------------------------
+
+  // A kernel with no outer loop (a full reduction such as x.sum(), or softmax over a whole 1-d
+  // tensor) would run on one thread. Split mode cuts its first loop into a fixed number of chunks
+  // (from the size alone, so results do not depend on the thread count) and gives each inner stage
+  // its own parallel body, which leaves one partial per chunk and reduction in a scratch array on
+  // the entry function's stack; the entry combines the partials pairwise in chunk order, then runs
+  // the next stage. Per-outer stages run in the entry itself.
+  void choose_split_mode() {
+    split_ = false;
+    if (pure_ || column_ || n_outer_ != 0 || loop_size_.empty() || inner_numel_ < kSplitMinElements) return;
+    for (const Stage& st : k_.stages) {
+      if (st.per_outer) continue;
+      if (loop::has_scan(st)) return;  // a scan is sequential along the split loop
+      for (const Instr& in : st.instrs)
+        if (in.op == Op::StageValue) return;  // per-outer values feeding later inner stages
+    }
+    split_chunks_ = std::min<int64_t>({kSplitMaxChunks, loop_size_[0], std::max<int64_t>(2, inner_numel_ / kSplitChunkElements)});
+    if (split_chunks_ < 2) return;
+    split_ = true;
+    tasks_ = split_chunks_;
+    grain_ = 1;
+  }
+
+  void emit_split() {
+    auto* ptr = llvm::PointerType::get(ctx_, 0);
+    auto* i64 = b_.getInt64Ty();
+    int64_t total_red = 0, max_red = 1;
+    std::vector<int64_t> first_red;  // per stage: global number of its first reduction
+    for (const Stage& st : k_.stages) {
+      first_red.push_back(total_red);
+      total_red += static_cast<int64_t>(st.reductions.size());
+      max_red = std::max<int64_t>(max_red, static_cast<int64_t>(st.reductions.size()));
+    }
+    // partials[(chunk * max_red + r) * 2 + {0: value, 1: arg index}], reduced[global r]: 8-byte cells.
+    auto cell = [&](llvm::Value* base, llvm::Value* i) { return b_.CreateGEP(i64, base, {i}); };
+    auto load_reduced = [&](llvm::Value* arr, int64_t count) {
+      reduced_.clear();
+      int64_t g = 0;
+      for (size_t s = 0; s < k_.stages.size() && g < count; ++s)
+        for (const loop::Reduction& red : k_.stages[s].reductions) {
+          if (g >= count) break;
+          const bool arg = red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin;
+          reduced_.push_back(b_.CreateLoad(arg ? b_.getInt64Ty() : vec_type(value_type(s, red.instr), 1), cell(arr, b_.getInt64(g))));
+          ++g;
+        }
+    };
+    auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
+    std::vector<llvm::Function*> bodies(k_.stages.size(), nullptr);
+    for (size_t s = 0; s < k_.stages.size(); ++s) {
+      const Stage& st = k_.stages[s];
+      if (st.per_outer) continue;
+      llvm::Function* body = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage,
+                                                    k_.name + ".stage" + std::to_string(s), m_);
+      bodies[s] = body;
+      fn_ = body;
+      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", body));
+      llvm::Value* ctxp = body->getArg(0);
+      slots_ = b_.CreateLoad(ptr, ctxp);
+      status_ = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(1)}));
+      llvm::Value* partials = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(2)}));
+      llvm::Value* reduced = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(3)}));
+      for_loop(body->getArg(1), body->getArg(2), b_.getInt64(1), [&](llvm::Value* chunk) {
+        compute_bases({});
+        load_reduced(reduced, first_red[s]);
+        stage_values_.assign(k_.stages.size(), {});
+        split_lo_ = b_.CreateSDiv(b_.CreateMul(chunk, b_.getInt64(loop_size_[0])), b_.getInt64(split_chunks_));
+        split_hi_ = b_.CreateSDiv(b_.CreateMul(b_.CreateAdd(chunk, b_.getInt64(1)), b_.getInt64(loop_size_[0])),
+                                  b_.getInt64(split_chunks_));
+        emit_inner_stage(s, nullptr, 0);
+        split_lo_ = split_hi_ = nullptr;
+        for (size_t r = 0; r < st.reductions.size(); ++r) {
+          llvm::Value* at = b_.CreateMul(b_.CreateAdd(b_.CreateMul(chunk, b_.getInt64(max_red)), b_.getInt64(static_cast<int64_t>(r))),
+                                         b_.getInt64(2));
+          const bool arg = st.reductions[r].op == ReduceOp::ArgMax || st.reductions[r].op == ReduceOp::ArgMin;
+          b_.CreateStore(reduced_[static_cast<size_t>(first_red[s]) + r], cell(partials, b_.CreateAdd(at, b_.getInt64(arg ? 1 : 0))));
+          if (arg) b_.CreateStore(arg_best_.at(r), cell(partials, at));
+        }
+      });
+      b_.CreateRetVoid();
+    }
+    // ---- the entry point ----
+    auto* fn_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
+    auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, k_.name, m_);
+    fn_ = f;
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
+    slots_ = f->getArg(0);
+    status_ = f->getArg(1);
+    llvm::Value* partials = b_.CreateAlloca(i64, b_.getInt64(split_chunks_ * max_red * 2));
+    llvm::Value* reduced = b_.CreateAlloca(i64, b_.getInt64(std::max<int64_t>(total_red, 1)));
+    llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(4));
+    const std::array<llvm::Value*, 4> fields{slots_, status_, partials, reduced};
+    for (size_t i = 0; i < fields.size(); ++i) b_.CreateStore(fields[i], b_.CreateGEP(ptr, pack, {b_.getInt64(static_cast<int64_t>(i))}));
+    auto* pf_ty = llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, ptr, ptr}, false);
+    llvm::FunctionCallee pf = m_.getOrInsertFunction("fastdyn_parallel_for", pf_ty);
+    compute_bases({});
+    stage_values_.assign(k_.stages.size(), {});
+    for (size_t s = 0; s < k_.stages.size(); ++s) {
+      const Stage& st = k_.stages[s];
+      if (st.per_outer) {
+        load_reduced(reduced, total_red);
+        run_point(s, 1, {}, nullptr);
+        continue;
+      }
+      b_.CreateCall(pf, {b_.getInt64(split_chunks_), b_.getInt64(1), bodies[s], pack});
+      for (size_t r = 0; r < st.reductions.size(); ++r) {
+        const loop::Reduction& red = st.reductions[r];
+        ST vt = value_type(s, red.instr);
+        const bool arg = red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin;
+        // Pairwise over the chunks, in chunk order (the left operand holds the lower indices).
+        std::vector<std::pair<llvm::Value*, llvm::Value*>> parts;
+        for (int64_t c = 0; c < split_chunks_; ++c) {
+          const int64_t at = (c * max_red + static_cast<int64_t>(r)) * 2;
+          llvm::Value* v = b_.CreateLoad(vec_type(vt, 1), cell(partials, b_.getInt64(at)));
+          llvm::Value* i = arg ? b_.CreateLoad(i64, cell(partials, b_.getInt64(at + 1))) : nullptr;
+          parts.emplace_back(v, i);
+        }
+        while (parts.size() > 1) {
+          std::vector<std::pair<llvm::Value*, llvm::Value*>> next;
+          for (size_t q = 0; q + 1 < parts.size(); q += 2) {
+            auto [lv, li] = parts[q];
+            auto [rv, ri] = parts[q + 1];
+            if (arg) {
+              llvm::Value* take = better(red.op, vt, rv, lv);
+              next.emplace_back(b_.CreateSelect(take, rv, lv), b_.CreateSelect(take, ri, li));
+            } else {
+              next.emplace_back(combine(red.op, vt, lv, rv), nullptr);
+            }
+          }
+          if (parts.size() % 2) next.push_back(parts.back());
+          parts = std::move(next);
+        }
+        b_.CreateStore(arg ? parts[0].second : parts[0].first, cell(reduced, b_.getInt64(first_red[s] + static_cast<int64_t>(r))));
+      }
+    }
+    b_.CreateRetVoid();
+  }
+
   // ---- per task ---------------------------------------------------------------------------------
 
   void emit_task(llvm::Value* task) {
@@ -230,13 +477,72 @@ class KernelEmitter {
       o = b_.CreateUDiv(task, b_.getInt64(blocks_));
       block = b_.CreateURem(task, b_.getInt64(blocks_));
     }
-    // Outer multi-index, innermost fastest.
+    llvm::Value* group = nullptr;
+    if (column_) {
+      group = b_.CreateURem(o, b_.getInt64(col_groups_));
+      o = b_.CreateUDiv(o, b_.getInt64(col_groups_));
+    }
+    // Outer multi-index, innermost fastest (column mode: the lane loop's first point of the group).
     std::vector<llvm::Value*> oidx(n_outer_);
     for (size_t l = n_outer_; l-- > 0;) {
+      if (column_ && l + 1 == n_outer_) {
+        oidx[l] = b_.CreateMul(group, b_.getInt64(col_width_));
+        continue;
+      }
       oidx[l] = b_.CreateURem(o, b_.getInt64(loop_size_[l]));
       o = b_.CreateUDiv(o, b_.getInt64(loop_size_[l]));
     }
-    // Base element offsets of every access at this outer point.
+    if (!column_) {
+      run_stages(oidx, block, 0);
+      return;
+    }
+    const size_t lane = n_outer_ - 1;
+    const int64_t lane_size = loop_size_[lane];
+    if (lane_size % col_width_ == 0) {
+      run_stages(oidx, nullptr, static_cast<int>(col_width_));
+      return;
+    }
+    // Only the last group is partial: whole vectors, then single points.
+    llvm::Value* j0 = oidx[lane];
+    auto* full = llvm::BasicBlock::Create(ctx_, "group.full", fn_);
+    auto* part = llvm::BasicBlock::Create(ctx_, "group.part", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "group.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(col_width_)), b_.getInt64(lane_size)), full, part);
+    b_.SetInsertPoint(full);
+    run_stages(oidx, nullptr, static_cast<int>(col_width_));
+    b_.CreateBr(done);
+    b_.SetInsertPoint(part);
+    llvm::Value* rest = b_.CreateSub(b_.getInt64(lane_size), j0);
+    llvm::Value* vec_end = b_.CreateAdd(j0, b_.CreateMul(b_.CreateSDiv(rest, b_.getInt64(vf_)), b_.getInt64(vf_)));
+    if (col_width_ > vf_)
+      for_loop(j0, vec_end, b_.getInt64(vf_), [&](llvm::Value* j) {
+        oidx[lane] = j;
+        run_stages(oidx, nullptr, vf_);
+      });
+    for_loop(vec_end, b_.getInt64(lane_size), b_.getInt64(1), [&](llvm::Value* j) {
+      oidx[lane] = j;
+      run_stages(oidx, nullptr, 1);
+    });
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
+
+  // Every stage at one outer point (column mode: `col_lanes` consecutive points of the lane loop).
+  void run_stages(const std::vector<llvm::Value*>& oidx, llvm::Value* block, int col_lanes) {
+    compute_bases(oidx);
+    reduced_.clear();
+    stage_values_.assign(k_.stages.size(), {});
+    for (size_t s = 0; s < k_.stages.size(); ++s) {
+      if (k_.stages[s].per_outer) {
+        run_point(s, column_ ? col_lanes : 1, {}, nullptr);
+      } else {
+        emit_inner_stage(s, block, col_lanes);
+      }
+    }
+  }
+
+  // Base element offsets of every access at this outer point.
+  void compute_bases(const std::vector<llvm::Value*>& oidx) {
     auto bases = [&](std::vector<std::vector<Addr>>& addrs, std::vector<std::vector<llvm::Value*>>& out) {
       out.clear();
       for (auto& v : addrs) {
@@ -252,15 +558,6 @@ class KernelEmitter {
     };
     bases(load_addr_, load_base_);
     bases(store_addr_, store_base_);
-    reduced_.clear();
-    stage_values_.assign(k_.stages.size(), {});
-    for (size_t s = 0; s < k_.stages.size(); ++s) {
-      if (k_.stages[s].per_outer) {
-        run_point(s, 1, {}, nullptr);
-      } else {
-        emit_inner_stage(s, block);
-      }
-    }
   }
 
   // ---- inner stages -------------------------------------------------------------------------------
@@ -268,20 +565,28 @@ class KernelEmitter {
   struct Acc {
     std::array<llvm::Value*, kUnroll> vec{};   // vector partials (allocas), one per unrolled slot
     std::array<llvm::Value*, kUnroll> vidx{};  // arg: vector best indices
-    std::array<llvm::Value*, kUnroll> blk{};   // blocked partials for float sums
-    llvm::Value* sc = nullptr;     // scalar accumulator (tail)
+    std::array<llvm::Value*, kUnroll> blk{};   // float sums: block partials (see kCascade)
+    std::array<llvm::Value*, kUnroll> mid{};   // float sums: middle partials
+    llvm::Value* sc = nullptr;     // scalar accumulator (row mode's tail)
     llvm::Value* sidx = nullptr;
+    int width = 1, slots = 1;      // lanes of vec/vidx/blk/mid, and how many of them are used
   };
 
-  void emit_inner_stage(size_t s, llvm::Value* block) {
+  // Row mode (col_lanes == 0): vectors along the innermost loop, kUnroll accumulators, a scalar
+  // tail, lanes combined at the end. Column mode: every point is col_lanes outer points wide, one
+  // accumulator of col_lanes lanes whose lanes are the results.
+  void emit_inner_stage(size_t s, llvm::Value* block, int col_lanes) {
     const Stage& st = k_.stages[s];
     const size_t n_inner_loops = loop_size_.size() - n_outer_;
     // Accumulators.
     accs_.assign(st.reductions.size(), Acc());
+    arg_best_.assign(st.reductions.size(), nullptr);
     for (size_t r = 0; r < st.reductions.size(); ++r) {
       const loop::Reduction& red = st.reductions[r];
       ST vt = value_type(s, red.instr);
       Acc& a = accs_[r];
+      a.width = column_ ? col_lanes : vf_;
+      a.slots = column_ ? 1 : kUnroll;
       a.sc = entry_alloca(vec_type(vt, 1));
       b_.CreateStore(identity(red.op, vt, 1), a.sc);
       const bool arg = red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin;
@@ -289,40 +594,62 @@ class KernelEmitter {
         a.sidx = entry_alloca(b_.getInt64Ty());
         b_.CreateStore(b_.getInt64(std::numeric_limits<int64_t>::max()), a.sidx);
       }
-      for (int u = 0; u < kUnroll; ++u) {
-        a.vec[u] = entry_alloca(vec_type(vt, vf_));
-        b_.CreateStore(identity(red.op, vt, vf_), a.vec[u]);
+      for (int u = 0; u < a.slots; ++u) {
+        a.vec[u] = entry_alloca(vec_type(vt, a.width));
+        b_.CreateStore(identity(red.op, vt, a.width), a.vec[u]);
         if (arg) {
-          a.vidx[u] = entry_alloca(vec_type(ST::Long, vf_));
-          b_.CreateStore(splat(b_.getInt64(std::numeric_limits<int64_t>::max()), vf_), a.vidx[u]);
+          a.vidx[u] = entry_alloca(vec_type(ST::Long, a.width));
+          b_.CreateStore(splat(b_.getInt64(std::numeric_limits<int64_t>::max()), a.width), a.vidx[u]);
         }
         if (red.op == ReduceOp::Sum && is_fp(vt)) {
-          a.blk[u] = entry_alloca(vec_type(vt, vf_));
-          b_.CreateStore(identity(red.op, vt, vf_), a.blk[u]);
+          a.blk[u] = entry_alloca(vec_type(vt, a.width));
+          b_.CreateStore(identity(red.op, vt, a.width), a.blk[u]);
+          a.mid[u] = entry_alloca(vec_type(vt, a.width));
+          b_.CreateStore(identity(red.op, vt, a.width), a.mid[u]);
         }
       }
     }
+    // Scans: a running sum per CumSum instr, restarted at every outer point.
+    scans_.assign(st.instrs.size(), nullptr);
+    for (size_t i = 0; i < st.instrs.size(); ++i) {
+      if (st.instrs[i].op != Op::CumSum) continue;
+      const int width = column_ ? col_lanes : 1;
+      scans_[i] = entry_alloca(vec_type(st.instrs[i].type, width));
+      b_.CreateStore(constant(0, st.instrs[i].type, width), scans_[i]);
+    }
     if (n_inner_loops == 0) {
-      run_point(s, 1, {}, b_.getInt64(0));
+      run_point(s, column_ ? col_lanes : 1, {}, b_.getInt64(0));
     } else {
       std::vector<llvm::Value*> idx(n_inner_loops);
       std::function<void(size_t, llvm::Value*)> nest = [&](size_t l, llvm::Value* flat) {
         const size_t loop = n_outer_ + l;
+        // Split mode: this chunk's part of the first loop.
+        llvm::Value* first_lo = l == 0 && split_lo_ ? split_lo_ : b_.getInt64(0);
+        llvm::Value* first_hi = l == 0 && split_hi_ ? split_hi_ : b_.getInt64(loop_size_[loop]);
         if (l + 1 < n_inner_loops) {
-          for_loop(b_.getInt64(0), b_.getInt64(loop_size_[loop]), b_.getInt64(1), [&](llvm::Value* i) {
+          for_loop(first_lo, first_hi, b_.getInt64(1), [&](llvm::Value* i) {
             idx[l] = i;
             nest(l + 1, b_.CreateMul(b_.CreateAdd(flat, i), b_.getInt64(loop_size_[loop + 1])));
           });
           return;
         }
-        llvm::Value* lo = b_.getInt64(0);
-        llvm::Value* hi = b_.getInt64(loop_size_[loop]);
+        llvm::Value* lo = first_lo;
+        llvm::Value* hi = first_hi;
         if (blocks_ > 1) {
           lo = b_.CreateMul(block, b_.getInt64(kRowBlock));
           hi = b_.CreateSelect(b_.CreateICmpSLT(b_.CreateAdd(lo, b_.getInt64(kRowBlock)), hi),
                                b_.CreateAdd(lo, b_.getInt64(kRowBlock)), hi);
         }
-        innermost(s, idx, l, lo, hi, flat);
+        if (column_) {
+          cascade(s, lo, hi, kColumnBlock, [&](llvm::Value* blo, llvm::Value* bhi) {
+            for_loop(blo, bhi, b_.getInt64(1), [&](llvm::Value* j) {
+              idx[l] = j;
+              run_point(s, col_lanes, idx, b_.CreateAdd(flat, j));
+            });
+          });
+        } else {
+          innermost(s, idx, l, lo, hi, flat);
+        }
       };
       nest(0, b_.getInt64(0));
     }
@@ -331,7 +658,20 @@ class KernelEmitter {
       const loop::Reduction& red = st.reductions[r];
       ST vt = value_type(s, red.instr);
       Acc& a = accs_[r];
-      if (a.blk[0]) flush_block(red, a, vt);
+      if (a.blk[0]) {
+        flush(red, a, vt, a.blk, a.mid);
+        flush(red, a, vt, a.mid, a.vec);
+      }
+      if (column_) {  // each lane is one outer point's result
+        if (red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin) {
+          llvm::Value* bidx = b_.CreateLoad(vec_type(ST::Long, a.width), a.vidx[0]);
+          llvm::Value* none = splat(b_.getInt64(std::numeric_limits<int64_t>::max()), a.width);
+          reduced_.push_back(b_.CreateSelect(b_.CreateICmpEQ(bidx, none), splat(b_.getInt64(0), a.width), bidx));
+        } else {
+          reduced_.push_back(b_.CreateLoad(vec_type(vt, a.width), a.vec[0]));
+        }
+        continue;
+      }
       if (red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin) {
         llvm::Value* best = b_.CreateLoad(vec_type(vt, 1), a.sc);
         llvm::Value* bidx = b_.CreateLoad(b_.getInt64Ty(), a.sidx);
@@ -349,6 +689,7 @@ class KernelEmitter {
         }
         bidx = b_.CreateSelect(b_.CreateICmpEQ(bidx, b_.getInt64(std::numeric_limits<int64_t>::max())), b_.getInt64(0), bidx);
         reduced_.push_back(bidx);
+        arg_best_[r] = best;
         continue;
       }
       // Pairwise: the unrolled partials, then halve the vector until one lane is left.
@@ -372,57 +713,103 @@ class KernelEmitter {
     }
   }
 
-  void flush_block(const loop::Reduction& red, Acc& a, ST vt) {
-    llvm::Type* t = vec_type(vt, vf_);
-    for (int u = 0; u < kUnroll; ++u) {
-      b_.CreateStore(combine(red.op, vt, b_.CreateLoad(t, a.vec[u]), b_.CreateLoad(t, a.blk[u])), a.vec[u]);
-      b_.CreateStore(identity(red.op, vt, vf_), a.blk[u]);
+  // to[u] += from[u]; from[u] = 0, for every used slot (one cascade level of a float sum).
+  void flush(const loop::Reduction& red, Acc& a, ST vt, std::array<llvm::Value*, kUnroll>& from,
+             std::array<llvm::Value*, kUnroll>& to) {
+    llvm::Type* t = vec_type(vt, a.width);
+    for (int u = 0; u < a.slots; ++u) {
+      b_.CreateStore(combine(red.op, vt, b_.CreateLoad(t, to[u]), b_.CreateLoad(t, from[u])), to[u]);
+      b_.CreateStore(identity(red.op, vt, a.width), from[u]);
     }
   }
 
-  // The innermost loop: vector body in blocks of kSumBlock, then the scalar tail.
-  void innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat) {
-    llvm::Value* n = b_.CreateSub(hi, lo);
-    llvm::Value* vec_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vf_)), b_.getInt64(vf_)));
+  // body(blo, bhi) over [lo, hi) in blocks of `block` points; float sums flush their block partial
+  // after each block and their middle partial after every kCascade blocks.
+  void cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
+               const std::function<void(llvm::Value*, llvm::Value*)>& body) {
     const Stage& st = k_.stages[s];
     bool blocked = false;
     for (const Acc& a : accs_) blocked |= a.blk[0] != nullptr;
-    if (vf_ > 1) {
-      auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
-        llvm::Value* start = blo;
-        if (!st.reductions.empty()) {
-          // kUnroll points per iteration, each into its own accumulators, then single vectors.
-          const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
-          llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
-          for_loop(blo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
-            for (int u = 0; u < kUnroll; ++u) {
-              llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
-              idx[l] = ju;
-              run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
-            }
-          });
-          start = main_end;
-        }
-        for_loop(start, bhi, b_.getInt64(vf_), [&](llvm::Value* j) {
-          idx[l] = j;
-          run_point(s, vf_, idx, b_.CreateAdd(flat, j));
-        });
-      };
-      if (blocked) {
-        for_loop(lo, vec_end, b_.getInt64(kSumBlock), [&](llvm::Value* jb) {
-          llvm::Value* e = b_.CreateAdd(jb, b_.getInt64(kSumBlock));
-          vector_body(jb, b_.CreateSelect(b_.CreateICmpSLT(e, vec_end), e, vec_end));
-          for (size_t r = 0; r < st.reductions.size(); ++r)
-            if (accs_[r].blk[0]) flush_block(st.reductions[r], accs_[r], value_type(s, st.reductions[r].instr));
-        });
-      } else {
-        vector_body(lo, vec_end);
-      }
+    if (!blocked) {
+      body(lo, hi);
+      return;
     }
-    for_loop(vf_ > 1 ? vec_end : lo, hi, b_.getInt64(1), [&](llvm::Value* j) {
-      idx[l] = j;
-      run_point(s, 1, idx, b_.CreateAdd(flat, j));
+    auto min = [&](llvm::Value* x, llvm::Value* y) { return b_.CreateSelect(b_.CreateICmpSLT(x, y), x, y); };
+    for_loop(lo, hi, b_.getInt64(block * kCascade), [&](llvm::Value* jb2) {
+      llvm::Value* e2 = min(b_.CreateAdd(jb2, b_.getInt64(block * kCascade)), hi);
+      for_loop(jb2, e2, b_.getInt64(block), [&](llvm::Value* jb) {
+        body(jb, min(b_.CreateAdd(jb, b_.getInt64(block)), e2));
+        for (size_t r = 0; r < st.reductions.size(); ++r)
+          if (accs_[r].blk[0]) flush(st.reductions[r], accs_[r], value_type(s, st.reductions[r].instr), accs_[r].blk, accs_[r].mid);
+      });
+      for (size_t r = 0; r < st.reductions.size(); ++r)
+        if (accs_[r].blk[0]) flush(st.reductions[r], accs_[r], value_type(s, st.reductions[r].instr), accs_[r].mid, accs_[r].vec);
     });
+  }
+
+  // Row mode's innermost loop: vector body (blocked, see cascade), then the scalar tail.
+  void innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat) {
+    const Stage& st = k_.stages[s];
+    auto scalar_loop = [&](llvm::Value* from, llvm::Value* to) {
+      for_loop(from, to, b_.getInt64(1), [&](llvm::Value* j) {
+        idx[l] = j;
+        run_point(s, 1, idx, b_.CreateAdd(flat, j));
+      });
+    };
+    if (vf_ <= 1 || loop::has_scan(st)) {  // a scan runs point after point
+      scalar_loop(lo, hi);
+      return;
+    }
+    if (nt_store_ >= 0) {
+      // Peel single points until the streaming store's address is aligned for vector stores.
+      // NB: an element misaligned for its own type (a foreign buffer) never streams.
+      const Addr& a = store_addr_[s][static_cast<size_t>(nt_store_)];
+      const int64_t esize = static_cast<int64_t>(c10::elementSize(a.storage));
+      llvm::Type* et = storage_type(a.storage);
+      llvm::Value* addr = b_.CreatePtrToInt(
+          b_.CreateGEP(et, slot_ptr(a.slot), {b_.CreateAdd(store_base_[s][static_cast<size_t>(nt_store_)], lo)}), b_.getInt64Ty());
+      llvm::Value* n = b_.CreateSub(hi, lo);
+      llvm::Value* mis = b_.CreateAnd(addr, b_.getInt64(nt_align_ - 1));
+      llvm::Value* peel = b_.CreateUDiv(b_.CreateAnd(b_.CreateSub(b_.getInt64(nt_align_), mis), b_.getInt64(nt_align_ - 1)),
+                                        b_.getInt64(esize));
+      llvm::Value* odd = b_.CreateICmpNE(b_.CreateAnd(addr, b_.getInt64(esize - 1)), b_.getInt64(0));
+      peel = b_.CreateSelect(b_.CreateOr(odd, b_.CreateICmpSGT(peel, n)), n, peel);
+      llvm::Value* vlo = b_.CreateAdd(lo, peel);
+      llvm::Value* vec_end = b_.CreateAdd(vlo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(hi, vlo), b_.getInt64(vf_)), b_.getInt64(vf_)));
+      scalar_loop(lo, vlo);
+      nt_active_ = true;
+      for_loop(vlo, vec_end, b_.getInt64(vf_), [&](llvm::Value* j) {
+        idx[l] = j;
+        run_point(s, vf_, idx, b_.CreateAdd(flat, j));
+      });
+      nt_active_ = false;
+      scalar_loop(vec_end, hi);
+      return;
+    }
+    llvm::Value* n = b_.CreateSub(hi, lo);
+    llvm::Value* vec_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vf_)), b_.getInt64(vf_)));
+    auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
+      llvm::Value* start = blo;
+      if (!st.reductions.empty()) {
+        // kUnroll points per iteration, each into its own accumulators, then single vectors.
+        const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
+        llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
+        for_loop(blo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
+          for (int u = 0; u < kUnroll; ++u) {
+            llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
+            idx[l] = ju;
+            run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
+          }
+        });
+        start = main_end;
+      }
+      for_loop(start, bhi, b_.getInt64(vf_), [&](llvm::Value* j) {
+        idx[l] = j;
+        run_point(s, vf_, idx, b_.CreateAdd(flat, j));
+      });
+    };
+    cascade(s, lo, vec_end, kSumBlock, vector_body);
+    scalar_loop(vec_end, hi);
   }
 
   // ---- one point (lanes wide) -------------------------------------------------------------------
@@ -513,11 +900,13 @@ class KernelEmitter {
                               const std::vector<llvm::Value*>& vals, bool& contiguous, bool& uniform) {
     llvm::Value* off = base;
     const size_t n_inner = idx.size();
-    int64_t lane_stride = 0;
+    // Lanes are consecutive points of the innermost loop (row mode) or of the lane loop, the
+    // innermost outer loop (column mode; its index is in `base`).
+    int64_t lane_stride = column_ ? stride(a, n_outer_ - 1) : 0;
     for (size_t l = 0; l < n_inner; ++l) {
       int64_t s = stride(a, n_outer_ + l);
       if (s != 0) off = b_.CreateAdd(off, b_.CreateMul(idx[l], b_.getInt64(s)));
-      if (l + 1 == n_inner) lane_stride = s;
+      if (l + 1 == n_inner && !column_) lane_stride = s;
     }
     llvm::Value* dyn = nullptr;
     if (a.dynamic >= 0) {
@@ -601,6 +990,12 @@ class KernelEmitter {
       return;
     }
     if (contiguous) {
+      if (nt_active_ && &a == &store_addr_[0][static_cast<size_t>(nt_store_)]) {
+        llvm::StoreInst* st = b_.CreateAlignedStore(v, b_.CreateGEP(et, p, {off}), llvm::MaybeAlign(nt_align_));
+        st->setMetadata(llvm::LLVMContext::MD_nontemporal,
+                        llvm::MDNode::get(ctx_, {llvm::ConstantAsMetadata::get(b_.getInt32(1))}));
+        return;
+      }
       b_.CreateAlignedStore(v, b_.CreateGEP(et, p, {off}), llvm::MaybeAlign(et->getPrimitiveSizeInBits() / 8));
       return;
     }
@@ -629,12 +1024,13 @@ class KernelEmitter {
       Acc& a = accs_[r];
       llvm::Value* x = vals[static_cast<size_t>(red.instr)];
       if (red.op == ReduceOp::ArgMax || red.op == ReduceOp::ArgMin) {
-        llvm::Value* accp = lanes == 1 ? a.sc : a.vec[slot];
-        llvm::Value* idxp = lanes == 1 ? a.sidx : a.vidx[slot];
+        const bool tail = lanes == 1 && !column_;  // row mode's scalar tail has its own accumulator
+        llvm::Value* accp = tail ? a.sc : a.vec[slot];
+        llvm::Value* idxp = tail ? a.sidx : a.vidx[slot];
         llvm::Value* best = b_.CreateLoad(vec_type(vt, lanes), accp);
         llvm::Value* bi = b_.CreateLoad(vec_type(ST::Long, lanes), idxp);
-        llvm::Value* here = flat;
-        if (lanes > 1) {
+        llvm::Value* here = splat(flat, lanes);  // column mode: every lane is at the same inner point
+        if (lanes > 1 && !column_) {
           llvm::SmallVector<llvm::Constant*, 16> steps;
           for (int i = 0; i < lanes; ++i) steps.push_back(b_.getInt64(static_cast<uint64_t>(i)));
           here = b_.CreateAdd(splat(flat, lanes), llvm::ConstantVector::get(steps));
@@ -644,7 +1040,7 @@ class KernelEmitter {
         b_.CreateStore(b_.CreateSelect(take, here, bi), idxp);
         continue;
       }
-      llvm::Value* accp = lanes == 1 ? a.sc : (a.blk[slot] ? a.blk[slot] : a.vec[slot]);
+      llvm::Value* accp = lanes == 1 && !column_ ? a.sc : (a.blk[slot] ? a.blk[slot] : a.vec[slot]);
       b_.CreateStore(combine(red.op, vt, b_.CreateLoad(vec_type(vt, lanes), accp), x), accp);
     }
   }
@@ -700,9 +1096,11 @@ class KernelEmitter {
       case Op::Add: return fp ? b_.CreateFAdd(arg(in.a), arg(in.b)) : t == ST::Bool ? b_.CreateOr(arg(in.a), arg(in.b)) : b_.CreateAdd(arg(in.a), arg(in.b));
       case Op::Sub: return fp ? b_.CreateFSub(arg(in.a), arg(in.b)) : b_.CreateSub(arg(in.a), arg(in.b));
       case Op::Mul: return fp ? b_.CreateFMul(arg(in.a), arg(in.b)) : t == ST::Bool ? b_.CreateAnd(arg(in.a), arg(in.b)) : b_.CreateMul(arg(in.a), arg(in.b));
-      case Op::Div:
-        if (!fp) throw BackendError("llvm emitter: integer division has no lowering");
-        return b_.CreateFDiv(arg(in.a), arg(in.b));
+      // NB: lowerings divide integers only by a constant other than 0 and -1 (lowering.cpp), so
+      // sdiv/srem never trap here.
+      case Op::Div: return fp ? b_.CreateFDiv(arg(in.a), arg(in.b)) : b_.CreateSDiv(arg(in.a), arg(in.b));
+      case Op::Fmod: return fp ? frem_lanes(arg(in.a), arg(in.b), lanes) : b_.CreateSRem(arg(in.a), arg(in.b));
+      case Op::Shl: case Op::Shr: return shift(in.op, t, arg(in.a), arg(in.b));
       case Op::Max:
         return fp ? intrinsic(llvm::Intrinsic::maximum, {arg(in.a), arg(in.b)})
                : t == ST::Bool ? b_.CreateOr(arg(in.a), arg(in.b)) : intrinsic(llvm::Intrinsic::smax, {arg(in.a), arg(in.b)});
@@ -715,9 +1113,42 @@ class KernelEmitter {
       case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Eq: case Op::Ne:
         return compare(in.op, k_.stages[s].instrs[static_cast<size_t>(in.a)].type, arg(in.a), arg(in.b));
       case Op::Select: return b_.CreateSelect(arg(in.a), arg(in.b), arg(in.c));
-      case Op::Rem: case Op::Fmod: case Op::Shl: case Op::Shr: break;
+      case Op::CumSum: {
+        llvm::Value* accp = scans_.at(static_cast<size_t>(&in - k_.stages[s].instrs.data()));
+        llvm::Value* sum = fp ? b_.CreateFAdd(b_.CreateLoad(vec_type(t, lanes), accp), arg(in.a))
+                              : b_.CreateAdd(b_.CreateLoad(vec_type(t, lanes), accp), arg(in.a));
+        b_.CreateStore(sum, accp);
+        return sum;
+      }
+      case Op::Rem: break;
     }
     throw BackendError(std::string("llvm emitter: no code for ") + loop::op_name(in.op));
+  }
+
+  // frem lane by lane. x86 has no vector fmod (a vector frem becomes fmodf calls per lane anyway),
+  // and NB: LLVM 19 miscompiles the vector frem that InstCombine narrows fptrunc(frem(fpext x, c))
+  // into when the values come from and go to bf16.
+  llvm::Value* frem_lanes(llvm::Value* a, llvm::Value* b, int lanes) {
+    if (lanes == 1) return b_.CreateFRem(a, b);
+    llvm::Value* out = llvm::UndefValue::get(a->getType());
+    for (int i = 0; i < lanes; ++i)
+      out = b_.CreateInsertElement(out, b_.CreateFRem(b_.CreateExtractElement(a, i), b_.CreateExtractElement(b, i)), i);
+    return out;
+  }
+
+  // ATen's shifts: a count outside [0, bits) shifts everything out (Shl: 0; Shr: the sign fill).
+  llvm::Value* shift(Op op, ST t, llvm::Value* a, llvm::Value* n) {
+    if (is_fp(t) || t == ST::Bool) throw BackendError("llvm emitter: shift of a non-integer type");
+    const int64_t bits = scalar_type(t)->getIntegerBitWidth();
+    const int lanes = a->getType()->isVectorTy() ? static_cast<int>(llvm::cast<llvm::FixedVectorType>(a->getType())->getNumElements()) : 1;
+    llvm::Value* zero = constant(0, t, lanes);
+    if (op == Op::Shl) {
+      llvm::Value* out = b_.CreateOr(b_.CreateICmpSLT(n, zero), b_.CreateICmpSGE(n, constant(static_cast<double>(bits), t, lanes)));
+      return b_.CreateSelect(out, zero, b_.CreateShl(a, n));
+    }
+    llvm::Value* top = constant(static_cast<double>(bits - 1), t, lanes);
+    llvm::Value* out = b_.CreateOr(b_.CreateICmpSLT(n, zero), b_.CreateICmpSGE(n, top));
+    return b_.CreateAShr(a, b_.CreateSelect(out, top, n));
   }
 
   llvm::Value* compare(Op op, ST t, llvm::Value* a, llvm::Value* b) {
@@ -794,6 +1225,18 @@ class KernelEmitter {
   std::vector<int64_t> loop_size_;
   std::vector<int32_t> loop_dim_;
   int64_t outer_numel_ = 1, inner_numel_ = 1, row_ = 1, blocks_ = 1, tasks_ = 1, grain_ = 1;
+  bool column_ = false;       // lanes run along the innermost outer loop (choose_column_mode)
+  int64_t col_width_ = 1;     // column mode: outer points per task (a multiple of vf_)
+  int64_t col_groups_ = 1;    // column mode: tasks along the innermost outer loop
+  int32_t nt_store_ = -1;     // stage 0's store that streams, or -1
+  int64_t nt_align_ = 1;      // bytes its vector stores are aligned to
+  bool nt_active_ = false;    // emitting the aligned vector loop, where that store streams
+  bool split_ = false;        // split mode (choose_split_mode)
+  int64_t split_chunks_ = 1;
+  llvm::Value* split_lo_ = nullptr;  // split mode: the current chunk's range of the first loop
+  llvm::Value* split_hi_ = nullptr;
+  std::vector<llvm::Value*> arg_best_;
+  std::vector<llvm::Value*> scans_;  // per instr of the current inner stage: a CumSum's running sum  // per reduction of the last inner stage: an arg's best value
   std::vector<Acc> accs_;
   std::vector<llvm::Value*> reduced_;
   std::vector<std::vector<llvm::Value*>> stage_values_;

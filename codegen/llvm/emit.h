@@ -10,9 +10,21 @@
 //
 // Code shape: the outer points (for pure pointwise kernels: blocks of the innermost row) are
 // split by fastdyn_parallel_for with a grain that keeps small tensors on the calling thread.
-// The innermost loop is vectorised explicitly to the host width with a scalar tail; reductions
-// keep vector accumulators, blocked (partial sums flushed every few thousand elements) and
-// combined pairwise at the end; transcendental functions call SLEEF through math_function().
+// Row mode (the default): the innermost loop is vectorised explicitly to the host width with a
+// scalar tail; reductions keep vector accumulators, summed in a three-level cascade (block,
+// middle, total partials) and combined pairwise at the end; float32 exp and tanh are inline code
+// (inline_math.h), other transcendental functions call SLEEF through math_function(). Three variations, chosen per kernel from its static shape:
+// - streaming stores: a pure pointwise kernel whose contiguous output is larger than the
+//   last-level cache writes it with non-temporal vector stores (peeled to alignment per block) and
+//   fences them (sfence) at the end of each thread's chunk;
+// - column mode: when the reduced dims are strided and the innermost kept dim is contiguous
+//   (x.sum(0) on a row-major matrix), vector lanes are kept outer points: contiguous loads, one
+//   accumulator lane per output, no gathers;
+// - split mode: a kernel without outer points (x.sum(), softmax of a 1-d tensor) runs each inner
+//   stage over a fixed number of chunks in parallel, partials combined pairwise in chunk order, so
+//   the result does not depend on the thread count.
+// A CumSum stage runs its inner loop point after point (row mode) or a vector of columns at a
+// time (column mode).
 #pragma once
 #include "codegen/loop/loop_ir.h"
 

@@ -294,6 +294,7 @@ class Fuser {
     for (const Stage& s : def.kernel.stages)
       maps.push_back(append_stage(b.kernel, s, id, s.per_outer, 0, 0, &maps, false));
     b.pure_pointwise = def.kernel.stages.size() == 1 && def.kernel.stages[0].reductions.empty() &&
+                       !has_scan(def.kernel.stages[0]) &&
                        !def.kernel.stages[0].per_outer;
     return b;
   }

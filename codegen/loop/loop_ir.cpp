@@ -152,6 +152,12 @@ c10::ScalarType compute_type(c10::ScalarType t) {
   }
 }
 
+bool has_scan(const Stage& s) {
+  for (const Instr& in : s.instrs)
+    if (in.op == Op::CumSum) return true;
+  return false;
+}
+
 std::string print_kernel(const Program&, const Kernel& k) {
   std::ostringstream os;
   print_kernel_into(os, k);

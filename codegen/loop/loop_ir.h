@@ -41,6 +41,13 @@ namespace fastdyn::codegen::loop {
 // Scalar operations: (name, arity). Comparison results are Bool. Max/Min propagate NaN.
 // RoundBF16/RoundF16 round an f32 to the nearest bf16/f16 value (still f32): eager ATen rounds
 // every 16-bit result, so a fused chain does too wherever a graph value has such a dtype.
+// Integer Div truncates and Fmod is its remainder (C's / and %); lowerings emit them only with a
+// divisor that cannot be 0 or -1. Shl/Shr follow ATen: a count outside [0, bits) gives 0 (Shl) or
+// the sign fill (Shr, arithmetic).
+// CumSum is a scan: the running sum of its operand over the inner points of its stage so far, in
+// loop order, this point included (cumsum along the kernel's one inner dim). Its stage is never
+// vectorised along that dim, and a kernel with one is never pure pointwise (its points depend on
+// each other).
 #define FD_LOOP_OPS(X)                                                                        \
   X(Load, 0) X(Const, 0) X(Reduced, 0) X(StageValue, 0)                                        \
   X(Cast, 1) X(Neg, 1) X(Abs, 1) X(Exp, 1) X(Expm1, 1) X(Log, 1) X(Log1p, 1) X(Log2, 1)       \
@@ -50,7 +57,7 @@ namespace fastdyn::codegen::loop {
   X(Add, 2) X(Sub, 2) X(Mul, 2) X(Div, 2) X(Max, 2) X(Min, 2) X(Pow, 2) X(Atan2, 2)          \
   X(Rem, 2) X(Fmod, 2) X(And, 2) X(Or, 2) X(Xor, 2) X(Shl, 2) X(Shr, 2)                       \
   X(Lt, 2) X(Le, 2) X(Gt, 2) X(Ge, 2) X(Eq, 2) X(Ne, 2)                                       \
-  X(Select, 3)
+  X(Select, 3) X(CumSum, 1)
 
 enum class Op : uint8_t {
 #define FD_X(name, arity) name,
@@ -154,5 +161,8 @@ std::string print_kernel(const Program& p, const Kernel& k);
 
 // The compute type for a storage dtype (f32 for f16/bf16), or Undefined when loops cannot hold it.
 c10::ScalarType compute_type(c10::ScalarType storage);
+
+// True when some instr of the stage is a CumSum (the stage is a sequential scan).
+bool has_scan(const Stage& s);
 
 }  // namespace fastdyn::codegen::loop

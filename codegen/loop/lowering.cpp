@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 namespace fastdyn::codegen::loop {
@@ -224,6 +225,110 @@ double max_finite(ST t) {
   }
 }
 
+// ---- integer and floored division ----------------------------------------------------------------
+// ATen raises on an integer division by zero, which generated code cannot: an integer quotient or
+// remainder is lowered only when the divisor is a non-zero number known at compile time (a tensor
+// divisor keeps the node on ATen). A divisor of -1 never reaches sdiv/srem (INT_MIN / -1 traps).
+
+enum class DivKind : uint8_t { True, Trunc, Floor, Remainder, Fmod };
+
+// The divisor of argument `arg` when it is a non-zero integer number, else nullopt.
+std::optional<int64_t> int_divisor(const Ctx& c, size_t arg) {
+  if (c.is_value(arg) || arg >= c.n.args.size()) return std::nullopt;
+  const Arg& a = c.n.args[arg];
+  int64_t v = a.kind == Arg::Kind::Int ? a.i : a.kind == Arg::Kind::Bool ? int64_t{a.b} : 0;
+  if (v == 0) return std::nullopt;
+  return v;
+}
+
+int32_t int_division(Builder& b, const Ctx& c, ST t, DivKind kind) {
+  if (t != ST::Long && t != ST::Int) return -1;
+  std::optional<int64_t> d = int_divisor(c, 1);
+  if (!d) return -1;
+  int32_t x = operand(b, c, 0, t);
+  if (*d == -1) {  // exact, without the trapping INT_MIN / -1
+    if (kind == DivKind::Remainder || kind == DivKind::Fmod) return b.cnst(0, t);
+    return b.un(Op::Neg, x);
+  }
+  int32_t y = b.cnst(static_cast<double>(*d), t);
+  int32_t zero = b.cnst(0, t);
+  // A non-zero truncated remainder whose sign differs from the divisor's: the floored quotient is
+  // one less, the floored remainder one divisor more.
+  auto differs = [&](int32_t r) {
+    return b.bin(Op::And, b.bin(Op::Ne, r, zero), b.bin(Op::Ne, b.bin(Op::Lt, r, zero), b.cnst(*d < 0, ST::Bool)));
+  };
+  switch (kind) {
+    case DivKind::Trunc: return b.div(x, y);
+    case DivKind::Fmod: return b.bin(Op::Fmod, x, y);
+    case DivKind::Floor: {
+      int32_t q = b.div(x, y);
+      return b.sel(differs(b.bin(Op::Fmod, x, y)), b.sub(q, b.cnst(1, t)), q);
+    }
+    case DivKind::Remainder: {
+      int32_t r = b.bin(Op::Fmod, x, y);
+      return b.sel(differs(r), b.add(r, y), r);
+    }
+    case DivKind::True: break;
+  }
+  return -1;
+}
+
+// Floating point, as ATen's scalar and vector kernels: trunc(a / b); fmod; remainder = fmod moved
+// to the divisor's sign; floor division from fmod (exact where floor(a / b) would round), with
+// IEEE a / b for b == 0 and a signed zero for a zero quotient.
+int32_t float_division(Builder& b, const Ctx& c, ST t, DivKind kind) {
+  int32_t x = operand(b, c, 0, t), y = operand(b, c, 1, t);
+  int32_t zero = b.k(0, x);
+  auto differs = [&](int32_t r) {
+    return b.bin(Op::And, b.bin(Op::Ne, r, zero), b.bin(Op::Ne, b.bin(Op::Lt, y, zero), b.bin(Op::Lt, r, zero)));
+  };
+  switch (kind) {
+    case DivKind::True: return b.div(x, y);
+    case DivKind::Trunc: return b.un(Op::Trunc, b.div(x, y));
+    case DivKind::Fmod: return b.bin(Op::Fmod, x, y);
+    case DivKind::Remainder: {
+      int32_t r = b.bin(Op::Fmod, x, y);
+      return b.sel(differs(r), b.add(r, y), r);
+    }
+    case DivKind::Floor: {
+      int32_t q = b.div(x, y);
+      int32_t r = b.bin(Op::Fmod, x, y);
+      int32_t d = b.div(b.sub(x, r), y);
+      d = b.sel(differs(r), b.sub(d, b.k(1, x)), d);
+      int32_t f = b.un(Op::Floor, d);
+      f = b.sel(b.bin(Op::Gt, b.sub(d, f), b.k(0.5, x)), b.add(f, b.k(1, x)), f);
+      int32_t signed_zero = b.sel(b.bin(Op::Lt, q, zero), b.k(-0.0, x), b.sel(b.bin(Op::Gt, q, zero), zero, q));
+      f = b.sel(b.bin(Op::Eq, d, zero), signed_zero, f);
+      return b.sel(b.bin(Op::Eq, y, zero), q, f);
+    }
+  }
+  return -1;
+}
+
+int32_t division(Builder& b, const Ctx& c, ST t, DivKind kind) {
+  if (t == ST::Bool) return -1;
+  // ATen rounds a 16-bit quotient before truncating or flooring it: not modelled, stays on ATen.
+  const ST out = c.out().dtype;
+  if ((out == ST::BFloat16 || out == ST::Half) && (kind == DivKind::Trunc || kind == DivKind::Floor)) return -1;
+  return is_float(c.out().dtype) ? float_division(b, c, t, kind) : int_division(b, c, t, kind);
+}
+
+// div(a, b, rounding_mode=None | "trunc" | "floor").
+int32_t div_mode(Builder& b, const Ctx& c, ST t) {
+  if (c.is_none(2)) return (is_float(c.out().dtype) ? division(b, c, t, DivKind::True) : -1);
+  if (c.n.args[2].kind != Arg::Kind::String) return -1;
+  const std::string& mode = c.n.args[2].str;
+  if (mode == "trunc") return division(b, c, t, DivKind::Trunc);
+  if (mode == "floor") return division(b, c, t, DivKind::Floor);
+  return -1;
+}
+
+// Shifts of integers, with ATen's rule for counts out of [0, bits) in the Shl/Shr ops.
+int32_t shift(Builder& b, const Ctx& c, ST t, Op op) {
+  if (t != ST::Long && t != ST::Int) return -1;
+  return b.bin(op, operand(b, c, 0, t), operand(b, c, 1, t));
+}
+
 struct PointwiseRow {
   OpId op;
   PointwiseRule rule;
@@ -249,6 +354,18 @@ const std::vector<PointwiseRow>& pointwise_rows() {
       // Integer division stays in ATen: it raises on division by zero, generated code would trap.
       {OpId::div_Tensor, [](Builder& b, const Ctx& c, ST t) { return FD_FLOAT_ONLY(arith(b, c, t, Op::Div, false)); }},
       {OpId::div_Scalar, [](Builder& b, const Ctx& c, ST t) { return FD_FLOAT_ONLY(arith(b, c, t, Op::Div, false)); }},
+      {OpId::div_Tensor_mode, div_mode},
+      {OpId::div_Scalar_mode, div_mode},
+      {OpId::floor_divide, [](Builder& b, const Ctx& c, ST t) { return division(b, c, t, DivKind::Floor); }},
+      {OpId::floor_divide_Scalar, [](Builder& b, const Ctx& c, ST t) { return division(b, c, t, DivKind::Floor); }},
+      {OpId::remainder_Tensor, [](Builder& b, const Ctx& c, ST t) { return division(b, c, t, DivKind::Remainder); }},
+      {OpId::remainder_Scalar, [](Builder& b, const Ctx& c, ST t) { return division(b, c, t, DivKind::Remainder); }},
+      {OpId::fmod_Tensor, [](Builder& b, const Ctx& c, ST t) { return division(b, c, t, DivKind::Fmod); }},
+      {OpId::fmod_Scalar, [](Builder& b, const Ctx& c, ST t) { return division(b, c, t, DivKind::Fmod); }},
+      {OpId::bitwise_left_shift_Tensor, [](Builder& b, const Ctx& c, ST t) { return shift(b, c, t, Op::Shl); }},
+      {OpId::bitwise_left_shift_Tensor_Scalar, [](Builder& b, const Ctx& c, ST t) { return shift(b, c, t, Op::Shl); }},
+      {OpId::bitwise_right_shift_Tensor, [](Builder& b, const Ctx& c, ST t) { return shift(b, c, t, Op::Shr); }},
+      {OpId::bitwise_right_shift_Tensor_Scalar, [](Builder& b, const Ctx& c, ST t) { return shift(b, c, t, Op::Shr); }},
       {OpId::maximum, [](Builder& b, const Ctx& c, ST t) { return arith(b, c, t, Op::Max, false); }},
       {OpId::minimum, [](Builder& b, const Ctx& c, ST t) { return arith(b, c, t, Op::Min, false); }},
       {OpId::atan2, [](Builder& b, const Ctx& c, ST t) { return FD_FLOAT_ONLY(arith(b, c, t, Op::Atan2, false)); }},
@@ -689,6 +806,52 @@ bool lower_simple_reduction(const Ctx& c, NodeLowering& out, ReduceOp op, bool m
   return true;
 }
 
+// any / all: a count of the elements that are non-zero (any) or zero (all), so that an empty
+// reduction gives False / True. The count is i32 when it cannot overflow, for wider vectors.
+bool lower_any_all(const Ctx& c, NodeLowering& out, bool is_all) {
+  const TensorMeta& in = c.meta(0);
+  const TensorMeta& res = c.out();
+  ST it = compute_type(in.dtype);
+  if (it == ST::Undefined || res.dtype != ST::Bool) return false;
+  Domain dom(in.sizes, dims_mask(c, 1, in.dim()));
+  const ST count = dom.inner_numel < (int64_t{1} << 31) ? ST::Int : ST::Long;
+  Builder b0 = begin(dom, false);
+  int32_t x = b0.load(dom.full_access(c.n.args[0].value, in.sizes), it);
+  int32_t hit = it == ST::Bool ? (is_all ? b0.un(Op::Not, x) : x) : b0.bin(is_all ? Op::Eq : Op::Ne, x, b0.k(0, x));
+  b0.st.reductions.push_back({ReduceOp::Sum, b0.cast(hit, count), count});
+  finish(dom, b0);
+  Builder b1 = begin(dom, true);
+  int32_t n = b1.emit(Op::Reduced, count, 0);
+  int32_t r = b1.bin(is_all ? Op::Eq : Op::Ne, n, b1.cnst(0, count));
+  b1.st.stores.push_back({r, dom.reduced_access(c.n.outputs[0], res)});
+  finish(dom, b1);
+  out.kind = NodeLowering::Kind::Kernels;
+  out.kernels.push_back(std::move(dom.def));
+  return true;
+}
+
+// cumsum along one dim: a scan stage over that dim. As ATen, the input is first converted to the
+// result dtype, and the running sum is kept in its accumulate type (f64 for f32, f32 for 16-bit
+// floats, i64 for integers), rounded to the result at every point.
+bool lower_cumsum(const Ctx& c, NodeLowering& out) {
+  const TensorMeta& in = c.meta(0);
+  const TensorMeta& res = c.out();
+  const ST rt = compute_type(res.dtype);
+  if (in.dim() == 0 || rt == ST::Undefined || rt == ST::Bool || compute_type(in.dtype) == ST::Undefined) return false;
+  const ST acc = res.dtype == ST::Float ? ST::Double : (rt == ST::Int ? ST::Long : rt);
+  std::vector<bool> mask(in.sizes.size(), false);
+  mask[static_cast<size_t>(*wrap_dim(c.n.args.at(1).i, in.dim()))] = true;
+  Domain dom(in.sizes, mask);
+  Builder b = begin(dom, false);
+  int32_t x = rounded(b, b.cast(b.load(dom.full_access(c.n.args[0].value, in.sizes), compute_type(in.dtype)), rt), res.dtype);
+  int32_t run = b.emit(Op::CumSum, acc, b.cast(x, acc));
+  b.st.stores.push_back({rounded(b, b.cast(run, rt), res.dtype), dom.full_access(c.n.outputs[0], res.sizes)});
+  finish(dom, b);
+  out.kind = NodeLowering::Kind::Kernels;
+  out.kernels.push_back(std::move(dom.def));
+  return true;
+}
+
 // max.dim / min.dim / argmax / argmin.
 bool lower_arg_reduction(const Ctx& c, NodeLowering& out, bool is_max, bool values_too) {
   const TensorMeta& in = c.meta(0);
@@ -1001,6 +1164,9 @@ NodeLowering lower_node(const Graph& g, const Node& n) {
     case OpId::amin: done = lower_simple_reduction(c, out, ReduceOp::Min, false, 1, false); break;
     case OpId::max: done = lower_simple_reduction(c, out, ReduceOp::Max, false, 9, true); break;
     case OpId::min: done = lower_simple_reduction(c, out, ReduceOp::Min, false, 9, true); break;
+    case OpId::any_dims: done = lower_any_all(c, out, false); break;
+    case OpId::cumsum: done = lower_cumsum(c, out); break;
+    case OpId::all_dims: done = lower_any_all(c, out, true); break;
     case OpId::max_dim: done = lower_arg_reduction(c, out, true, true); break;
     case OpId::min_dim: done = lower_arg_reduction(c, out, false, true); break;
     case OpId::argmax: done = lower_arg_reduction(c, out, true, false); break;

@@ -188,3 +188,195 @@ def test_warm_start_from_disk_cache_and_corrupted_file(tmp_path):
         data = p.read_bytes()
         p.write_bytes(data[: len(data) // 2] + b"\x00garbage" * 16)
     _run(tmp_path)
+
+
+# --- large outputs: streaming (non-temporal) stores ---------------------------------------------
+# Outputs larger than the last-level cache (32 MiB on the dev machine) are written with streaming
+# stores, peeled to alignment per block: aligned, misaligned (cat's second piece) and 8/2-byte
+# elements must all come out exact.
+
+def test_streaming_store_outputs_match_eager():
+    n = 9 * (1 << 20) + 5  # 36 MiB of float32
+    x = torch.randn(n)
+    check(lambda x: (x * 2 + 1).relu(), x)
+    check(lambda x: torch.cat([x[:-2], x[:4097] * 2]) + 1, x)  # the second piece starts misaligned
+    check(lambda x: x.double() * 3, x[: 5 * (1 << 20) + 3], dtype=torch.float64)
+    check(lambda x: x.to(torch.bfloat16) * 2, torch.randn((1 << 24) + 3), dtype=torch.bfloat16)
+
+
+# --- column mode: reductions over a strided dim, vectorised along the kept contiguous dim --------
+
+COLUMN = {
+    "sum0": lambda x: x.sum(0), "mean1": lambda x: x.mean(1), "amax0": lambda x: x.amax(0),
+    "argmax0": lambda x: x.argmax(0), "argmin1": lambda x: x.argmin(1), "var0": lambda x: x.var(0),
+    "softmax0": lambda x: torch.softmax(x, 0), "logsumexp0": lambda x: torch.logsumexp(x, 0),
+    "norm0": lambda x: (x - x.mean(0, keepdim=True)) / (x.std(0, keepdim=True) + 1),
+    "sum02": lambda x: x.sum((0, 2)) if x.dim() == 3 else x.sum(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COLUMN))
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(50, 100), (300, 17), (1, 16), (3, 40, 70), (0, 20), (9, 129)])
+def test_column_reduction_sweep(name, dtype, shape):
+    x = torch.randn(shape).to(dtype)
+    if x.numel() == 0 and name in ("amax0", "argmax0", "argmin1", "logsumexp0"):
+        pytest.skip("ATen raises on empty max / arg reductions")
+    if dtype == torch.bfloat16 and name in ("var0", "norm0"):
+        pytest.skip("ATen rounds bf16 intermediates; we accumulate in f32")
+    check(COLUMN[name], x, dtype=dtype)
+
+
+def test_column_reduction_ints_and_ties():
+    x = torch.randint(-5, 5, (40, 70))
+    check(lambda x: (x.sum(0), x.amax(0), x.argmax(0), x.argmin(0), *x.max(0)), x, dtype=torch.int64)
+    y = torch.zeros(40, 70)
+    y[3], y[30] = 1.0, 1.0  # ties: the first index wins
+    y[5, 7], y[9, 7] = float("nan"), float("nan")
+    check(lambda y: (y.argmax(0), y.argmin(0), y.amax(0)), y)
+
+
+def test_column_sum_is_as_accurate_as_aten():
+    x = torch.rand(1 << 16, 32) + 100  # long sums of same-signed numbers: naive sums drift
+    ref = x.double().sum(0)
+    ours = fastdyn.jit(lambda x: x.sum(0), backend="llvm_cpu")(x)
+    ours_err = ((ours.double() - ref).abs() / ref).max().item()
+    aten_err = ((x.sum(0).double() - ref).abs() / ref).max().item()
+    assert ours_err <= max(4 * aten_err, 1e-6), (ours_err, aten_err)
+
+
+# --- split mode: full reductions over all threads, deterministic ----------------------------------
+
+SPLIT = {
+    "sum": lambda x: x.sum(), "mean": lambda x: x.mean(), "absmax": lambda x: x.abs().max(),
+    "argmax": lambda x: x.argmax(), "argmin": lambda x: x.argmin(), "var": lambda x: x.var(),
+    "logsumexp": lambda x: torch.logsumexp(x, 0), "softmax": lambda x: torch.softmax(x, 0),
+    "sum_2d": lambda x: x.reshape(1031, -1).t().sum(),  # split along a strided first loop
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT))
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_split_full_reduction_sweep(name, dtype):
+    x = torch.randn(1031 * 509).to(dtype)  # > 2^18 elements: split into chunks
+    if dtype == torch.bfloat16 and name == "var":
+        pytest.skip("ATen rounds bf16 intermediates; we accumulate in f32")
+    check(SPLIT[name], x, dtype=dtype)
+
+
+def test_split_full_reduction_ints_ties_nan_and_thread_count():
+    x = torch.randint(-1000, 1000, (1 << 19,))
+    check(lambda x: (x.sum(), x.amax(), x.argmin()), x, dtype=torch.int64)
+    y = torch.zeros(1 << 20)
+    y[700001], y[900000] = 1.0, 1.0
+    check(lambda y: (y.argmax(), y.argmin(), (-y).argmin()), y)
+    y[800000], y[300000] = float("nan"), float("nan")
+    check(lambda y: (y.argmax(), y.amax(), y.sum()), y)
+    z = torch.rand(1 << 22)
+    f = fastdyn.jit(lambda z: (z.sum(), z.var()), backend="llvm_cpu")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = f(z)
+        torch.set_num_threads(2)
+        two = f(z)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(one, two)), (one, two)  # fixed chunks, fixed order
+    ref = z.double().sum()
+    assert abs(one[0].double() - ref) / ref < 1e-6
+
+
+# --- integer and floored division, shifts, any / all ------------------------------------------------
+
+INT_DIV = {
+    "floor_divide": lambda a, d: a // d, "trunc": lambda a, d: torch.div(a, d, rounding_mode="trunc"),
+    "floor": lambda a, d: torch.div(a, d, rounding_mode="floor"), "remainder": lambda a, d: a % d,
+    "fmod": lambda a, d: torch.fmod(a, d),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INT_DIV))
+@pytest.mark.parametrize("divisor", [3, -3, 1, -1, 7])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("shape,layout", [((0,), "c"), ((1,), "c"), ((37,), "c"), ((5, 19), "transposed")])
+def test_integer_division_by_a_number(name, divisor, dtype, shape, layout):
+    a = (inputs(shape, torch.float32, layout) * 50).to(dtype)
+    if a.numel():  # NB: eager itself traps (SIGFPE) on INT_MIN // -1 and INT_MIN % -1
+        a[(0,) * a.dim()] = torch.iinfo(dtype).min + (divisor == -1)
+    check(lambda a: INT_DIV[name](a, divisor), a, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", sorted(INT_DIV))
+def test_integer_division_by_a_tensor_stays_on_aten_and_raises_on_zero(name):
+    a = torch.randint(-50, 50, (6, 7))
+    d = torch.randint(1, 9, (6, 7)) * (torch.randint(0, 2, (6, 7)) * 2 - 1)
+    check(lambda a, d: INT_DIV[name](a, d), a, d, dtype=torch.int64)
+    d[2, 3] = 0
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fastdyn.jit(lambda a, d: INT_DIV[name](a, d) + 1, backend="llvm_cpu")(a, d)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fastdyn.jit(lambda a: INT_DIV[name](a, 0) + 1, backend="llvm_cpu")(a)
+
+
+@pytest.mark.parametrize("name", sorted(INT_DIV))
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_float_division_modes(name, dtype):
+    a = torch.randn(7, 61) * 10
+    d = torch.randn(61) * 3
+    d[:3] = 0.0
+    d[3] = -0.0
+    a[0, :8] = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-30, -1e-30, 5.0])
+    a, d = a.to(dtype), d.to(dtype)
+    check(lambda a, d: (INT_DIV[name](a, d), INT_DIV[name](a, 2.5), INT_DIV[name](a, -1.5)), a, d, dtype=dtype)
+    got = fastdyn.jit(lambda a, d: INT_DIV[name](a, d), backend="llvm_cpu")(a, d)
+    want = INT_DIV[name](a, d)
+    numbers = ~want.isnan()  # signed zeros must match too (a NaN's sign bit is not specified)
+    assert torch.equal(torch.signbit(got)[numbers], torch.signbit(want)[numbers])
+
+
+SHIFT_COUNTS = [-1, 0, 1, 5, 31, 32, 33, 62, 63, 64, 70]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_shifts_follow_aten_for_every_count(dtype):
+    a = torch.tensor([1, -1, 5, -7, 12345, -12345, torch.iinfo(dtype).max, torch.iinfo(dtype).min], dtype=dtype)
+    a = a.repeat_interleave(len(SHIFT_COUNTS))
+    n = torch.tensor(SHIFT_COUNTS, dtype=dtype).repeat(8)
+    check(lambda a, n: (a << n, a >> n, torch.bitwise_left_shift(a, n), torch.bitwise_right_shift(a, n)), a, n, dtype=dtype)
+    for k in (0, 3, 31, 63, 64):
+        check(lambda a: (a << k, a >> k), a, dtype=dtype)
+    check(lambda a, n: (a.reshape(8, -1).t() << n.reshape(8, -1).t()) + 1, a, n, dtype=dtype)
+
+
+ANY_ALL = {
+    "any": lambda x: x.any(), "all": lambda x: x.all(), "any0": lambda x: x.any(0),
+    "all1k": lambda x: x.all(-1, keepdim=True), "any_dims": lambda x: torch.any(x, dim=(0, 1)),
+    "all_gt": lambda x: (x > 0).all(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANY_ALL))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("shape,layout", [((0, 3), "c"), ((1, 1), "c"), ((7, 33), "c"), ((7, 33), "transposed"), ((300, 40), "c")])
+def test_any_all_sweep(name, dtype, shape, layout):
+    x = inputs(shape, torch.float32, layout)
+    x = (x > 0.8) if dtype == torch.bool else (x * (x.abs() > 1.5)).to(dtype)
+    if dtype == torch.float32 and x.numel() > 3:
+        x[(0,) * (x.dim() - 1) + (2,)] = float("nan")
+    check(ANY_ALL[name], x, dtype=dtype)
+    ones = torch.ones(shape, dtype=dtype)
+    check(ANY_ALL[name], ones, dtype=dtype)
+
+
+# --- cumsum: a scan stage, accumulated in ATen's accumulate type ---------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32, torch.bool])
+@pytest.mark.parametrize("shape,layout", [((0, 3), "c"), ((1, 1), "c"), ((37, 53), "c"), ((37, 53), "transposed"), ((3, 1000), "c")])
+def test_cumsum_sweep(dtype, shape, layout):
+    x = (inputs(shape, torch.float32, layout) * 3).to(dtype)
+    for dim in (0, -1):
+        check(lambda x: x.cumsum(dim), x, dtype=dtype)
+        check(lambda x: torch.cumsum(x * 2 if dtype != torch.bool else x, dim, dtype=torch.float32) + 1, x)
+    got = fastdyn.jit(lambda x: x.cumsum(-1), backend="llvm_cpu")(x)
+    assert torch.equal(got, x.cumsum(-1))  # the same order and accumulate type: bit for bit

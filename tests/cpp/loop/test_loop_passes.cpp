@@ -160,3 +160,74 @@ TEST(LoopPasses, HorizontalReductionsShareOneKernel) {
 
 }  // namespace
 }  // namespace fastdyn::codegen::loop
+
+namespace fastdyn::codegen::loop {
+namespace {
+
+NodeLowering::Kind lowered_kind(const std::string& graph_text, size_t node = 0) {
+  return lower(parse_graph(graph_text)).nodes.at(node).kind;
+}
+
+TEST(LoopLowering, IntegerDivisionByANonZeroNumberIsPointwiseByATensorStaysOnAten) {
+  // ATen raises on an integer division by zero; generated code would trap, so only a known
+  // non-zero divisor is lowered.
+  EXPECT_EQ(lowered_kind(R"(graph(%0: i64[4, 8]{8, 1}):
+  %1: i64[4, 8]{8, 1} = aten::floor_divide.Scalar(%0, 3)
+  return (%1)
+)"), NodeLowering::Kind::Pointwise);
+  EXPECT_EQ(lowered_kind(R"(graph(%0: i64[4, 8]{8, 1}):
+  %1: i64[4, 8]{8, 1} = aten::remainder.Scalar(%0, 0)
+  return (%1)
+)"), NodeLowering::Kind::Extern);
+  EXPECT_EQ(lowered_kind(R"(graph(%0: i64[4, 8]{8, 1}, %1: i64[4, 8]{8, 1}):
+  %2: i64[4, 8]{8, 1} = aten::div.Tensor_mode(%0, %1, "trunc")
+  return (%2)
+)"), NodeLowering::Kind::Extern);
+  // floats divide by anything (IEEE), except 16-bit floor/trunc whose rounding ATen does stepwise
+  EXPECT_EQ(lowered_kind(R"(graph(%0: f32[4, 8]{8, 1}, %1: f32[4, 8]{8, 1}):
+  %2: f32[4, 8]{8, 1} = aten::floor_divide(%0, %1)
+  return (%2)
+)"), NodeLowering::Kind::Pointwise);
+  EXPECT_EQ(lowered_kind(R"(graph(%0: bf16[4, 8]{8, 1}, %1: bf16[4, 8]{8, 1}):
+  %2: bf16[4, 8]{8, 1} = aten::floor_divide(%0, %1)
+  return (%2)
+)"), NodeLowering::Kind::Extern);
+}
+
+TEST(LoopGolden, AnyAllAndShiftsFuseIntoOneReductionKernel) {
+  const char* graph = R"(graph(%0: i64[4, 8]{8, 1}):
+  %1: i64[4, 8]{8, 1} = aten::bitwise_left_shift.Tensor_Scalar(%0, 2)
+  %2: i64[4, 8]{8, 1} = aten::floor_divide.Scalar(%1, -3)
+  %3: b8[4]{1} = aten::any.dims(%2, [1], False)
+  %4: b8[4]{1} = aten::all.dims(%0, [-1], False)
+  return (%3, %4)
+)";
+  golden("any_all_shift_division", passes_text(graph));
+  Program p = build_program(parse_graph(graph));
+  EXPECT_EQ(p.kernels.size(), 1u);
+  EXPECT_EQ(p.plans[2].kind, ValuePlan::Kind::None);  // the shifted quotient lives in registers
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen::loop
+
+namespace fastdyn::codegen::loop {
+namespace {
+
+TEST(LoopPasses, ScanKernelNeverJoinsAPointwiseKernelAsPointwise) {
+  // cumsum over dim 0 runs dim 0 in order; the relu kernel before it has dim 0 outer (split over
+  // threads), so the scan must keep its own kernel, while the pointwise consumer joins the scan.
+  Program p = build_program(parse_graph(R"(graph(%0: f32[4, 8]{8, 1}):
+  %1: f32[4, 8]{8, 1} = aten::relu(%0)
+  %2: f32[4, 8]{8, 1} = aten::cumsum(%0, 0, None)
+  %3: f32[4, 8]{8, 1} = aten::mul.Scalar(%2, 2)
+  return (%1, %3)
+)"));
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(p.kernels[1].inner, std::vector<int64_t>{4});
+  EXPECT_TRUE(has_scan(p.kernels[1].stages[0]));
+  EXPECT_EQ(p.plans[2].kind, ValuePlan::Kind::None);  // the running sum feeds the mul in registers
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen::loop
