@@ -25,13 +25,17 @@ class LlvmExecutable final : public runtime::Executable {
     runtime::ExecutablePtr exe;
     std::vector<ValueId> inputs, outputs;
   };
+  struct Call {
+    KernelFn fn;
+    std::vector<int32_t> slots;  // the kernel's argument array, as slot numbers (kernel_slots)
+  };
   struct Run {
     bool is_kernel;
-    int32_t index;  // fns_ or externs_
+    int32_t index;  // calls_ or externs_
   };
 
-  LlvmExecutable(loop::Program p, std::string text, std::vector<KernelFn> fns, std::vector<Extern> externs)
-      : p_(std::move(p)), text_(std::move(text)), fns_(std::move(fns)), externs_(std::move(externs)) {
+  LlvmExecutable(loop::Program p, std::string text, std::vector<Call> calls, std::vector<Extern> externs)
+      : p_(std::move(p)), text_(std::move(text)), calls_(std::move(calls)), externs_(std::move(externs)) {
     int32_t e = 0;
     for (const loop::Step& s : p_.steps)
       runs_.push_back(s.kind == loop::Step::Kind::Kernel ? Run{true, s.index} : Run{false, e++});
@@ -55,9 +59,13 @@ class LlvmExecutable final : public runtime::Executable {
     std::vector<void*> ptrs(slots.size(), nullptr);
     for (const Run& r : runs_) {
       if (r.is_kernel) {
-        for (size_t s = 0; s < slots.size(); ++s) ptrs[s] = slots[s].defined() ? slots[s].data_ptr() : nullptr;
+        const Call& c = calls_[static_cast<size_t>(r.index)];
+        for (size_t i = 0; i < c.slots.size(); ++i) {
+          const at::Tensor& t = slots[static_cast<size_t>(c.slots[i])];
+          ptrs[i] = t.defined() ? t.data_ptr() : nullptr;
+        }
         int32_t status = 0;
-        fns_[static_cast<size_t>(r.index)](ptrs.data(), &status);
+        c.fn(ptrs.data(), &status);
         if (status != 0) throw BackendError("llvm_cpu: index out of range in self (embedding / index_select)");
         continue;
       }
@@ -105,7 +113,7 @@ class LlvmExecutable final : public runtime::Executable {
 
   loop::Program p_;
   std::string text_;
-  std::vector<KernelFn> fns_;
+  std::vector<Call> calls_;
   std::vector<Extern> externs_;
   std::vector<Run> runs_;
   std::vector<int32_t> buffers_;
@@ -134,36 +142,36 @@ LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
   return e;
 }
 
+// One kernel: its module is keyed by its own IR (emit_kernel makes that independent of the graph,
+// the kernel's name and the slot numbers), so a kernel met before — in another layer of this graph,
+// in another graph, or by an earlier process (disk cache) — is not compiled again.
+KernelFn compile_kernel(const loop::Program& p, const loop::Kernel& k) {
+  static const char* const kSymbol = "fastdyn_kernel";
+  const int bits = llvm_jit::host_target().vector_bits;
+  llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
+  llvm_emit::emit_kernel(p, k, *mb.module, bits, kSymbol);
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  mb.module->print(os, nullptr);
+  os.flush();
+  if (loop::dump_enabled("llvm")) std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), ir.c_str());
+  const std::string key = "llvm_cpu 2 vector_bits=" + std::to_string(bits) + "\n" + ir;
+  std::vector<void*> addrs = llvm_jit::find_cached(key, {kSymbol});
+  if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), key, {kSymbol});
+  return reinterpret_cast<KernelFn>(addrs.at(0));
+}
+
 }  // namespace
 
 runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) {
   loop::Program p = loop::build_program(g);
   const std::string text = loop::print_program(p);
-  std::vector<std::string> names;
-  for (const loop::Kernel& k : p.kernels) names.push_back(k.name);
-  std::vector<void*> addrs;
-  if (!names.empty()) {
-    const int bits = llvm_jit::host_target().vector_bits;
-    const std::string key = "llvm_cpu 1 vector_bits=" + std::to_string(bits) + "\n" + text;
-    addrs = llvm_jit::find_cached(key, names);
-    if (addrs.empty()) {
-      llvm_jit::ModuleBuilder mb = llvm_jit::new_module("fastdyn_graph");
-      llvm_emit::emit_program(p, *mb.module, bits);
-      if (loop::dump_enabled("llvm")) {
-        std::string s;
-        llvm::raw_string_ostream os(s);
-        mb.module->print(os, nullptr);
-        std::fprintf(stderr, "=== llvm ===\n%s", os.str().c_str());
-      }
-      addrs = llvm_jit::compile(std::move(mb), key, names);
-    }
-  }
-  std::vector<KernelFn> fns;
-  for (void* a : addrs) fns.push_back(reinterpret_cast<KernelFn>(a));
+  std::vector<LlvmExecutable::Call> calls;
+  for (const loop::Kernel& k : p.kernels) calls.push_back({compile_kernel(p, k), llvm_emit::kernel_slots(p, k)});
   std::vector<LlvmExecutable::Extern> externs;
   for (const loop::Step& s : p.steps)
     if (s.kind == loop::Step::Kind::Extern) externs.push_back(compile_extern(p.graph, p.graph.nodes[static_cast<size_t>(s.index)]));
-  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(fns), std::move(externs));
+  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(calls), std::move(externs));
 }
 
 }  // namespace fastdyn::codegen

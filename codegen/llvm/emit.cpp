@@ -12,6 +12,7 @@
 #include "codegen/llvm/jit_engine.h"
 #include "runtime/errors.h"
 
+#include <llvm/Analysis/VectorUtils.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/DerivedTypes.h>
 #include <llvm/IR/Function.h>
@@ -135,8 +136,9 @@ Addr address_of(const Program& p, const Kernel& k, const Access& a) {
 
 class KernelEmitter {
  public:
-  KernelEmitter(const Program& p, const Kernel& k, llvm::Module& m, int vector_bits)
-      : p_(p), k_(k), m_(m), ctx_(m.getContext()), b_(ctx_), vf_(std::max(1, vector_bits / 32)) {}
+  KernelEmitter(const Program& p, const Kernel& k, llvm::Module& m, int vector_bits, std::string symbol)
+      : p_(p), k_(k), m_(m), ctx_(m.getContext()), b_(ctx_), vf_(std::max(1, vector_bits / 32)),
+        symbol_(std::move(symbol)) {}
 
   void emit() {
     auto* ptr = llvm::PointerType::get(ctx_, 0);
@@ -148,7 +150,7 @@ class KernelEmitter {
     }
     // ---- the body: (ctx, begin, end) ----
     auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
-    body_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, k_.name + ".body", m_);
+    body_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, symbol_ + ".body", m_);
     fn_ = body_;
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", body_);
     b_.SetInsertPoint(entry);
@@ -162,7 +164,7 @@ class KernelEmitter {
     b_.CreateRetVoid();
     // ---- the entry point ----
     auto* fn_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
-    auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, k_.name, m_);
+    auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, symbol_, m_);
     fn_ = f;
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
     llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(2));
@@ -187,6 +189,12 @@ class KernelEmitter {
       load_addr_.push_back(std::move(loads));
       store_addr_.push_back(std::move(stores));
     }
+    // Buffers are addressed through the kernel's own argument array (see kernel_slots).
+    const std::vector<int32_t> used = kernel_slots(p_, k_);
+    for (auto* addrs : {&load_addr_, &store_addr_})
+      for (std::vector<Addr>& stage : *addrs)
+        for (Addr& a : stage)
+          a.slot = static_cast<int32_t>(std::find(used.begin(), used.end(), a.slot) - used.begin());
     pure_ = k_.stages.size() == 1 && !k_.stages[0].per_outer && k_.stages[0].reductions.empty() &&
             !loop::has_scan(k_.stages[0]);
     std::vector<int64_t> sizes = k_.outer;
@@ -308,6 +316,12 @@ class KernelEmitter {
   // ---- loops ------------------------------------------------------------------------------------
 
   void for_loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step, const std::function<void(llvm::Value*)>& body) {
+    // NB: with static shapes most bounds are constants here (the builder folds them): a loop that
+    // never runs is not emitted, so the unrolled body, the single-vector loop and the scalar tail
+    // exist only where they run. LLVM's time grows with the IR we hand it.
+    auto* clo = llvm::dyn_cast<llvm::ConstantInt>(lo);
+    auto* chi = llvm::dyn_cast<llvm::ConstantInt>(hi);
+    if (clo && chi && clo->getSExtValue() >= chi->getSExtValue()) return;
     llvm::Value* var = entry_alloca(b_.getInt64Ty());
     b_.CreateStore(lo, var);
     auto* cond = llvm::BasicBlock::Create(ctx_, "loop.cond", fn_);
@@ -383,7 +397,7 @@ class KernelEmitter {
       const Stage& st = k_.stages[s];
       if (st.per_outer) continue;
       llvm::Function* body = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage,
-                                                    k_.name + ".stage" + std::to_string(s), m_);
+                                                    symbol_ + ".stage" + std::to_string(s), m_);
       bodies[s] = body;
       fn_ = body;
       b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", body));
@@ -413,7 +427,7 @@ class KernelEmitter {
     }
     // ---- the entry point ----
     auto* fn_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
-    auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, k_.name, m_);
+    auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, symbol_, m_);
     fn_ = f;
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
     slots_ = f->getArg(0);
@@ -909,20 +923,29 @@ class KernelEmitter {
       if (l + 1 == n_inner && !column_) lane_stride = s;
     }
     llvm::Value* dyn = nullptr;
+    bool dyn_uniform = false;
     if (a.dynamic >= 0) {
       dyn = vals.at(static_cast<size_t>(a.dynamic));
+      // NB: an index that is the same in every lane (an embedding row chosen per outer point, read
+      // along the row) leaves the access contiguous: one check and one vector load, no gather.
+      if (llvm::Value* one = lanes > 1 ? llvm::getSplatValue(dyn) : nullptr) {
+        dyn = one;
+        dyn_uniform = true;
+      }
+      const int dyn_lanes = dyn_uniform ? 1 : lanes;
       // Out-of-range gathered indices read row 0 and raise the status flag.
-      llvm::Value* size = splat(b_.getInt64(a.dyn_size), lanes);
+      llvm::Value* size = splat(b_.getInt64(a.dyn_size), dyn_lanes);
       llvm::Value* bad = b_.CreateICmpUGE(dyn, size);
-      llvm::Value* any = lanes == 1 ? bad : b_.CreateOrReduce(bad);
+      llvm::Value* any = dyn_lanes == 1 ? bad : b_.CreateOrReduce(bad);
       llvm::Value* old = b_.CreateLoad(b_.getInt32Ty(), status_);
       b_.CreateStore(b_.CreateSelect(any, b_.getInt32(1), old), status_);
-      dyn = b_.CreateSelect(bad, splat(b_.getInt64(0), lanes), dyn);
-      dyn = b_.CreateMul(dyn, splat(b_.getInt64(a.dyn_stride), lanes));
+      dyn = b_.CreateSelect(bad, splat(b_.getInt64(0), dyn_lanes), dyn);
+      dyn = b_.CreateMul(dyn, splat(b_.getInt64(a.dyn_stride), dyn_lanes));
     }
-    contiguous = lanes > 1 && lane_stride == 1 && !dyn;
-    uniform = lanes > 1 && lane_stride == 0 && !dyn;
+    contiguous = lanes > 1 && lane_stride == 1 && (!dyn || dyn_uniform);
+    uniform = lanes > 1 && lane_stride == 0 && (!dyn || dyn_uniform);
     if (lanes == 1 || contiguous || uniform) return dyn ? b_.CreateAdd(off, dyn) : off;
+    if (dyn_uniform) dyn = splat(dyn, lanes);
     llvm::SmallVector<llvm::Constant*, 16> steps;
     for (int i = 0; i < lanes; ++i) steps.push_back(b_.getInt64(static_cast<uint64_t>(i * lane_stride)));
     llvm::Value* v = b_.CreateAdd(splat(off, lanes), llvm::ConstantVector::get(steps));
@@ -1216,7 +1239,8 @@ class KernelEmitter {
   int vf_;
   llvm::Function* body_ = nullptr;
   llvm::Function* fn_ = nullptr;
-  llvm::Value* slots_ = nullptr;
+  llvm::Value* slots_ = nullptr;  // the kernel's argument array: data pointers, kernel_slots order
+  std::string symbol_;
   llvm::Value* status_ = nullptr;
   std::vector<std::vector<Addr>> load_addr_, store_addr_;
   std::vector<std::vector<llvm::Value*>> load_base_, store_base_;
@@ -1244,10 +1268,28 @@ class KernelEmitter {
 
 }  // namespace
 
+std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k) {
+  std::vector<int32_t> used;
+  auto use = [&](const Access& a) {
+    const int32_t slot = p.plans.at(static_cast<size_t>(a.value)).slot;
+    if (std::find(used.begin(), used.end(), slot) == used.end()) used.push_back(slot);
+  };
+  for (const Stage& s : k.stages) {
+    for (const Access& a : s.loads) use(a);
+    for (const loop::Store& st : s.stores) use(st.dst);
+  }
+  return used;
+}
+
+void emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
+                 const std::string& symbol) {
+  KernelEmitter(p, k, m, vector_bits, symbol).emit();
+}
+
 std::vector<std::string> emit_program(const loop::Program& p, llvm::Module& m, int vector_bits) {
   std::vector<std::string> names;
   for (const Kernel& k : p.kernels) {
-    KernelEmitter(p, k, m, vector_bits).emit();
+    emit_kernel(p, k, m, vector_bits, k.name);
     names.push_back(k.name);
   }
   return names;

@@ -1,11 +1,11 @@
 // codegen/llvm/emit.h — the llvm_cpu kernel emitter: a planned loop Program -> LLVM IR functions
 // (codegen/ layer; LLVM types only by forward declaration here).
 //
-// ABI: every kernel of the Program becomes `void <kernel name>(void** slots, int32_t* status)`,
-// where slots[s] is the data pointer of buffer slot s (ValuePlan::slot). The executable calls the
-// kernels in step order from C++, with the extern ATen calls between them: the tensors of an
-// extern step are C++ objects anyway, so a callback ABI would buy nothing. All kernels of one
-// graph go into one module: one compile, one cache entry. *status is set to 1 when a gathered
+// ABI: every kernel of the Program becomes `void <symbol>(void** slots, int32_t* status)`, where
+// slots[i] is the data pointer of the i-th buffer slot the kernel uses (kernel_slots). The
+// executable calls the kernels in step order from C++, with the extern ATen calls between them:
+// the tensors of an extern step are C++ objects anyway, so a callback ABI would buy nothing. Each
+// kernel is its own module and cache entry (emit_kernel). *status is set to 1 when a gathered
 // index (embedding / index_select) is out of range; the kernel then reads row 0 instead.
 //
 // Code shape: the outer points (for pure pointwise kernels: blocks of the innermost row) are
@@ -37,8 +37,20 @@ class Module;
 
 namespace fastdyn::codegen::llvm_emit {
 
-// Emits every kernel of `p` into `m`; returns their symbol names in Program::kernels order.
-// Throws BackendError when an instr has no code for its type (a lowering bug, reported by name).
+// The buffer slots kernel `k` reads and writes, in first-use order: the kernel's `slots` argument
+// holds their data pointers in this order.
+std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k);
+
+// Emits kernel `k` into `m` as the C-ABI function `symbol`. The IR depends only on what the kernel
+// computes and on the layouts of its buffers, not on its graph, name or slot numbers (given the
+// same symbol): compile_llvm_cpu compiles and caches each kernel by that IR, so the same kernel in
+// another layer, graph or process is compiled once. Throws BackendError when an instr has no code
+// for its type (a lowering bug, reported by name).
+void emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
+                 const std::string& symbol);
+
+// Every kernel of `p` into `m`, each under its own name (tests); returns the names in
+// Program::kernels order.
 std::vector<std::string> emit_program(const loop::Program& p, llvm::Module& m, int vector_bits);
 
 }  // namespace fastdyn::codegen::llvm_emit

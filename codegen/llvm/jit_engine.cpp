@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <cstdlib>
 #include <mutex>
 
@@ -447,6 +449,8 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
   }
   const std::string name = m.module->getModuleIdentifier();
   const auto t0 = Clock::now();
+  timespec cpu0{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
   std::string verifier_text;
   llvm::raw_string_ostream verifier_os(verifier_text);
   if (llvm::verifyModule(*m.module, &verifier_os))
@@ -477,6 +481,14 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
   e.cache->write_object(key_text, object);
   times.total_ms = ms_since(t0);
   e.last_times = times;
+  if (std::getenv("FASTDYN_TIME_PASSES"))
+  {
+    timespec cpu1{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    const double cpu_ms = double(cpu1.tv_sec - cpu0.tv_sec) * 1e3 + double(cpu1.tv_nsec - cpu0.tv_nsec) / 1e6;
+    std::fprintf(stderr, "[fastdyn] llvm %s: optimise %.1f ms, codegen %.1f ms, link %.1f ms, total %.1f ms (thread cpu %.1f ms)\n",
+                 name.c_str(), times.optimise_ms, times.codegen_ms, times.link_ms, times.total_ms, cpu_ms);
+  }
   return out;
 }
 

@@ -101,7 +101,8 @@ double math_fn_max_ulp(MathFn fn);    // SLEEF's documented bound: 1.0 (u10), 1.
 // Tests only: forget every kernel in memory (their code is freed: addresses handed out earlier
 // dangle) and zero the statistics, as if the process had just started. The disk is left alone.
 void reset_for_testing();
-// Wall time of the last compile() call's phases, in milliseconds (FASTDYN_LOG=code, tests).
+// Wall time of the last compile() call's phases, in milliseconds (FASTDYN_LOG=code, tests);
+// FASTDYN_TIME_PASSES=1 prints them on stderr for every compile, with the thread's CPU time.
 // FASTDYN_LLVM_ARGS="-opt=value ..." passes options to LLVM (experiments; part of the cache key).
 struct CompileTimes {
   double optimise_ms = 0, codegen_ms = 0, link_ms = 0, total_ms = 0;

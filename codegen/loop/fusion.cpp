@@ -3,8 +3,9 @@
 // 1. Materialisation. A pointwise value is computed inline wherever it is read (its body is
 //    substituted into the reader's stage through the reader's index map) unless it must exist in
 //    memory (a graph output, an extern's operand, the base of a reshape) or inlining would repeat
-//    real work: a value read more than once is inlined only when it is a few cheap instrs, since
-//    recomputing it costs less than writing and re-reading it (bytes saved). Reductions are never
+//    real work or memory traffic: a value read more than once is inlined only when it is a few
+//    cheap instrs loading at most one buffer (through its own inlined inputs), since only then
+//    does recomputing it cost less than writing and re-reading it (bytes saved). Reductions are never
 //    duplicated: they live in exactly one kernel.
 // 2. Kernels, in node order: one per materialised pointwise value, the lowering's kernels for
 //    reductions / softmax / norms / cat.
@@ -105,6 +106,7 @@ class Fuser {
     must_.assign(nv, false);
     uses_.assign(nv, 0);
     inline_.assign(nv, false);
+    reads_.assign(nv, 0);
     for (ValueId v : g_.outputs) must_[static_cast<size_t>(v)] = true;
     for (const Node& n : g_.nodes) {
       const NodeLowering& l = lg_.nodes[static_cast<size_t>(&n - g_.nodes.data())];
@@ -141,9 +143,18 @@ class Fuser {
         ++work;
         expensive |= is_transcendental(in.op);
       }
-      for (const Access& a : l.body.loads)
+      int reads = 0;  // buffers a reader of v would load if v were inlined (through inlined inputs)
+      for (const Access& a : l.body.loads) {
         for (const AffineIndex& ix : a.index) expensive |= ix.dynamic >= 0;  // gathers
-      inline_[static_cast<size_t>(v)] = uses_[static_cast<size_t>(v)] <= 1 || (!expensive && work <= 4);
+        reads += inline_[static_cast<size_t>(a.value)] ? std::max(1, reads_[static_cast<size_t>(a.value)]) : 1;
+      }
+      reads_[static_cast<size_t>(v)] = reads;
+      // Bytes: inlined into its n readers, v costs n * reads loads; in memory, 1 store + n loads.
+      // So a value read more than once is inlined only when it reads at most one buffer (and is
+      // cheap to recompute). Without the second condition a residual stream (h = h + f(h), read
+      // by a layer norm and by the next residual add) is recomputed from every earlier layer's
+      // outputs in each later kernel: traffic and kernel size grow with depth.
+      inline_[static_cast<size_t>(v)] = uses_[static_cast<size_t>(v)] <= 1 || (!expensive && work <= 4 && reads <= 1);
     }
   }
 
@@ -505,6 +516,7 @@ class Fuser {
   std::vector<int32_t> producer_, out_index_;
   std::vector<bool> must_, inline_;
   std::vector<int64_t> uses_;
+  std::vector<int> reads_;  // per pointwise value: buffers its inlined body loads
   Built last_built_;
   Built* last_ = nullptr;
 };

@@ -33,6 +33,29 @@ std::vector<at::Tensor> both(const std::string& text, const std::vector<at::Tens
   return got;
 }
 
+// Kernels are compiled and cached by their own IR: the same layer norm in two graphs, on buffers
+// with other slot numbers and names, compiles once; the second graph hits the memory cache.
+TEST(LlvmBackend, IdenticalKernelsCompileOnceAcrossGraphs) {
+  auto graph = [](int extra_inputs) {
+    auto v = [&](int i) { return "%" + std::to_string(extra_inputs + i); };
+    std::string t = "graph(";
+    for (int i = 0; i < extra_inputs; ++i) t += "%" + std::to_string(i) + ": f32[3]{1}, ";
+    t += v(0) + ": f32[8, 64]{64, 1}, " + v(1) + ": f32[64]{1}, " + v(2) + ": f32[64]{1}):\n";
+    t += "  " + v(3) + ": f32[8, 64]{64, 1} = aten::layer_norm(" + v(0) + ", [64], " + v(1) + ", " + v(2) + ", 1e-05, True)\n";
+    return t + "  return (" + v(3) + ")\n";
+  };
+  at::Tensor a = at::randn({8, 64}), w = at::randn({64}), b = at::randn({64});
+  auto first = compile_llvm_cpu(parse_graph(graph(0)));
+  const llvm_jit::CacheStats before = llvm_jit::cache_stats();
+  auto second = compile_llvm_cpu(parse_graph(graph(2)));
+  const llvm_jit::CacheStats after = llvm_jit::cache_stats();
+  EXPECT_EQ(after.compiles, before.compiles) << "the second graph's kernel was compiled again";
+  EXPECT_EQ(after.memory_hits, before.memory_hits + 1);
+  at::Tensor want = first->run({a, w, b}).at(0);
+  EXPECT_TRUE(at::allclose(second->run({at::zeros({3}), at::zeros({3}), a, w, b}).at(0), want));
+  EXPECT_TRUE(at::allclose(want, at::layer_norm(a, {64}, w, b, 1e-5)));
+}
+
 TEST(LlvmBackend, PointwiseChainMatchesAten) {
   both(R"(graph(%0: f32[4, 37]{37, 1}, %1: f32[37]{1}):
   %2: f32[4, 37]{37, 1} = aten::add.Tensor(%0, %1, 1)

@@ -158,6 +158,24 @@ TEST(LoopPasses, HorizontalReductionsShareOneKernel) {
   EXPECT_EQ(p.plans[2].kind, ValuePlan::Kind::None);
 }
 
+// Fusion by bytes: a cheap value read twice is recomputed by its readers only if it loads at most
+// one buffer. h = a + b (two loads) read by two reductions is stored once (1 store + 2 loads
+// beats 4 loads), so a later layer does not recompute the whole residual stream; u = a * 2 (one
+// load) is recomputed.
+TEST(LoopPasses, MultiReadValueIsInlinedOnlyIfItLoadsOneBuffer) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[4, 64]{64, 1}, %1: f32[4, 64]{64, 1}):
+  %2: f32[4, 64]{64, 1} = aten::add.Tensor(%0, %1, 1)
+  %3: f32[4]{1} = aten::sum.dim_IntList(%2, [-1], False, None)
+  %4: f32[4, 64]{64, 1} = aten::mul.Scalar(%0, 2)
+  %5: f32[4]{1} = aten::amax(%2, [-1], False)
+  %6: f32[4]{1} = aten::sum.dim_IntList(%4, [-1], False, None)
+  %7: f32[4]{1} = aten::amax(%4, [-1], False)
+  return (%3, %5, %6, %7)
+)"));
+  EXPECT_EQ(p.plans[2].kind, ValuePlan::Kind::Buffer) << print_program(p);
+  EXPECT_EQ(p.plans[4].kind, ValuePlan::Kind::None) << print_program(p);
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen::loop
 
