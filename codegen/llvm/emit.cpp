@@ -1136,6 +1136,11 @@ class KernelEmitter {
       case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::Eq: case Op::Ne:
         return compare(in.op, k_.stages[s].instrs[static_cast<size_t>(in.a)].type, arg(in.a), arg(in.b));
       case Op::Select: return b_.CreateSelect(arg(in.a), arg(in.b), arg(in.c));
+      case Op::Fma: {
+        if (!fp) throw BackendError("llvm emitter: Fma on an integer type");
+        llvm::Value* x = arg(in.a);
+        return b_.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, arg(in.b), arg(in.c)});
+      }
       case Op::CumSum: {
         llvm::Value* accp = scans_.at(static_cast<size_t>(&in - k_.stages[s].instrs.data()));
         llvm::Value* sum = fp ? b_.CreateFAdd(b_.CreateLoad(vec_type(t, lanes), accp), arg(in.a))

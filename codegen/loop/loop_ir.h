@@ -44,6 +44,8 @@ namespace fastdyn::codegen::loop {
 // Integer Div truncates and Fmod is its remainder (C's / and %); lowerings emit them only with a
 // divisor that cannot be 0 or -1. Shl/Shr follow ATen: a count outside [0, bits) gives 0 (Shl) or
 // the sign fill (Shr, arithmetic).
+// Fma(a, b, c) = a * b + c rounded once (floats only): lowerings use it inside polynomials that
+// ATen's own vectorised code evaluates with fused multiply-adds (the float32 erf of GELU).
 // CumSum is a scan: the running sum of its operand over the inner points of its stage so far, in
 // loop order, this point included (cumsum along the kernel's one inner dim). Its stage is never
 // vectorised along that dim, and a kernel with one is never pure pointwise (its points depend on
@@ -57,7 +59,7 @@ namespace fastdyn::codegen::loop {
   X(Add, 2) X(Sub, 2) X(Mul, 2) X(Div, 2) X(Max, 2) X(Min, 2) X(Pow, 2) X(Atan2, 2)          \
   X(Rem, 2) X(Fmod, 2) X(And, 2) X(Or, 2) X(Xor, 2) X(Shl, 2) X(Shr, 2)                       \
   X(Lt, 2) X(Le, 2) X(Gt, 2) X(Ge, 2) X(Eq, 2) X(Ne, 2)                                       \
-  X(Select, 3) X(CumSum, 1)
+  X(Select, 3) X(Fma, 3) X(CumSum, 1)
 
 enum class Op : uint8_t {
 #define FD_X(name, arity) name,

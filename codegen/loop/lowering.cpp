@@ -62,6 +62,10 @@ class Builder {
     return emit(Op::Select, type(x), c, x, y);
   }
   int32_t k(double v, int32_t like) { return cnst(v, type(like)); }
+  int32_t fma(int32_t x, int32_t y, int32_t z) {
+    FD_CHECK(type(x) == type(y) && type(y) == type(z), "loop lowering: fma operands of different types");
+    return emit(Op::Fma, type(x), x, y, z);
+  }
   int64_t dims() const { return dims_; }
 
  private:
@@ -170,7 +174,7 @@ int32_t erf_of(Builder& b, int32_t x) {
   int32_t ax = b.un(Op::Abs, x);
   int32_t t = b.un(Op::Recip, b.add(b.k(1, x), b.mul(b.k(0.3275911, x), ax)));
   int32_t poly = b.k(1.061405429, x);
-  for (double c : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) poly = b.add(b.mul(poly, t), b.k(c, x));
+  for (double c : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) poly = b.fma(poly, t, b.k(c, x));
   poly = b.mul(poly, t);
   int32_t y = b.sub(b.k(1, x), b.mul(poly, b.un(Op::Exp, b.un(Op::Neg, b.mul(x, x)))));
   return b.sel(b.bin(Op::Lt, x, b.k(0, x)), b.un(Op::Neg, y), y);
