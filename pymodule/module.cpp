@@ -16,6 +16,9 @@
 #include "runtime/errors.h"
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
+#ifdef FASTDYN_HAVE_LLVM
+#include "codegen/llvm/jit_engine.h"
+#endif
 
 namespace py = pybind11;
 using namespace fastdyn;
@@ -41,6 +44,9 @@ void check_backend(const std::string& backend) {
   if (backend != "native" && backend != "aten" && backend != "llvm_cpu")
     throw py::value_error("fastdyn: unknown backend '" + backend + "' (expected 'native', 'llvm_cpu' or 'aten')");
   eval_hook::config().backend = backend;  // process-wide: the last enable()/jit() wins
+#ifdef FASTDYN_HAVE_LLVM
+  if (backend != "aten") codegen::llvm_jit::prewarm();  // the JIT is built while the user's code runs
+#endif
 }
 
 PyCodeObject* code_of(py::handle fn) {
@@ -133,6 +139,12 @@ PYBIND11_MODULE(_C, m) {
     return t ? py::reinterpret_borrow<py::object>(t) : py::none();
   });
   m.def("explain", &explain);
+  m.def("finish_prewarm", [] {
+#ifdef FASTDYN_HAVE_LLVM
+    py::gil_scoped_release release;
+    codegen::llvm_jit::finish_prewarm();
+#endif
+  });
   m.def("stats", &stats);
   m.def("reset", [] {
     eval_hook::reset_all_code_states();

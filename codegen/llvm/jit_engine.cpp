@@ -8,6 +8,7 @@
 #include "codegen/llvm/jit_engine.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <ctime>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include <llvm/Analysis/TargetTransformInfo.h>
 #include <llvm/Config/llvm-config.h>
@@ -490,6 +492,29 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
                  name.c_str(), times.optimise_ms, times.codegen_ms, times.link_ms, times.total_ms, cpu_ms);
   }
   return out;
+}
+
+namespace {
+std::mutex g_prewarm_mutex;
+std::thread* g_prewarm = nullptr;  // NB: never destroyed (a joinable std::thread would terminate)
+}  // namespace
+
+void prewarm() {
+  std::lock_guard<std::mutex> lock(g_prewarm_mutex);
+  if (g_prewarm) return;
+  ::pthread_atfork([] { finish_prewarm(); }, nullptr, nullptr);
+  g_prewarm = new std::thread([] {
+    try {
+      (void)engine();
+    } catch (...) {
+      // The first real use reports the error (engine() retries its initialisation).
+    }
+  });
+}
+
+void finish_prewarm() {
+  std::lock_guard<std::mutex> lock(g_prewarm_mutex);
+  if (g_prewarm && g_prewarm->joinable()) g_prewarm->join();
 }
 
 CacheStats cache_stats() {

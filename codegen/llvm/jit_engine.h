@@ -98,6 +98,14 @@ const char* math_fn_name(MathFn fn);  // "exp", "atan2", ...
 int math_fn_arity(MathFn fn);         // 1 or 2 (atan2, pow)
 double math_fn_max_ulp(MathFn fn);    // SLEEF's documented bound: 1.0 (u10), 1.5 (u15), ...
 
+// Starts building the engine (host detection, target machines, the ORC JIT: ~5-10 ms) on a
+// background thread, at most once per process, so that a first compile or disk-cache hit does not
+// pay for it; the API calls it when fastdyn is enabled or a function is jitted. finish_prewarm()
+// waits for that thread: it runs before fork() (pthread_atfork: a child must not inherit a
+// half-built engine) and from Python's atexit, before static destructors.
+void prewarm();
+void finish_prewarm();
+
 // Tests only: forget every kernel in memory (their code is freed: addresses handed out earlier
 // dangle) and zero the statistics, as if the process had just started. The disk is left alone.
 void reset_for_testing();

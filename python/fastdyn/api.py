@@ -1,4 +1,5 @@
 """The public API of fastdyn. Everything here forwards to the C++ core in fastdyn._C."""
+import atexit
 import functools
 import inspect
 import os
@@ -8,6 +9,10 @@ import sysconfig
 import torch
 
 from . import _C
+
+# The JIT engine may still be starting on its background thread (see prewarm in
+# codegen/llvm/jit_engine.h): let it finish before the process's static destructors run.
+atexit.register(_C.finish_prewarm)
 
 __all__ = ["GraphBreakError", "ExplainOutput", "BreakReason", "enable", "disable", "jit",
            "explain", "stats", "reset", "skip"]

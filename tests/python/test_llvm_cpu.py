@@ -380,3 +380,24 @@ def test_cumsum_sweep(dtype, shape, layout):
         check(lambda x: torch.cumsum(x * 2 if dtype != torch.bool else x, dim, dtype=torch.float32) + 1, x)
     got = fastdyn.jit(lambda x: x.cumsum(-1), backend="llvm_cpu")(x)
     assert torch.equal(got, x.cumsum(-1))  # the same order and accumulate type: bit for bit
+
+
+@pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+def test_fork_right_after_jit_while_the_engine_prewarms():
+    # jit() starts building the JIT engine on a background thread; a fork at that moment must not
+    # leave the child with a half-built engine (it would deadlock on its first compile).
+    script = textwrap.dedent("""
+        import os, torch, fastdyn
+        f = fastdyn.jit(lambda x: (x * 2).exp())
+        pid = os.fork()
+        if pid == 0:
+            x = torch.randn(33)
+            ok = torch.allclose(f(x), (x * 2).exp())
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        print("ok")
+    """)
+    env = dict(os.environ, FASTDYN_CACHE_DIR="off")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
