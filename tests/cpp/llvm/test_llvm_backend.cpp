@@ -53,7 +53,7 @@ TEST(LlvmBackend, IdenticalKernelsCompileOnceAcrossGraphs) {
   EXPECT_EQ(after.memory_hits, before.memory_hits + 1);
   at::Tensor want = first->run({a, w, b}).at(0);
   EXPECT_TRUE(at::allclose(second->run({at::zeros({3}), at::zeros({3}), a, w, b}).at(0), want));
-  EXPECT_TRUE(at::allclose(want, at::layer_norm(a, {64}, w, b, 1e-5)));
+  EXPECT_TRUE(at::allclose(want, at::layer_norm(a, {64}, w, b, 1e-5), 1e-4, 1e-5));  // summation order differs
 }
 
 TEST(LlvmBackend, PointwiseChainMatchesAten) {
