@@ -58,20 +58,19 @@ llvm::Value* emit_exp_f32(llvm::IRBuilderBase& b, llvm::Value* x) {
                              ? static_cast<llvm::Type*>(llvm::VectorType::get(b.getInt32Ty(), llvm::cast<llvm::VectorType>(type)->getElementCount()))
                              : b.getInt32Ty();
   auto ki = [&](int v) { return llvm::ConstantInt::get(int_type, static_cast<uint64_t>(int64_t(v)), /*isSigned=*/true); };
-  auto fma = [&](llvm::Value* a, llvm::Value* m, llvm::Value* c) { return llvm_jit::fma(b, a, m, c); };
 
   llvm::Value* clamped = b.CreateIntrinsic(llvm::Intrinsic::maxnum, {type}, {x, k(kClampLow)});
   clamped = b.CreateIntrinsic(llvm::Intrinsic::minnum, {type}, {clamped, k(kClampHigh)});
   llvm::Value* n = b.CreateIntrinsic(llvm::Intrinsic::roundeven, {type}, {b.CreateFMul(clamped, k(kLog2e))});
-  llvm::Value* r = fma(n, k(-kLn2Hi), clamped);
-  r = fma(n, k(-kLn2Lo), r);
+  llvm::Value* r = fma(b, n, k(-kLn2Hi), clamped);
+  r = fma(b, n, k(-kLn2Lo), r);
 
   double coefficient = 1.0;
   for (int i = 1; i <= kTaylorDegree; ++i) coefficient /= i;
   llvm::Value* p = k(coefficient);
   for (int i = kTaylorDegree - 1; i >= 0; --i) {
     coefficient *= (i + 1);  // 1 / i!
-    p = fma(p, r, k(coefficient));
+    p = fma(b, p, r, k(coefficient));
   }
 
   llvm::Value* ni = b.CreateFPToSI(n, int_type);
