@@ -467,6 +467,28 @@ def bandwidth_lines(by_key, cases, modes, reference="copy_16m"):
     return lines
 
 
+def compile_cost_lines(by_key, cases):
+    """Compilation's share of the first call: a cold process's first call minus eager's first call
+    in the same run (both pay the same lazy initialisation of torch, MKL, the page cache's misses),
+    for fastdyn (empty kernel cache) and inductor, and fastdyn's cost as a share of inductor's
+    (issue 4's target: at most 1%)."""
+    def extra(case, mode):
+        r, e = by_key.get((case, mode)), by_key.get((case, "eager"))
+        ok = r and e and r["status"] == "ok" and e["status"] == "ok"
+        return (r["first_call_ns"] - e["first_call_ns"]) if ok else None
+    rows = [(c, extra(c, "fastdyn"), extra(c, "inductor")) for c in cases]
+    rows = [row for row in rows if row[1] is not None and row[2] is not None]
+    if not rows:
+        return []
+    lines = ["", "Compile cost (first call minus eager's first call, same run; a negative fastdyn "
+                 "cost means its first call beat eager's):", "",
+             "| case | fastdyn | inductor | fastdyn / inductor |", "|---|---:|---:|---:|"]
+    for c, f, i in rows:
+        share = f"{max(f, 0) / i:.2%}" if i > 0 else "—"
+        lines.append(f"| {c} | {f / 1e6:+.1f} ms | {i / 1e6:+.0f} ms | {share} |")
+    return lines
+
+
 def write_reports(out: Path, info, results, cases, modes, argv):
     (out / "results.json").write_text(json.dumps(
         {"machine": info, "command": argv, "results": results}, indent=1))
@@ -518,6 +540,7 @@ def write_reports(out: Path, info, results, cases, modes, argv):
             lines.append(f"| {case} | {mode} | {fmt_time(r['first_call_ns'])} | "
                          f"{fmt_time(r['median_ns'])} | {speed} | {correct} | {others} | {note} |")
     lines += bandwidth_lines(by_key, cases, modes)
+    lines += compile_cost_lines(by_key, cases)
     lines.append("")
     (out / "results.md").write_text("\n".join(lines))
     return "\n".join(lines)

@@ -34,8 +34,15 @@ class LlvmExecutable final : public runtime::Executable {
     int32_t index;  // calls_ or externs_
   };
 
-  LlvmExecutable(loop::Program p, std::string text, std::vector<Call> calls, std::vector<Extern> externs)
-      : p_(std::move(p)), text_(std::move(text)), calls_(std::move(calls)), externs_(std::move(externs)) {
+  LlvmExecutable(loop::Program p, std::string text, std::vector<Call> calls, std::vector<Extern> externs,
+                 runtime::ExecutablePtr aliased)
+      : p_(std::move(p)), text_(std::move(text)), calls_(std::move(calls)), externs_(std::move(externs)),
+        aliased_(std::move(aliased)) {
+    for (const loop::WriteBack& w : p_.writebacks) {
+      size_t i = 0;
+      while (p_.graph.inputs.at(i) != w.input) ++i;
+      mutated_.push_back({i, w.bumps});
+    }
     int32_t e = 0;
     for (const loop::Step& s : p_.steps)
       runs_.push_back(s.kind == loop::Step::Kind::Kernel ? Run{true, s.index} : Run{false, e++});
@@ -50,6 +57,29 @@ class LlvmExecutable final : public runtime::Executable {
     if (inputs.size() != g.inputs.size())
       throw UserError("llvm_cpu backend: graph takes " + std::to_string(g.inputs.size()) + " inputs, got " +
                       std::to_string(inputs.size()));
+    if (mutated_.empty()) return run_steps(inputs);
+    if (overlaps_another_input(inputs)) return aliased_->run(inputs);
+    std::vector<at::Tensor> outputs;
+    try {
+      outputs = run_steps(inputs);
+    } catch (const std::exception&) {
+      // An op failed (x.add_(1); x[bad_index]): eager raises with x already written. The
+      // write-backs come last and cannot fail, so the inputs are untouched: ATen replays the
+      // recorded ops, mutation and error included, exactly as eager.
+      return aliased_->run(inputs);
+    }
+    // NB: after the writes, as eager: for an inference tensor outside inference mode this throws
+    // eager's error with the data already written.
+    for (const Mutated& m : mutated_)
+      for (int32_t k = 0; k < m.bumps; ++k) inputs[m.input].unsafeGetTensorImpl()->bump_version();
+    return outputs;
+  }
+
+  std::string describe() const override { return "backend llvm_cpu\n" + text_; }
+
+ private:
+  std::vector<at::Tensor> run_steps(const std::vector<at::Tensor>& inputs) const {
+    const Graph& g = p_.graph;
     std::vector<at::Tensor> slots(p_.slot_owner.size());
     for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.plans[static_cast<size_t>(g.inputs[i])].slot)] = inputs[i];
     for (int32_t s : buffers_) {
@@ -94,9 +124,40 @@ class LlvmExecutable final : public runtime::Executable {
     return outputs;
   }
 
-  std::string describe() const override { return "backend llvm_cpu\n" + text_; }
+  struct Mutated {
+    size_t input;   // position in the graph's inputs
+    int32_t bumps;  // in-place ops on it: version counter increments
+  };
 
- private:
+  // The bytes a tensor's elements can touch: [lo, hi).
+  static std::pair<uintptr_t, uintptr_t> extent(const at::Tensor& t) {
+    const auto base = reinterpret_cast<uintptr_t>(t.data_ptr());
+    int64_t lo = 0, hi = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      const int64_t span = (t.size(d) - 1) * t.stride(d);
+      (span < 0 ? lo : hi) += span;
+    }
+    const auto item = static_cast<int64_t>(t.element_size());
+    return {base + static_cast<uintptr_t>(lo * item), base + static_cast<uintptr_t>((hi + 1) * item)};
+  }
+
+  // The kernels read every input as it was and write the mutated ones last: right only when no
+  // other input shares a mutated one's memory (f(x, x), f(x, x[1:])). Such calls run the recorded
+  // graph op by op on ATen, which mutates exactly as eager.
+  bool overlaps_another_input(const std::vector<at::Tensor>& inputs) const {
+    for (const Mutated& m : mutated_) {
+      const at::Tensor& t = inputs[m.input];
+      if (t.numel() == 0) continue;
+      const auto [lo, hi] = extent(t);
+      for (size_t j = 0; j < inputs.size(); ++j) {
+        if (j == m.input || !inputs[j].defined() || inputs[j].numel() == 0) continue;
+        const auto [olo, ohi] = extent(inputs[j]);
+        if (olo < hi && lo < ohi) return true;
+      }
+    }
+    return false;
+  }
+
   at::Tensor tensor_of(ValueId v, const std::vector<at::Tensor>& slots) const {
     const ValuePlan& pl = p_.plans[static_cast<size_t>(v)];
     const TensorMeta& m = p_.graph.meta(v);
@@ -117,6 +178,8 @@ class LlvmExecutable final : public runtime::Executable {
   std::vector<Extern> externs_;
   std::vector<Run> runs_;
   std::vector<int32_t> buffers_;
+  runtime::ExecutablePtr aliased_;  // the original graph on ATen (only when it mutates inputs)
+  std::vector<Mutated> mutated_;
 };
 
 LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
@@ -171,7 +234,8 @@ runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) {
   std::vector<LlvmExecutable::Extern> externs;
   for (const loop::Step& s : p.steps)
     if (s.kind == loop::Step::Kind::Extern) externs.push_back(compile_extern(p.graph, p.graph.nodes[static_cast<size_t>(s.index)]));
-  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(calls), std::move(externs));
+  runtime::ExecutablePtr aliased = p.writebacks.empty() ? nullptr : compile_aten(g);
+  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(calls), std::move(externs), std::move(aliased));
 }
 
 }  // namespace fastdyn::codegen

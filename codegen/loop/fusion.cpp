@@ -15,7 +15,9 @@
 //    value the previous kernel stores once per outer point. A read of a value the previous kernel
 //    produced is allowed only at the very point it was produced (it then becomes a register for
 //    per-outer values), so outer points stay independent and the threads need no barrier.
-// 4. Stores that nothing reads any more (the value lives only in registers now) are dropped.
+// 4. Write-backs (functionalize.cpp), after every other step and never merged with one: per
+//    mutated graph input a kernel storing the input's final value into the caller's tensor.
+// 5. Stores that nothing reads any more (the value lives only in registers now) are dropped.
 #include "codegen/loop/passes.h"
 
 #include "runtime/errors.h"
@@ -72,6 +74,8 @@ class Fuser {
     p_.plans.assign(nv, ValuePlan());
     for (ValueId v : g_.inputs) p_.plans[static_cast<size_t>(v)].kind = ValuePlan::Kind::Input;
     for (size_t i = 0; i < g_.nodes.size(); ++i) schedule_node(i);
+    schedule_writebacks();
+    p_.writebacks = lg_.writebacks;
     drop_dead_stores();
     return std::move(p_);
   }
@@ -131,6 +135,7 @@ class Fuser {
         for_each_input(n, [&](ValueId v) { uses_[static_cast<size_t>(v)] += 1; });
       }
     }
+    for (const WriteBack& w : lg_.writebacks) uses_[static_cast<size_t>(w.value)] += 1;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const NodeLowering& l = lg_.nodes[i];
       if (l.kind != NodeLowering::Kind::Pointwise) continue;
@@ -310,8 +315,12 @@ class Fuser {
     return b;
   }
 
-  Built build_pointwise(ValueId v, const NodeLowering& l) {
-    const TensorMeta& m = g_.meta(v);
+  Built build_pointwise(ValueId v, const NodeLowering& l) { return build_store(l.body, l.result, v); }
+
+  // A kernel over dst's shape (outer = all dims but the last) evaluating stage `s` and storing its
+  // instr `result` into `dst` at every point.
+  Built build_store(Stage s, int32_t result, ValueId dst) {
+    const TensorMeta& m = g_.meta(dst);
     KernelDef def;
     def.full = m.sizes;
     for (size_t d = 0; d < m.sizes.size(); ++d) def.full_to_dom.push_back(static_cast<int32_t>(d));
@@ -320,10 +329,9 @@ class Fuser {
       def.kernel.outer.pop_back();
       def.kernel.inner.push_back(m.sizes.back());
     }
-    Stage s = l.body;
     Store st;
-    st.instr = l.result;
-    st.dst.value = v;
+    st.instr = result;
+    st.dst.value = dst;
     st.dst.index = identity_map(m.sizes.size());
     s.stores.push_back(st);
     def.kernel.stages.push_back(std::move(s));
@@ -370,6 +378,71 @@ class Fuser {
     p_.steps.push_back({Step::Kind::Kernel, static_cast<int32_t>(p_.kernels.size() - 1)});
     last_built_ = std::move(b);
     last_ = &last_built_;
+  }
+
+  // ---- 4. write-backs ---------------------------------------------------------------------------
+
+  // Earlier steps read the inputs' old contents, so the write-back kernels come last and alone. A
+  // write-back computes its final value in place (x.add_(1): load, add, store the same point)
+  // unless its kernel would read a mutated input at another point than it writes
+  // (x.copy_(x.flip(0))) or another mutated input (whose write-back may already have run): then
+  // the value is materialised by an ordinary kernel first.
+  void schedule_writebacks() {
+    std::vector<Built> last;
+    for (const WriteBack& w : lg_.writebacks) {
+      Built b = build_copy(w.value, w.input);
+      if (!writes_in_place(b, w.input)) {
+        const NodeLowering* l = lowering_of(w.value);
+        FD_CHECK(l && l->kind == NodeLowering::Kind::Pointwise && inline_[static_cast<size_t>(w.value)],
+                 "write-back of v" + std::to_string(w.value) + " reads a mutated input yet is not inline");
+        inline_[static_cast<size_t>(w.value)] = false;
+        p_.plans[static_cast<size_t>(w.value)].kind = ValuePlan::Kind::Buffer;
+        add_kernel(build_pointwise(w.value, *l));
+        b = build_copy(w.value, w.input);
+      }
+      last.push_back(std::move(b));
+    }
+    for (Built& b : last) {
+      last_ = nullptr;
+      add_kernel(std::move(b));
+    }
+    last_ = nullptr;
+  }
+
+  // input[i] = value[i] over input's shape, value computed inline where it is inline.
+  Built build_copy(ValueId value, ValueId input) {
+    // NB: functionalize gives the value the input's dtype, so the stage is one load.
+    FD_CHECK(g_.meta(value).dtype == g_.meta(input).dtype, "write-back of another dtype");
+    Stage s;
+    Access a;
+    a.value = value;
+    a.index = identity_map(g_.meta(input).sizes.size());
+    s.loads.push_back(a);
+    Instr ld;
+    ld.op = Op::Load;
+    ld.a = 0;
+    ld.type = compute_type(g_.meta(input).dtype);
+    s.instrs.push_back(ld);
+    return build_store(std::move(s), 0, input);
+  }
+
+  bool writes_in_place(const Built& b, ValueId input) const {
+    auto mutated = [&](ValueId v) {
+      for (const WriteBack& w : lg_.writebacks)
+        if (w.input == v) return true;
+      return false;
+    };
+    for (const Stage& s : b.kernel.stages) {
+      const Access* own = nullptr;
+      for (const Store& st : s.stores)
+        if (st.dst.value == input) own = &st.dst;
+      for (const Access& a : s.loads) {
+        const ValuePlan& pl = p_.plans[static_cast<size_t>(a.value)];
+        if (pl.kind == ValuePlan::Kind::Alias && mutated(pl.root)) return false;
+        if (mutated(a.value) && !(a.value == input && own && a == *own)) return false;
+      }
+    }
+    return true;
   }
 
   // ---- 3. merging ------------------------------------------------------------------------------
@@ -485,11 +558,12 @@ class Fuser {
     s.loads = std::move(kept);
   }
 
-  // ---- 4. dead stores ----------------------------------------------------------------------------
+  // ---- 5. dead stores ----------------------------------------------------------------------------
 
   void drop_dead_stores() {
     std::vector<bool> needed(g_.values.size(), false);
     for (ValueId v : g_.outputs) needed[static_cast<size_t>(v)] = true;
+    for (const WriteBack& w : lg_.writebacks) needed[static_cast<size_t>(w.input)] = true;
     for (const Step& s : p_.steps)
       if (s.kind == Step::Kind::Extern) for_each_input(g_.nodes[static_cast<size_t>(s.index)], [&](ValueId v) { needed[static_cast<size_t>(v)] = true; });
     for (const Kernel& k : p_.kernels)

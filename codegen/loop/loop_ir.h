@@ -142,8 +142,18 @@ struct ValuePlan {
   ValueId root = -1;  // Alias
 };
 
+// A graph input that the graph mutates in place (codegen/loop/functionalize.cpp): the last kernel
+// steps store `value`, its final contents, into the caller's tensor. The executable bumps the
+// tensor's version counter `bumps` times, once per in-place op, as eager does.
+struct WriteBack {
+  ValueId input = -1;
+  ValueId value = -1;
+  int32_t bumps = 1;
+};
+
 struct Program {
   Graph graph;  // the graph being compiled (Extern steps name its nodes; values carry metadata)
+  std::vector<WriteBack> writebacks;
   std::vector<Kernel> kernels;
   std::vector<Step> steps;
   // Filled by plan_memory: per value, and per slot the value whose metadata allocates it.

@@ -5,7 +5,7 @@
 // tanh, silu into exp, softmax into max / sum-of-exp / store stages...). One table row per OpId
 // that has a lowering; an op without a row, or with a dtype the loops cannot compute, stays an
 // Extern (ATen computes it, correctly, op by op). A graph that cannot run outside ATen at all
-// (in-place mutation, autograd, a non-CPU device) throws Unsupported.
+// (autograd, a non-CPU device, a mutation functionalize cannot express) throws Unsupported.
 #include "codegen/loop/passes.h"
 
 #include "codegen/meta_rules.h"
@@ -1216,12 +1216,15 @@ NodeLowering lower_node(const Graph& g, const Node& n) {
 
 }  // namespace
 
-LoweredGraph lower(const Graph& g) {
-  LoweredGraph lg;
-  lg.graph = g;
-  for (const TensorMeta& m : g.values) {
+LoweredGraph lower(const Graph& original) {
+  for (const TensorMeta& m : original.values) {
     if (!m.device.is_cpu()) throw Unsupported("a tensor is on " + m.device.str() + ", not the CPU");
   }
+  LoweredGraph lg;
+  Functional f = functionalize(original);
+  lg.graph = std::move(f.graph);
+  lg.writebacks = std::move(f.writebacks);
+  const Graph& g = lg.graph;
   for (const Node& n : g.nodes) {
     const OpInfo& info = op_info(n.op);
     if (info.category == OpCategory::InPlace) throw Unsupported(std::string("in-place op aten::") + info.aten + " mutates a tensor");

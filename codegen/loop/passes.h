@@ -1,6 +1,8 @@
 // codegen/loop/passes.h — the passes from a tensor Graph to a planned loop Program (codegen/ layer,
 // backend-neutral), and the pipeline that runs them in order with FASTDYN_DUMP.
 //
+//   functionalize  graph -> graph without in-place ops: each becomes its out-of-place twin, later
+//                reads read the new version, and mutated inputs get a WriteBack (loop_ir.h).
 //   lower        graph -> LoweredGraph: per node a pointwise definition (an SSA body over the
 //                output's index space), a view (affine index map, or an alias needing a
 //                materialised base), kernels (reductions, softmax, norms, cat), or Extern.
@@ -54,10 +56,18 @@ struct NodeLowering {
 };
 
 struct LoweredGraph {
-  Graph graph;
+  Graph graph;                      // functionalized
   std::vector<NodeLowering> nodes;  // parallel to graph.nodes
+  std::vector<WriteBack> writebacks;
 };
 
+struct Functional {
+  Graph graph;
+  std::vector<WriteBack> writebacks;
+};
+// Throws Unsupported for mutations it cannot express (writes into views, see functionalize.cpp).
+Functional functionalize(const Graph& g);
+// Functionalizes, then lowers each node.
 LoweredGraph lower(const Graph& g);
 Program fuse(const LoweredGraph& lg);
 Program plan_memory(Program p);

@@ -1,0 +1,263 @@
+// codegen/loop/functionalize.cpp — functionalize: in-place ops become out-of-place ones plus
+// write-backs into the graph inputs they mutate (see passes.h).
+//
+// Every value an in-place op returns aliases its `self`; the values that share one storage form a
+// class named by its root (the first value of the chain). Reads after a mutation read the class's
+// latest functional version, reads before it the older one, so the rewritten graph has no aliasing
+// left and the fusion scheduler may inline and reorder freely. A mutated graph input gets one
+// write-back (input <- final version), stored by the last kernels; a graph output naming any value
+// of an input's class names the input itself, so the caller gets its own tensor object back, as
+// eager's `x.add_(y)` returns x. Since only the write-backs touch the inputs, and they come last,
+// a call whose ops fail midway has written nothing: the llvm_cpu backend then replays the graph on
+// ATen, which mutates and raises exactly where eager does (so graphs drawing random numbers, which
+// a replay would draw twice, are not functionalized).
+//
+// What stays ATen's (Unsupported, the whole graph runs on the aten backend, which executes the
+// in-place ops as recorded): a write into a view (x[0].add_(1)), a view of a class taken before a
+// later mutation of that class (the view would have to see the new data), an op whose result type
+// differs from self's (int_x.add_(0.5) computes in float, then truncates), and fill_/index_put_.
+#include "codegen/loop/passes.h"
+
+#include "codegen/meta_rules.h"
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace fastdyn::codegen::loop {
+namespace {
+
+// In-place overloads whose out-of-place twin is not "same name without the underscore, same
+// overload" (pow_.Scalar takes a Scalar exponent: pow.Tensor_Scalar, not pow.Scalar).
+const std::unordered_map<int, OpId>& renamed_twins() {
+  static const std::unordered_map<int, OpId> m = {
+      {static_cast<int>(OpId::pow__Scalar), OpId::pow_Tensor_Scalar},
+      {static_cast<int>(OpId::pow__Tensor), OpId::pow_Tensor_Tensor},
+      {static_cast<int>(OpId::floor_divide__Tensor), OpId::floor_divide},
+  };
+  return m;
+}
+
+// The out-of-place op computing what `op` writes, or nullopt when there is none we can use.
+std::optional<OpId> functional_twin(OpId op) {
+  auto it = renamed_twins().find(static_cast<int>(op));
+  if (it != renamed_twins().end()) return it->second;
+  if (op == OpId::logical_not_ || op == OpId::fill__Scalar || op == OpId::index_put_) return std::nullopt;
+  const OpInfo& info = op_info(op);
+  std::string name = info.aten;
+  if (name.empty() || name.back() != '_') return std::nullopt;
+  name.pop_back();
+  std::string q = "aten::" + name + (*info.overload ? std::string(".") + info.overload : std::string());
+  std::optional<OpId> twin = op_by_qualified_name(q);
+  if (!twin || op_info(*twin).category != OpCategory::Pointwise) return std::nullopt;
+  return twin;
+}
+
+// Eager computes an in-place op in the promoted type of its operands and casts into self. The
+// twin reproduces that only when promotion gives self's dtype: every tensor operand has it (a
+// masked_fill mask excepted) and no float number meets an integral self.
+bool same_result_type(const Graph& g, const Node& n) {
+  const c10::ScalarType self = g.meta(n.args.at(0).value).dtype;
+  const bool mask_arg = n.op == OpId::masked_fill__Scalar || n.op == OpId::masked_fill__Tensor;
+  for (size_t i = 1; i < n.args.size(); ++i) {
+    const Arg& a = n.args[i];
+    if (a.kind == Arg::Kind::Value && !(mask_arg && i == 1) && g.meta(a.value).dtype != self) return false;
+    if (a.kind == Arg::Kind::ValueList) return false;
+    if (a.kind == Arg::Kind::Double && !is_floating(self)) return false;
+  }
+  return true;
+}
+
+TensorMeta fresh_meta(const TensorMeta& like, std::vector<int64_t> strides) {
+  TensorMeta m = like;
+  m.strides = std::move(strides);
+  m.storage_offset = 0;
+  return m;
+}
+
+class Functionalizer {
+ public:
+  explicit Functionalizer(const Graph& g) : g_(g) {}
+
+  Functional run() {
+    const size_t nv = g_.values.size();
+    root_.resize(nv);
+    for (size_t v = 0; v < nv; ++v) root_[v] = static_cast<ValueId>(v);
+    producer_.assign(nv, -1);
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      for (ValueId o : g_.nodes[i].outputs) producer_[static_cast<size_t>(o)] = static_cast<int32_t>(i);
+    find_mutations();
+    Functional f;
+    if (last_mutation_.empty()) {
+      f.graph = g_;
+      return f;
+    }
+    check_views();
+    f.graph.values = g_.values;
+    f.graph.inputs = g_.inputs;
+    current_.clear();
+    for (size_t i = 0; i < g_.nodes.size(); ++i) rewrite(g_.nodes[i], f.graph);
+    std::vector<bool> is_input(nv, false);
+    for (ValueId v : g_.inputs) is_input[static_cast<size_t>(v)] = true;
+    for (ValueId o : g_.outputs) {
+      ValueId r = root_[static_cast<size_t>(o)];
+      const bool mutated = last_mutation_.count(r) > 0;
+      f.graph.outputs.push_back(!mutated ? o : is_input[static_cast<size_t>(r)] ? r : current_.at(r));
+    }
+    for (ValueId v : g_.inputs) {
+      auto it = current_.find(v);
+      if (it == current_.end()) continue;
+      f.writebacks.push_back({v, it->second, static_cast<int32_t>(mutations_at_.at(v).size())});
+    }
+    return f;
+  }
+
+ private:
+  bool is_view_output(ValueId v) const {
+    int32_t p = producer_[static_cast<size_t>(v)];
+    return p >= 0 && op_info(g_.nodes[static_cast<size_t>(p)].op).category == OpCategory::View;
+  }
+
+  bool has_random_op() const {
+    for (const Node& n : g_.nodes)
+      if (op_info(n.op).category == OpCategory::Random) return true;
+    return false;
+  }
+
+  // The class root of the storage v lives in (through views).
+  ValueId storage_root(ValueId v) const {
+    while (is_view_output(v)) {
+      const Node& n = g_.nodes[static_cast<size_t>(producer_[static_cast<size_t>(v)])];
+      if (n.args.empty() || n.args[0].kind != Arg::Kind::Value) break;
+      v = n.args[0].value;
+    }
+    return root_[static_cast<size_t>(v)];
+  }
+
+  void find_mutations() {
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (op_info(n.op).category != OpCategory::InPlace) continue;
+      FD_CHECK(!n.args.empty() && n.args[0].kind == Arg::Kind::Value, "in-place node without a self tensor");
+      ValueId self = n.args[0].value;
+      ValueId r = root_[static_cast<size_t>(self)];
+      if (is_view_output(r))
+        throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " writes into a view");
+      if (n.op != OpId::copy_ && (!functional_twin(n.op) || !same_result_type(g_, n)))
+        throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " has no out-of-place form here");
+      for (size_t a = 1; a < n.args.size(); ++a)  // x.add_(x.t()): ATen refuses the partial overlap
+        if (n.args[a].kind == Arg::Kind::Value && n.args[a].value != self && storage_root(n.args[a].value) == r)
+          throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " reads a view of what it writes");
+      const TensorMeta& m = g_.meta(r);
+      for (size_t d = 0; d < m.sizes.size(); ++d)
+        if (m.sizes[d] > 1 && m.strides[d] == 0)  // eager refuses the write (elements share memory)
+          throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " into an expanded tensor");
+      for (ValueId o : n.outputs) root_[static_cast<size_t>(o)] = r;
+      if (has_random_op())  // NB: the backend replays a failed call on ATen: a replay must draw the same numbers
+        throw Unsupported("a graph that draws random numbers mutates a tensor in place");
+      last_mutation_[r] = i;
+      mutations_at_[r].push_back(i);
+    }
+  }
+
+  // A view of a class read after a mutation that came after the view was taken would have to
+  // show the new data (x.t() read by the add_ it feeds is fine; v = x[1:], x.mul_(2), v + 1 is not).
+  void check_views() const {
+    const size_t nn = g_.nodes.size();
+    std::vector<size_t> last_read(g_.values.size(), 0);  // latest reader, through derived views
+    for (size_t k = 0; k < nn; ++k)
+      for (const Arg& a : g_.nodes[k].args) {
+        if (a.kind == Arg::Kind::Value) last_read[static_cast<size_t>(a.value)] = k;
+        if (a.kind == Arg::Kind::ValueList)
+          for (ValueId v : a.values)
+            if (v >= 0) last_read[static_cast<size_t>(v)] = k;
+      }
+    for (ValueId o : g_.outputs) last_read[static_cast<size_t>(o)] = nn;
+    for (size_t j = nn; j-- > 0;) {
+      const Node& n = g_.nodes[j];
+      if (op_info(n.op).category != OpCategory::View || n.args.empty() || n.args[0].kind != Arg::Kind::Value) continue;
+      const ValueId base = n.args[0].value;
+      size_t latest = 0;
+      for (ValueId o : n.outputs) latest = std::max(latest, last_read[static_cast<size_t>(o)]);
+      last_read[static_cast<size_t>(base)] = std::max(last_read[static_cast<size_t>(base)], latest);
+      auto it = mutations_at_.find(root_[static_cast<size_t>(base)]);
+      if (it == mutations_at_.end()) continue;
+      for (size_t m : it->second)
+        if (j < m && m < latest)
+          throw Unsupported("a view of a tensor is read after the tensor is mutated in place: " + print_node(g_, n));
+    }
+  }
+
+  ValueId read(ValueId v) const {
+    auto it = current_.find(root_[static_cast<size_t>(v)]);
+    return it == current_.end() ? v : it->second;
+  }
+
+  void rewrite(const Node& n, Graph& out) {
+    Node f = n;
+    for (Arg& a : f.args) {
+      if (a.kind == Arg::Kind::Value) a.value = read(a.value);
+      if (a.kind == Arg::Kind::ValueList)
+        for (ValueId& v : a.values)
+          if (v >= 0) v = read(v);
+    }
+    if (op_info(n.op).category != OpCategory::InPlace) {
+      out.nodes.push_back(std::move(f));
+      return;
+    }
+    const ValueId result = n.outputs.at(0);
+    const TensorMeta& self = g_.meta(n.args[0].value);
+    if (n.op == OpId::copy_) {
+      copy_twin(f, self, result, out);
+    } else {
+      f.op = *functional_twin(n.op);
+      std::vector<const TensorMeta*> operands;
+      for (const Arg& a : f.args)
+        if (a.kind == Arg::Kind::Value) operands.push_back(&out.meta(a.value));
+      out.values[static_cast<size_t>(result)] = fresh_meta(self, tensor_iterator_strides(self.sizes, operands));
+      out.nodes.push_back(std::move(f));
+    }
+    current_[root_[static_cast<size_t>(n.args[0].value)]] = result;
+  }
+
+  // self.copy_(src): src broadcast to self's shape (an expand view) and cast to self's dtype.
+  void copy_twin(const Node& f, const TensorMeta& self, ValueId result, Graph& out) {
+    ValueId src = f.args.at(1).value;
+    const TensorMeta& sm = out.meta(src);
+    if (sm.sizes != self.sizes) {
+      TensorMeta em = sm;
+      em.sizes = self.sizes;
+      em.strides.assign(self.sizes.size(), 0);
+      const size_t lead = self.sizes.size() - sm.sizes.size();
+      for (size_t d = 0; d < sm.sizes.size(); ++d)
+        em.strides[lead + d] = sm.sizes[d] == self.sizes[lead + d] ? sm.strides[d] : 0;
+      ValueId e = out.add_value(em);
+      Node ex;
+      ex.op = OpId::expand;
+      ex.args = {Arg::of_value(src), Arg::of_ints(self.sizes), Arg::of_bool(false)};
+      ex.outputs = {e};
+      out.nodes.push_back(std::move(ex));
+      src = e;
+    }
+    Node cp;
+    cp.op = OpId::_to_copy;
+    cp.args = {Arg::of_value(src), Arg::of_dtype(self.dtype), Arg::none(), Arg::none(), Arg::none(),
+               Arg::of_bool(false), Arg::none()};
+    cp.outputs = {result};
+    out.values[static_cast<size_t>(result)] = fresh_meta(self, preserve_format_strides(out.meta(src)));
+    out.nodes.push_back(std::move(cp));
+  }
+
+  const Graph& g_;
+  std::vector<ValueId> root_;
+  std::vector<int32_t> producer_;
+  std::unordered_map<ValueId, size_t> last_mutation_;  // class root -> index of its last in-place node
+  std::unordered_map<ValueId, std::vector<size_t>> mutations_at_;  // class root -> its in-place nodes
+  std::unordered_map<ValueId, ValueId> current_;       // class root -> latest functional version
+};
+
+}  // namespace
+
+Functional functionalize(const Graph& g) { return Functionalizer(g).run(); }
+
+}  // namespace fastdyn::codegen::loop

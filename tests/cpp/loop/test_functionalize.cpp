@@ -1,0 +1,141 @@
+// tests/cpp/loop/test_functionalize.cpp — functionalize (in-place ops → out-of-place twins plus
+// write-backs) and how the scheduler stores the write-backs: graph text in, functional graph and
+// planned kernels checked.
+#include "codegen/graph.h"
+#include "codegen/loop/passes.h"
+
+#include <gtest/gtest.h>
+
+namespace fastdyn::codegen::loop {
+namespace {
+
+std::string unsupported_reason(const char* text) {
+  try {
+    build_program(parse_graph(text));
+  } catch (const Unsupported& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Functionalize, InPlaceOpsBecomeTwinsAndOutputsNameTheInput) {
+  Functional f = functionalize(parse_graph(R"(graph(%0: f32[4]{1}, %1: f32[4]{1}):
+  %2: f32[4]{1} = aten::add_.Tensor(%0, %1, 1)
+  %3: f32[4]{1} = aten::relu_(%0)
+  %4: f32[4]{1} = aten::mul.Scalar(%0, 3)
+  return (%3, %4, %0)
+)"));
+  EXPECT_EQ(print_graph(f.graph), R"(graph(%0: f32[4]{1}, %1: f32[4]{1}):
+  %2: f32[4]{1} = aten::add.Tensor(%0, %1, 1)
+  %3: f32[4]{1} = aten::relu(%2)
+  %4: f32[4]{1} = aten::mul.Scalar(%3, 3)
+  return (%0, %4, %0)
+)");
+  ASSERT_EQ(f.writebacks.size(), 1u);
+  EXPECT_EQ(f.writebacks[0].input, 0);
+  EXPECT_EQ(f.writebacks[0].value, 3);
+  EXPECT_EQ(f.writebacks[0].bumps, 2);
+}
+
+TEST(Functionalize, CopyBroadcastsAndCastsIntoTheDestination) {
+  Functional f = functionalize(parse_graph(R"(graph(%0: f64[3, 4]{4, 1}, %1: f32[4]{1}):
+  %2: f64[3, 4]{4, 1} = aten::copy_(%0, %1, False)
+  return (%2)
+)"));
+  EXPECT_EQ(print_graph(f.graph), R"(graph(%0: f64[3, 4]{4, 1}, %1: f32[4]{1}):
+  %3: f32[3, 4]{0, 1} = aten::expand(%1, [3, 4], False)
+  %2: f64[3, 4]{4, 1} = aten::_to_copy(%3, torch.float64, None, None, None, False, None)
+  return (%0)
+)");
+}
+
+TEST(Functionalize, AMutatedIntermediateNeedsNoWriteBack) {
+  Functional f = functionalize(parse_graph(R"(graph(%0: f32[4]{1}):
+  %1: f32[4]{1} = aten::mul.Scalar(%0, 2)
+  %2: f32[4]{1} = aten::add_.Scalar(%1, 1, 1)
+  return (%1)
+)"));
+  EXPECT_TRUE(f.writebacks.empty());
+  EXPECT_EQ(f.graph.outputs, std::vector<ValueId>{2});
+  EXPECT_EQ(f.graph.nodes[1].op, OpId::add_Scalar);
+}
+
+TEST(Functionalize, WhatTheLoopsCannotExpressIsRefusedWithAReason) {
+  EXPECT_NE(unsupported_reason(R"(graph(%0: f32[4, 5]{5, 1}):
+  %1: f32[5]{1} = aten::select.int(%0, 0, 0)
+  %2: f32[5]{1} = aten::add_.Scalar(%1, 1, 1)
+  return (%0)
+)").find("writes into a view"), std::string::npos);
+  EXPECT_NE(unsupported_reason(R"(graph(%0: f32[6]{1}):
+  %1: f32[5]{1} = aten::slice.Tensor(%0, 0, 1, None, 1)
+  %2: f32[6]{1} = aten::mul_.Scalar(%0, 2)
+  %3: f32[5]{1} = aten::add.Scalar(%1, 1, 1)
+  return (%3)
+)").find("read after the tensor is mutated"), std::string::npos);
+  EXPECT_NE(unsupported_reason(R"(graph(%0: f32[4, 4]{4, 1}):
+  %1: f32[4, 4]{1, 4} = aten::transpose.int(%0, 0, 1)
+  %2: f32[4, 4]{4, 1} = aten::add_.Tensor(%0, %1, 1)
+  return (%2)
+)").find("reads a view of what it writes"), std::string::npos);
+  // int64 += 0.5 computes in float and truncates: the twin would compute in int64.
+  EXPECT_NE(unsupported_reason(R"(graph(%0: i64[4]{1}):
+  %1: i64[4]{1} = aten::mul_.Scalar(%0, 0.5)
+  return (%1)
+)").find("no out-of-place form"), std::string::npos);
+  EXPECT_NE(unsupported_reason(R"(graph(%0: f32[4, 3]{0, 1}):
+  %1: f32[4, 3]{0, 1} = aten::add_.Scalar(%0, 1, 1)
+  return (%1)
+)").find("expanded"), std::string::npos);
+}
+
+TEST(Functionalize, AViewReadBeforeTheMutationIsFine) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[6]{1}):
+  %1: f32[5]{1} = aten::slice.Tensor(%0, 0, 1, None, 1)
+  %2: f32[5]{1} = aten::mul.Scalar(%1, 2)
+  %3: f32[6]{1} = aten::mul_.Scalar(%0, 2)
+  return (%2, %3)
+)"));
+  EXPECT_EQ(p.writebacks.size(), 1u);
+}
+
+// The write-back kernel is the last step and stores the input itself.
+const Store* only_store(const Kernel& k) {
+  if (k.stages.size() != 1 || k.stages[0].stores.size() != 1) return nullptr;
+  return &k.stages[0].stores[0];
+}
+
+TEST(WriteBacks, AnElementwiseUpdateIsComputedInTheWriteBackKernel) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[4, 8]{8, 1}, %1: f32[8]{1}):
+  %2: f32[4, 8]{8, 1} = aten::add_.Tensor(%0, %1, 1)
+  return (%2)
+)"));
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const Store* st = only_store(p.kernels[0]);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->dst.value, 0);
+  EXPECT_EQ(p.plans[0].kind, ValuePlan::Kind::Input);
+  EXPECT_EQ(p.kernels[0].stages[0].loads.size(), 2u);  // x and y, each once: x + y into x
+}
+
+TEST(WriteBacks, ReadingAnotherMutatedInputMaterialisesTheValueFirst) {
+  // a += b; b *= a: b's final value reads a's new value, which a's write-back overwrites.
+  Program p = build_program(parse_graph(R"(graph(%0: f32[16]{1}, %1: f32[16]{1}):
+  %2: f32[16]{1} = aten::add_.Tensor(%0, %1, 1)
+  %3: f32[16]{1} = aten::mul_.Tensor(%1, %0)
+  return (%2, %3)
+)"));
+  ASSERT_EQ(p.writebacks.size(), 2u);
+  ASSERT_GE(p.kernels.size(), 3u);
+  const size_t n = p.kernels.size();
+  for (size_t k = n - 2; k < n; ++k) {  // the two write-backs: each loads one buffer and stores an input
+    const Store* st = only_store(p.kernels[k]);
+    ASSERT_NE(st, nullptr);
+    EXPECT_TRUE(st->dst.value == 0 || st->dst.value == 1);
+    for (const Access& a : p.kernels[k].stages[0].loads)
+      EXPECT_TRUE(a.value == st->dst.value || (a.value != 0 && a.value != 1)) << print_program(p);
+  }
+  EXPECT_EQ(p.steps.back().kind, Step::Kind::Kernel);
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen::loop

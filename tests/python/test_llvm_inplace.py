@@ -1,0 +1,208 @@
+"""In-place ops on the llvm_cpu backend (codegen/loop/functionalize.cpp): graphs that mutate their
+inputs or intermediates compile to kernels that write the caller's tensors, with eager's results,
+returned objects, version counters and errors. Writes the loops cannot express (into views, an
+input overlapping another at run time) run on ATen, and must be exactly as right."""
+import pytest
+import torch
+
+from fdcheck import fastdyn
+
+pytestmark = pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+
+
+def backend_of(fn, *args):
+    report = fastdyn.explain(fn, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+    assert len(report.code) == 1, str(report)
+    return report.code[0].split("\n", 1)[0]
+
+
+def run_both(fn, make):
+    """fn on fresh inputs eagerly and under fastdyn (twice: the compiled call, then a cached one)."""
+    eager_in = make()
+    want = fn(*eager_in)
+    jf = fastdyn.jit(fn)
+    for _ in range(2):
+        got_in = make()
+        got = jf(*got_in)
+        yield eager_in, want, got_in, got
+
+
+def same_object_positions(ins, out):
+    outs = out if isinstance(out, tuple) else (out,)
+    return [next((i for i, t in enumerate(ins) if o is t), None) for o in outs]
+
+
+def check_same(fn, make):
+    for eager_in, want, got_in, got in run_both(fn, make):
+        for e, g in zip(eager_in, got_in):  # the mutated inputs, and the others untouched
+            torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-6)
+            assert g._version == e._version
+        wants = want if isinstance(want, tuple) else (want,)
+        gots = got if isinstance(got, tuple) else (got,)
+        for w, g in zip(wants, gots):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+        # `out.copy_(x)` returns out itself: so must the compiled graph.
+        assert same_object_positions(got_in, got) == same_object_positions(eager_in, want)
+
+
+def seeded(*shapes, dtype=torch.float32):
+    def make():
+        g = torch.Generator().manual_seed(0)
+        return tuple(torch.randn(*s, generator=g).to(dtype) for s in shapes)
+    return make
+
+
+def copy_(out, x):
+    return out.copy_(x)
+
+
+def add_mul_then_read(x, y):
+    x.add_(y)
+    x.mul_(2)
+    return x * 3
+
+
+def augmented(x, y):
+    x += y
+    x -= 1
+    return x
+
+
+def intermediate(x):
+    h = x * 2
+    h.add_(1)
+    h.relu_()
+    return h
+
+
+def masked(x, y):
+    x.masked_fill_(y > 0, -1.0)
+    return x.clamp_(-0.5, 0.5)
+
+
+def two_inputs_cross(a, b):
+    a.add_(b)
+    b.mul_(a)
+    return a, b
+
+
+def swap_copies(a, b):
+    a.copy_(b)
+    b.copy_(a)
+    return a + b
+
+
+def transpose_add(x):
+    return x.add_(x.t())
+
+
+def flip_copy(x):
+    return x.copy_(x.flip(0))
+
+
+def read_before_and_after(x, y):
+    before = x * 1
+    x.add_(y)
+    return before + x
+
+
+NATIVE = {
+    "copy_same": (copy_, seeded((257,), (257,))),
+    "copy_broadcast": (copy_, seeded((4, 33), (33,))),
+    "copy_cast_f64_from_f32": (copy_, lambda: (torch.zeros(5, 7, dtype=torch.float64), seeded((5, 7))()[0])),
+    "copy_cast_int_from_float": (copy_, lambda: (torch.zeros(19, dtype=torch.int64), seeded((19,))()[0] * 10)),
+    "copy_into_transposed": (copy_, lambda: (torch.zeros(9, 5).t(), seeded((5, 9))()[0])),
+    "add_mul_then_read": (add_mul_then_read, seeded((64, 33), (33,))),
+    "augmented": (augmented, seeded((7, 9), (9,))),
+    "intermediate": (intermediate, seeded((3, 17))),
+    "masked_clamp": (masked, seeded((6, 6), (6, 6))),
+    "two_inputs_cross": (two_inputs_cross, seeded((40,), (40,))),
+    "swap_copies": (swap_copies, seeded((12,), (12,))),
+    "flip_copy": (flip_copy, seeded((10, 3))),
+    "read_before_and_after": (read_before_and_after, seeded((8, 8), (8, 8))),
+    "bf16_mul": (lambda x: x.mul_(1.1), seeded((33,), dtype=torch.bfloat16)),
+    "int_mul": (lambda x: x.mul_(3), lambda: (torch.arange(-5, 6),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NATIVE))
+def test_inplace_graph_compiles_natively_and_matches_eager(name):
+    fn, make = NATIVE[name]
+    assert backend_of(fn, *make()) == "backend llvm_cpu"
+    check_same(fn, make)
+
+
+def write_into_view(x):
+    x[0].add_(1)
+    return x
+
+
+def view_then_mutate(x):
+    v = x[1:]
+    x.mul_(2)
+    return v + 1
+
+
+ON_ATEN = {
+    "write_into_view": (write_into_view, seeded((4, 5))),
+    "view_then_mutate": (view_then_mutate, seeded((6,))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ON_ATEN))
+def test_mutation_the_loops_cannot_express_runs_on_aten(name):
+    fn, make = ON_ATEN[name]
+    assert backend_of(fn, *make()) == "backend aten"
+    check_same(fn, make)
+
+
+def test_input_overlapping_a_mutated_one_at_run_time_matches_eager():
+    def add_(a, b):
+        return a.add_(b)
+    jf = fastdyn.jit(add_)
+    jf(torch.randn(8), torch.randn(8))  # compiled for two distinct tensors
+    t = torch.arange(8.0)
+    want = t.clone()
+    want.add_(want)
+    assert jf(t, t) is t
+    assert torch.equal(t, want)
+    buf, ref = torch.arange(9.0), torch.arange(9.0)
+    with pytest.raises(RuntimeError) as want:  # partly overlapping views: ATen refuses
+        ref[1:].add_(ref[:-1])
+    with pytest.raises(RuntimeError) as got:
+        jf(buf[1:], buf[:-1])
+    assert str(got.value) == str(want.value)
+    assert torch.equal(buf, ref)
+
+
+def test_inference_tensor_mutation_raises_eagers_error_after_the_same_write():
+    with torch.inference_mode():
+        x, x2 = torch.ones(4), torch.ones(4)
+    y = torch.arange(4.0)
+    with pytest.raises(RuntimeError) as want:
+        x.add_(y)
+    jf = fastdyn.jit(lambda a, b: a.add_(b))
+    with pytest.raises(RuntimeError) as got:
+        jf(x2, y)
+    assert str(got.value) == str(want.value)
+    assert torch.equal(x2, x)  # eager writes, then refuses to bump the version counter
+
+
+def test_operand_overlapping_what_is_written_raises_eagers_error():
+    x, x2 = seeded((16, 16))()[0], seeded((16, 16))()[0]
+    with pytest.raises(RuntimeError) as want:
+        transpose_add(x)
+    assert backend_of(transpose_add, x2) == "backend aten"
+    with pytest.raises(RuntimeError) as got:
+        fastdyn.jit(transpose_add)(x2)
+    assert str(got.value) == str(want.value)
+    assert torch.equal(x2, x)
+
+
+def test_expanded_input_mutation_raises_eagers_error():
+    x = torch.zeros(3).expand(4, 3)
+    with pytest.raises(RuntimeError) as want:
+        x.add_(1)
+    with pytest.raises(RuntimeError) as got:
+        fastdyn.jit(lambda a: a.add_(1))(torch.zeros(3).expand(4, 3))
+    assert str(got.value) == str(want.value)
