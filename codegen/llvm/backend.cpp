@@ -2,6 +2,7 @@
 #include "codegen/llvm/backend.h"
 
 #include "codegen/aten_backend.h"
+#include "codegen/constant_fold.h"
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
 #include "codegen/loop/passes.h"
@@ -12,6 +13,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <cstdio>
+#include <optional>
 
 namespace fastdyn::codegen {
 namespace {
@@ -35,9 +37,9 @@ class LlvmExecutable final : public runtime::Executable {
   };
 
   LlvmExecutable(loop::Program p, std::string text, std::vector<Call> calls, std::vector<Extern> externs,
-                 runtime::ExecutablePtr aliased)
+                 runtime::ExecutablePtr aliased, std::vector<at::Tensor> constants)
       : p_(std::move(p)), text_(std::move(text)), calls_(std::move(calls)), externs_(std::move(externs)),
-        aliased_(std::move(aliased)) {
+        aliased_(std::move(aliased)), constants_(std::move(constants)) {
     for (const loop::WriteBack& w : p_.writebacks) {
       size_t i = 0;
       while (p_.graph.inputs.at(i) != w.input) ++i;
@@ -54,9 +56,9 @@ class LlvmExecutable final : public runtime::Executable {
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
     const Graph& g = p_.graph;
-    if (inputs.size() != g.inputs.size())
-      throw UserError("llvm_cpu backend: graph takes " + std::to_string(g.inputs.size()) + " inputs, got " +
-                      std::to_string(inputs.size()));
+    if (inputs.size() + constants_.size() != g.inputs.size())
+      throw UserError("llvm_cpu backend: graph takes " + std::to_string(g.inputs.size() - constants_.size()) +
+                      " inputs, got " + std::to_string(inputs.size()));
     if (mutated_.empty()) return run_steps(inputs);
     if (overlaps_another_input(inputs)) return aliased_->run(inputs);
     std::vector<at::Tensor> outputs;
@@ -81,7 +83,9 @@ class LlvmExecutable final : public runtime::Executable {
   std::vector<at::Tensor> run_steps(const std::vector<at::Tensor>& inputs) const {
     const Graph& g = p_.graph;
     std::vector<at::Tensor> slots(p_.slot_owner.size());
-    for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.plans[static_cast<size_t>(g.inputs[i])].slot)] = inputs[i];
+    for (size_t i = 0; i < g.inputs.size(); ++i)
+      slots[static_cast<size_t>(p_.plans[static_cast<size_t>(g.inputs[i])].slot)] =
+          i < inputs.size() ? inputs[i] : constants_[i - inputs.size()];
     for (int32_t s : buffers_) {
       const TensorMeta& m = g.meta(p_.slot_owner[static_cast<size_t>(s)]);
       slots[static_cast<size_t>(s)] = at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype));
@@ -179,6 +183,7 @@ class LlvmExecutable final : public runtime::Executable {
   std::vector<Run> runs_;
   std::vector<int32_t> buffers_;
   runtime::ExecutablePtr aliased_;  // the original graph on ATen (only when it mutates inputs)
+  std::vector<at::Tensor> constants_;  // folded values (constant_fold.h): the last graph inputs
   std::vector<Mutated> mutated_;
 };
 
@@ -224,9 +229,34 @@ KernelFn compile_kernel(const loop::Program& p, const loop::Kernel& k) {
   return reinterpret_cast<KernelFn>(addrs.at(0));
 }
 
+// The folded values, computed now on ATen; nullopt when one comes back laid out otherwise than its
+// metadata says (kernels address inputs by the metadata's strides).
+std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants) {
+  std::vector<at::Tensor> placeholders;
+  for (ValueId v : constants.inputs) {
+    const TensorMeta& m = constants.meta(v);
+    placeholders.push_back(at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device)));
+  }
+  std::vector<at::Tensor> values = compile_aten(constants)->run(placeholders);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const TensorMeta& m = constants.meta(constants.outputs[i]);
+    const at::Tensor& t = values[i];
+    if (t.sizes() != c10::IntArrayRef(m.sizes) || (t.numel() > 1 && t.strides() != c10::IntArrayRef(m.strides)))
+      return std::nullopt;
+  }
+  return values;
+}
+
 }  // namespace
 
-runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) {
+runtime::ExecutablePtr compile_llvm_cpu(const Graph& original) {
+  ConstantFolding folding = fold_constants(original);
+  std::vector<at::Tensor> constants;
+  if (!folding.constants.nodes.empty()) {
+    if (auto values = evaluate_constants(folding.constants)) constants = std::move(*values);
+    else folding.rest = original;
+  }
+  const Graph& g = constants.empty() ? original : folding.rest;
   loop::Program p = loop::build_program(g);
   const std::string text = loop::print_program(p);
   std::vector<LlvmExecutable::Call> calls;
@@ -234,8 +264,9 @@ runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) {
   std::vector<LlvmExecutable::Extern> externs;
   for (const loop::Step& s : p.steps)
     if (s.kind == loop::Step::Kind::Extern) externs.push_back(compile_extern(p.graph, p.graph.nodes[static_cast<size_t>(s.index)]));
-  runtime::ExecutablePtr aliased = p.writebacks.empty() ? nullptr : compile_aten(g);
-  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(calls), std::move(externs), std::move(aliased));
+  runtime::ExecutablePtr aliased = p.writebacks.empty() ? nullptr : compile_aten(original);
+  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(calls), std::move(externs), std::move(aliased),
+                                          std::move(constants));
 }
 
 }  // namespace fastdyn::codegen
