@@ -3,6 +3,7 @@
 
 #include "codegen/aten_backend.h"
 #include "codegen/constant_fold.h"
+#include "codegen/prepacked_linear.h"
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
 #include "codegen/loop/passes.h"
@@ -26,6 +27,7 @@ class LlvmExecutable final : public runtime::Executable {
   struct Extern {
     runtime::ExecutablePtr exe;
     std::vector<ValueId> inputs, outputs;
+    bool prepacked = false;  // prepacked_linear.h rather than the aten backend
   };
   struct Call {
     KernelFn fn;
@@ -206,7 +208,9 @@ LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
   sub.nodes.push_back(n);
   sub.outputs = n.outputs;
   e.outputs = n.outputs;
-  e.exe = compile_aten(sub);
+  e.exe = compile_prepacked_linear(g, n);
+  e.prepacked = e.exe != nullptr;
+  if (!e.prepacked) e.exe = compile_aten(sub);
   return e;
 }
 
@@ -258,12 +262,16 @@ runtime::ExecutablePtr compile_llvm_cpu(const Graph& original) {
   }
   const Graph& g = constants.empty() ? original : folding.rest;
   loop::Program p = loop::build_program(g);
-  const std::string text = loop::print_program(p);
+  std::string text = loop::print_program(p);
   std::vector<LlvmExecutable::Call> calls;
   for (const loop::Kernel& k : p.kernels) calls.push_back({compile_kernel(p, k), llvm_emit::kernel_slots(p, k)});
   std::vector<LlvmExecutable::Extern> externs;
   for (const loop::Step& s : p.steps)
-    if (s.kind == loop::Step::Kind::Extern) externs.push_back(compile_extern(p.graph, p.graph.nodes[static_cast<size_t>(s.index)]));
+    if (s.kind == loop::Step::Kind::Extern) {
+      const Node& n = p.graph.nodes[static_cast<size_t>(s.index)];
+      externs.push_back(compile_extern(p.graph, n));
+      if (externs.back().prepacked) text += "extern " + print_node(p.graph, n) + " runs as " + externs.back().exe->describe() + "\n";
+    }
   runtime::ExecutablePtr aliased = p.writebacks.empty() ? nullptr : compile_aten(original);
   return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(calls), std::move(externs), std::move(aliased),
                                           std::move(constants));
