@@ -114,8 +114,10 @@ runtime::ExecutablePtr compile_prepacked_linear(const Graph& g, const Node& n) {
   const int64_t out = w.sizes.size() == 2 ? w.sizes[addmm ? 1 : 0] : -1;
   const int64_t in = w.sizes.size() == 2 ? w.sizes[addmm ? 0 : 1] : -1;
   if (x.dtype != c10::ScalarType::Float || w.dtype != c10::ScalarType::Float || !x.device.is_cpu() ||
-      w.dim() != 2 || x.dim() < 2 || (addmm && x.dim() != 2) || x.sizes.back() != in || x.requires_grad || w.requires_grad)
+      w.dim() != 2 || x.dim() < 2 || (addmm && x.dim() != 2) || x.sizes.back() != in)
     return nullptr;
+  // NB: parameters require grad; under no_grad the result does not, and nothing records autograd.
+  if (g.meta(n.outputs.at(0)).requires_grad) return nullptr;
   if (has_bias) {
     const TensorMeta& b = g.meta(ba.value);
     if (b.dtype != c10::ScalarType::Float || b.sizes != std::vector<int64_t>{out} || ba.value == xa.value || ba.value == wa.value)

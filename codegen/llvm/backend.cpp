@@ -2,6 +2,7 @@
 #include "codegen/llvm/backend.h"
 
 #include "codegen/aten_backend.h"
+#include "codegen/attention_decompose.h"
 #include "codegen/constant_fold.h"
 #include "codegen/prepacked_linear.h"
 #include "codegen/llvm/emit.h"
@@ -254,13 +255,14 @@ std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants
 }  // namespace
 
 runtime::ExecutablePtr compile_llvm_cpu(const Graph& original) {
-  ConstantFolding folding = fold_constants(original);
+  const Graph written_out = decompose_small_attention(original);
+  ConstantFolding folding = fold_constants(written_out);
   std::vector<at::Tensor> constants;
   if (!folding.constants.nodes.empty()) {
     if (auto values = evaluate_constants(folding.constants)) constants = std::move(*values);
-    else folding.rest = original;
+    else folding.rest = written_out;
   }
-  const Graph& g = constants.empty() ? original : folding.rest;
+  const Graph& g = constants.empty() ? written_out : folding.rest;
   loop::Program p = loop::build_program(g);
   std::string text = loop::print_program(p);
   std::vector<LlvmExecutable::Call> calls;

@@ -55,7 +55,9 @@ def test_nn_linear_module_under_no_grad():
     m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).eval()
     x = torch.randn(32, 256)
     jm = fastdyn.jit(m)
+    assert m[0].weight.requires_grad  # parameters: the reorder is fine under no_grad
     with torch.no_grad():
+        assert "oneDNN" in fastdyn.explain(m, x).code[0]
         want = m(x)
         for _ in range(3):
             close(jm(x), want)
