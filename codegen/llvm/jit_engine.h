@@ -3,9 +3,10 @@
 //
 // Contract (the kernel emitter codes against this; the engine owns everything below it):
 // - Kernels are plain C-ABI functions emitted into a Module made by new_module(), which carries the
-//   host triple and data layout. The engine optimises (O3, loop/SLP vectorisation for the host
-//   CPU's widest useful vectors), compiles, and links each module into its own JITDylib, so two
-//   modules may reuse symbol names.
+//   host triple and data layout. The engine optimises (a short function pipeline: the emitter
+//   vectorises for the host itself; FASTDYN_LLVM_PIPELINE=o3 runs LLVM's O3 instead, see
+//   jit_engine.cpp), compiles, and links each module into its own JITDylib, so two modules may
+//   reuse symbol names.
 // - Before building a module at all, the caller asks find_cached(key) — compile time is a product
 //   feature: a hit costs a hash lookup (memory) or one small file read plus linking (disk).
 //   `key_text` is the full canonical text of what the module computes (e.g. the printed loop IR);
@@ -112,6 +113,8 @@ void reset_for_testing();
 // Wall time of the last compile() call's phases, in milliseconds (FASTDYN_LOG=code, tests);
 // FASTDYN_TIME_PASSES=1 prints them on stderr for every compile, with the thread's CPU time.
 // FASTDYN_LLVM_ARGS="-opt=value ..." passes options to LLVM (experiments; part of the cache key).
+// "lean" or "o3" (FASTDYN_LLVM_PIPELINE, read once): how compile() optimises modules.
+const std::string& optimisation_pipeline();
 struct CompileTimes {
   double optimise_ms = 0, codegen_ms = 0, link_ms = 0, total_ms = 0;
 };
