@@ -57,8 +57,19 @@ ConstantFolding fold_constants(const Graph& g) {
       v = pn.args[0].value;
     }
   }
+  // Outputs, and every value an output views (through view chains): the caller owns those.
   std::vector<bool> is_output(nv, false);
-  for (ValueId o : g.outputs) is_output[static_cast<size_t>(o)] = true;
+  for (ValueId o : g.outputs) {
+    ValueId v = o;
+    while (true) {
+      is_output[static_cast<size_t>(v)] = true;
+      const int32_t p = producer[static_cast<size_t>(v)];
+      if (p < 0) break;
+      const Node& pn = g.nodes[static_cast<size_t>(p)];
+      if (op_info(pn.op).category != OpCategory::View || pn.args.empty() || pn.args[0].kind != Arg::Kind::Value) break;
+      v = pn.args[0].value;
+    }
+  }
 
   std::vector<bool> constant(nv, false);
   std::vector<bool> folded_node(g.nodes.size(), false);

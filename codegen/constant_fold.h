@@ -4,7 +4,8 @@
 // guards fix, so it and every deterministic op over such values compute the same tensor on every
 // call: a causal mask built from arange, comparisons and indexing, say. A backend evaluates them
 // once, at compile time, and passes the results as extra inputs. Not folded: random ops; values
-// an in-place op writes (or views of them); graph outputs (each call must return a fresh tensor);
+// an in-place op writes (or views of them); graph outputs and the values they view (each call
+// must return fresh tensors);
 // and nothing at all when the results would pass kMaxFoldedBytes, so a graph never pins
 // much memory.
 #pragma once

@@ -15,7 +15,8 @@
 // What stays ATen's (Unsupported, the whole graph runs on the aten backend, which executes the
 // in-place ops as recorded): a write into a view (x[0].add_(1)), a view of a class taken before a
 // later mutation of that class (the view would have to see the new data), an op whose result type
-// differs from self's (int_x.add_(0.5) computes in float, then truncates), and fill_/index_put_.
+// differs from self's (int_x.add_(0.5) computes in float, then truncates), a returned view of a
+// mutated input (it must alias the caller's tensor), and fill_/index_put_.
 #include "codegen/loop/passes.h"
 
 #include "codegen/meta_rules.h"
@@ -93,6 +94,7 @@ class Functionalizer {
       return f;
     }
     check_views();
+    check_returned_views();
     f.graph.values = g_.values;
     f.graph.inputs = g_.inputs;
     current_.clear();
@@ -185,6 +187,19 @@ class Functionalizer {
       for (size_t m : it->second)
         if (j < m && m < latest)
           throw Unsupported("a view of a tensor is read after the tensor is mutated in place: " + print_node(g_, n));
+    }
+  }
+
+  // A returned view of a mutated input must alias the caller's tensor, while the graph computes
+  // from the functional version: leave such graphs to ATen.
+  void check_returned_views() const {
+    std::vector<bool> is_input(g_.values.size(), false);
+    for (ValueId v : g_.inputs) is_input[static_cast<size_t>(v)] = true;
+    for (ValueId o : g_.outputs) {
+      if (!is_view_output(o)) continue;
+      const ValueId r = storage_root(o);
+      if (is_input[static_cast<size_t>(r)] && last_mutation_.count(r))
+        throw Unsupported("a view of an input mutated in place is returned");
     }
   }
 

@@ -39,3 +39,11 @@ def test_outputs_are_fresh_each_call_when_inputs_fold():
     a2, r2 = f(torch.zeros(4))
     assert torch.equal(a2, torch.ones(4)) and torch.equal(r2, torch.arange(4) * 2)
     assert r2.data_ptr() != r.data_ptr()
+
+
+def test_a_returned_view_of_a_factory_is_fresh_each_call():
+    f = fastdyn.jit(lambda x: (x + 1, torch.arange(4.0).view(2, 2)))
+    _, v = f(torch.zeros(3))
+    v.add_(100)
+    _, v2 = f(torch.zeros(3))
+    assert torch.equal(v2, torch.arange(4.0).view(2, 2))

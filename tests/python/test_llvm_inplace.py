@@ -143,7 +143,13 @@ def view_then_mutate(x):
     return v + 1
 
 
+def returns_a_view_of_the_mutated_input(x):
+    x.mul_(2)
+    return x[1:]
+
+
 ON_ATEN = {
+    "returns_a_view_of_the_mutated_input": (returns_a_view_of_the_mutated_input, seeded((6,))),
     "write_into_view": (write_into_view, seeded((4, 5))),
     "view_then_mutate": (view_then_mutate, seeded((6,))),
 }
@@ -154,6 +160,13 @@ def test_mutation_the_loops_cannot_express_runs_on_aten(name):
     fn, make = ON_ATEN[name]
     assert backend_of(fn, *make()) == "backend aten"
     check_same(fn, make)
+
+
+def test_a_returned_view_of_a_mutated_input_aliases_it():
+    x = torch.arange(6.0)
+    v = fastdyn.jit(returns_a_view_of_the_mutated_input)(x)
+    v.fill_(-1)
+    assert torch.equal(x, torch.tensor([0.0, -1, -1, -1, -1, -1]))
 
 
 def test_input_overlapping_a_mutated_one_at_run_time_matches_eager():

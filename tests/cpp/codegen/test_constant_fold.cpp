@@ -55,6 +55,16 @@ TEST(ConstantFold, AViewOfAWrittenValueIsNotFolded) {
   EXPECT_TRUE(fold_constants(g).constants.nodes.empty());
 }
 
+TEST(ConstantFold, AValueAnOutputViewsIsNotFolded) {
+  Graph g = parse_graph(R"(graph(%0: f32[4]{1}):
+  %1: f32[4]{1} = aten::ones([4], torch.float32, None, None, None)
+  %2: f32[2, 2]{2, 1} = aten::view(%1, [2, 2])
+  %3: f32[4]{1} = aten::add.Tensor(%0, %1, 1)
+  return (%3, %2)
+)");
+  EXPECT_TRUE(fold_constants(g).constants.nodes.empty());
+}
+
 TEST(ConstantFold, LargeResultsAreNotPinned) {
   Graph g = parse_graph(R"(graph(%0: f32[2048, 1024]{1024, 1}):
   %1: f32[2048, 1024]{1024, 1} = aten::ones([2048, 1024], torch.float32, None, None, None)
