@@ -1,0 +1,204 @@
+// codegen/llvm/emit_kernel.h — INTERNAL to the kernel emitter: included only by emit.cpp and
+// emit_*.cpp (codegen/ layer; everyone else uses emit.h). It declares KernelEmitter, the class that
+// turns one loop IR kernel into LLVM IR, whose members are defined across three files along the
+// shape of the code it emits:
+//   emit.cpp        — the kernel's setup: dims collapsed, modes chosen, the body and entry
+//                     functions, loops, and the per-task code (outer point, base offsets);
+//   emit_stages.cpp — inner stages: split mode, row and column modes, reductions (accumulators,
+//                     the summation cascade, lanes combined at the end);
+//   emit_point.cpp  — one point, lanes wide: instr code (the per-Op table), loads and stores,
+//                     types, constants and math calls.
+// It also holds the tunables that shape every kernel, so that they read as one list.
+#pragma once
+#include "codegen/llvm/emit.h"
+#include "codegen/llvm/jit_engine.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fastdyn::codegen::llvm_emit::detail {
+
+using loop::Access;
+using loop::Instr;
+using loop::Kernel;
+using loop::Op;
+using loop::Program;
+using loop::ReduceOp;
+using loop::Stage;
+using ST = c10::ScalarType;
+
+// Elements a reduction accumulates per lane before its partial sum is flushed (blocked summation).
+constexpr int64_t kSumBlock = 4096;
+// Sums cascade over three levels: a block partial, flushed every block into a middle partial,
+// flushed every kCascade blocks into the total, so that no partial adds more than ~kCascade
+// numbers of similar size; the error grows like kCascade * eps instead of n * eps.
+constexpr int64_t kCascade = 64;
+// Column mode (a reduction whose reduced dims are strided and whose kept innermost dim is
+// contiguous): lanes are kept outer points, a task covers kColumnVectors vectors of them (a wide
+// strip of each row: fewer pages and more independent adds per step), and a sum's block partial
+// is flushed every kColumnBlock rows.
+constexpr int kColumnVectors = 4;
+constexpr int64_t kColumnBlock = 64;
+// Split mode (a kernel without outer loops, e.g. a full reduction): it splits when it has at least
+// kSplitMinElements points, into chunks of about kSplitChunkElements, at most kSplitMaxChunks.
+constexpr int64_t kSplitMinElements = int64_t{1} << 18;
+constexpr int64_t kSplitChunkElements = int64_t{1} << 17;
+constexpr int64_t kSplitMaxChunks = 64;
+// Independent vector accumulators per reduction: the vector loop is unrolled this many times so
+// that additions do not wait on each other (floating-point adds may not be reassociated).
+constexpr int kUnroll = 4;
+// A pure pointwise kernel's rows are split into blocks of this many elements across threads.
+constexpr int64_t kRowBlock = 16384;
+// Work (elements) below which a parallel chunk is not worth a thread.
+constexpr int64_t kGrainElements = 32768;
+
+inline bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
+inline bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
+
+// Strides of one access, after the plan: element offset = base + sum_d stride[d] * i_d (+ dyn).
+struct Addr {
+  int32_t slot = -1;
+  ST storage = ST::Float;
+  int64_t base = 0;
+  std::vector<int64_t> stride;  // per kernel dim
+  int32_t dynamic = -1;          // instr id in the stage
+  int64_t dyn_stride = 0, dyn_size = 0;
+};
+
+// Combines `parts` pairwise, left to right, level after level (an odd one out moves up as is)
+// until one is left: the summation order of every reduction's final combine.
+template <class T, class F>
+T pairwise(std::vector<T> parts, const F& combine) {
+  while (parts.size() > 1) {
+    std::vector<T> next;
+    for (size_t q = 0; q + 1 < parts.size(); q += 2) next.push_back(combine(parts[q], parts[q + 1]));
+    if (parts.size() % 2) next.push_back(parts.back());
+    parts = std::move(next);
+  }
+  return parts[0];
+}
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const Program& p, const Kernel& k, llvm::Module& m, int vector_bits, std::string symbol)
+      : p_(p), k_(k), m_(m), ctx_(m.getContext()), b_(ctx_), vf_(std::max(1, vector_bits / 32)),
+        symbol_(std::move(symbol)) {}
+
+  void emit();
+
+ private:
+  // One reduction's accumulators in the current inner stage (allocas).
+  struct Acc {
+    std::array<llvm::Value*, kUnroll> vec{};   // vector partials (allocas), one per unrolled slot
+    std::array<llvm::Value*, kUnroll> vidx{};  // arg: vector best indices
+    std::array<llvm::Value*, kUnroll> blk{};   // float sums: block partials (see kCascade)
+    std::array<llvm::Value*, kUnroll> mid{};   // float sums: middle partials
+    llvm::Value* sc = nullptr;     // scalar accumulator (row mode's tail)
+    llvm::Value* sidx = nullptr;
+    int width = 1, slots = 1;      // lanes of vec/vidx/blk/mid, and how many of them are used
+  };
+
+  // ---- emit.cpp: setup, functions, loops, per task ----
+  void prepare();
+  void choose_column_mode();
+  void choose_streaming_store();
+  int64_t stride(const Addr& a, size_t loop) const { return a.stride[static_cast<size_t>(loop_dim_[loop])]; }
+  llvm::Function* begin_body(const std::string& name);
+  llvm::Function* begin_entry();
+  llvm::FunctionCallee parallel_for();
+  void for_loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step, const std::function<void(llvm::Value*)>& body);
+  llvm::Value* entry_alloca(llvm::Type* t);
+  void emit_task(llvm::Value* task);
+  void run_stages(const std::vector<llvm::Value*>& oidx, llvm::Value* block, int col_lanes);
+  void compute_bases(const std::vector<llvm::Value*>& oidx);
+
+  // ---- emit_stages.cpp: split mode, inner stages, reductions ----
+  void choose_split_mode();
+  void emit_split();
+  void emit_inner_stage(size_t s, llvm::Value* block, int col_lanes);
+  void flush(const loop::Reduction& red, Acc& a, ST vt, std::array<llvm::Value*, kUnroll>& from,
+             std::array<llvm::Value*, kUnroll>& to);
+  void cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
+               const std::function<void(llvm::Value*, llvm::Value*)>& body);
+  void innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat);
+
+  // ---- emit_point.cpp: one point, lanes wide ----
+  ST value_type(size_t s, int32_t instr) const { return k_.stages[s].instrs.at(static_cast<size_t>(instr)).type; }
+  llvm::Type* scalar_type(ST t);
+  llvm::Type* storage_type(ST t);
+  llvm::Type* vec_type(ST t, int lanes);
+  static llvm::Type* lanes_of(llvm::Type* t, int lanes) {
+    return lanes == 1 ? t : static_cast<llvm::Type*>(llvm::FixedVectorType::get(t, static_cast<unsigned>(lanes)));
+  }
+  llvm::Value* splat(llvm::Value* v, int lanes);
+  llvm::Constant* lane_steps(int lanes, int64_t step);
+  llvm::Value* constant(double v, ST t, int lanes);
+  llvm::Value* identity(ReduceOp op, ST t, int lanes);
+  llvm::Value* int_limit(ST t, int lanes, bool lowest);
+  llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args);
+  llvm::Value* combine(ReduceOp op, ST t, llvm::Value* a, llvm::Value* b);
+  llvm::Value* better(ReduceOp op, ST t, llvm::Value* v, llvm::Value* best);
+  llvm::Value* same(ST t, llvm::Value* v, llvm::Value* best);
+  llvm::Value* element_offset(const Addr& a, llvm::Value* base, const std::vector<llvm::Value*>& idx, int lanes,
+                              const std::vector<llvm::Value*>& vals, bool& contiguous, bool& uniform);
+  llvm::Value* slot_ptr(int32_t slot);
+  llvm::Value* widen(llvm::Value* raw, ST storage, ST compute, int lanes);
+  llvm::Value* narrow(llvm::Value* v, ST storage, int lanes);
+  llvm::Value* load(const Addr& a, llvm::Value* base, const std::vector<llvm::Value*>& idx, int lanes,
+                    const std::vector<llvm::Value*>& vals, ST compute);
+  void store(const Addr& a, llvm::Value* base, const std::vector<llvm::Value*>& idx, int lanes,
+             const std::vector<llvm::Value*>& vals, llvm::Value* v);
+  void run_point(size_t s, int lanes, const std::vector<llvm::Value*>& idx, llvm::Value* flat, int slot = 0);
+  llvm::Value* instr(size_t s, const Instr& in, int lanes, const std::vector<llvm::Value*>& idx,
+                     const std::vector<llvm::Value*>& vals);
+  llvm::Value* frem_lanes(llvm::Value* a, llvm::Value* b, int lanes);
+  llvm::Value* shift(Op op, ST t, llvm::Value* a, llvm::Value* n);
+  llvm::Value* compare(Op op, ST t, llvm::Value* a, llvm::Value* b);
+  llvm::Value* cast(llvm::Value* v, ST from, ST to, int lanes);
+  llvm::Value* math_op(const Instr& in, int lanes, const std::vector<llvm::Value*>& vals);
+  llvm::Value* math_call(llvm_jit::MathFn fn, ST t, std::vector<llvm::Value*> args, int lanes);
+
+  const Program& p_;
+  const Kernel& k_;
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  int vf_;
+  llvm::Function* body_ = nullptr;  // the parallel body being emitted (begin_body)
+  llvm::Function* fn_ = nullptr;    // the function being emitted: a body or the entry point
+  llvm::Value* slots_ = nullptr;  // the kernel's argument array: data pointers, kernel_slots order
+  std::string symbol_;
+  llvm::Value* status_ = nullptr;
+  std::vector<std::vector<Addr>> load_addr_, store_addr_;
+  std::vector<std::vector<llvm::Value*>> load_base_, store_base_;
+  bool pure_ = false;
+  size_t n_outer_ = 0;
+  std::vector<int64_t> loop_size_;
+  std::vector<int32_t> loop_dim_;
+  int64_t outer_numel_ = 1, inner_numel_ = 1, row_ = 1, blocks_ = 1, tasks_ = 1, grain_ = 1;
+  bool column_ = false;       // lanes run along the innermost outer loop (choose_column_mode)
+  int64_t col_width_ = 1;     // column mode: outer points per task (a multiple of vf_)
+  int64_t col_groups_ = 1;    // column mode: tasks along the innermost outer loop
+  int32_t nt_store_ = -1;     // stage 0's store that streams, or -1
+  int64_t nt_align_ = 1;      // bytes its vector stores are aligned to
+  bool nt_active_ = false;    // emitting the aligned vector loop, where that store streams
+  bool split_ = false;        // split mode (choose_split_mode)
+  int64_t split_chunks_ = 1;
+  llvm::Value* split_lo_ = nullptr;  // split mode: the current chunk's range of the first loop
+  llvm::Value* split_hi_ = nullptr;
+  std::vector<llvm::Value*> arg_best_;  // per reduction of the last inner stage: an arg's best value
+  std::vector<llvm::Value*> scans_;     // per instr of the current inner stage: a CumSum's running sum
+  std::vector<Acc> accs_;
+  std::vector<llvm::Value*> reduced_;
+  std::vector<std::vector<llvm::Value*>> stage_values_;
+};
+
+}  // namespace fastdyn::codegen::llvm_emit::detail
