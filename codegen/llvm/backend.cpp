@@ -263,6 +263,11 @@ runtime::ExecutablePtr compile_llvm_cpu(const Graph& original) {
     else folding.rest = written_out;
   }
   const Graph& g = constants.empty() ? written_out : folding.rest;
+  // FASTDYN_DUMP=rewritten: the graph the loop pipeline gets, after the graph-level rewrites.
+  if (loop::dump_enabled("rewritten")) {
+    std::fprintf(stderr, "=== rewritten ===\n%s", print_graph(g).c_str());
+    if (!constants.empty()) std::fprintf(stderr, "=== folded constants ===\n%s", print_graph(folding.constants).c_str());
+  }
   loop::Program p = loop::build_program(g);
   std::string text = loop::print_program(p);
   std::vector<LlvmExecutable::Call> calls;

@@ -72,8 +72,8 @@ LoweredGraph lower(const Graph& g);
 Program fuse(const LoweredGraph& lg);
 Program plan_memory(Program p);
 
-// Runs lower -> fuse -> plan_memory; with FASTDYN_DUMP=<pass|all> (pass = graph, lowered, fused,
-// planned) prints the IR after each pass to stderr. Throws Unsupported.
+// Runs lower -> fuse -> plan_memory; with FASTDYN_DUMP=<pass|all> (pass = graph, functional (when
+// it mutates), lowered, fused, planned) prints the IR after each pass to stderr. Throws Unsupported.
 Program build_program(const Graph& g);
 // The text of the lowered graph (for dumps and golden tests).
 std::string print_lowered(const LoweredGraph& lg);

@@ -82,6 +82,11 @@ Program build_program(const Graph& g) {
   if (dump_enabled("graph")) std::fprintf(stderr, "=== graph ===\n%s", print_graph(g).c_str());
   LoweredGraph lg = lower(g);
   lap("lower");
+  if (dump_enabled("functional") && !lg.writebacks.empty()) {
+    std::string wb;
+    for (const WriteBack& w : lg.writebacks) wb += "  write back v" + std::to_string(w.value) + " into input v" + std::to_string(w.input) + "\n";
+    std::fprintf(stderr, "=== functional ===\n%s%s", print_graph(lg.graph).c_str(), wb.c_str());
+  }
   if (dump_enabled("lowered")) std::fprintf(stderr, "=== lowered ===\n%s", print_lowered(lg).c_str());
   Program p = fuse(lg);
   lap("fuse");
