@@ -348,7 +348,13 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   llvm::Value* vec_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vf_)), b_.getInt64(vf_)));
   auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
     llvm::Value* start = blo;
-    if (!st.reductions.empty()) {
+    // A short row (at most two unrolled steps, known statically: softmax over 64 or 128 keys)
+    // gains little from independent accumulators but pays for four copies of the stage's code in
+    // compile time; it runs one vector at a time.
+    const auto* clo = llvm::dyn_cast<llvm::ConstantInt>(lo);
+    const auto* chi = llvm::dyn_cast<llvm::ConstantInt>(hi);
+    const bool short_row = clo && chi && chi->getSExtValue() - clo->getSExtValue() <= 2 * int64_t{vf_} * kUnroll;
+    if (!st.reductions.empty() && !short_row) {
       // kUnroll points per iteration, each into its own accumulators, then single vectors.
       const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
       llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
