@@ -42,34 +42,23 @@ ConstantFolding fold_constants(const Graph& g) {
   std::vector<int32_t> producer(nv, -1);
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (ValueId o : g.nodes[i].outputs) producer[static_cast<size_t>(o)] = static_cast<int32_t>(i);
-  // Values whose storage an in-place op writes: the written value, and back through views to
-  // their bases (views are recorded with the base as their first argument).
-  std::vector<bool> written(nv, false);
-  for (const Node& n : g.nodes) {
-    if (op_info(n.op).category != OpCategory::InPlace || n.args.empty() || n.args[0].kind != Arg::Kind::Value) continue;
-    ValueId v = n.args[0].value;
+  // v and, back through view chains, the values it views (views record their base first).
+  auto mark_with_bases = [&](ValueId v, std::vector<bool>& marks) {
     while (true) {
-      written[static_cast<size_t>(v)] = true;
+      marks[static_cast<size_t>(v)] = true;
       const int32_t p = producer[static_cast<size_t>(v)];
-      if (p < 0) break;
+      if (p < 0) return;
       const Node& pn = g.nodes[static_cast<size_t>(p)];
-      if (op_info(pn.op).category != OpCategory::View || pn.args.empty() || pn.args[0].kind != Arg::Kind::Value) break;
+      if (op_info(pn.op).category != OpCategory::View || pn.args.empty() || pn.args[0].kind != Arg::Kind::Value) return;
       v = pn.args[0].value;
     }
-  }
-  // Outputs, and every value an output views (through view chains): the caller owns those.
-  std::vector<bool> is_output(nv, false);
-  for (ValueId o : g.outputs) {
-    ValueId v = o;
-    while (true) {
-      is_output[static_cast<size_t>(v)] = true;
-      const int32_t p = producer[static_cast<size_t>(v)];
-      if (p < 0) break;
-      const Node& pn = g.nodes[static_cast<size_t>(p)];
-      if (op_info(pn.op).category != OpCategory::View || pn.args.empty() || pn.args[0].kind != Arg::Kind::Value) break;
-      v = pn.args[0].value;
-    }
-  }
+  };
+  // Values whose storage an in-place op writes, and outputs with what they view (the caller owns those).
+  std::vector<bool> written(nv, false), is_output(nv, false);
+  for (const Node& n : g.nodes)
+    if (op_info(n.op).category == OpCategory::InPlace && !n.args.empty() && n.args[0].kind == Arg::Kind::Value)
+      mark_with_bases(n.args[0].value, written);
+  for (ValueId o : g.outputs) mark_with_bases(o, is_output);
 
   std::vector<bool> constant(nv, false);
   std::vector<bool> folded_node(g.nodes.size(), false);

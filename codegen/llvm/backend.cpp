@@ -192,8 +192,6 @@ class LlvmExecutable final : public runtime::Executable {
 
 LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
   LlvmExecutable::Extern e;
-  Graph sub;
-  sub.values = g.values;
   auto add_input = [&](ValueId v) {
     if (v < 0) return;
     for (ValueId u : e.inputs)
@@ -205,13 +203,16 @@ LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
     if (a.kind == Arg::Kind::ValueList)
       for (ValueId v : a.values) add_input(v);
   }
-  sub.inputs = e.inputs;
-  sub.nodes.push_back(n);
-  sub.outputs = n.outputs;
   e.outputs = n.outputs;
   e.exe = compile_prepacked_linear(g, n);
   e.prepacked = e.exe != nullptr;
-  if (!e.prepacked) e.exe = compile_aten(sub);
+  if (e.prepacked) return e;
+  Graph sub;  // the node alone, on the aten backend
+  sub.values = g.values;
+  sub.inputs = e.inputs;
+  sub.nodes.push_back(n);
+  sub.outputs = n.outputs;
+  e.exe = compile_aten(sub);
   return e;
 }
 
