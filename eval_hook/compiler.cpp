@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "codegen/aten_backend.h"
+#include "codegen/pass_timer.h"
 #ifdef FASTDYN_HAVE_LLVM
 #include "codegen/llvm/backend.h"
 #include "codegen/loop/passes.h"
@@ -13,6 +14,7 @@
 #include "eval_hook/config.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/errors.h"
+#include "runtime/tiered_executable.h"
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
 #include "symbolic/continuation.h"
@@ -113,17 +115,38 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
 }
 
 // The backend config().backend names; a graph llvm_cpu cannot take runs on aten (logged under
-// FASTDYN_LOG=code with the reason).
+// FASTDYN_LOG=code with the reason). With config().background_compile, llvm_cpu's kernels are
+// compiled on the background worker and the graph runs on aten until they are ready.
 runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname) {
 #ifdef FASTDYN_HAVE_LLVM
   const std::string& backend = config().backend;
   if (backend == "native" || backend == "llvm_cpu") {
+    const bool log_code = config().log_code;
     try {
-      runtime::ExecutablePtr exe = codegen::compile_llvm_cpu(g);
-      if (config().log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
+      codegen::PreparedLlvm prepared = codegen::prepare_llvm_cpu(g);
+      runtime::ExecutablePtr exe;
+      if (config().background_compile) {
+        std::string pending = prepared.program;
+        pending.insert(pending.find('\n'), " (kernels compiling in the background; calls run on aten until they are ready)");
+        exe = runtime::compile_in_background(
+            codegen::compile_aten(g), std::move(pending),
+            [finish = std::move(prepared.finish), name = std::string(qualname), log_code]() -> runtime::ExecutablePtr {
+              try {
+                runtime::ExecutablePtr ready = finish();
+                if (log_code) log_event("code", name + ": kernels ready, llvm_cpu runs the following calls");
+                return ready;
+              } catch (const std::exception& e) {
+                log_event("code", name + ": llvm_cpu failed, running on aten: " + e.what());
+                throw;
+              }
+            });
+      } else {
+        exe = prepared.finish();
+      }
+      if (log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
       return exe;
     } catch (const codegen::loop::Unsupported& e) {
-      if (config().log_code) log_event("code", std::string(qualname) + ": runs on aten: " + e.what());
+      if (log_code) log_event("code", std::string(qualname) + ": runs on aten: " + e.what());
     } catch (const std::exception& e) {
       // A compiler bug or an LLVM refusal must not cost the user the graph: aten runs it.
       log_event("code", std::string(qualname) + ": llvm_cpu failed, running on aten: " + e.what());
@@ -251,7 +274,9 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
 CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOutcome outcome;
+  codegen::PassTimer timer;
   Prepared p = prepare(frame);
+  timer.lap("trace");
   outcome.filename = p.trace.filename;
   outcome.lineno = p.trace.lineno;
   if (p.trace.stopped || p.bytecode_return) {
@@ -275,6 +300,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   auto entry = std::make_unique<CacheEntry>();
   const char* qname = PyUnicode_AsUTF8(frame.code->co_qualname);
   runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?");
+  timer = codegen::PassTimer();
   entry->graph_text = codegen::print_graph(p.trace.graph);
   entry->code_text = exe->describe();
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
@@ -294,6 +320,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   }
   entry->guards = symbolic::build_guards(p.trace);
 
+  timer.lap("guards_and_bytecode");
   log_entry(qualname ? qualname : "?", *entry);
   stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   outcome.graph_ops = static_cast<int>(p.trace.graph.nodes.size());

@@ -24,6 +24,8 @@ Stats& stats() {
 
 void load_config_from_env() {
   Config& c = config();
+  if (const char* bg = std::getenv("FASTDYN_BACKGROUND_COMPILE"))
+    c.background_compile = !(std::strcmp(bg, "0") == 0 || std::strcmp(bg, "off") == 0 || std::strcmp(bg, "false") == 0);
   const char* env = std::getenv("FASTDYN_LOG");
   if (!env) return;
   // NB: no iostreams (see runtime/format.h).

@@ -19,9 +19,13 @@ struct Config {
   // "native" (llvm_cpu where built, else aten), "llvm_cpu" or "aten"; set by enable()/jit()
   // (process-wide: the last call wins).
   std::string backend = "native";
+  // Tiered compilation (runtime/tiered_executable.h): llvm_cpu kernels compile on a background
+  // thread while the graph's calls run on aten; off (FASTDYN_BACKGROUND_COMPILE=0, or
+  // fastdyn.set_background_compile(False)): the call that traces waits for its kernels.
+  bool background_compile = true;
 };
 Config& config();
-void load_config_from_env();  // reads FASTDYN_LOG; called at module import
+void load_config_from_env();  // reads FASTDYN_LOG, FASTDYN_BACKGROUND_COMPILE; called at module import
 
 struct Stats {
   uint64_t frames_seen = 0;

@@ -13,6 +13,8 @@
 #include "eval_hook/hook.h"
 #include "eval_hook/skip_rules.h"
 #include "pymodule/jit_function.h"
+#include "runtime/background_compiler.h"
+#include "runtime/compiled_graph.h"
 #include "runtime/errors.h"
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
@@ -98,6 +100,10 @@ py::dict stats() {
   d["graph_breaks"] = s.graph_breaks;
   d["graphs"] = s.graphs;
   d["compile_seconds"] = s.compile_seconds;
+  const runtime::BackgroundStats bg = runtime::background_stats();
+  d["background_compiles"] = bg.finished;          // graphs whose kernels the worker built
+  d["background_pending"] = bg.pending;            // still queued or compiling
+  d["background_compile_seconds"] = bg.seconds;    // worker wall time (off the calling thread)
   return d;
 }
 
@@ -139,14 +145,28 @@ PYBIND11_MODULE(_C, m) {
     return t ? py::reinterpret_borrow<py::object>(t) : py::none();
   });
   m.def("explain", &explain);
-  m.def("finish_prewarm", [] {
-#ifdef FASTDYN_HAVE_LLVM
+  // Python's atexit: the background worker and the engine's prewarm thread end before static
+  // destructors run (a running compile finishes; queued ones are dropped).
+  m.def("shutdown_threads", [] {
     py::gil_scoped_release release;
+    runtime::shutdown_background_compiler();
+#ifdef FASTDYN_HAVE_LLVM
     codegen::llvm_jit::finish_prewarm();
 #endif
   });
+  m.def("synchronize", [] {
+    py::gil_scoped_release release;
+    runtime::wait_background_idle();
+  });
+  m.def("set_background_compile", [](bool on) { eval_hook::config().background_compile = on; });
+  m.def("background_compile", [] { return eval_hook::config().background_compile; });
   m.def("stats", &stats);
   m.def("reset", [] {
+    {
+      py::gil_scoped_release release;  // compiles in flight finish first: stats start from zero
+      runtime::wait_background_idle();
+    }
+    runtime::reset_background_stats();
     eval_hook::reset_all_code_states();
     eval_hook::stats() = eval_hook::Stats();
   });
@@ -172,6 +192,16 @@ PYBIND11_MODULE(_C, m) {
     if (!st || st == eval_hook::skip_marker() || st->entries.empty()) return py::none();
     return py::reinterpret_borrow<py::object>(PyFunction_GET_CODE(st->entries.front()->fn));
   });
+  // What the backend runs for fn's newest entry now (a tiered graph says whether its kernels
+  // have taken over); None when fn has no compiled entry.
+  m.def("code_text", [](py::handle fn) -> py::object {
+    eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));
+    if (!st || st == eval_hook::skip_marker() || st->entries.empty()) return py::none();
+    const runtime::Executable* exe = runtime::compiled_graph_executable(st->entries.front()->graph);
+    if (!exe) return py::none();
+    return py::str(exe->describe());
+  });
+  m.def("hold_background_for_testing", [](bool hold) { runtime::hold_background_for_testing(hold); });
   m.def("graph_text", [](py::handle fn) -> py::object {
     eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));
     if (!st || st == eval_hook::skip_marker() || st->entries.empty()) return py::none();

@@ -12,43 +12,21 @@ struct Tables {
   std::unordered_map<std::string, Family> by_name;
 };
 
-}  // namespace
-
-PyObject* resolve_loaded_python_name(const std::string& dotted) {
-  std::string mod = dotted;
-  while (true) {
-    const size_t dot = mod.rfind('.');
-    if (dot == std::string::npos) return nullptr;
-    mod = mod.substr(0, dot);
-    PyObject* name = PyUnicode_FromString(mod.c_str());
-    PyObject* m = PyImport_GetModule(name);
-    Py_DECREF(name);
-    if (m) {
-      Py_DECREF(m);
-      return resolve_python_name(dotted);
-    }
-    PyErr_Clear();
-  }
+// New reference to the module `name` if it is in sys.modules, else nullptr (no exception set).
+PyObject* loaded_module(const std::string& name) {
+  PyObject* key = PyUnicode_FromString(name.c_str());
+  PyObject* m = key ? PyImport_GetModule(key) : nullptr;
+  Py_XDECREF(key);
+  if (!m) PyErr_Clear();
+  return m;
 }
 
-PyObject* resolve_python_name(const std::string& dotted) {
-  std::string mod = dotted;
-  PyObject* obj = nullptr;
-  size_t consumed = 0;
-  while (true) {
-    size_t dot = mod.rfind('.');
-    if (dot == std::string::npos) break;
-    mod = mod.substr(0, dot);
-    obj = PyImport_ImportModule(mod.c_str());
-    if (obj) { consumed = mod.size(); break; }
-    PyErr_Clear();
-  }
-  if (!obj) return nullptr;
-  std::string rest = dotted.substr(consumed + 1);
+// obj.a.b.c for rest = "a.b.c"; steals `obj`. New reference, or nullptr with no exception set.
+PyObject* walk_attributes(PyObject* obj, const std::string& rest) {
   size_t pos = 0;
   while (obj && pos <= rest.size()) {
-    size_t dot = rest.find('.', pos);
-    std::string part = rest.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    const size_t dot = rest.find('.', pos);
+    const std::string part = rest.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
     PyObject* next = PyObject_GetAttrString(obj, part.c_str());
     Py_DECREF(obj);
     obj = next;
@@ -57,6 +35,34 @@ PyObject* resolve_python_name(const std::string& dotted) {
   }
   if (!obj) PyErr_Clear();
   return obj;
+}
+
+}  // namespace
+
+PyObject* resolve_python_name(const std::string& dotted) {
+  // NB: the longest prefix already in sys.modules first: a failed import ("torch.Tensor" as a
+  // module) searches the package's path, and the op table resolves hundreds of such names.
+  for (size_t dot = dotted.rfind('.'); dot != std::string::npos && dot > 0; dot = dotted.rfind('.', dot - 1)) {
+    if (PyObject* m = loaded_module(dotted.substr(0, dot))) {
+      if (PyObject* obj = walk_attributes(m, dotted.substr(dot + 1))) return obj;
+      break;
+    }
+  }
+  for (size_t dot = dotted.rfind('.'); dot != std::string::npos && dot > 0; dot = dotted.rfind('.', dot - 1)) {
+    if (PyObject* m = PyImport_ImportModule(dotted.substr(0, dot).c_str()))
+      return walk_attributes(m, dotted.substr(dot + 1));
+    PyErr_Clear();
+  }
+  return nullptr;
+}
+
+PyObject* resolve_loaded_python_name(const std::string& dotted) {
+  for (size_t dot = dotted.rfind('.'); dot != std::string::npos && dot > 0; dot = dotted.rfind('.', dot - 1))
+    if (PyObject* m = loaded_module(dotted.substr(0, dot))) {
+      Py_DECREF(m);
+      return resolve_python_name(dotted);
+    }
+  return nullptr;
 }
 
 namespace {

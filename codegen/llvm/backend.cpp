@@ -4,6 +4,7 @@
 #include "codegen/aten_backend.h"
 #include "codegen/attention_decompose.h"
 #include "codegen/constant_fold.h"
+#include "codegen/pass_timer.h"
 #include "codegen/prepacked_linear.h"
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
@@ -255,34 +256,47 @@ std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants
 
 }  // namespace
 
-runtime::ExecutablePtr compile_llvm_cpu(const Graph& original) {
+PreparedLlvm prepare_llvm_cpu(const Graph& original) {
+  PassTimer timer;
   const Graph written_out = decompose_small_attention(original);
+  timer.lap("decompose_small_attention");
   ConstantFolding folding = fold_constants(written_out);
   std::vector<at::Tensor> constants;
   if (!folding.constants.nodes.empty()) {
     if (auto values = evaluate_constants(folding.constants)) constants = std::move(*values);
     else folding.rest = written_out;
   }
+  timer.lap("fold_constants");
   const Graph& g = constants.empty() ? written_out : folding.rest;
   // FASTDYN_DUMP=rewritten: the graph the loop pipeline gets, after the graph-level rewrites.
   if (loop::dump_enabled("rewritten")) {
     std::fprintf(stderr, "=== rewritten ===\n%s", print_graph(g).c_str());
     if (!constants.empty()) std::fprintf(stderr, "=== folded constants ===\n%s", print_graph(folding.constants).c_str());
   }
-  loop::Program p = loop::build_program(g);
-  std::string text = loop::print_program(p);
-  std::vector<LlvmExecutable::Call> calls;
-  for (const loop::Kernel& k : p.kernels) calls.push_back({compile_kernel(p, k), llvm_emit::kernel_slots(p, k)});
-  std::vector<LlvmExecutable::Extern> externs;
-  for (const loop::Step& s : p.steps)
+  auto p = std::make_shared<loop::Program>(loop::build_program(g));
+  timer = PassTimer();
+  std::string text = loop::print_program(*p);
+  auto externs = std::make_shared<std::vector<LlvmExecutable::Extern>>();
+  for (const loop::Step& s : p->steps)
     if (s.kind == loop::Step::Kind::Extern) {
-      const Node& n = p.graph.nodes[static_cast<size_t>(s.index)];
-      externs.push_back(compile_extern(p.graph, n));
-      if (externs.back().prepacked) text += "extern " + print_node(p.graph, n) + " runs as " + externs.back().exe->describe() + "\n";
+      const Node& n = p->graph.nodes[static_cast<size_t>(s.index)];
+      externs->push_back(compile_extern(p->graph, n));
+      if (externs->back().prepacked) text += "extern " + print_node(p->graph, n) + " runs as " + externs->back().exe->describe() + "\n";
     }
-  runtime::ExecutablePtr aliased = p.writebacks.empty() ? nullptr : compile_aten(original);
-  return std::make_shared<LlvmExecutable>(std::move(p), text, std::move(calls), std::move(externs), std::move(aliased),
-                                          std::move(constants));
+  runtime::ExecutablePtr aliased = p->writebacks.empty() ? nullptr : compile_aten(original);
+  timer.lap("externs");
+  PreparedLlvm prepared;
+  prepared.program = "backend llvm_cpu\n" + text;
+  // NB: LLVM only from here (emission, the kernel cache, compilation): no ATen op runs, no Python.
+  prepared.finish = [p, text, externs, aliased, constants = std::move(constants)]() -> runtime::ExecutablePtr {
+    std::vector<LlvmExecutable::Call> calls;
+    for (const loop::Kernel& k : p->kernels) calls.push_back({compile_kernel(*p, k), llvm_emit::kernel_slots(*p, k)});
+    // NB: finish runs once (the header's contract): the program and externs move out.
+    return std::make_shared<LlvmExecutable>(std::move(*p), text, std::move(calls), std::move(*externs), aliased, constants);
+  };
+  return prepared;
 }
+
+runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) { return prepare_llvm_cpu(g).finish(); }
 
 }  // namespace fastdyn::codegen

@@ -10,10 +10,24 @@
 #include "codegen/graph.h"
 #include "runtime/executable.h"
 
+#include <functional>
+#include <string>
+
 namespace fastdyn::codegen {
 
 // Throws loop::Unsupported (codegen/loop/passes.h) when the graph cannot run outside ATen at all;
 // the caller then uses compile_aten. BackendError: LLVM refused the module.
 runtime::ExecutablePtr compile_llvm_cpu(const Graph& g);
+
+// compile_llvm_cpu in two halves, for tiered compilation (runtime/tiered_executable.h).
+// prepare_llvm_cpu does the graph rewrites (constant folding runs ATen ops), the loop pipeline and
+// the extern calls on the caller's thread: a few milliseconds; it throws what compile_llvm_cpu
+// throws before LLVM. `finish` emits the kernels, looks them up in the kernel cache and compiles
+// the missing ones: LLVM only, no ATen op and no Python, so it may run on another thread, once.
+struct PreparedLlvm {
+  std::string program;  // what the finished executable's describe() will say
+  std::function<runtime::ExecutablePtr()> finish;  // throws BackendError/InternalError
+};
+PreparedLlvm prepare_llvm_cpu(const Graph& g);
 
 }  // namespace fastdyn::codegen

@@ -1,8 +1,8 @@
 // codegen/loop/pipeline.cpp — build_program: the ordered pass list, with FASTDYN_DUMP after each
 // pass and FASTDYN_TIME_PASSES timing, plus the lowered graph's printer.
 #include "codegen/loop/passes.h"
+#include "codegen/pass_timer.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,14 +71,8 @@ std::string print_lowered(const LoweredGraph& lg) {
 }
 
 Program build_program(const Graph& g) {
-  const bool timing = std::getenv("FASTDYN_TIME_PASSES") != nullptr;
-  auto t0 = std::chrono::steady_clock::now();
-  auto lap = [&](const char* pass) {
-    if (!timing) return;
-    auto t1 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "[fastdyn] pass %s: %.3f ms\n", pass, std::chrono::duration<double, std::milli>(t1 - t0).count());
-    t0 = t1;
-  };
+  PassTimer timer;
+  auto lap = [&](const char* pass) { timer.lap(pass); };
   if (dump_enabled("graph")) std::fprintf(stderr, "=== graph ===\n%s", print_graph(g).c_str());
   LoweredGraph lg = lower(g);
   lap("lower");

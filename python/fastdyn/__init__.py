@@ -21,10 +21,12 @@ from .api import (
     stats,
     reset,
     skip,
+    synchronize,
+    set_background_compile,
 )
 
 __all__ = [
     "GraphBreakError", "ExplainOutput", "enable", "disable", "jit", "explain", "stats",
-    "reset", "skip",
+    "reset", "skip", "synchronize", "set_background_compile",
 ]
 __version__ = "0.1.0"

@@ -10,12 +10,28 @@ import torch
 
 from . import _C
 
-# The JIT engine may still be starting on its background thread (see prewarm in
-# codegen/llvm/jit_engine.h): let it finish before the process's static destructors run.
-atexit.register(_C.finish_prewarm)
+# fastdyn's threads (the background kernel compiler, and the JIT engine that may still be
+# starting, see codegen/llvm/jit_engine.h's prewarm) end before the process's static destructors.
+atexit.register(_C.shutdown_threads)
 
 __all__ = ["GraphBreakError", "ExplainOutput", "BreakReason", "enable", "disable", "jit",
-           "explain", "stats", "reset", "skip"]
+           "explain", "stats", "reset", "skip", "synchronize", "set_background_compile"]
+
+
+def set_background_compile(enabled):
+    """Tiered compilation, on by default (or FASTDYN_BACKGROUND_COMPILE=0 at start-up for off).
+
+    On: a new graph's llvm_cpu kernels compile on a background thread; the call that traced it,
+    and the calls until the kernels are ready (typically 10-100 ms later), run the graph op by op
+    on ATen, with eager's results. Off: the tracing call waits for its kernels, so every call of
+    the graph runs them. Process-wide; affects graphs compiled from now on."""
+    _C.set_background_compile(bool(enabled))
+
+
+def synchronize():
+    """Wait until every kernel compile running in the background has finished, so that the next
+    call of each compiled graph runs its kernels (benchmarks, tests)."""
+    _C.synchronize()
 
 
 class GraphBreakError(RuntimeError):
@@ -156,12 +172,14 @@ def explain(fn, *args, **kwargs):
 
 def stats():
     """Counters since the last reset(): frames_seen, frames_compiled, cache_hits, cache_misses,
-    recompiles, graph_breaks, graphs, compile_seconds."""
+    recompiles, graph_breaks, graphs, compile_seconds (on the calling thread), and for tiered
+    compilation background_compiles (graphs whose kernels the background thread built),
+    background_pending (still compiling) and background_compile_seconds (that thread's time)."""
     return dict(_C.stats())
 
 
 def reset():
-    """Forget every compiled entry and zero the counters."""
+    """Wait for background compiles, then forget every compiled entry and zero the counters."""
     _C.reset()
 
 

@@ -36,9 +36,13 @@ def reset(request):
         pytest.fail("import fastdyn failed:\n" + IMPORT_ERROR, pytrace=False)
     fastdyn.disable()
     fastdyn.reset()
+    # Kernels compile on the calling thread, so that a test's first call runs them (the numerical
+    # sweeps check kernels, not ATen); test_background_compile.py turns tiered compilation on.
+    fastdyn.set_background_compile(False)
     grad_mode = torch.is_grad_enabled()
     yield
     torch.set_grad_enabled(grad_mode)
+    fastdyn.set_background_compile(True)
     fastdyn.disable()
     fastdyn.reset()
     assert not _hook_sees_plain_frames(), (

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from fdcheck import assert_same, call_with_stats, fastdyn, line_of
 
 STATS_KEYS = {"frames_seen", "frames_compiled", "cache_hits", "cache_misses", "recompiles",
-              "graph_breaks", "graphs", "compile_seconds"}
+              "graph_breaks", "graphs", "compile_seconds", "background_compiles", "background_pending",
+              "background_compile_seconds"}
 
 
 def three_ops(x):

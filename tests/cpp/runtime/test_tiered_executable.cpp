@@ -1,0 +1,126 @@
+// Tiered executables and the background compile worker (runtime/tiered_executable.h,
+// runtime/background_compiler.h), with fake executables: no Python, no LLVM.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <thread>
+
+#include "runtime/background_compiler.h"
+#include "runtime/errors.h"
+#include "runtime/tiered_executable.h"
+
+namespace fastdyn::runtime {
+namespace {
+
+// Returns its inputs plus `add`, and says who it is.
+class AddExecutable final : public Executable {
+ public:
+  AddExecutable(double add, std::string name) : add_(add), name_(std::move(name)) {}
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
+    calls++;
+    return {inputs.at(0) + add_};
+  }
+  std::string describe() const override { return name_ + "\n"; }
+  std::atomic<int> calls{0};
+
+ private:
+  double add_;
+  std::string name_;
+};
+
+double run_once(Executable& e) { return e.run({at::zeros({1})})[0].item<double>(); }
+
+TEST(TieredExecutable, RunsTheBaselineUntilTheOptimisedTierIsPublished) {
+  auto baseline = std::make_shared<AddExecutable>(1, "baseline");
+  TieredExecutable t(baseline, "pending\n");
+  EXPECT_FALSE(t.optimised_ready());
+  EXPECT_EQ(run_once(t), 1);
+  EXPECT_EQ(t.describe(), "pending\n");
+  t.publish(std::make_shared<AddExecutable>(2, "optimised"));
+  EXPECT_TRUE(t.optimised_ready());
+  EXPECT_EQ(run_once(t), 2);
+  EXPECT_EQ(t.describe(), "optimised\n");
+  EXPECT_EQ(baseline->calls, 1);
+  EXPECT_THROW(t.publish(std::make_shared<AddExecutable>(3, "again")), InternalError);
+}
+
+TEST(TieredExecutable, AFailedBuildKeepsTheBaselineAndSaysWhy) {
+  hold_background_for_testing(true);
+  auto t = compile_in_background(std::make_shared<AddExecutable>(1, "baseline"), "pending\n",
+                                 []() -> ExecutablePtr { throw BackendError("LLVM said no"); });
+  EXPECT_EQ(t->describe(), "pending\n");  // held: the worker has not started it
+  hold_background_for_testing(false);
+  wait_background_idle();
+  EXPECT_FALSE(t->optimised_ready());
+  EXPECT_EQ(run_once(*t), 1);
+  EXPECT_NE(t->describe().find("LLVM said no"), std::string::npos) << t->describe();
+  EXPECT_NE(t->describe().find("baseline"), std::string::npos) << t->describe();
+}
+
+TEST(TieredExecutable, TheBackgroundBuildTakesOverAndIsCounted) {
+  const int64_t before = background_stats().finished;
+  std::atomic<bool> built_off_thread{false};
+  const std::thread::id caller = std::this_thread::get_id();
+  auto t = compile_in_background(std::make_shared<AddExecutable>(1, "baseline"), "pending\n", [&]() -> ExecutablePtr {
+    built_off_thread = std::this_thread::get_id() != caller;
+    return std::make_shared<AddExecutable>(2, "optimised");
+  });
+  wait_background_idle();
+  EXPECT_TRUE(built_off_thread);
+  EXPECT_TRUE(t->optimised_ready());
+  EXPECT_EQ(run_once(*t), 2);
+  EXPECT_EQ(background_stats().finished, before + 1);
+  EXPECT_EQ(background_stats().pending, 0);
+}
+
+TEST(TieredExecutable, ADroppedExecutableIsNeverBuilt) {
+  std::atomic<bool> built{false};
+  hold_background_for_testing(true);
+  {
+    auto t = compile_in_background(std::make_shared<AddExecutable>(1, "baseline"), "pending\n", [&]() -> ExecutablePtr {
+      built = true;
+      return std::make_shared<AddExecutable>(2, "optimised");
+    });
+  }  // dropped (a recompile, reset) while queued
+  hold_background_for_testing(false);
+  wait_background_idle();
+  EXPECT_FALSE(built);
+}
+
+TEST(TieredExecutable, CallsFromManyThreadsDuringTheSwitchRunOneTierEach) {
+  auto baseline = std::make_shared<AddExecutable>(1, "baseline");
+  auto optimised = std::make_shared<AddExecutable>(2, "optimised");
+  TieredExecutable t(baseline, "pending\n");
+  std::atomic<bool> bad{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&] {
+      for (int k = 0; k < 200; ++k) {
+        const double v = run_once(t);
+        if (v != 1 && v != 2) bad = true;
+      }
+    });
+  t.publish(optimised);
+  for (std::thread& th : threads) th.join();
+  EXPECT_FALSE(bad);
+  EXPECT_EQ(baseline->calls + optimised->calls, 800);
+  EXPECT_EQ(run_once(t), 2);
+}
+
+// Runs alone in its own process (gtest_discover_tests: one process per test).
+TEST(BackgroundCompiler, AfterShutdownWorkIsRefusedAndTheBaselineStays) {
+  submit_background([] {});
+  shutdown_background_compiler();
+  EXPECT_FALSE(submit_background([] {}));
+  auto t = compile_in_background(std::make_shared<AddExecutable>(1, "baseline"), "pending\n",
+                                 [] { return std::make_shared<AddExecutable>(2, "optimised"); });
+  wait_background_idle();  // returns: nothing can run
+  EXPECT_FALSE(t->optimised_ready());
+  EXPECT_EQ(run_once(*t), 1);
+  shutdown_background_compiler();  // idempotent
+}
+
+}  // namespace
+}  // namespace fastdyn::runtime
