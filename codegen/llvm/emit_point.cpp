@@ -74,6 +74,7 @@ llvm::Value* KernelEmitter::identity(ReduceOp op, ST t, int lanes) {
     case ReduceOp::Sum: return constant(0, t, lanes);
     case ReduceOp::Prod: return constant(1, t, lanes);
     case ReduceOp::Max:
+    case ReduceOp::MaxLoose:
     case ReduceOp::ArgMax:
       return fp ? constant(-INFINITY, t, lanes) : int_limit(t, lanes, true);
     case ReduceOp::Min:
@@ -101,6 +102,8 @@ llvm::Value* KernelEmitter::combine(ReduceOp op, ST t, llvm::Value* a, llvm::Val
     case ReduceOp::Prod: return fp ? b_.CreateFMul(a, b) : b_.CreateMul(a, b);
     case ReduceOp::Max: return intrinsic(fp ? llvm::Intrinsic::maximum : llvm::Intrinsic::smax, {a, b});
     case ReduceOp::Min: return intrinsic(fp ? llvm::Intrinsic::minimum : llvm::Intrinsic::smin, {a, b});
+    case ReduceOp::MaxLoose:  // a > b ? a : b, x86's max instruction exactly
+      return fp ? b_.CreateSelect(b_.CreateFCmpOGT(a, b), a, b) : intrinsic(llvm::Intrinsic::smax, {a, b});
     default: throw InternalError("llvm emitter: combine of an arg reduction");
   }
 }

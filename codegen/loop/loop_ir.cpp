@@ -135,6 +135,7 @@ const char* reduce_name(ReduceOp r) {
     case ReduceOp::Min: return "min";
     case ReduceOp::ArgMax: return "argmax";
     case ReduceOp::ArgMin: return "argmin";
+    case ReduceOp::MaxLoose: return "max_loose";
   }
   return "?";
 }

@@ -69,7 +69,12 @@ enum class Op : uint8_t {
 const char* op_name(Op op);
 int op_arity(Op op);
 
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin };
+// MaxLoose: the maximum where no NaN is involved; with a NaN it may give any operand, and +0/-0
+// in either order. The stabiliser of softmax, log_softmax and logsumexp (x - max): a NaN in the
+// row makes every result NaN through the sum of exp anyway, and exp(x - 0) does not depend on the
+// zero's sign, while the loose form is one instruction (x86 max) instead of a NaN- and
+// sign-of-zero-exact sequence.
+enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, MaxLoose };
 const char* reduce_name(ReduceOp r);
 
 // index = constant + sum_d coef[d] * i_d (+ the value of instr `dynamic` when >= 0).

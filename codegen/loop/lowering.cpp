@@ -927,7 +927,7 @@ bool lower_softmax(const Ctx& c, NodeLowering& out, bool log) {
   Domain dom(in.sizes, mask);
   ValueId x = c.n.args[0].value;
   Builder b0 = begin(dom, false);
-  b0.st.reductions.push_back({ReduceOp::Max, b0.cast(b0.load(dom.full_access(x, in.sizes), compute_type(in.dtype)), t), t});
+  b0.st.reductions.push_back({ReduceOp::MaxLoose, b0.cast(b0.load(dom.full_access(x, in.sizes), compute_type(in.dtype)), t), t});
   finish(dom, b0);
   // softmax in f32/f64 keeps exp(x - max) in the output between the sum and the scaling (one
   // exp per element, as ATen); 16-bit outputs recompute it, as storing would round it early.
@@ -967,7 +967,7 @@ bool lower_logsumexp(const Ctx& c, NodeLowering& out) {
     return b.sel(b.bin(Op::Eq, b.un(Op::Abs, m), b.cnst(INFINITY, t)), b.cnst(0, t), m);
   };
   Builder b0 = begin(dom, false);
-  b0.st.reductions.push_back({ReduceOp::Max, b0.cast(b0.load(dom.full_access(x, in.sizes), compute_type(in.dtype)), t), t});
+  b0.st.reductions.push_back({ReduceOp::MaxLoose, b0.cast(b0.load(dom.full_access(x, in.sizes), compute_type(in.dtype)), t), t});
   finish(dom, b0);
   Builder b1 = begin(dom, false);
   int32_t d = b1.sub(b1.cast(b1.load(dom.full_access(x, in.sizes), compute_type(in.dtype)), t), shifted_max(b1));

@@ -401,3 +401,22 @@ def test_fork_right_after_jit_while_the_engine_prewarms():
     env = dict(os.environ, FASTDYN_CACHE_DIR="off")
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+def test_softmax_family_with_nan_inf_and_signed_zero_rows_matches_eager(op):
+    # The kernels stabilise with the loose max (ReduceOp::MaxLoose); rows with NaN, +-inf, all
+    # -inf and +-0 must still give eager's results, NaNs in the same places.
+    fn = {"softmax": lambda x: torch.softmax(x * 2, -1), "log_softmax": lambda x: F.log_softmax(x * 2, -1),
+          "logsumexp": lambda x: torch.logsumexp(x * 2, -1)}[op]
+    x = torch.randn(9, 40)
+    x[0, 3] = float("nan")
+    x[1, 0] = float("inf")
+    x[2, :] = float("-inf")
+    x[3, 5] = float("-inf")
+    x[4, :] = 0.0
+    x[4, ::2] = -0.0
+    x[5, 7], x[5, 8] = float("nan"), float("inf")
+    x[6, :] = -0.0
+    x[7, 39] = float("nan")  # in the vector tail
+    check(fn, x)

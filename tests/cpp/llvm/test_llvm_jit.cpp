@@ -99,6 +99,11 @@ TEST(LlvmHost, TargetDescribesThisMachine) {
   EXPECT_NE(h.features.find("+sse2"), std::string::npos) << h.features;
   EXPECT_TRUE(h.vector_bits == 128 || h.vector_bits == 256 || h.vector_bits == 512) << h.vector_bits;
   if (h.features.find("+avx2,") != std::string::npos) EXPECT_GE(h.vector_bits, 256);
+  // Where ATen's AVX512 kernels run, ours use 512-bit vectors too, whatever LLVM's tuning prefers.
+  const std::string f = h.features + ",";
+  bool avx512 = true;
+  for (const char* need : {"+avx512f,", "+avx512bw,", "+avx512dq,", "+avx512vl,"}) avx512 = avx512 && f.find(need) != std::string::npos;
+  if (avx512 && !std::getenv("FASTDYN_VECTOR_BITS")) EXPECT_EQ(h.vector_bits, 512);
   std::printf("[ host     ] %s cpu=%s vector_bits=%d\n", h.triple.c_str(), h.cpu.c_str(), h.vector_bits);
 }
 

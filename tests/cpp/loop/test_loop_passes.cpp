@@ -134,6 +134,25 @@ TEST(LoopPasses, ReadingAnotherPointOfAFusedValueSplitsTheKernel) {
   EXPECT_EQ(p.kernels.size(), 2u);
 }
 
+TEST(LoopPasses, SoftmaxStabilisesWithTheLooseMaxWhileAmaxKeepsTheExactOne) {
+  // softmax / log_softmax / logsumexp subtract the row max only to keep exp in range: the loose
+  // max (ReduceOp::MaxLoose, one x86 instruction) serves; amax is a result and propagates NaN.
+  for (const char* op : {"aten::softmax.int(%0, -1, None)", "aten::log_softmax.int(%0, -1, None)",
+                         "aten::logsumexp(%0, [-1], False)"}) {
+    const bool rowwise = std::string(op).find("logsumexp") == std::string::npos;
+    const std::string text = std::string("graph(%0: f32[4, 8]{8, 1}):\n  %1: f32[") + (rowwise ? "4, 8]{8, 1}" : "4]{1}") +
+                             " = " + op + "\n  return (%1)\n";
+    const std::string printed = print_program(build_program(parse_graph(text)));
+    EXPECT_NE(printed.find("= max_loose f32"), std::string::npos) << printed;
+  }
+  const std::string amax = print_program(build_program(parse_graph(R"(graph(%0: f32[4, 8]{8, 1}):
+  %1: f32[4]{1} = aten::amax(%0, [-1], False)
+  return (%1)
+)")));
+  EXPECT_EQ(amax.find("max_loose"), std::string::npos) << amax;
+  EXPECT_NE(amax.find("= max f32"), std::string::npos) << amax;
+}
+
 TEST(LoopPasses, HorizontalReductionsShareOneKernel) {
   Program p = build_program(parse_graph(R"(graph(%0: f32[4, 8]{8, 1}):
   %1: f32[4]{1} = aten::sum.dim_IntList(%0, [-1], False, None)
