@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds fastdyn and runs the whole suite on the accelerator machine (Python 3.12, CUDA torch, no
+# LLVM, no internet), writing logs under $OUT. GoogleTest is not installed there: copy Debian's
+# sources here first (`cp -r /usr/src/googletest .gtest`, ignored through .git/info/exclude) and
+# name `.gtest` in the device call's carry list. Usage there: `bash scripts/device_test.sh`.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/fastdyn-device-out}
+mkdir -p "$OUT"
+PY=$(command -v python3)
+jobs=$(nproc)
+bdir=build/$($PY -c 'import sys; print(f"py{sys.version_info.major}{sys.version_info.minor}")')
+{ $PY --version; $PY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'; } 2>&1 | tee "$OUT/versions.log"
+
+gtest_args=()
+if [ -d .gtest ]; then
+  (cmake -S .gtest -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF \
+     -DCMAKE_INSTALL_PREFIX=/tmp/gtest && cmake --build /tmp/gtest-build -j "$jobs" \
+     && cmake --install /tmp/gtest-build) > "$OUT/gtest.log" 2>&1 || echo "googletest build failed (see gtest.log)"
+  gtest_args=(-DGTest_ROOT=/tmp/gtest)
+fi
+
+cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$PY" "${gtest_args[@]}" \
+  > "$OUT/build.log" 2>&1 && cmake --build "$bdir" -j "$jobs" >> "$OUT/build.log" 2>&1
+build_rc=$?
+tail -3 "$OUT/build.log"
+echo "build rc=$build_rc"
+[ $build_rc -eq 0 ] || exit $build_rc
+
+ctest --test-dir "$bdir" -j "$jobs" > "$OUT/ctest.log" 2>&1
+echo "ctest rc=$?"; grep -E "tests passed|tests failed|\(Failed\)" "$OUT/ctest.log" | head -20
+
+export PATH="$PWD/python/fastdyn/bin:$PATH" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+$PY -m pytest tests/python -p no:cacheprovider -q -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
+echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"
