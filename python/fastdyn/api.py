@@ -174,7 +174,11 @@ def stats():
     """Counters since the last reset(): frames_seen, frames_compiled, cache_hits, cache_misses,
     recompiles, graph_breaks, graphs, compile_seconds (on the calling thread), and for tiered
     compilation background_compiles (graphs whose kernels the background thread built),
-    background_pending (still compiling) and background_compile_seconds (that thread's time)."""
+    background_pending (still compiling) and background_compile_seconds (that thread's time).
+    Unless the backend is aten (where LLVM is built in), the kernel cache's: kernel_compiles (by
+    LLVM), kernel_memory_hits (already compiled in this process: reset() keeps compiled kernels),
+    kernel_disk_hits (loaded from FASTDYN_CACHE_DIR) and kernel_cache_rejected (corrupt or foreign
+    cache files ignored)."""
     return dict(_C.stats())
 
 

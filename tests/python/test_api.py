@@ -14,6 +14,8 @@ from fdcheck import assert_same, call_with_stats, fastdyn, line_of
 STATS_KEYS = {"frames_seen", "frames_compiled", "cache_hits", "cache_misses", "recompiles",
               "graph_breaks", "graphs", "compile_seconds", "background_compiles", "background_pending",
               "background_compile_seconds"}
+if fastdyn is not None and fastdyn._C.has_llvm_cpu:
+    STATS_KEYS |= {"kernel_compiles", "kernel_memory_hits", "kernel_disk_hits", "kernel_cache_rejected"}
 
 
 def three_ops(x):
@@ -154,6 +156,20 @@ def test_reset_clears_caches_and_counters():
     out, d = call_with_stats(f, x)
     assert d["cache_misses"] == 1 and d["frames_compiled"] == 1, f"reset() must drop the cache: {d}"
     assert_same(out, three_ops(x))
+
+
+@pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+def test_stats_count_kernels_and_reset_keeps_them_compiled():
+    def g(x):
+        return (x * 3 - 2).sigmoid()
+    x = torch.randn(7, 5)
+    fastdyn.jit(g, backend="llvm_cpu")(x)
+    first = fastdyn.stats()
+    assert first["kernel_compiles"] + first["kernel_memory_hits"] == 1, first
+    fastdyn.reset()  # forgets the graph, not the kernel: compiling it again finds it in memory
+    fastdyn.jit(g, backend="llvm_cpu")(x)
+    again = fastdyn.stats()
+    assert (again["kernel_compiles"], again["kernel_memory_hits"]) == (0, 1), again
 
 
 def test_reset_forgets_failed_captures(capsys):

@@ -164,8 +164,17 @@ SCRIPT = textwrap.dedent("""
     out = fastdyn.jit(f, backend="llvm_cpu")(x, x)
     print("first_ms", (time.perf_counter() - t) * 1e3)
     assert torch.allclose(out, f(x, x)), (out, f(x, x))
+    fastdyn.synchronize()  # the kernels compile (or load) in the background
+    s = fastdyn.stats()
+    print("kernels", s["kernel_compiles"], s["kernel_disk_hits"], s["kernel_cache_rejected"])
     print("ok")
 """)
+
+
+def _kernels(run):
+    """(compiled, loaded from disk, rejected files) as the child process reported them."""
+    line = next(l for l in run.stdout.splitlines() if l.startswith("kernels "))
+    return tuple(int(v) for v in line.split()[1:])
 
 
 def _run(cache_dir):
@@ -181,13 +190,16 @@ def _run(cache_dir):
 def test_warm_start_from_disk_cache_and_corrupted_file(tmp_path):
     first = _run(tmp_path)
     assert "backend llvm_cpu" in first.stderr, first.stderr
+    compiled, loaded, rejected = _kernels(first)
+    assert compiled >= 1 and loaded == 0 and rejected == 0, first.stdout
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert files, "the first process wrote no cache file"
-    _run(tmp_path)  # warm: loads the object file from disk
+    assert len(files) == compiled, (files, first.stdout)
+    # Warm: every kernel's key comes out the same in a new process, so all load from disk.
+    assert _kernels(_run(tmp_path)) == (0, compiled, 0)
     for p in files:  # corrupt every cache file: the next process must ignore them and recompile
         data = p.read_bytes()
         p.write_bytes(data[: len(data) // 2] + b"\x00garbage" * 16)
-    _run(tmp_path)
+    assert _kernels(_run(tmp_path)) == (compiled, 0, compiled)
 
 
 # --- large outputs: streaming (non-temporal) stores ---------------------------------------------
