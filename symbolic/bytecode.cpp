@@ -87,11 +87,43 @@ std::vector<ExceptionEntry> exception_table(PyCodeObject* code) {
   return out;
 }
 
+namespace {
+
+// The source line of every code unit, in one pass over code.co_lines() (public in 3.11 and 3.12):
+// PyCode_Addr2Line scans the line table from its start on each call, so asking it once per
+// instruction made decoding quadratic (3.6 ms of GPT-2's 5.6 ms trace went there). A unit with no
+// line gets -1, as from PyCode_Addr2Line; on any failure, an empty vector (the caller asks
+// PyCode_Addr2Line instead).
+std::vector<int> unit_lines(PyCodeObject* code, int n_units) {
+  std::vector<int> lines(static_cast<size_t>(n_units), -1);
+  PyRef it{PyObject_CallMethod(reinterpret_cast<PyObject*>(code), "co_lines", nullptr)};
+  if (!it.p) {
+    PyErr_Clear();
+    return {};
+  }
+  while (PyObject* item = PyIter_Next(it.p)) {
+    PyRef entry{item};
+    long start = 0, end = 0;
+    PyObject* line = nullptr;
+    if (!PyArg_ParseTuple(item, "llO", &start, &end, &line)) break;
+    const long ln = line == Py_None ? -1 : PyLong_AsLong(line);
+    for (long u = start / 2; u < end / 2 && u < n_units; ++u) lines[static_cast<size_t>(u)] = static_cast<int>(ln);
+  }
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return {};
+  }
+  return lines;
+}
+
+}  // namespace
+
 std::vector<Instruction> decode(PyCodeObject* code) {
   PyRef bytes{PyCode_GetCode(code)};
   FD_CHECK(bytes.p && PyBytes_Check(bytes.p), "co_code is not bytes");
   const auto* raw = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.p));
   const int n_units = static_cast<int>(PyBytes_GET_SIZE(bytes.p) / 2);
+  const std::vector<int> lines = unit_lines(code, n_units);
   std::vector<Instruction> out;
   int ext = 0;
   int start = -1;
@@ -112,7 +144,7 @@ std::vector<Instruction> decode(PyCodeObject* code) {
     in.start = start;
     in.opcode = opc;
     in.arg = arg;
-    in.line = PyCode_Addr2Line(code, i * 2);
+    in.line = lines.empty() ? PyCode_Addr2Line(code, i * 2) : lines[static_cast<size_t>(i)];
     in.next = next;
     out.push_back(in);
     ext = 0;

@@ -97,6 +97,38 @@ TEST(Bytecode, LinesFollowTheSource) {
   Py_DECREF(code);
 }
 
+// decode() reads lines in one pass over co_lines(); they must be PyCode_Addr2Line's, instruction
+// by instruction, also where lines jump back (loops), repeat, are missing (no-line units) and where
+// EXTENDED_ARG and inline caches sit between instructions.
+TEST(Bytecode, LinesAreAddr2LinesEverywhere) {
+  std::string src =
+      "def f(x, *a, **k):\n"
+      "    total = 0\n"
+      "    for i in range(x):\n"
+      "        if (i % 3 ==\n"
+      "                0):\n"
+      "            total += i\n"
+      "        else:\n"
+      "            total -= (i *\n"
+      "                      2)\n"
+      "    try:\n"
+      "        total = total // x\n"
+      "    except ZeroDivisionError:\n"
+      "        pass\n"
+      "    g = lambda y: y + total\n"
+      "    return [g(j) for j in a] + list(k)\n"
+      "def big():\n    v = 0\n";
+  for (int i = 0; i < 300; ++i) src += "    v = v + " + std::to_string(i) + "\n";  // EXTENDED_ARG jumps
+  src += "    return v\n";
+  for (const char* name : {"f", "big"}) {
+    PyCodeObject* code = function_code(src.c_str(), name);
+    const auto ins = decode(code);
+    ASSERT_FALSE(ins.empty());
+    for (const Instruction& i : ins) EXPECT_EQ(i.line, PyCode_Addr2Line(code, i.index * 2)) << name << " @" << i.index;
+    Py_DECREF(code);
+  }
+}
+
 TEST(Bytecode, DisassemblyIsRelativeToFirstLine) {
   PyCodeObject* code = function_code("\n\n\ndef f(x):\n    return x\n", "f");
   const std::string text = disassemble(code);
