@@ -93,6 +93,8 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
 // The kernel cache counts over the process; stats() reports them since the last reset(), which
 // keeps the compiled kernels themselves (a graph compiled again finds them in memory).
 codegen::llvm_jit::CacheStats g_kernel_stats_at_reset;
+// NB: asking the cache starts the LLVM engine, which the aten backend never needs.
+bool kernel_cache_in_use() { return eval_hook::config().backend != "aten"; }
 #endif
 
 py::dict stats() {
@@ -111,7 +113,7 @@ py::dict stats() {
   d["background_pending"] = bg.pending;            // still queued or compiling
   d["background_compile_seconds"] = bg.seconds;    // worker wall time (off the calling thread)
 #ifdef FASTDYN_HAVE_LLVM
-  if (eval_hook::config().backend != "aten") {  // NB: the aten backend never starts the LLVM engine
+  if (kernel_cache_in_use()) {
     const codegen::llvm_jit::CacheStats k = codegen::llvm_jit::cache_stats();
     const codegen::llvm_jit::CacheStats& base = g_kernel_stats_at_reset;
     d["kernel_compiles"] = k.compiles - base.compiles;                    // kernels LLVM compiled
@@ -186,7 +188,7 @@ PYBIND11_MODULE(_C, m) {
     eval_hook::reset_all_code_states();
     eval_hook::stats() = eval_hook::Stats();
 #ifdef FASTDYN_HAVE_LLVM
-    if (eval_hook::config().backend != "aten") g_kernel_stats_at_reset = codegen::llvm_jit::cache_stats();
+    if (kernel_cache_in_use()) g_kernel_stats_at_reset = codegen::llvm_jit::cache_stats();
 #endif
   });
   m.def("mark_skip", [](py::handle fn) { eval_hook::mark_skip(code_of(fn)); });
