@@ -7,10 +7,15 @@
 #include "runtime/errors.h"
 
 namespace fastdyn::eval_hook {
-namespace {
-
-Py_ssize_t g_extra_index = -1;
+namespace detail {
 CodeState g_skip;
+Py_ssize_t g_extra_index = -1;
+bool g_extra_direct = false;
+}  // namespace detail
+
+namespace {
+using detail::g_extra_index;
+using detail::g_skip;
 // Weak registry of code objects carrying state, so reset() can clear them.
 std::unordered_set<PyCodeObject*>& registry() {
   static auto* r = new std::unordered_set<PyCodeObject*>();
@@ -39,18 +44,44 @@ CacheEntry::~CacheEntry() {
   Py_XDECREF(graph);
 }
 
-CodeState* skip_marker() { return &g_skip; }
+namespace {
+
+// Whether fd_code_extra reads what _PyCode_GetExtra reads, on a probe code object: before and
+// after setting our slot (the block is allocated by the first set).
+bool direct_extra_read_matches() {
+  PyCodeObject* probe = PyCode_NewEmpty("<fastdyn>", "co_extra_probe", 0);
+  if (!probe) {
+    PyErr_Clear();
+    return false;
+  }
+  auto* obj = reinterpret_cast<PyObject*>(probe);
+  bool ok = fd_code_extra(probe, g_extra_index) == nullptr;
+  if (ok && _PyCode_SetExtra(obj, g_extra_index, &g_skip) == 0) {
+    void* via_api = nullptr;
+    ok = _PyCode_GetExtra(obj, g_extra_index, &via_api) == 0 && via_api == &g_skip &&
+         fd_code_extra(probe, g_extra_index) == &g_skip;
+    _PyCode_SetExtra(obj, g_extra_index, nullptr);
+  } else {
+    ok = false;
+  }
+  PyErr_Clear();
+  Py_DECREF(obj);
+  return ok;
+}
+
+}  // namespace
+
+CodeState* detail::code_state_via_api(PyCodeObject* code) {
+  void* p = nullptr;
+  _PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, &p);
+  return static_cast<CodeState*>(p);
+}
 
 void init_code_extra() {
   if (g_extra_index >= 0) return;
   g_extra_index = _PyEval_RequestCodeExtraIndex(free_state);
   FD_CHECK(g_extra_index >= 0, "no co_extra slot available");
-}
-
-CodeState* code_state(PyCodeObject* code) {
-  void* p = nullptr;
-  _PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, &p);
-  return static_cast<CodeState*>(p);
+  detail::g_extra_direct = direct_extra_read_matches();
 }
 
 void set_code_state(PyCodeObject* code, CodeState* state) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "eval_hook/cpython_compat.h"
 #include "runtime/guards.h"
 
 namespace fastdyn::eval_hook {
@@ -40,11 +41,21 @@ struct CodeState {
   bool eager = false;  // learned: capture failed or found no tensor op; forgotten by reset()
 };
 
-// Sentinel stored in co_extra for skipped code.
-CodeState* skip_marker();
+namespace detail {
+extern CodeState g_skip;
+extern Py_ssize_t g_extra_index;  // requested once, at import
+extern bool g_extra_direct;       // fd_code_extra's layout matched _PyCode_GetExtra at import
+CodeState* code_state_via_api(PyCodeObject* code);
+}  // namespace detail
 
-// Borrowed; nullptr if never seen. NB: the slot index is requested once, at import.
-CodeState* code_state(PyCodeObject* code);
+// Sentinel stored in co_extra for skipped code.
+inline CodeState* skip_marker() { return &detail::g_skip; }
+
+// Borrowed; nullptr if never seen. Inline: the hook reads it for every frame.
+inline CodeState* code_state(PyCodeObject* code) {
+  if (detail::g_extra_direct) return static_cast<CodeState*>(fd_code_extra(code, detail::g_extra_index));
+  return detail::code_state_via_api(code);
+}
 void set_code_state(PyCodeObject* code, CodeState* state);  // takes ownership (or kSkip)
 void mark_skip(PyCodeObject* code);   // for good: skip rules, fastdyn.skip, transformed code
 void mark_eager(PyCodeObject* code);  // until reset(): run by the default evaluator

@@ -6,9 +6,13 @@
 #include <cstring>
 
 namespace fastdyn::eval_hook {
-namespace {
+namespace detail {
 Mode g_process_mode = Mode::Off;
 bool g_process_fullgraph = false;
+std::atomic<int> g_mode_overrides{0};
+}  // namespace detail
+
+namespace {
 thread_local ThreadMode t_mode;
 }  // namespace
 
@@ -43,14 +47,12 @@ void load_config_from_env() {
   }
 }
 
-ThreadMode& thread_mode() { return t_mode; }
-
 void set_process_mode(Mode m, bool fullgraph) {
-  g_process_mode = m;
-  g_process_fullgraph = fullgraph;
+  detail::g_process_mode = m;
+  detail::g_process_fullgraph = fullgraph;
 }
 
-Mode effective_mode(bool* fullgraph) {
+Mode detail::thread_effective_mode(bool* fullgraph) {
   const ThreadMode& t = t_mode;
   if (t.overridden) {
     if (fullgraph) *fullgraph = t.fullgraph;
@@ -64,9 +66,13 @@ ModeGuard::ModeGuard(Mode m, bool fullgraph) : saved_(t_mode) {
   t_mode.mode = m;
   t_mode.fullgraph = fullgraph;
   t_mode.overridden = true;
+  detail::g_mode_overrides.fetch_add(1, std::memory_order_relaxed);
 }
 
-ModeGuard::~ModeGuard() { t_mode = saved_; }
+ModeGuard::~ModeGuard() {
+  t_mode = saved_;
+  detail::g_mode_overrides.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void log_event(const char* kind, const std::string& message) {
   std::fprintf(stderr, "[fastdyn] %s: %s\n", kind, message.c_str());

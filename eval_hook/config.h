@@ -46,9 +46,26 @@ struct ThreadMode {
   bool fullgraph = false;
   bool overridden = false;
 };
-ThreadMode& thread_mode();            // this thread's override
 void set_process_mode(Mode m, bool fullgraph);
-Mode effective_mode(bool* fullgraph);
+
+namespace detail {
+extern Mode g_process_mode;
+extern bool g_process_fullgraph;
+// ModeGuards alive on all threads. While none is, no thread is overridden and the hook skips
+// the thread-local read (a __tls_get_addr call in a shared library) on every frame. A thread
+// always sees its own guards' increments, so another thread's count can only send it down the
+// thread-local path, never past an override of its own.
+extern std::atomic<int> g_mode_overrides;
+Mode thread_effective_mode(bool* fullgraph);
+}  // namespace detail
+
+inline Mode effective_mode(bool* fullgraph) {
+  if (detail::g_mode_overrides.load(std::memory_order_relaxed) == 0) {
+    if (fullgraph) *fullgraph = detail::g_process_fullgraph;
+    return detail::g_process_mode;
+  }
+  return detail::thread_effective_mode(fullgraph);
+}
 
 // Scoped override of this thread's mode.
 class ModeGuard {

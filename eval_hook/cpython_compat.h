@@ -47,6 +47,19 @@ inline bool fd_thread_is_tracing(PyThreadState* tstate) {
 #endif
 }
 
+// A code object's extra slots (co_extra). The block's layout is private to
+// Objects/codeobject.c (the same in 3.11 and 3.12), so code_state.cpp checks it once against
+// _PyCode_GetExtra before the hook reads slots through it; reading directly saves the hook a
+// call into libpython per frame.
+struct FdCodeExtra {
+  Py_ssize_t size;
+  void* slots[1];
+};
+inline void* fd_code_extra(PyCodeObject* code, Py_ssize_t index) {
+  const auto* extra = static_cast<const FdCodeExtra*>(code->co_extra);
+  return extra && index < extra->size ? extra->slots[index] : nullptr;
+}
+
 // Releases a fresh frame that the hook did not evaluate (see the header comment).
 void fd_frame_release(PyThreadState* tstate, Frame* f);
 

@@ -193,6 +193,18 @@ def test_jit_mode_does_not_leak_into_other_threads():
     assert_same(result["out"], torch.full((2,), 2.0))
 
 
+def test_hook_reads_code_extra_directly_and_agrees_with_the_api():
+    # The per-frame path reads co_extra's private layout after one probe at import; on 3.11 and
+    # 3.12 the probe must pass, or every frame pays a libpython call again.
+    assert fastdyn._C.hook_reads_code_extra_directly()
+    x = torch.randn(3)
+    f = fastdyn.jit(plain)
+    assert_same(f(x), plain(x))
+    assert fastdyn._C.cache_size(plain) == 1  # the state the hook stored is the state it reads
+    _, d = call_with_stats(f, x)
+    assert d["cache_hits"] == 1 and d["frames_compiled"] == 0, d
+
+
 # --------------------------------------------------------------------------- exceptions
 
 def fails_in_eager_frame(x):
