@@ -38,6 +38,11 @@ struct CodeState {
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently hit first
   int compiles = 0;
   bool limit_logged = false;
+  // Misses in a row since the recompile limit was reached. Entries whose guards no longer hold
+  // for any call (identity guards on an object made anew per call) would otherwise be checked,
+  // all of them, on every call for nothing: after `recompile_limit` such misses with no hit in
+  // between, the code runs eagerly (mark_eager) until reset().
+  int misses_at_limit = 0;
   bool eager = false;  // learned: capture failed or found no tensor op; forgotten by reset()
 };
 

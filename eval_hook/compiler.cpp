@@ -226,7 +226,11 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
   }
   auto entry = std::make_unique<CacheEntry>();
   const std::vector<codegen::ValueId> outputs = symbolic::break_outputs(trace);
-  if (!trace.graph.nodes.empty()) {
+  // NB: a graph with no op still runs when the bytecode needs tensors from it: the rebuilt
+  // locals, stack and side effects read every tensor from the graph's output tuple, so tensors
+  // that are only passed through (`self.w = self.w.to(self.device)` on the same device) must be
+  // in it.
+  if (!trace.graph.nodes.empty() || !outputs.empty()) {
     trace.graph.outputs = outputs;
     runtime::OutputTemplate tpl;
     tpl.kind = runtime::OutputTemplate::Kind::Tuple;

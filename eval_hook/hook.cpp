@@ -36,21 +36,29 @@ runtime::GuardFrame guard_frame(Frame* frame) {
 
 // Runs a cache entry with the frame's arguments, then releases the frame.
 PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
+  // NB: read before the call: a recursive miss of the same code at its recompile limit, or a
+  // fastdyn.reset() inside, may destroy the entry while it runs (its function and graph stay
+  // alive through the running frame).
+  const bool rerun_on_error = entry.rerun_on_error;
   PyObject** slots = fd_frame_localsplus(frame);
   PyObject* result = nullptr;
   constexpr size_t kMaxDirect = 16;
   if (entry.direct && entry.direct_slots.size() <= kMaxDirect) {
     PyObject* args[kMaxDirect];
     for (size_t i = 0; i < entry.direct_slots.size(); ++i) args[i] = slots[entry.direct_slots[i]];
-    result = PyObject_Vectorcall(entry.graph, args, entry.direct_slots.size(), nullptr);
+    PyObject* graph = Py_NewRef(entry.graph);
+    result = PyObject_Vectorcall(graph, args, entry.direct_slots.size(), nullptr);
+    Py_DECREF(graph);
   } else {
     // Functions made by one `def` share code but not closures: point the entry at this one's.
     PyFunctionObject* fn = fd_frame_func(frame);
     auto* target = reinterpret_cast<PyFunctionObject*>(entry.fn);
     if (fn && target->func_closure != fn->func_closure) PyFunction_SetClosure(entry.fn, fn->func_closure);
-    result = PyObject_Vectorcall(entry.fn, slots, static_cast<size_t>(entry.nargs), nullptr);
+    PyObject* callee = Py_NewRef(entry.fn);
+    result = PyObject_Vectorcall(callee, slots, static_cast<size_t>(entry.nargs), nullptr);
+    Py_DECREF(callee);
   }
-  if (!result && entry.rerun_on_error) {
+  if (!result && rerun_on_error) {
     // The graph raised (an index out of range, say). It had no side effects, and the frame is
     // untouched: run it eagerly so the user sees exactly eager's exception and traceback.
     PyErr_Clear();
@@ -166,6 +174,7 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
           return nullptr;
         }
         stats().cache_hits++;
+        st->misses_at_limit = 0;
         if (i > 0) std::rotate(entries.begin(), entries.begin() + static_cast<long>(i), entries.begin() + static_cast<long>(i) + 1);
         return run_entry(tstate, frame, *entries.front());
       }
@@ -182,11 +191,17 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   st = ensure_code_state(code);
   st->eager = false;  // fullgraph retraces a frame that ran eagerly, to raise its break
   if (st->compiles >= config().recompile_limit) {
+    const char* name = PyUnicode_AsUTF8(code->co_qualname);
     if (!st->limit_logged) {
       st->limit_logged = true;
-      const char* name = PyUnicode_AsUTF8(code->co_qualname);
       log_event("recompile_limit", std::string(name ? name : "?") + ": " + std::to_string(config().recompile_limit) +
                                        " compiled entries reached; further misses run eagerly");
+    }
+    if (++st->misses_at_limit >= config().recompile_limit) {
+      mark_eager(code);
+      if (config().log_recompiles)
+        log_event("recompile_limit", std::string(name ? name : "?") + ": " + std::to_string(st->misses_at_limit) +
+                                         " misses in a row at the limit; its entries are dropped and it runs eagerly");
     }
     return run_previous(tstate, frame, throwflag);
   }

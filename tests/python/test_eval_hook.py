@@ -491,6 +491,52 @@ def test_recompile_bound_is_per_code_object_and_reset_lifts_it():
     assert_same(out, bounded(x))
 
 
+class FreshPerCall:  # a plain object: guarded by identity, so a new one misses every entry
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def scaled_by_box(box, x):
+    return x * box.scale + 1
+
+
+def test_entries_that_never_hit_again_are_dropped_at_the_bound():
+    # transformers' causal LMs make a DynamicCache per forward call: every compiled entry of the
+    # frames that receive it misses on the next call. Past the bound, checking all of them on
+    # every call cost more than the frame (0.81x eager on OPT): after `limit` misses in a row
+    # at the bound, the code runs eagerly and its guards are no longer checked.
+    f = fastdyn.jit(scaled_by_box)
+    x = torch.randn(4)
+    limit = fastdyn._C.recompile_limit()
+    deltas = []
+    for _ in range(2 * limit + 3):
+        box = FreshPerCall(2.0)
+        out, d = call_with_stats(f, box, x)
+        assert_same(out, scaled_by_box(box, x))
+        deltas.append(d)
+    assert sum(d["frames_compiled"] for d in deltas) == limit, deltas
+    assert all(d["frames_compiled"] == 0 and d["cache_misses"] == 1 for d in deltas[limit:2 * limit]), deltas
+    assert all(d["frames_seen"] == 0 for d in deltas[2 * limit:]), f"past the misses, the frame runs eagerly: {deltas}"
+    fastdyn.reset()
+    out, d = call_with_stats(f, FreshPerCall(3.0), x)
+    assert d["frames_compiled"] == 1, f"reset() forgets it: {d}"
+    assert_same(out, x * 3.0 + 1)
+
+
+def test_a_hit_at_the_bound_keeps_the_entries():
+    f = fastdyn.jit(bounded)
+    limit = fastdyn._C.recompile_limit()
+    inputs = [torch.randn(*([2] * rank)) for rank in range(1, limit + 1)]
+    for x in inputs:
+        f(x)  # `limit` entries
+    for _ in range(3):  # misses at the bound, each followed by a hit: never `limit` in a row
+        for rank in range(limit + 1, 2 * limit):
+            assert_same(f(torch.ones(*([2] * rank))), bounded(torch.ones(*([2] * rank))))
+        out, d = call_with_stats(f, inputs[0])
+        assert d["cache_hits"] == 1, d
+        assert_same(out, bounded(inputs[0]))
+
+
 # --------------------------------------------------------------------------- skip
 
 @fastdyn.skip if fastdyn else (lambda fn: fn)

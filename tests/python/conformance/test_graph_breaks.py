@@ -571,3 +571,38 @@ def test_branch_on_tensor_value_follows_data():
     for sign in (1.0, -1.0, 1.0):
         x = torch.full((4, 8), sign)
         assert_same(jitted(x), branch_on_tensor_value(x))
+
+
+class _LazyBase:
+    def init(self, k):
+        self.device = k.device
+        self.keys = torch.tensor([], dtype=k.dtype, device=self.device)  # breaks: torch.tensor
+
+
+class _LazySub(_LazyBase):
+    def __init__(self):
+        self.w = torch.tensor(3)
+
+    def init(self, k):
+        super().init(k)                    # the break happens inside this call
+        self.w = self.w.to(self.device)    # the continuation: no op, one tensor passed through
+
+
+def _lazy_init(layer, k):
+    layer.init(k)
+    return layer.keys.numel() + layer.w
+
+
+def test_continuation_whose_graph_only_passes_a_tensor_through():
+    # transformers' DynamicSlidingWindowLayer.lazy_initialization (Mistral's default KV cache):
+    # the continuation after the break has no tensor op, but its side effect stores a tensor the
+    # graph must hand back. Its code once read the graph's output without calling the graph
+    # (UnboundLocalError: ___graph_out).
+    jitted = fastdyn.jit(_lazy_init)
+    k = r(2)
+    for _ in range(3):
+        layer, eager_layer = _LazySub(), _LazySub()
+        w_before = layer.w
+        assert_same(jitted(layer, k), _lazy_init(eager_layer, k))
+        assert layer.w is w_before  # .to() on the same device returns the tensor itself, as in eager
+        assert_same(layer.keys, eager_layer.keys)
