@@ -85,6 +85,31 @@ def vit(attn=None, mask=True):  # noqa: ARG001 - images have no mask
 MODELS = {"gpt2": gpt2, "bert": bert, "llama": llama, "t5": t5, "vit": vit}
 
 
+def _causal_lm(config_name, model_name, **config):
+    """A causal LM on transformers' default path: use_cache left as it is (True), so each forward
+    call makes a DynamicCache (per-layer objects, lazily initialised) and returns it filled."""
+    import transformers
+    config = getattr(transformers, config_name)(num_hidden_layers=LAYERS, hidden_size=HIDDEN,
+                                                num_attention_heads=HEADS, vocab_size=VOCAB,
+                                                max_position_embeddings=32, **config)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(config).eval()
+    return model, _text_inputs(True)
+
+
+# Models whose forward makes a KV cache per call (the default), kept apart from MODELS, whose
+# tests demand one graph per model.
+CACHED_MODELS = {
+    "llama_cache": lambda: _causal_lm("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2,
+                                      intermediate_size=2 * HIDDEN),
+    # Sliding-window cache layers (their lazy_initialization once broke fastdyn's continuation).
+    "mistral_cache": lambda: _causal_lm("MistralConfig", "MistralForCausalLM", num_key_value_heads=2,
+                                        intermediate_size=2 * HIDDEN, sliding_window=4),
+    "opt_cache": lambda: _causal_lm("OPTConfig", "OPTForCausalLM", ffn_dim=2 * HIDDEN,
+                                    word_embed_proj_dim=HIDDEN),
+}
+
+
 def build(name, attn=None, mask=True):
     return MODELS[name](attn, mask)
 

@@ -69,6 +69,31 @@ def test_model_under_enable_matches_eager(name, attn, record_property):
     assert d1["frames_seen"] > 0 and d1["frames_compiled"] >= 1, f"no frame of {name} was compiled: {d1}"
 
 
+@pytest.mark.parametrize("name", list(hf_zoo.CACHED_MODELS))
+def test_models_making_a_kv_cache_per_call_stay_eager_exact(name):
+    # Each call makes new cache objects, which identity guards never match again: the frames that
+    # receive them recompile up to the bound, then run eagerly. Every call, through and past
+    # that, must return eager's logits and the filled cache.
+    model, inputs = hf_zoo.CACHED_MODELS[name]()
+    with torch.no_grad():
+        expected = model(**inputs)
+    assert expected.past_key_values is not None, "transformers no longer fills a cache by default"
+    n = 2 * fastdyn._C.recompile_limit() + 4
+    fastdyn.enable()
+    try:
+        with torch.no_grad():
+            outs = [model(**inputs) for _ in range(n)]
+    finally:
+        fastdyn.disable()
+    for i, out in enumerate(outs):
+        assert_same(out.logits, expected.logits, f"{name} call {i}: logits", **TOL)
+        layers = zip(out.past_key_values.layers, expected.past_key_values.layers)
+        for j, (got, want) in enumerate(layers):
+            assert_same(got.keys, want.keys, f"{name} call {i}: layer {j} keys", **TOL)
+            assert_same(got.values, want.values, f"{name} call {i}: layer {j} values", **TOL)
+    assert fastdyn.stats()["graphs"] >= 1, fastdyn.stats()
+
+
 @pytest.mark.parametrize("name", list(hf_zoo.MODELS))
 def test_second_identical_call_only_hits_the_cache(name):
     model, inputs = hf_zoo.build(name)
