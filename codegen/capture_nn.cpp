@@ -10,6 +10,8 @@
 //   - sdpa: the fused CPU kernel (inputs with unit last-dim stride, as many key as value heads)
 //     lays its output out densely in the query's dimension order, the math fallback contiguously.
 #include "codegen/binder.h"
+
+#include <ATen/Context.h>
 #include "codegen/meta_rules.h"
 
 #include "runtime/errors.h"
@@ -468,6 +470,44 @@ CaptureResult bind_conv2d(BindCall& c) {
 
 // ---- attention --------------------------------------------------------------------------------
 
+namespace {
+
+// Whether ATen's CPU scaled_dot_product_attention takes its fused (flash) kernel for these
+// inputs: the gates of sdp::use_flash_attention_cpp, in its order. Dense inputs only (nested
+// tensors are refused at capture).
+bool flash_attention_cpu_runs(const TensorMeta& q, const TensorMeta& k, const TensorMeta& v, const TensorMeta* mask,
+                              double dropout_p, bool enable_gqa) {
+  if (!q.device.is_cpu() || !at::globalContext().userEnabledFlashSDP()) return false;  // runtime-disabled
+  if (dropout_p > 0.0) return false;
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
+  if (q.sizes[0] != k.sizes[0] || q.sizes[0] != v.sizes[0]) return false;  // batch sizes
+  const int64_t hq = q.sizes[1], hk = k.sizes[1], hv = v.sizes[1];
+  if (enable_gqa ? (hk != hv || hk == 0 || hq % hk != 0) : (hq != hk || hq != hv)) return false;
+  if (mask) {
+    if (mask->requires_grad) return false;
+    const int64_t l = q.sizes[2], s = k.sizes[2];
+    const int64_t m_l = mask->sizes[mask->sizes.size() - 2], m_s = mask->sizes.back();
+    if ((m_l != l && m_l != 1) || (m_s != s && m_s != 1)) return false;
+    if (mask->dim() == 4) {
+      if ((mask->sizes[0] != 1 && mask->sizes[0] != q.sizes[0]) || (mask->sizes[1] != 1 && mask->sizes[1] != hq))
+        return false;
+    } else if (mask->dim() != 2) {
+      return false;
+    }
+  }
+  if (q.sizes[3] != k.sizes[3] || q.sizes[3] != v.sizes[3]) return false;  // head sizes
+  if (q.sizes[2] == 0 || k.sizes[2] == 0) return false;                     // sequence lengths
+  if (q.strides[3] != 1 || k.strides[3] != 1 || v.strides[3] != 1) return false;
+  // NB: ATen's gate also asks for a unit last-dim stride of the mask; torch 2.13 takes the fused
+  // kernel with a transposed mask all the same (test_sdpa_output_layout_matches_aten).
+  using ST = c10::ScalarType;
+  for (const TensorMeta* t : {&q, &k, &v})
+    if (t->dtype != q.dtype) return false;
+  return q.dtype == ST::Float || q.dtype == ST::Double || q.dtype == ST::BFloat16 || q.dtype == ST::Half;
+}
+
+}  // namespace
+
 CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
   static const Signature sig(
       "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float "
@@ -514,14 +554,17 @@ CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
   }
   Ints shape = mq.sizes;
   shape.back() = mv.sizes.back();
-  // The fused CPU kernel (4-d, unit last-dim strides, as many key as value heads, value head
-  // size = query head size) lays its output out densely in the query's dimension order, also
-  // when the query itself is not dense (q of a fused qkv projection, split then transposed).
-  bool fused = mq.dim() == 4 && mq.strides.back() == 1 && mk.strides.back() == 1 && mv.strides.back() == 1 &&
-               mk.sizes[heads_dim] == mv.sizes[heads_dim] && shape.back() == mq.sizes.back();
-  Ints strides = contiguous_strides(shape);
-  if (fused) strides = preserve_format_strides(mq);
-  TensorMeta out = make_meta(mq.dtype, mq.device, shape, strides, any_requires_grad(c.graph, c.ctx, ins));
+  const bool rg = any_requires_grad(c.graph, c.ctx, ins);
+  // The fused CPU kernel lays its output out densely in the query's dimension order, also when
+  // the query itself is not dense (q of a fused qkv projection, split then transposed); ATen's
+  // math path returns a contiguous matmul result. Which one runs is ATen's choice
+  // (sdp::select_sdp_backend_cpp), mirrored here test for test: downstream views were traced
+  // against these strides (HF's attention does transpose(1, 2) then view), so a wrong guess
+  // breaks the program (BERT in train mode: dropout_p > 0 takes the math path).
+  const TensorMeta* mm = a.is_none("attn_mask") ? nullptr : &c.graph.meta(a.tensor("attn_mask"));
+  const bool fused = flash_attention_cpu_runs(mq, mk, mv, mm, a.number("dropout_p"), gqa);
+  const Ints strides = fused ? preserve_format_strides(mq) : contiguous_strides(shape);
+  TensorMeta out = make_meta(mq.dtype, mq.device, shape, strides, rg);
   return tensor_result(emit1(c.graph, OpId::scaled_dot_product_attention,
                              {Arg::of_value(q), Arg::of_value(k), Arg::of_value(v), const_arg(a.get("attn_mask")),
                               Arg::of_double(a.number("dropout_p")), Arg::of_bool(a.boolean("is_causal")),

@@ -69,6 +69,39 @@ def test_model_under_enable_matches_eager(name, attn, record_property):
     assert d1["frames_seen"] > 0 and d1["frames_compiled"] >= 1, f"no frame of {name} was compiled: {d1}"
 
 
+@pytest.mark.parametrize("name", list(hf_zoo.MODELS))
+def test_training_step_under_enable_matches_eager(name):
+    # model.train(): dropout draws from the default generator (in sdpa too, which then takes
+    # ATen's math path and returns a contiguous result, not the fused kernel's layout); grad on.
+    # Loss and every parameter's gradient must be eager's, with the same random stream.
+    import copy
+    model, inputs = hf_zoo.build(name)
+    model.train()
+    twin = copy.deepcopy(model)
+
+    def step(m):
+        torch.manual_seed(1)
+        out = m(**inputs)
+        loss = hf_zoo.output_tensors(out)[0].float().pow(2).mean()
+        loss.backward()
+        grads = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+        return loss.detach(), grads, torch.get_rng_state()
+
+    want_loss, want_grads, want_rng = step(model)
+    fastdyn.enable()
+    try:
+        for call in ("first", "second"):
+            twin.zero_grad(set_to_none=True)
+            loss, grads, rng = step(twin)
+            assert_same(loss, want_loss, f"{name} {call} call: loss", **TOL)
+            assert grads.keys() == want_grads.keys(), f"{name} {call} call: parameters with a gradient"
+            for n in grads:
+                assert_same(grads[n], want_grads[n], f"{name} {call} call: grad of {n}", rtol=1e-4, atol=1e-5)
+            assert torch.equal(rng, want_rng), f"{name} {call} call: the random stream moved differently"
+    finally:
+        fastdyn.disable()
+
+
 @pytest.mark.parametrize("name", list(hf_zoo.CACHED_MODELS))
 def test_models_making_a_kv_cache_per_call_stay_eager_exact(name):
     # Each call makes new cache objects, which identity guards never match again: the frames that

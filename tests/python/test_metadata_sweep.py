@@ -134,3 +134,67 @@ def test_binary_rule_matches_aten(fn, make_args, graphs):
 @pytest.mark.parametrize("fn, make_args, graphs", unary_cases())
 def test_unary_rule_matches_aten(fn, make_args, graphs):
     check(fn, *make_args(), graphs=graphs)
+
+
+# --------------------------------------------------------------------------- attention
+# ATen's CPU scaled_dot_product_attention returns its fused kernel's layout (dense in the query's
+# dimension order) or its math path's (contiguous), by the gates of sdp::use_flash_attention_cpp.
+# Each case ends in what HF attention does, transpose(1, 2).contiguous().view(...), and returns
+# the output's strides too.
+
+def _qkv(heads_kv=4, e_v=16, dtype=torch.float32, dim=4, q_grad=False):
+    """q, k, v of 2 batches, 4 query heads, 8 positions, head size 16, the way HF makes them:
+    (B, L, H*E) projections viewed as (B, L, H, E) and transposed to (B, H, L, E)."""
+    def proj(h, e):
+        t = r(2, 8, h * e, dtype=dtype).view(2, 8, h, e).transpose(1, 2)
+        return t if dim == 4 else t.reshape(8, 8, e)
+    q, k, v = proj(4, 16), proj(heads_kv, 16), proj(heads_kv, e_v)
+    return q.detach().requires_grad_(q_grad), k, v
+
+
+SDPA_CASES = {
+    # name: (expr over q, k, v, m, inputs, seed)
+    "no_mask": ("F.scaled_dot_product_attention(q, k, v)", lambda: (*_qkv(), None), None),
+    "no_mask_bf16": ("F.scaled_dot_product_attention(q, k, v)", lambda: (*_qkv(dtype=torch.bfloat16), None), None),
+    "dropout": ("F.scaled_dot_product_attention(q, k, v, dropout_p=0.25)", lambda: (*_qkv(), None), 0),
+    "dropout_grad": ("F.scaled_dot_product_attention(q, k, v, dropout_p=0.25)",
+                     lambda: (*_qkv(q_grad=True), None), 0),
+    "mask_2d": ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", lambda: (*_qkv(), r(8, 8)), None),
+    "mask_4d_b1ls": ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", lambda: (*_qkv(), r(2, 1, 8, 8)), None),
+    "mask_4d_1h1s": ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", lambda: (*_qkv(), r(1, 4, 1, 8)), None),
+    "mask_3d": ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", lambda: (*_qkv(), r(1, 8, 8)), None),
+    "mask_bool": ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+                  lambda: (*_qkv(), torch.rand(2, 1, 8, 8) > 0.2), None),
+    "mask_transposed": ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", lambda: (*_qkv(), r(8, 8).t()), None),
+    "mask_requires_grad": ("F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+                           lambda: (*_qkv(), r(2, 1, 8, 8).requires_grad_()), None),
+    "gqa": ("F.scaled_dot_product_attention(q, k, v, enable_gqa=True)", lambda: (*_qkv(heads_kv=2), None), None),
+    "value_head_size_differs": ("F.scaled_dot_product_attention(q, k, v)", lambda: (*_qkv(e_v=8), None), None),
+}
+
+
+def sdpa_fn(name, expr):
+    """`o = expr`, then HF's ending; returns it and o.stride(), which the trace answers from the
+    rule (a constant) and eager from the real tensor."""
+    src = (f"def sdpa_{name}(q, k, v, m):\n    o = {expr}\n"
+           "    return o.transpose(1, 2).contiguous().view(2, 8, -1), o.stride()\n")
+    exec(compile(src, f"<sweep sdpa_{name}>", "exec"), NAMESPACE)
+    return NAMESPACE[f"sdpa_{name}"]
+
+
+@pytest.mark.parametrize("name", list(SDPA_CASES))
+def test_sdpa_output_layout_matches_aten(name):
+    expr, make, seed = SDPA_CASES[name]
+    check(sdpa_fn(name, expr), *make(), seed=seed)
+
+
+def test_sdpa_output_layout_of_three_dim_inputs_matches_aten():
+    fn = make_fn("sdpa_3d", "q, k, v", "F.scaled_dot_product_attention(q, k, v).transpose(0, 1)")
+    check(fn, *_qkv(dim=4 - 1))
+
+
+def test_sdpa_output_layout_with_flash_disabled_matches_aten():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    fn = make_fn("sdpa_math_only", "q, k, v", "F.scaled_dot_product_attention(q, k, v).transpose(1, 2)")
+    with sdpa_kernel(SDPBackend.MATH):
+        check(fn, *_qkv())
