@@ -477,7 +477,7 @@ namespace {
 // tensors are refused at capture).
 bool flash_attention_cpu_runs(const TensorMeta& q, const TensorMeta& k, const TensorMeta& v, const TensorMeta* mask,
                               double dropout_p, bool enable_gqa) {
-  if (!q.device.is_cpu() || !at::globalContext().userEnabledFlashSDP()) return false;  // runtime-disabled
+  if (!at::globalContext().userEnabledFlashSDP()) return false;  // runtime-disabled
   if (dropout_p > 0.0) return false;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
   if (q.sizes[0] != k.sizes[0] || q.sizes[0] != v.sizes[0]) return false;  // batch sizes
@@ -562,7 +562,12 @@ CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
   // against these strides (HF's attention does transpose(1, 2) then view), so a wrong guess
   // breaks the program (BERT in train mode: dropout_p > 0 takes the math path).
   const TensorMeta* mm = a.is_none("attn_mask") ? nullptr : &c.graph.meta(a.tensor("attn_mask"));
-  const bool fused = flash_attention_cpu_runs(mq, mk, mv, mm, a.number("dropout_p"), gqa);
+  // NB: other devices keep the earlier rule (4-d, unit last-dim strides, as many key as value
+  // heads, equal head sizes); their kernels' gates are not mirrored yet.
+  const bool fused = mq.device.is_cpu()
+      ? flash_attention_cpu_runs(mq, mk, mv, mm, a.number("dropout_p"), gqa)
+      : mq.dim() == 4 && mq.strides.back() == 1 && mk.strides.back() == 1 && mv.strides.back() == 1 &&
+            mk.sizes[heads_dim] == mv.sizes[heads_dim] && shape.back() == mq.sizes.back();
   const Ints strides = fused ? preserve_format_strides(mq) : contiguous_strides(shape);
   TensorMeta out = make_meta(mq.dtype, mq.device, shape, strides, rg);
   return tensor_result(emit1(c.graph, OpId::scaled_dot_product_attention,
