@@ -2,6 +2,9 @@
 #include "runtime/background_compiler.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -37,6 +40,11 @@ Worker& worker() {
 bool is_idle(const Worker& w) { return !w.running_task && (w.queue.empty() || w.held); }
 
 void work_loop() {
+  // Below the user's threads (nice 10; Linux sets it per thread): on a small machine the first
+  // calls run on ATen, with every core busy in its OpenMP regions, while this thread compiles,
+  // and they must not wait for it. A thread waiting in synchronize() leaves it the core.
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+  ::pthread_setname_np(::pthread_self(), "fastdyn-compile");  // as top -H and /proc show it
   Worker& w = worker();
   std::unique_lock<std::mutex> lock(w.mutex);
   while (true) {

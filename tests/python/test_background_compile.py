@@ -195,3 +195,27 @@ def test_environment_variable_turns_it_off():
     """, FASTDYN_BACKGROUND_COMPILE="0")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "backend llvm_cpu", r.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_compile_thread_runs_below_the_user_threads(background):
+    # On a small machine the first calls (ATen, all cores busy in OpenMP) must not share their
+    # cores evenly with LLVM: the worker runs at nice 10, named for top -H.
+    f = fastdyn.jit(layer)
+    args = (torch.randn(8, 32), torch.randn(32), torch.randn(32))
+    f(*args)
+    fastdyn._C.hold_background_for_testing(False)
+    fastdyn.synchronize()
+    workers = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                name = fh.read().strip()
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if name == "fastdyn-compile":
+            workers.append(int(fields[16]))  # field 19 of stat: nice
+    assert workers == [10], f"compile threads and their nice values: {workers}"
+    assert os.nice(0) == 0, "the calling thread keeps its priority"
