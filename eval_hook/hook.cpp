@@ -1,6 +1,9 @@
 // eval_hook/hook.cpp — see hook.h.
 #include "eval_hook/hook.h"
 
+#include <ATen/SavedTensorHooks.h>
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <exception>
 
@@ -32,6 +35,14 @@ runtime::GuardFrame guard_frame(Frame* frame) {
   gf.builtins = fd_frame_builtins(frame);
   gf.closure = fn ? fn->func_closure : nullptr;
   return gf;
+}
+
+// Saved-tensor hooks (torch.utils.checkpoint, torch.autograd.graph.save_on_cpu) see every tensor
+// autograd saves, and checkpointing recomputes a forward in backward expecting the very tensors
+// the first run saved, counted: a graph's ops save others than eager's ops do. While any such
+// hook is set and grad is on, frames run as written (what they call is checked again).
+bool saved_tensor_hooks_active() {
+  return at::GradMode::is_enabled() && !at::SavedTensorDefaultHooks::get_tls_state().stack.empty();
 }
 
 // Runs a cache entry with the frame's arguments, then releases the frame.
@@ -162,6 +173,7 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
     }
   }
   if (!fd_frame_is_fresh(frame) || fd_thread_is_tracing(tstate)) return run_previous(tstate, frame, throwflag);
+  if (saved_tensor_hooks_active()) return run_previous(tstate, frame, throwflag);
   stats().frames_seen++;
   if (st) {
     const runtime::GuardFrame gf = guard_frame(frame);

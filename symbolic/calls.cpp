@@ -32,6 +32,26 @@ static bool is_foldable_builtin(PyObject* fn) {
   return false;
 }
 
+// Whether `v` holds an nn.Module that came from the frame (wrap() guards those by type only).
+static bool holds_type_guarded_module(const SymValue& v) {
+  switch (v.kind) {
+    case SymValue::Kind::Constant: {
+      if (!v.source) return false;
+      const int r = PyObject_IsInstance(v.obj, module_type());
+      if (r < 0) PyErr_Clear();
+      return r == 1;
+    }
+    case SymValue::Kind::BoundMethod: return !v.items.empty() && holds_type_guarded_module(v.items[0]);
+    case SymValue::Kind::Tuple:
+    case SymValue::Kind::List:
+    case SymValue::Kind::Slice:
+      for (const SymValue& i : v.seq())
+        if (holds_type_guarded_module(i)) return true;
+      return false;
+    default: return false;
+  }
+}
+
 static bool is_math_function(PyObject* fn) {
   if (!PyCFunction_Check(fn)) return false;
   PyObject* self = PyCFunction_GET_SELF(fn);
@@ -992,6 +1012,17 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   static PyObject* finfo = resolve_python_name("torch.finfo");
   static PyObject* iinfo = resolve_python_name("torch.iinfo");
   static PyObject* signature = resolve_python_name("inspect.signature");  // NB: kept for the process
+  // An nn.Module read from the frame is guarded by its type, so one entry serves every instance
+  // of a class: a call folded now must not depend on which instance it is. isinstance and type
+  // only read its type, inspect.signature(self.forward) its class's function; anything else (functools.partial(forward, self) capturing it, id, hash,
+  // len, str of it) would bake this instance into the entry. HF's gradient checkpointing made
+  // partial(forward, self) per layer: the second layer ran the first layer's forward.
+  if (all_const && fn != builtin("isinstance") && fn != builtin("type") && fn != signature) {
+    bool instance_dependent = false;
+    for (const SymValue& a : args) instance_dependent = instance_dependent || holds_type_guarded_module(a);
+    for (const auto& kv : kwargs) instance_dependent = instance_dependent || holds_type_guarded_module(kv.second);
+    if (instance_dependent) throw Unsupported("call of " + py_repr(fn) + " on an nn.Module instance (folding it would fix the instance)");
+  }
   if (all_const && (is_foldable_builtin(fn) || is_math_function(fn) || fn == finfo || fn == iinfo ||
                     fn == signature || fn == partial_type || is_pure_method(fn))) {
     PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));

@@ -69,14 +69,20 @@ def test_model_under_enable_matches_eager(name, attn, record_property):
     assert d1["frames_seen"] > 0 and d1["frames_compiled"] >= 1, f"no frame of {name} was compiled: {d1}"
 
 
+@pytest.mark.parametrize("checkpointing", [None, "reentrant", "non_reentrant"])
 @pytest.mark.parametrize("name", list(hf_zoo.MODELS))
-def test_training_step_under_enable_matches_eager(name):
+def test_training_step_under_enable_matches_eager(name, checkpointing):
     # model.train(): dropout draws from the default generator (in sdpa too, which then takes
     # ATen's math path and returns a contiguous result, not the fused kernel's layout); grad on.
     # Loss and every parameter's gradient must be eager's, with the same random stream.
     import copy
+    # Gradient checkpointing: the layers run inside torch.utils.checkpoint (saved-tensor hooks
+    # and a recompute in backward; HF passes partial(forward, layer) per layer).
     model, inputs = hf_zoo.build(name)
     model.train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
     twin = copy.deepcopy(model)
 
     def step(m):

@@ -384,3 +384,34 @@ def test_module_instances_of_same_class_not_confused():
     jitted = fastdyn.jit(call_module)
     for m in (a, b, a, b):
         assert_same(jitted(m, x), m(x))
+
+
+class ScaledBy(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k
+
+
+def through_partial(m, x):
+    import functools
+    return functools.partial(ScaledBy.forward, m)(x) + 1  # what HF's gradient checkpointing does
+
+
+def through_id(m, x):
+    return x + (id(m) - id(m)) + len(str(type(m)))  # folded calls of the module: type-only is fine
+
+
+def test_calls_folded_on_a_module_do_not_fix_the_instance():
+    # Modules are guarded by type (one entry serves every instance of a class), so a call that
+    # captured or observed the instance at trace time (partial(forward, self)) would serve the
+    # first instance to all: HF BERT with gradient checkpointing ran layer 0's forward twice.
+    jitted = fastdyn.jit(through_partial)
+    x = r(4)
+    for m in (ScaledBy(2.0), ScaledBy(3.0), ScaledBy(5.0)):
+        assert_same(jitted(m, x), x * m.k + 1, f"k={m.k}")
+    jitted = fastdyn.jit(through_id)
+    for m in (ScaledBy(2.0), ScaledBy(3.0)):
+        assert_same(jitted(m, x), through_id(m, x))
