@@ -478,6 +478,30 @@ def test_recompile_bound_falls_back_to_eager():
     assert d["frames_compiled"] == 0, d
 
 
+class Plain:
+    def __init__(self, v):
+        self.v = v
+
+
+def store_on(obj, v):
+    obj.v = v  # no tensor: a side effect only, guarded on the identity of a fresh object
+
+
+def test_recompile_bound_message_only_for_code_with_graphs(capfd):
+    # Under enable(), library code often meets the bound on fresh objects; its message would be
+    # noise. Code that compiled tensor graphs still says so unasked.
+    limit = fastdyn._C.recompile_limit()
+    f = fastdyn.jit(store_on)
+    for i in range(limit + 2):
+        f(Plain(0), i)
+    g = fastdyn.jit(bounded)
+    for rank in range(1, limit + 3):
+        g(torch.randn(*([2] * rank)))
+    err = capfd.readouterr().err
+    assert "recompile_limit: bounded" in err, err
+    assert "store_on" not in err, err
+
+
 def test_recompile_bound_is_per_code_object_and_reset_lifts_it():
     f = fastdyn.jit(bounded)
     for rank in range(1, 13):
