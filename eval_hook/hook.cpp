@@ -174,6 +174,10 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   }
   if (!fd_frame_is_fresh(frame) || fd_thread_is_tracing(tstate)) return run_previous(tstate, frame, throwflag);
   if (saved_tensor_hooks_active()) return run_previous(tstate, frame, throwflag);
+  // Another PEP 523 user (torch.compile's Dynamo) installed its evaluator over ours and calls us
+  // for the frames it leaves: they run as written, so it never meets fastdyn's rewritten code.
+  // (After the skip checks: skipped frames run as written anyway.)
+  if (fd_get_eval_frame(tstate) != fastdyn_eval_frame) return run_previous(tstate, frame, throwflag);
   stats().frames_seen++;
   if (st) {
     const runtime::GuardFrame gf = guard_frame(frame);

@@ -873,3 +873,29 @@ def test_tensor_free_frames_give_up_early_and_run_eagerly():
     assert report.graph_count == 1 and report.graph_break_count == 0, str(report)
     out = fastdyn.jit(_tensor_op_after_long_python_loop)(x, 3000)
     torch.testing.assert_close(out, _tensor_op_after_long_python_loop(x, 3000))
+
+
+def test_torch_compile_called_under_enable_works_and_the_hook_survives():
+    # Dynamo installs its evaluator over fastdyn's for the compiled call and hands us the frames
+    # it leaves. Those must run as written: Dynamo once traced fastdyn's rewritten code (a
+    # function in co_consts) and raised. Afterwards fastdyn's hook must see frames again.
+    import torch._dynamo
+
+    @torch.compile(backend="eager")
+    def compiled(x):
+        return torch.sin(x) + 1
+
+    x = torch.randn(4)
+    torch._dynamo.reset()
+    fastdyn.enable()
+    try:
+        _, before = call_with_stats(plain, x)
+        assert_same(compiled(x), torch.sin(x) + 1)
+        assert_same(compiled(x), torch.sin(x) + 1)
+        out, after = call_with_stats(other_plain, x)
+    finally:
+        fastdyn.disable()
+        torch._dynamo.reset()
+    assert before["frames_seen"] == 1, before
+    assert after["frames_seen"] == 1 and after["frames_compiled"] == 1, after
+    assert_same(out, other_plain(x))
