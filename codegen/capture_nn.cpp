@@ -7,14 +7,14 @@
 //   - matmul-like and norm/loss outputs are contiguous;
 //   - conv, group/batch norm and pad keep a channels-last input channels-last;
 //   - dropout in training keeps the input's layout; outside training it is the input itself;
-//   - sdpa: the fused CPU kernel (inputs with unit last-dim stride, as many key as value heads)
-//     lays its output out densely in the query's dimension order, the math fallback contiguously.
+//   - sdpa: the fused CPU kernel lays its output out densely in the query's dimension order, the
+//     math fallback contiguously; which one runs follows ATen's own gates (flash_attention_cpu_runs).
 #include "codegen/binder.h"
-
-#include <ATen/Context.h>
 #include "codegen/meta_rules.h"
 
 #include "runtime/errors.h"
+
+#include <ATen/Context.h>
 
 #include <cctype>
 #include <functional>
@@ -473,14 +473,13 @@ CaptureResult bind_conv2d(BindCall& c) {
 namespace {
 
 // Whether ATen's CPU scaled_dot_product_attention takes its fused (flash) kernel for these
-// inputs: the gates of sdp::use_flash_attention_cpp, in its order. Dense inputs only (nested
-// tensors are refused at capture).
+// inputs: the gates of sdp::use_flash_attention_cpp, in its order, less those the binder has
+// already enforced (dense inputs, one dtype, equal batch sizes, equal query and key head sizes).
 bool flash_attention_cpu_runs(const TensorMeta& q, const TensorMeta& k, const TensorMeta& v, const TensorMeta* mask,
                               double dropout_p, bool enable_gqa) {
   if (!at::globalContext().userEnabledFlashSDP()) return false;  // runtime-disabled
   if (dropout_p > 0.0) return false;
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
-  if (q.sizes[0] != k.sizes[0] || q.sizes[0] != v.sizes[0]) return false;  // batch sizes
+  if (q.dim() != 4) return false;  // k and v have q's rank (the binder checked)
   const int64_t hq = q.sizes[1], hk = k.sizes[1], hv = v.sizes[1];
   if (enable_gqa ? (hk != hv || hk == 0 || hq % hk != 0) : (hq != hk || hq != hv)) return false;
   if (mask) {
@@ -495,14 +494,12 @@ bool flash_attention_cpu_runs(const TensorMeta& q, const TensorMeta& k, const Te
       return false;
     }
   }
-  if (q.sizes[3] != k.sizes[3] || q.sizes[3] != v.sizes[3]) return false;  // head sizes
-  if (q.sizes[2] == 0 || k.sizes[2] == 0) return false;                     // sequence lengths
+  if (q.sizes[3] != v.sizes[3]) return false;                  // value head size
+  if (q.sizes[2] == 0 || k.sizes[2] == 0) return false;         // sequence lengths
   if (q.strides[3] != 1 || k.strides[3] != 1 || v.strides[3] != 1) return false;
   // NB: ATen's gate also asks for a unit last-dim stride of the mask; torch 2.13 takes the fused
   // kernel with a transposed mask all the same (test_sdpa_output_layout_matches_aten).
   using ST = c10::ScalarType;
-  for (const TensorMeta* t : {&q, &k, &v})
-    if (t->dtype != q.dtype) return false;
   return q.dtype == ST::Float || q.dtype == ST::Double || q.dtype == ST::BFloat16 || q.dtype == ST::Half;
 }
 

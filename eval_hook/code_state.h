@@ -61,6 +61,8 @@ inline CodeState* code_state(PyCodeObject* code) {
   if (detail::g_extra_direct) return static_cast<CodeState*>(fd_code_extra(code, detail::g_extra_index));
   return detail::code_state_via_api(code);
 }
+// Whether code_state() reads co_extra directly (the layout probe passed at import).
+inline bool code_state_reads_directly() { return detail::g_extra_direct; }
 void set_code_state(PyCodeObject* code, CodeState* state);  // takes ownership (or kSkip)
 void mark_skip(PyCodeObject* code);   // for good: skip rules, fastdyn.skip, transformed code
 void mark_eager(PyCodeObject* code);  // until reset(): run by the default evaluator

@@ -208,12 +208,14 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   st->eager = false;  // fullgraph retraces a frame that ran eagerly, to raise its break
   if (st->compiles >= config().recompile_limit) {
     const char* name = PyUnicode_AsUTF8(code->co_qualname);
-    // Printed unasked only for code that compiled a graph with ops: library code recompiling
-    // on fresh objects (dataclass __init__s, sympy while torch imports it) is not the user's
-    // concern, and FASTDYN_LOG=recompiles shows it all.
-    const bool has_graph = std::any_of(st->entries.begin(), st->entries.end(),
-                                       [](const std::unique_ptr<CacheEntry>& e) { return e->graph != nullptr; });
-    if (!st->limit_logged && (has_graph || config().log_recompiles)) {
+    // Printed unasked only for code that compiled a graph: library code recompiling on fresh
+    // objects (dataclass __init__s, sympy while torch imports it) is not the user's concern,
+    // and FASTDYN_LOG=recompiles shows it all.
+    auto has_graph = [&] {
+      return std::any_of(st->entries.begin(), st->entries.end(),
+                         [](const std::unique_ptr<CacheEntry>& e) { return e->graph != nullptr; });
+    };
+    if (!st->limit_logged && (config().log_recompiles || has_graph())) {
       st->limit_logged = true;
       log_event("recompile_limit", std::string(name ? name : "?") + ": " + std::to_string(config().recompile_limit) +
                                        " compiled entries reached; further misses run eagerly");

@@ -224,7 +224,7 @@ PYBIND11_MODULE(_C, m) {
   });
   // Whether the hook reads co_extra without calling libpython (checked at import; see
   // eval_hook/cpython_compat.h). Tests demand it on every supported Python.
-  m.def("hook_reads_code_extra_directly", [] { return eval_hook::detail::g_extra_direct; });
+  m.def("hook_reads_code_extra_directly", [] { return eval_hook::code_state_reads_directly(); });
   m.def("hold_background_for_testing", [](bool hold) { runtime::hold_background_for_testing(hold); });
   m.def("graph_text", [](py::handle fn) -> py::object {
     eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));

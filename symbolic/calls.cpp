@@ -1012,19 +1012,22 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   static PyObject* finfo = resolve_python_name("torch.finfo");
   static PyObject* iinfo = resolve_python_name("torch.iinfo");
   static PyObject* signature = resolve_python_name("inspect.signature");  // NB: kept for the process
-  // An nn.Module read from the frame is guarded by its type, so one entry serves every instance
-  // of a class: a call folded now must not depend on which instance it is. isinstance and type
-  // only read its type, inspect.signature(self.forward) its class's function; anything else (functools.partial(forward, self) capturing it, id, hash,
-  // len, str of it) would bake this instance into the entry. HF's gradient checkpointing made
-  // partial(forward, self) per layer: the second layer ran the first layer's forward.
-  if (all_const && fn != builtin("isinstance") && fn != builtin("type") && fn != signature) {
-    bool instance_dependent = false;
-    for (const SymValue& a : args) instance_dependent = instance_dependent || holds_type_guarded_module(a);
-    for (const auto& kv : kwargs) instance_dependent = instance_dependent || holds_type_guarded_module(kv.second);
-    if (instance_dependent) throw Unsupported("call of " + py_repr(fn) + " on an nn.Module instance (folding it would fix the instance)");
-  }
   if (all_const && (is_foldable_builtin(fn) || is_math_function(fn) || fn == finfo || fn == iinfo ||
                     fn == signature || fn == partial_type || is_pure_method(fn))) {
+    // An nn.Module read from the frame is guarded by its type, so one entry serves every
+    // instance of a class: a folded call must not depend on which instance it is. isinstance
+    // and type read only its type, inspect.signature(self.forward) its class's function;
+    // anything else (partial(forward, self) capturing it, id, hash, len, str of it) would bake
+    // this instance into the entry. HF's gradient checkpointing made partial(forward, self) per
+    // layer: the second layer ran the first layer's forward.
+    static PyObject* const type_only[] = {builtin("isinstance"), builtin("type"), signature};
+    if (std::find(std::begin(type_only), std::end(type_only), fn) == std::end(type_only)) {
+      bool instance_dependent = false;
+      for (const SymValue& a : args) instance_dependent = instance_dependent || holds_type_guarded_module(a);
+      for (const auto& kv : kwargs) instance_dependent = instance_dependent || holds_type_guarded_module(kv.second);
+      if (instance_dependent)
+        throw Unsupported("call of " + py_repr(fn) + " on an nn.Module instance (folding it would fix the instance)");
+    }
     PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
     for (size_t i = 0; i < args.size(); ++i) {
       PyObject* o = materialize(args[i]);
