@@ -60,7 +60,10 @@ std::string describe_check(const Check& c) {
     case CheckKind::IdIs: return "is " + repr(c.expected);
     case CheckKind::Equals: return "== " + repr(c.expected);
     case CheckKind::Tensor: return "matches " + describe_tensor(c.tensor);
-    case CheckKind::SameAs: return "is tensor input " + std::to_string(c.alias_slot);
+    case CheckKind::Instance:
+      return "type is " + std::string(reinterpret_cast<PyTypeObject*>(c.expected)->tp_name) + " (input " +
+             std::to_string(c.alias_slot) + ")";
+    case CheckKind::SameAs: return "is input " + std::to_string(c.alias_slot);
     case CheckKind::LenIs: return "has length " + std::to_string(c.length);
   }
   return "?";
@@ -158,6 +161,7 @@ bool tensor_matches(PyObject* obj, const TensorSpec& s, std::string* why) {
 bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std::string* why) {
   switch (c.kind) {
     case CheckKind::TypeIs:
+    case CheckKind::Instance:
       if (reinterpret_cast<PyObject*>(Py_TYPE(obj)) == c.expected) return true;
       if (why) *why = std::string("type is ") + Py_TYPE(obj)->tp_name;
       return false;
@@ -195,7 +199,7 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
 struct EvalState {
   const GuardFrame& frame;
   GuardFailure* why;
-  PyObject** alias_table;  // borrowed tensor objects by alias slot
+  PyObject** alias_table;  // borrowed tensors and instances by alias slot
 };
 
 bool eval_node(const GuardNode& n, PyObject* parent, const PathLink* parent_link, EvalState& st) {
@@ -213,7 +217,8 @@ bool eval_node(const GuardNode& n, PyObject* parent, const PathLink* parent_link
       ok = false;
       break;
     }
-    if (c.kind == CheckKind::Tensor) st.alias_table[c.alias_slot] = obj;  // kept alive by its owner
+    if (c.kind == CheckKind::Tensor || c.kind == CheckKind::Instance)
+      st.alias_table[c.alias_slot] = obj;  // kept alive by its owner
   }
   for (size_t i = 0; ok && i < n.children.size(); ++i) ok = eval_node(*n.children[i], obj, &link, st);
   Py_DECREF(obj);
@@ -310,6 +315,17 @@ int GuardTree::add_tensor(GuardNode* n, PyObject* tensor) {
   return c.alias_slot;
 }
 
+int GuardTree::add_instance(GuardNode* n, PyObject* instance) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::Instance) return c.alias_slot;
+  Check c;
+  c.kind = CheckKind::Instance;
+  c.expected = Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(instance)));
+  c.alias_slot = alias_slots_++;
+  n->checks.push_back(c);
+  return c.alias_slot;
+}
+
 void GuardTree::add_len_is(GuardNode* n, Py_ssize_t length) {
   Check c;
   c.kind = CheckKind::LenIs;
@@ -373,11 +389,11 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
   EvalState st{frame, why, table};
   for (const auto& r : roots_)
     if (!eval_node(*r, nullptr, nullptr, st)) return false;
-  // Aliasing: tensors that were distinct objects at compile time must still be distinct.
+  // Aliasing: tensors and instances that were distinct objects at compile time must still be.
   for (int i = 0; i < alias_slots_; ++i)
     for (int j = i + 1; j < alias_slots_; ++j)
       if (table[i] == table[j]) {
-        if (why) why->description = "tensor inputs " + std::to_string(i) + " and " + std::to_string(j) + " are now the same object";
+        if (why) why->description = "inputs " + std::to_string(i) + " and " + std::to_string(j) + " are now the same object";
         return false;
       }
   return true;
@@ -392,7 +408,7 @@ std::vector<std::string> GuardTree::describe() const {
   }
   for (PyObject* n : absent_globals_) out.push_back(std::string("G['") + PyUnicode_AsUTF8(n) + "'] is absent");
   for (const auto& r : roots_) describe_node(*r, nullptr, out);
-  if (alias_slots_ > 1) out.push_back("the " + std::to_string(alias_slots_) + " tensor inputs are distinct objects");
+  if (alias_slots_ > 1) out.push_back("the " + std::to_string(alias_slots_) + " inputs are distinct objects");
   return out;
 }
 

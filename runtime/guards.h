@@ -3,7 +3,8 @@
 // A tree of accessor nodes (frame local by index, global, builtin, closure cell, attribute,
 // tuple/list item) with leaf checks (type identity, object identity, constant equality, tensor
 // dtype/device/sizes/strides/requires_grad/dispatch keys) plus global state (grad mode, default
-// dtype) and aliasing (tensor inputs that were distinct objects must stay distinct). It is
+// dtype) and aliasing (tensors and type-guarded instances that were distinct objects must stay
+// distinct, and one object reached by two paths must stay one). It is
 // evaluated in C++ directly on the frame's fast locals: no dict or Python object is built on the
 // hit path, and shared accessor prefixes are evaluated once.
 // One evaluator serves both the fast boolean check and the "why did this miss" report: pass a
@@ -55,7 +56,8 @@ enum class CheckKind : uint8_t {
   IdIs,     // obj is expected
   Equals,   // type(obj) is type(expected) and obj == expected (ints, floats, str, None, tuples)
   Tensor,   // TensorSpec matches; records obj in its alias slot
-  SameAs,   // obj is the tensor recorded in alias_slot (one object reached by two paths)
+  Instance, // type(obj) is expected; records obj in its alias slot (a plain object guarded by type)
+  SameAs,   // obj is the object recorded in alias_slot (one object reached by two paths)
   LenIs,    // len(obj) == length (tuples and lists whose items are guarded one by one)
 };
 
@@ -63,7 +65,7 @@ struct Check {
   CheckKind kind = CheckKind::TypeIs;
   PyObject* expected = nullptr;  // strong; the type for TypeIs
   TensorSpec tensor;
-  int alias_slot = -1;           // Tensor: slot in the aliasing table, -1 if not tracked
+  int alias_slot = -1;           // Tensor, Instance, SameAs: slot in the aliasing table
   Py_ssize_t length = 0;         // LenIs
 };
 
@@ -95,6 +97,8 @@ class GuardTree {
   void add_equals(GuardNode* n, PyObject* value);
   // Spec read from the live tensor. Returns its alias slot.
   int add_tensor(GuardNode* n, PyObject* tensor);
+  // type(obj) is type(instance), and obj takes an alias slot (returned) like a tensor's.
+  int add_instance(GuardNode* n, PyObject* instance);
   void add_same_as(GuardNode* n, int alias_slot);
   void add_len_is(GuardNode* n, Py_ssize_t length);
   void guard_global_state();                        // grad mode and default dtype, as now; autocast off

@@ -108,6 +108,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     throw Unsupported("attribute '" + name + "' of " + describe(owner));
   }
   if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
+  if (!owner.source) pin(owner);  // what is read from it is not guarded: this object itself
   PyObject* o = owner.obj;
   for (const auto& [obj, n, v] : written_attrs_)
     if (obj == o && n == name) return v;
@@ -224,9 +225,14 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       m.items.push_back(constant(reinterpret_cast<PyObject*>(tp)));
       return m;
     }
+    // A class-level value of an instance guarded by type: read through the instance, as
+    // Python does, so that another instance that set its own is told apart.
+    if (by_type(owner) && is_plain_value(type_attr))
+      return wrap(type_attr, child_source(owner.source, Source::Kind::Attr, name));
     if (PyType_Check(type_attr) || is_plain_value(type_attr) || PyModule_Check(type_attr) || PyCFunction_Check(type_attr))
       return constant(type_attr);  // a class-level constant: fixed by the type guard
     if (Py_IS_TYPE(type_attr, &PyMethodDescr_Type)) {  // a C method of a builtin base (dict.keys...)
+      pin(owner);  // it will read this object's state, which no guard covers
       PyOwned bound(PyObject_GetAttr(o, key.p));
       if (!bound.p) { PyErr_Clear(); throw Unsupported("method '" + name + "' raised"); }
       return constant(bound.p);
@@ -244,7 +250,10 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   PyOwned owned(value);
   if (!owner.source) return constant(value);  // attribute of a trace-time constant
   // A C method bound to the (guarded) owner is made anew by each read: nothing to guard.
-  if (PyCFunction_Check(value) && PyCFunction_GET_SELF(value) == o) return constant(value);
+  if (PyCFunction_Check(value) && PyCFunction_GET_SELF(value) == o) {
+    pin(owner);  // unless this object is pinned, its state is not guarded
+    return constant(value);
+  }
   return wrap(value, child_source(owner.source, Source::Kind::Attr, name));
 }
 

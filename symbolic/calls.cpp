@@ -441,6 +441,7 @@ struct Calls {
     } else if (v.kind == K::Record && is_model_output(v.obj)) {
       n = static_cast<Py_ssize_t>(model_output_items(v).size());
     } else if (v.is_constant()) {
+      t.pin(v);
       n = PyObject_Length(v.obj);
       if (n < 0) { PyErr_Clear(); throw Unsupported("len() of " + describe(v)); }
     } else {
@@ -459,8 +460,7 @@ struct Calls {
       out = Tracer::constant(reinterpret_cast<PyObject*>(Py_TYPE(args[0].obj)));
       return true;
     }
-    if (is("isinstance") && n == 2 && args[1].is_python_constant() &&
-        !(args[0].is_constant() && args[1].is_constant())) {
+    if (is("isinstance") && n == 2 && args[1].is_python_constant()) {  // reads only the type
       PyOwned cls(t.materialize(args[1]));
       int r = args[0].is_constant() ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
       if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
@@ -474,6 +474,7 @@ struct Calls {
       const bool has = is("hasattr");
       if (args[0].is_constant() && !PyObject_HasAttrString(args[0].obj, name.c_str())) {
         PyErr_Clear();
+        t.pin(args[0]);  // no guard says another object of its type lacks it too
         if (has) { out = Tracer::constant(Py_False); return true; }
         if (n == 3) { out = args[2]; return true; }
         throw Unsupported("getattr of a missing attribute");
@@ -668,7 +669,7 @@ struct Calls {
       if ((name == "index" || name == "count") && n == 1 && args[0].is_constant()) {
         long count = 0, first = -1;
         for (size_t i = 0; i < items.size(); ++i)
-          if (items[i].is_constant() && PyObject_RichCompareBool(items[i].obj, args[0].obj, Py_EQ) == 1) {
+          if (items[i].is_constant() && t.equal(items[i], args[0]) == 1) {
             if (first < 0) first = static_cast<long>(i);
             ++count;
           }
@@ -682,7 +683,7 @@ struct Calls {
       auto find = [&](const SymValue& key) -> int {
         if (!key.is_constant()) throw Unsupported("dict key " + describe(key));
         for (size_t i = 0; i < self.box->keys.size(); ++i) {
-          int eq = PyObject_RichCompareBool(self.box->keys[i].obj, key.obj, Py_EQ);
+          int eq = t.equal(self.box->keys[i], key);
           if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
           if (eq) return static_cast<int>(i);
         }
@@ -775,7 +776,7 @@ struct Calls {
     }
     if (self.kind == K::Tuple && name == "index" && n == 1 && args[0].is_constant()) {
       for (size_t i = 0; i < self.items.size(); ++i)
-        if (self.items[i].is_constant() && PyObject_RichCompareBool(self.items[i].obj, args[0].obj, Py_EQ) == 1) {
+        if (self.items[i].is_constant() && t.equal(self.items[i], args[0]) == 1) {
           PyOwned r(PyLong_FromSize_t(i));
           return Tracer::constant(r.p);
         }
@@ -923,32 +924,36 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i].first);  // NB: kept for the process
       if (probes[i] == fn) return constant(probe_names[i].second ? Py_True : Py_False);
     }
-  // torch.tensor(3.0, dtype=..., device=...) of a Python number: a 0-d full().
+  // torch.tensor(3.0, dtype=..., device=...) of a Python number: a 0-d full(); of empty data
+  // (torch.tensor([]), as transformers' KV cache starts its layers): a full() of size (0,).
   static PyObject* tensor_fn = resolve_python_name("torch.tensor");
-  if (fn == tensor_fn && args.size() == 1 && args[0].is_constant() &&
-      (PyFloat_CheckExact(args[0].obj) || PyLong_CheckExact(args[0].obj) || PyBool_Check(args[0].obj))) {
-    std::vector<std::pair<std::string, SymValue>> kw;
-    bool has_dtype = false;
-    for (auto& [k, v] : kwargs) {
-      if (k == "requires_grad" && v.is_constant() && v.obj == Py_False) continue;
-      if (k != "dtype" && k != "device") throw Unsupported("torch.tensor keyword '" + k + "'");
-      has_dtype = has_dtype || (k == "dtype" && !(v.is_constant() && v.obj == Py_None));
-      kw.emplace_back(k, v);
-    }
-    if (!has_dtype) {  // what torch.tensor infers from a Python scalar
-      PyObject* dt = PyBool_Check(args[0].obj) ? resolve_python_name("torch.bool")
-                     : PyLong_CheckExact(args[0].obj) ? resolve_python_name("torch.int64")
-                     : reinterpret_cast<PyObject*>(torch::getTHPDtype(ctx_.default_dtype));
-      if (PyBool_Check(args[0].obj) || PyLong_CheckExact(args[0].obj)) {
-        kw.emplace_back("dtype", constant(dt));
-        Py_XDECREF(dt);
-      } else {
-        kw.emplace_back("dtype", constant(dt));
+  if (fn == tensor_fn && args.size() == 1) {
+    const SymValue& data = args[0];
+    const bool scalar = data.is_constant() && (PyFloat_CheckExact(data.obj) || PyLong_CheckExact(data.obj) || PyBool_Check(data.obj));
+    const bool empty = ((data.kind == K::List || data.kind == K::Tuple) && data.seq().empty()) ||
+                       (data.is_constant() && (PyTuple_CheckExact(data.obj) || PyList_CheckExact(data.obj)) &&
+                        PySequence_Size(data.obj) == 0);
+    if (scalar || empty) {
+      std::vector<std::pair<std::string, SymValue>> kw;
+      bool has_dtype = false;
+      for (auto& [k, v] : kwargs) {
+        if (k == "requires_grad" && v.is_constant() && v.obj == Py_False) continue;
+        if (k != "dtype" && k != "device") throw Unsupported("torch.tensor keyword '" + k + "'");
+        has_dtype = has_dtype || (k == "dtype" && !(v.is_constant() && v.obj == Py_None));
+        kw.emplace_back(k, v);
       }
+      if (!has_dtype) {  // what torch.tensor infers: bool, int64, else the default dtype
+        const bool integral = scalar && (PyBool_Check(data.obj) || PyLong_CheckExact(data.obj));
+        PyOwned dt(integral ? resolve_python_name(PyBool_Check(data.obj) ? "torch.bool" : "torch.int64")
+                            : Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPDtype(ctx_.default_dtype))));
+        kw.emplace_back("dtype", constant(dt.p));
+      }
+      auto fam = family_of_name("torch.full");
+      if (!fam) throw Unsupported("torch.full is not in the op table");
+      PyOwned zero(PyLong_FromLong(0));
+      return scalar ? call_family(*fam, {SymValue::tuple({}), data}, kw, "torch.tensor")
+                    : call_family(*fam, {SymValue::tuple({constant(zero.p)}), constant(zero.p)}, kw, "torch.tensor");
     }
-    auto fam = family_of_name("torch.full");
-    if (!fam) throw Unsupported("torch.full is not in the op table");
-    return call_family(*fam, {SymValue::tuple({}), args[0]}, kw, "torch.tensor");
   }
   // Context managers that are plain objects until a `with` enters them: made for real.
   static PyObject* plain_managers[] = {resolve_python_name("torch.autograd.grad_mode.no_grad"),
@@ -974,6 +979,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   }
   if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
     args.insert(args.begin(), constant(PyMethod_GET_SELF(fn)));
+    pin(args[0]);  // read without its source: this object itself
     return Calls::inline_call(*this, Calls::target_of_function(*this, PyMethod_GET_FUNCTION(fn)), std::move(args), std::move(kwargs));
   }
   static PyObject* partial_type = resolve_python_name("functools.partial");

@@ -37,6 +37,35 @@ PyObject* named_tuple_type(codegen::Family fam) {
   return resolve_python_name(std::string("torch.return_types.") + codegen::family_name(fam));
 }
 
+// A plain object of a Python class: a heap type whose bases are Python classes up to object,
+// made by `type` or ABCMeta (no enum or other metaclass whose instances are singletons), not an
+// nn.Module. Its state is what the trace reads through its attributes, each guarded on its own.
+// transformers' ModelOutput (an OrderedDict whose items mirror its attributes) counts as one: its
+// attributes are guarded one by one, and dict methods read from it pin it (attributes.cpp).
+bool is_plain_instance(PyObject* o) {
+  PyTypeObject* tp = Py_TYPE(o);
+  if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyType_Check(o)) return false;
+  if (is_model_output(reinterpret_cast<PyObject*>(tp))) return true;
+  static PyObject* abc_meta = resolve_python_name("abc.ABCMeta");  // NB: kept for the process
+  PyObject* meta = reinterpret_cast<PyObject*>(Py_TYPE(tp));
+  if (meta != reinterpret_cast<PyObject*>(&PyType_Type) && meta != abc_meta) return false;
+  // Classes made by a class statement share CPython's subtype_dealloc; C types made from specs
+  // (functools.partial, say) are heap types too, with their own state: learn it from one class.
+  static destructor class_dealloc = [] {
+    PyOwned cls(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyType_Type), "s(){}", "fastdyn_probe"));
+    return cls.p ? reinterpret_cast<PyTypeObject*>(cls.p)->tp_dealloc : nullptr;
+  }();
+  PyObject* mro = tp->tp_mro;
+  if (!class_dealloc || !mro || !PyTuple_Check(mro)) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
+    auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (base != &PyBaseObject_Type && base->tp_dealloc != class_dealloc) return false;
+  }
+  const int module = PyObject_IsInstance(o, module_type());
+  if (module < 0) PyErr_Clear();
+  return module == 0;
+}
+
 }  // namespace
 
 PyObject* module_type() {
@@ -72,6 +101,26 @@ std::string describe(const SymValue& v) {
     case SymValue::Kind::Record: return std::string(reinterpret_cast<PyTypeObject*>(v.obj)->tp_name) + " made in the frame";
   }
   return "?";
+}
+
+void Tracer::pin(const SymValue& v) const {
+  using K = SymValue::Kind;
+  if (v.kind == K::Constant) {
+    auto it = type_guarded_.find(v.obj);
+    if (it == type_guarded_.end()) return;
+    GuardSpec g;
+    g.source = it->second;  // the other paths to it are tied to this one by their alias guards
+    g.kind = GuardKind::IdIs;
+    g.obj = Py_NewRef(v.obj);
+    result_.guards.push_back(std::move(g));
+    return;
+  }
+  if (v.kind == K::Tensor || v.kind == K::Null) return;
+  for (const SymValue& i : v.items) pin(i);
+  if (v.box) {
+    for (const SymValue& i : v.box->items) pin(i);
+    for (const SymValue& k : v.box->keys) pin(k);
+  }
 }
 
 void Tracer::add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj) {
@@ -178,6 +227,14 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     return SymValue::constant(obj, source);
   }
   PyErr_Clear();
+  // A plain object (a KV cache, a config): its type and alias slot, so that a new object of the
+  // class made for each call hits the same entry. Where the trace depends on the object itself,
+  // pin() adds its identity.
+  if (is_plain_instance(obj)) {
+    guard(GuardKind::Instance);
+    type_guarded_.emplace(obj, source);
+    return SymValue::constant(obj, source);
+  }
   // A bound method (a classmethod read from its class, say) is made anew by every read: guard
   // its function and its self, not the method object.
   if (PyMethod_Check(obj) && PyFunction_Check(PyMethod_GET_FUNCTION(obj))) {
@@ -292,9 +349,12 @@ codegen::CallArg Tracer::index_arg(const SymValue& v) const {
 
 PyObject* Tracer::materialize(const SymValue& v) const {
   switch (v.kind) {
-    case SymValue::Kind::Constant: return Py_NewRef(v.obj);
+    case SymValue::Kind::Constant:
+      pin(v);  // real Python code will see this very object
+      return Py_NewRef(v.obj);
     case SymValue::Kind::BoundMethod:
       if (!v.obj || !v.items[0].is_constant()) return nullptr;
+      pin(v.items[0]);
       return PyMethod_New(v.obj, v.items[0].obj);
     case SymValue::Kind::Tuple:
     case SymValue::Kind::List:

@@ -35,7 +35,7 @@ runtime::GuardNode* node_for(runtime::GuardTree& tree, const Source& s) {
 std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
   auto tree = std::make_unique<runtime::GuardTree>();
   tree->guard_global_state();
-  std::unordered_map<PyObject*, int> alias_slot;  // tensor object -> its alias slot
+  std::unordered_map<PyObject*, int> alias_slot;  // tensor or instance -> its alias slot
   for (const GuardSpec& g : trace.guards) {
     runtime::GuardNode* n = node_for(*tree, *g.source);
     // A builtin is only what the name means while no global shadows it.
@@ -48,10 +48,12 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
         tree->add_type_is(n, Py_TYPE(g.obj));
         tree->add_len_is(n, PyObject_Length(g.obj));
         break;
-      case GuardKind::Tensor: {
+      case GuardKind::Tensor:
+      case GuardKind::Instance: {
         auto it = alias_slot.find(g.obj);
-        if (it == alias_slot.end()) alias_slot.emplace(g.obj, tree->add_tensor(n, g.obj));
-        else tree->add_same_as(n, it->second);
+        if (it != alias_slot.end()) tree->add_same_as(n, it->second);
+        else if (g.kind == GuardKind::Tensor) alias_slot.emplace(g.obj, tree->add_tensor(n, g.obj));
+        else alias_slot.emplace(g.obj, tree->add_instance(n, g.obj));
         break;
       }
     }

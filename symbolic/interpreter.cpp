@@ -253,9 +253,17 @@ struct Handlers {
     FD_CHECK(sym, "bad COMPARE_OP oparg");
     t.push(t.binary(sym, a, b));
   }
-  static bool same_object(const SymValue& a, const SymValue& b) {
+  static bool same_object(Tracer& t, const SymValue& a, const SymValue& b) {
     using K = SymValue::Kind;
-    if (a.is_constant() && b.is_constant()) return a.obj == b.obj;
+    if (a.is_constant() && b.is_constant()) {
+      // Two instances guarded by type are the same object exactly as their alias guards say.
+      // Against a fixed object, only a different type keeps the answer: else pin the instance.
+      if (t.by_type(a) != t.by_type(b) && Py_TYPE(a.obj) == Py_TYPE(b.obj)) {
+        t.pin(a);
+        t.pin(b);
+      }
+      return a.obj == b.obj;
+    }
     if (a.is_tensor() && b.is_tensor()) return a.tensor == b.tensor;
     if (a.box && b.box) return a.box == b.box;
     if (a.kind == K::Tuple || b.kind == K::Tuple || a.kind == K::NamedTuple || b.kind == K::NamedTuple)
@@ -265,7 +273,7 @@ struct Handlers {
   static void is_op(Tracer& t, const Instruction& in) {
     SymValue b = t.pop();
     SymValue a = t.pop();
-    t.push(Tracer::constant(same_object(a, b) != (in.arg == 1) ? Py_True : Py_False));
+    t.push(Tracer::constant(same_object(t, a, b) != (in.arg == 1) ? Py_True : Py_False));
   }
   static void contains_op(Tracer& t, const Instruction& in) {
     SymValue container = t.pop();
@@ -274,7 +282,7 @@ struct Handlers {
     if (container.kind == SymValue::Kind::Dict) {
       if (!item.is_constant()) throw Unsupported("'in' of a " + describe(item) + " in a dict");
       for (const SymValue& k : container.box->keys) {
-        int eq = PyObject_RichCompareBool(k.obj, item.obj, Py_EQ);
+        int eq = t.equal(k, item);
         if (eq < 0) { PyErr_Clear(); throw Unsupported("'in' raised"); }
         if (eq) { found = true; break; }
       }
@@ -286,7 +294,7 @@ struct Handlers {
     } else if ((container.kind == SymValue::Kind::Tuple || container.kind == SymValue::Kind::List) && item.is_constant()) {
       for (const SymValue& v : container.seq()) {
         if (!v.is_constant()) throw Unsupported("'in' on a sequence holding " + describe(v));
-        int eq = PyObject_RichCompareBool(v.obj, item.obj, Py_EQ);
+        int eq = t.equal(v, item);
         if (eq < 0) { PyErr_Clear(); throw Unsupported("'in' raised"); }
         if (eq) { found = true; break; }
       }
@@ -417,7 +425,7 @@ struct Handlers {
     }
     if (container.kind == SymValue::Kind::Dict) {
       for (size_t i = 0; i < container.box->keys.size(); ++i)
-        if (PyObject_RichCompareBool(container.box->keys[i].obj, index.obj, Py_EQ) == 1) {
+        if (t.equal(container.box->keys[i], index) == 1) {
           container.box->keys.erase(container.box->keys.begin() + static_cast<long>(i));
           container.box->items.erase(container.box->items.begin() + static_cast<long>(i));
           return;
@@ -434,7 +442,7 @@ struct Handlers {
     if (!key.is_constant()) throw Unsupported("dict key " + describe(key) + " is not a constant");
     auto& keys = dict.box->keys;
     for (size_t i = 0; i < keys.size(); ++i) {
-      int eq = PyObject_RichCompareBool(keys[i].obj, key.obj, Py_EQ);
+      int eq = t.equal(keys[i], key);
       if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
       if (eq) {
         dict.box->items[i] = std::move(value);
@@ -751,6 +759,7 @@ struct Handlers {
       throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " (custom __setattr__)");
     if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Function || value.kind == SymValue::Kind::Cell)
       throw Unsupported("storing a " + describe(value) + " in an attribute");
+    if (!owner.source) t.pin(owner);  // replayed on this very object
     for (auto& [obj, n, v] : t.written_attrs_)
       if (obj == owner.obj && n == name) {
         v = value;

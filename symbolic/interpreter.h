@@ -37,7 +37,10 @@ struct FrameInputs {
   PyObject* closure = nullptr;            // tuple of cells or nullptr
 };
 
-enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen };
+// Instance: a plain object of a Python class, guarded by its type and its alias slot (distinct
+// objects stay distinct, one object reached twice stays one) instead of its identity, so that
+// objects made per call (a KV cache, say) hit the same entry.
+enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance };
 
 // One guard the trace relies on: `kind` of the object at `source`.
 struct GuardSpec {

@@ -124,7 +124,7 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
   if (container.kind == K::Dict) {
     if (!index.is_constant()) throw Unsupported("dict subscript with " + describe(index));
     for (size_t i = 0; i < container.box->keys.size(); ++i) {
-      int eq = PyObject_RichCompareBool(container.box->keys[i].obj, index.obj, Py_EQ);
+      int eq = equal(container.box->keys[i], index);
       if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
       if (eq) return container.box->items[i];
     }
@@ -179,14 +179,15 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
     }
   }
   if (container.is_python_constant() && index.is_python_constant()) {
-    PyOwned c(materialize(container)), i(materialize(index));
-    if (!foldable_constant(c.p) && !THPSize_Check(c.p)) {
+    if (container.is_constant() && !foldable_constant(container.obj) && !THPSize_Check(container.obj)) {
       // A user object with a Python __getitem__: inline it.
       PyOwned key(PyUnicode_InternFromString("__getitem__"));
-      PyObject* gi = _PyType_Lookup(Py_TYPE(c.p), key.p);
+      PyObject* gi = _PyType_Lookup(Py_TYPE(container.obj), key.p);
       if (gi && PyFunction_Check(gi)) return call(constant(gi), {container, index}, {});
       throw Unsupported("subscript of " + describe(container));
     }
+    PyOwned c(materialize(container)), i(materialize(index));
+    if (!foldable_constant(c.p) && !THPSize_Check(c.p)) throw Unsupported("subscript of " + describe(container));
     PyObject* r = PyObject_GetItem(c.p, i.p);
     if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
     PyOwned owned(r);
@@ -275,6 +276,11 @@ bool Tracer::truth(const SymValue& v, const char* what) {
   using K = SymValue::Kind;
   switch (v.kind) {
     case K::Constant: {
+      PyTypeObject* tp = Py_TYPE(v.obj);
+      const bool own_truth = (tp->tp_as_number && tp->tp_as_number->nb_bool) ||
+                             (tp->tp_as_mapping && tp->tp_as_mapping->mp_length) ||
+                             (tp->tp_as_sequence && tp->tp_as_sequence->sq_length);
+      if (own_truth) pin(v);  // __bool__ or __len__ answers on this very object
       int r = PyObject_IsTrue(v.obj);
       if (r < 0) { PyErr_Clear(); throw Unsupported(std::string(what) + " on " + describe(v) + " raised"); }
       return r == 1;

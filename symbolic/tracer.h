@@ -67,6 +67,21 @@ class Tracer {
   SymValue from_capture(codegen::Family fam, const codegen::CaptureResult& r) const;
   const codegen::TensorMeta& meta(const SymValue& v) const { return result_.graph.meta(v.tensor); }
   void add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj);
+  // Plain objects of Python classes read from outside the frame are guarded by type and alias
+  // slot, not identity (GuardKind::Instance). by_type: `v` is such a read (it has its source).
+  bool by_type(const SymValue& v) const {
+    return v.kind == SymValue::Kind::Constant && v.source && type_guarded_.count(v.obj) != 0;
+  }
+  // The trace is about to depend on which object a value holds (identity against a fixed object,
+  // equality, hash, real Python code run on it at trace time): every type-guarded instance in it
+  // gets an identity guard too, as any other object has.
+  void pin(const SymValue& v) const;
+  // a == b on two constants, in Python (pins both): 1, 0, or -1 with the error set.
+  int equal(const SymValue& a, const SymValue& b) const {
+    pin(a);
+    pin(b);
+    return PyObject_RichCompareBool(a.obj, b.obj, Py_EQ);
+  }
 
   // ---- recording ----
   SymValue call_family(codegen::Family fam, const std::vector<SymValue>& args,
@@ -109,6 +124,7 @@ class Tracer {
   codegen::CaptureContext ctx_;
   std::vector<std::unique_ptr<FrameState>> frames_;
   std::unordered_map<PyObject*, codegen::ValueId> tensor_inputs_;  // live tensor -> graph input
+  std::unordered_map<PyObject*, SourcePtr> type_guarded_;  // instance -> the source of its first read
   int nargs_ = 0;       // argument slots of the root frame
   int stop_at_ = -1;    // root instruction index at which to stop and record a break
   bool grad_mode_changed_ = false;

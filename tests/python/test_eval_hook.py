@@ -515,9 +515,9 @@ def test_recompile_bound_is_per_code_object_and_reset_lifts_it():
     assert_same(out, bounded(x))
 
 
-class FreshPerCall:  # a plain object: guarded by identity, so a new one misses every entry
-    def __init__(self, scale):
-        self.scale = scale
+def FreshPerCall(scale):  # a C-type object: guarded by identity, so a new one misses every entry
+    import types
+    return types.SimpleNamespace(scale=scale)
 
 
 def scaled_by_box(box, x):

@@ -1,5 +1,5 @@
 // GoogleTest for symbolic/: bytecode decoding and the assembler, against an embedded CPython
-// (the same version fastdyn is built for). No torch needed.
+// (the same version fastdyn is built for; python_env.cpp starts it). No torch needed.
 #include <Python.h>
 #include <gtest/gtest.h>
 
@@ -13,20 +13,6 @@
 using namespace fastdyn::symbolic;
 
 namespace {
-
-class PythonEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    // An embedded interpreter finds its standard library from the home it was built with.
-    PyConfig config;
-    PyConfig_InitPythonConfig(&config);
-    PyConfig_SetBytesString(&config, &config.home, FASTDYN_PYTHON_HOME);
-    Py_InitializeFromConfig(&config);
-    PyConfig_Clear(&config);
-  }
-  void TearDown() override { Py_FinalizeEx(); }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new PythonEnv);
 
 // Compiles `src` and returns a new reference to the code of the function named `name`.
 PyCodeObject* function_code(const char* src, const char* name) {

@@ -379,7 +379,7 @@ def list_and_tensor():
     return [], r(4, 8)
 
 
-@CASES(lambda: (Counter(), r(4, 8)), fresh=True, graphs=2, breaks=1, xfail=BREAK)
+@CASES(lambda: (Counter(), r(4, 8)), fresh=True, graphs=2, breaks=1)
 def attribute_write_replayed_before_break(c, x):
     c.n += 1
     y = x * c.n

@@ -45,13 +45,13 @@ def counter_and_tensor():
 
 # --------------------------------------------------------------------------- attribute writes
 
-@CASES(counter_and_tensor, fresh=True, xfail=ATTR)
+@CASES(counter_and_tensor, fresh=True)
 def attribute_increment_on_argument(c, x):
     c.calls += 1
     return x * c.calls
 
 
-@CASES(counter_and_tensor, fresh=True, xfail=ATTR)
+@CASES(counter_and_tensor, fresh=True)
 def attribute_stores_tensor_on_argument(c, x):
     c.last = x.relu()
     c.shape = tuple(x.shape)
@@ -65,7 +65,7 @@ def setattr_and_delattr_builtins(c, x):
     return getattr(c, "extra") - x
 
 
-@CASES(counter_and_tensor, fresh=True, xfail=ATTR)
+@CASES(counter_and_tensor, fresh=True)
 def attribute_written_then_read_in_frame(c, x):
     c.calls = 5
     c.calls = c.calls * 2

@@ -1,0 +1,86 @@
+// GoogleTest for runtime::GuardTree's aliasing of instances guarded by type (GuardKind::Instance,
+// as symbolic/guard_builder.cpp builds it), on plain Python objects in fast-local slots: no torch.
+#include <Python.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/guards.h"
+
+using fastdyn::runtime::AccessKind;
+using fastdyn::runtime::Accessor;
+using fastdyn::runtime::GuardFailure;
+using fastdyn::runtime::GuardFrame;
+using fastdyn::runtime::GuardTree;
+
+namespace {
+
+// New reference to a new class `name` (a plain `class name: pass`).
+PyObject* new_class(const char* name) {
+  return PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyType_Type), "s(){}", name);
+}
+
+PyObject* instance_of(PyObject* cls) { return PyObject_CallNoArgs(cls); }
+
+Accessor local(int index, const char* name) {
+  Accessor a;
+  a.kind = AccessKind::Local;
+  a.index = index;
+  a.name = name;
+  return a;
+}
+
+bool check(const GuardTree& tree, PyObject* a, PyObject* b, std::string* why = nullptr) {
+  PyObject* slots[2] = {a, b};
+  GuardFrame f;
+  f.fast_locals = slots;
+  GuardFailure failure;
+  const bool ok = tree.check(f, &failure);
+  if (why) *why = failure.description;
+  return ok;
+}
+
+}  // namespace
+
+// Two distinct instances at compile time: any two distinct instances of the types pass; the same
+// object in both slots, or another type, does not.
+TEST(GuardTree, InstancesAreGuardedByTypeAndStayDistinct) {
+  PyObject* A = new_class("A");
+  PyObject* B = new_class("B");
+  PyObject* a = instance_of(A);
+  PyObject* b = instance_of(A);
+  GuardTree tree;
+  const int sa = tree.add_instance(tree.node(nullptr, local(0, "a")), a);
+  const int sb = tree.add_instance(tree.node(nullptr, local(1, "b")), b);
+  EXPECT_NE(sa, sb);
+  PyObject* a2 = instance_of(A);
+  PyObject* b2 = instance_of(A);
+  EXPECT_TRUE(check(tree, a2, b2));  // new objects of the same class: a hit
+  std::string why;
+  EXPECT_FALSE(check(tree, a2, a2, &why));
+  EXPECT_NE(why.find("now the same object"), std::string::npos) << why;
+  PyObject* other = instance_of(B);
+  EXPECT_FALSE(check(tree, a2, other, &why));
+  EXPECT_NE(why.find("type is"), std::string::npos) << why;
+  for (PyObject* o : {a, b, a2, b2, other, A, B}) Py_DECREF(o);
+}
+
+// One object reached by two paths at compile time: SameAs ties the second path to the first slot.
+TEST(GuardTree, OneInstanceReachedTwiceMustStayOne) {
+  PyObject* A = new_class("A");
+  PyObject* a = instance_of(A);
+  GuardTree tree;
+  const int slot = tree.add_instance(tree.node(nullptr, local(0, "a")), a);
+  tree.add_same_as(tree.node(nullptr, local(1, "b")), slot);
+  PyObject* c = instance_of(A);
+  PyObject* d = instance_of(A);
+  EXPECT_TRUE(check(tree, c, c));
+  std::string why;
+  EXPECT_FALSE(check(tree, c, d, &why));
+  EXPECT_NE(why.find("is a different object"), std::string::npos) << why;
+  const auto lines = tree.describe();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "L['a'] type is A (input 0)");
+  EXPECT_EQ(lines[1], "L['b'] is input 0");
+  for (PyObject* o : {a, c, d, A}) Py_DECREF(o);
+}
