@@ -149,12 +149,29 @@ def make_gpt2_2layer():
     return model, (input_ids,)
 
 
+def make_llama_kvcache():
+    from transformers import LlamaConfig, LlamaForCausalLM  # imported here: it is slow
+    _seeded()
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=256, vocab_size=1000,
+                         max_position_embeddings=128, bos_token_id=999, eos_token_id=999)
+    # use_cache left as it is (True): each forward makes a DynamicCache and returns it filled
+    model = LlamaForCausalLM(config).eval()
+    input_ids = torch.randint(0, config.vocab_size, (1, 64),
+                              generator=torch.Generator().manual_seed(SEED))
+    return model, (input_ids,)
+
+
 def make_pure_python():
     return pure_python, (300,)
 
 
 def _logits(out) -> List[Any]:
     return [out.logits]
+
+
+def _logits_and_cache(out) -> List[Any]:
+    return [out.logits] + [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
 
 
 @dataclass(frozen=True)
@@ -184,6 +201,10 @@ CASES = {c.name: c for c in [
     Case("gpt2_2layer", make_gpt2_2layer,
          "transformers GPT2LMHeadModel, 2 layers, n_embd 128, input_ids [1, 64]; logits",
          whole_process=True, outputs=_logits),
+    Case("llama_kvcache", make_llama_kvcache,
+         "transformers LlamaForCausalLM, 2 layers, hidden 128, GQA, input_ids [1, 64], on its "
+         "default path: a new KV cache per call; logits and the filled cache",
+         whole_process=True, outputs=_logits_and_cache),
     Case("pure_python", make_pure_python,
          "tensor-free loops, dicts and calls (~600 frames per call)", whole_process=True),
 ]}
