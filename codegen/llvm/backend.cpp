@@ -8,6 +8,7 @@
 #include "codegen/prepacked_linear.h"
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
+#include "codegen/llvm/perf_map.h"
 #include "codegen/loop/passes.h"
 #include "runtime/errors.h"
 
@@ -224,6 +225,16 @@ LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
 // NB: the key holds the module as bitcode, not as text: the same exact content, written about 3x
 // faster (gpt2_2layer's 15 kernels: ~4 ms against ~12 ms for printing), and the key is computed for
 // every kernel of every graph, cached or not.
+// "k4 outer[1,4,64] inner[32]": how perf report names the kernel (FASTDYN_PERF_MAP=1).
+std::string kernel_label(const loop::Kernel& k) {
+  auto dims = [](const std::vector<int64_t>& sizes) {
+    std::string s = "[";
+    for (size_t i = 0; i < sizes.size(); ++i) s += (i ? "," : "") + std::to_string(sizes[i]);
+    return s + "]";
+  };
+  return "fastdyn " + k.name + " outer" + dims(k.outer) + " inner" + dims(k.inner);
+}
+
 KernelFn compile_kernel(const loop::Program& p, const loop::Kernel& k) {
   static const char* const kSymbol = "fastdyn_kernel";
   const int bits = llvm_jit::host_target().vector_bits;
@@ -239,6 +250,7 @@ KernelFn compile_kernel(const loop::Program& p, const loop::Kernel& k) {
   llvm::raw_string_ostream key_os(key);
   llvm::WriteBitcodeToFile(*mb.module, key_os);
   key_os.flush();
+  if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
   std::vector<void*> addrs = llvm_jit::find_cached(key, {kSymbol});
   if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), key, {kSymbol});
   return reinterpret_cast<KernelFn>(addrs.at(0));

@@ -51,6 +51,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include "codegen/llvm/kernel_cache.h"
+#include "codegen/llvm/perf_map.h"
 #include "runtime/errors.h"
 #include "runtime/parallel.h"
 
@@ -404,6 +405,12 @@ llvm::orc::JITDylib* link_object(Engine& e, const std::string& object, const std
     remove_dylib(e, &*jd);
     return nullptr;
   }
+  perf_map_record(object, [&](const std::string& symbol) -> void* {
+    auto address = e.jit->lookup(*jd, symbol);
+    if (address) return address->toPtr<void*>();
+    llvm::consumeError(address.takeError());
+    return nullptr;
+  });
   return &*jd;
 }
 

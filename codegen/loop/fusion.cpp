@@ -5,8 +5,10 @@
 //    memory (a graph output, an extern's operand, the base of a reshape) or inlining would repeat
 //    real work or memory traffic: a value read more than once is inlined only when it is a few
 //    cheap instrs loading at most one buffer (through its own inlined inputs), since only then
-//    does recomputing it cost less than writing and re-reading it (bytes saved). Reductions are never
-//    duplicated: they live in exactly one kernel.
+//    does recomputing it cost less than writing and re-reading it (bytes saved). An expensive value
+//    (a transcendental or a gather anywhere in its inlined body) is not inlined into a reader that
+//    broadcasts it either: rotary embeddings' cos/sin over [seq, dim] read by every head would be
+//    recomputed once per head. Reductions are never duplicated: they live in exactly one kernel.
 // 2. Kernels, in node order: one per materialised pointwise value, the lowering's kernels for
 //    reductions / softmax / norms / cat.
 // 3. Merging, between adjacent kernel steps: a kernel joins the previous one as later stages when
@@ -54,6 +56,23 @@ bool is_transcendental(Op op) {
     case Op::Rsqrt: case Op::Recip: case Op::Rem: case Op::Fmod: return true;
     default: return false;
   }
+}
+
+// Whether two accesses reach the same point of the kernel's domain: equal but for coefficients
+// of dims of extent 1 (the index there is 0 whatever the coefficient: lowering writes loads of a
+// size-1 dim as 0, stores through the kernel's own dim).
+bool same_point(const Access& x, const Access& y, const Kernel& k) {
+  if (x.value != y.value || x.index.size() != y.index.size()) return false;
+  for (size_t r = 0; r < x.index.size(); ++r) {
+    const AffineIndex& a = x.index[r];
+    const AffineIndex& b = y.index[r];
+    if (a.constant != b.constant || a.dynamic != b.dynamic || a.coef.size() != b.coef.size()) return false;
+    for (size_t d = 0; d < a.coef.size(); ++d) {
+      const int64_t extent = d < k.outer.size() ? k.outer[d] : k.inner[d - k.outer.size()];
+      if (a.coef[d] != b.coef[d] && extent != 1) return false;
+    }
+  }
+  return true;
 }
 
 class Fuser {
@@ -111,6 +130,8 @@ class Fuser {
     uses_.assign(nv, 0);
     inline_.assign(nv, false);
     reads_.assign(nv, 0);
+    expensive_.assign(nv, false);
+    reader_numel_.assign(nv, 0);
     for (ValueId v : g_.outputs) must_[static_cast<size_t>(v)] = true;
     for (const Node& n : g_.nodes) {
       const NodeLowering& l = lg_.nodes[static_cast<size_t>(&n - g_.nodes.data())];
@@ -131,8 +152,17 @@ class Fuser {
           if (must_[static_cast<size_t>(o)]) must_[static_cast<size_t>(l.views[0].base)] = true;
         }
         uses_[static_cast<size_t>(l.views[0].base)] += l.views[0].affine ? through : 1;
+        for (ValueId o : n.outputs)
+          reader_numel_[static_cast<size_t>(l.views[0].base)] =
+              std::max(reader_numel_[static_cast<size_t>(l.views[0].base)], reader_numel_[static_cast<size_t>(o)]);
       } else {
-        for_each_input(n, [&](ValueId v) { uses_[static_cast<size_t>(v)] += 1; });
+        // A pointwise reader computes one element per element of its output; other readers
+        // (reductions, cat, externs) read each element of their inputs once.
+        const int64_t n_numel = l.kind == NodeLowering::Kind::Pointwise ? g_.meta(n.outputs[0]).numel() : 0;
+        for_each_input(n, [&](ValueId v) {
+          uses_[static_cast<size_t>(v)] += 1;
+          reader_numel_[static_cast<size_t>(v)] = std::max(reader_numel_[static_cast<size_t>(v)], n_numel);
+        });
       }
     }
     for (const WriteBack& w : lg_.writebacks) uses_[static_cast<size_t>(w.value)] += 1;
@@ -151,15 +181,20 @@ class Fuser {
       int reads = 0;  // buffers a reader of v would load if v were inlined (through inlined inputs)
       for (const Access& a : l.body.loads) {
         for (const AffineIndex& ix : a.index) expensive |= ix.dynamic >= 0;  // gathers
-        reads += inline_[static_cast<size_t>(a.value)] ? std::max(1, reads_[static_cast<size_t>(a.value)]) : 1;
+        const bool inlined = inline_[static_cast<size_t>(a.value)];
+        reads += inlined ? std::max(1, reads_[static_cast<size_t>(a.value)]) : 1;
+        expensive |= inlined && expensive_[static_cast<size_t>(a.value)];
       }
       reads_[static_cast<size_t>(v)] = reads;
+      expensive_[static_cast<size_t>(v)] = expensive;
+      const bool broadcast = reader_numel_[static_cast<size_t>(v)] > g_.meta(v).numel();
       // Bytes: inlined into its n readers, v costs n * reads loads; in memory, 1 store + n loads.
       // So a value read more than once is inlined only when it reads at most one buffer (and is
       // cheap to recompute). Without the second condition a residual stream (h = h + f(h), read
       // by a layer norm and by the next residual add) is recomputed from every earlier layer's
       // outputs in each later kernel: traffic and kernel size grow with depth.
-      inline_[static_cast<size_t>(v)] = uses_[static_cast<size_t>(v)] <= 1 || (!expensive && work <= 4 && reads <= 1);
+      inline_[static_cast<size_t>(v)] =
+          (uses_[static_cast<size_t>(v)] <= 1 && !(expensive && broadcast)) || (!expensive && work <= 4 && reads <= 1);
     }
   }
 
@@ -192,6 +227,7 @@ class Fuser {
 
   struct StageCtx {
     Stage* dst;
+    const Kernel* kernel;
     size_t kdims;
     std::vector<std::pair<Access, int32_t>> memo;  // resolved reads of this stage
     int32_t reduction_base = 0;                     // renumbering of Reduced when merging
@@ -207,7 +243,7 @@ class Fuser {
   // The instr computing value a.value at a.index (over the kernel's dims), in sc's stage.
   int32_t resolve(StageCtx& sc, const Access& a, ST type) {
     for (const auto& [acc, id] : sc.memo)
-      if (acc == a) return id;
+      if (same_point(acc, a, *sc.kernel)) return id;
     int32_t id;
     ValueId v = a.value;
     if (inline_[static_cast<size_t>(v)]) {
@@ -269,7 +305,7 @@ class Fuser {
       k.stages.emplace_back();
       k.stages.back().per_outer = per_outer;
     }
-    StageCtx sc{&k.stages.back(), static_cast<size_t>(k.dims()), {}, reduction_base, stage_base, stage_maps};
+    StageCtx sc{&k.stages.back(), &k, static_cast<size_t>(k.dims()), {}, reduction_base, stage_base, stage_maps};
     if (into_last) {
       // Reads of values this stage already stores at the same point become the stored register.
       for (const Store& s : sc.dst->stores) sc.memo.emplace_back(s.dst, s.instr);
@@ -526,7 +562,7 @@ class Fuser {
           for (const Store& w : old.stages[os].stores) {
             if (w.dst.value != a.value) continue;
             written = true;
-            if (!(w.dst == a)) continue;
+            if (!same_point(w.dst, a, merged)) continue;
             matched = true;
             if (old.stages[os].per_outer) {
               in.op = Op::StageValue;
@@ -591,6 +627,8 @@ class Fuser {
   std::vector<bool> must_, inline_;
   std::vector<int64_t> uses_;
   std::vector<int> reads_;  // per pointwise value: buffers its inlined body loads
+  std::vector<bool> expensive_;  // per pointwise value: its inlined body has a transcendental or gather
+  std::vector<int64_t> reader_numel_;  // per value: most elements a pointwise reader computes from it
   Built last_built_;
   Built* last_ = nullptr;
 };

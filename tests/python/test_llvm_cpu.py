@@ -229,6 +229,43 @@ def test_warm_start_from_disk_cache_and_corrupted_file(tmp_path):
     assert _kernels(_run(tmp_path)) == (compiled, 0, compiled)
 
 
+PERF_MAP_SCRIPT = textwrap.dedent("""
+    import os, torch, fastdyn
+    f = fastdyn.jit(lambda x: (x * 2).exp().sum(-1), backend="llvm_cpu")
+    x = torch.randn(64, 32)
+    f(x)
+    fastdyn.synchronize()
+    print("pid", os.getpid(), "kernel_compiles", fastdyn.stats()["kernel_compiles"])
+""")
+
+
+@pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+def test_perf_map_names_every_linked_kernel(tmp_path):
+    # FASTDYN_PERF_MAP=1: perf report names generated code by its loop-IR kernel (perf reads
+    # /tmp/perf-<pid>.map); the parallel loop body, a local symbol, is placed by its offset.
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(fastdyn.__file__)))
+    env = dict(os.environ, FASTDYN_CACHE_DIR=str(tmp_path), FASTDYN_PERF_MAP="1",
+               PYTHONPATH=os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p))
+    r = subprocess.run([sys.executable, "-c", PERF_MAP_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    words = r.stdout.split()
+    pid, compiles = int(words[1]), int(words[3])
+    path = f"/tmp/perf-{pid}.map"
+    try:
+        lines = open(path).read().splitlines()
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    assert compiles >= 1 and lines, r.stdout
+    names = set()
+    for line in lines:
+        start, size, name = line.split(" ", 2)
+        assert int(start, 16) > 0 and int(size, 16) > 0, line
+        names.add(name)
+    assert "fastdyn k0 outer[64] inner[32] fastdyn_kernel" in names, names
+    assert "fastdyn k0 outer[64] inner[32] fastdyn_kernel.body" in names, names
+
+
 # --- large outputs: streaming (non-temporal) stores ---------------------------------------------
 # Outputs larger than the last-level cache (32 MiB on the dev machine) are written with streaming
 # stores, peeled to alignment per block: aligned, misaligned (cat's second piece) and 8/2-byte

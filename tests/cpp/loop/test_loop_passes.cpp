@@ -183,6 +183,45 @@ TEST(LoopPasses, MultiReadValueIsInlinedOnlyIfItLoadsOneBuffer) {
   EXPECT_EQ(p.plans[4].kind, ValuePlan::Kind::None) << print_program(p);
 }
 
+// Rotary embeddings: cos/sin of [seq, dim] angles, read by every head of q [heads, seq, dim]
+// through a broadcast. Inlined, the transcendental would run once per head; so an expensive value
+// (a transcendental anywhere in its inlined body, here cos under the `* 1.0` scaling) that a
+// reader broadcasts is stored once, even with one reader. A cheap one (the angles * 2) broadcast
+// the same way is still recomputed, and so is cos read without a broadcast.
+TEST(LoopPasses, ExpensiveValueBroadcastToItsReaderIsStoredOnce) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[4, 64, 32]{2048, 32, 1}, %1: f32[64, 32]{32, 1}):
+  %2: f32[64, 32]{32, 1} = aten::cos(%1)
+  %3: f32[64, 32]{32, 1} = aten::mul.Scalar(%2, 1.0)
+  %4: f32[4, 64, 32]{2048, 32, 1} = aten::mul.Tensor(%0, %3)
+  %5: f32[64, 32]{32, 1} = aten::mul.Scalar(%1, 2)
+  %6: f32[4, 64, 32]{2048, 32, 1} = aten::add.Tensor(%4, %5, 1)
+  %7: f32[64, 32]{32, 1} = aten::sin(%1)
+  %8: f32[64, 32]{32, 1} = aten::add.Tensor(%7, %1, 1)
+  return (%6, %8)
+)"));
+  EXPECT_EQ(p.plans[2].kind, ValuePlan::Kind::None) << print_program(p);    // cos: inlined into %3
+  EXPECT_EQ(p.plans[3].kind, ValuePlan::Kind::Buffer) << print_program(p);  // stored once
+  EXPECT_EQ(p.plans[5].kind, ValuePlan::Kind::None) << print_program(p);    // cheap: recomputed
+  EXPECT_EQ(p.plans[7].kind, ValuePlan::Kind::None) << print_program(p);    // no broadcast
+}
+
+// RMS norm over [1, 64, 128] (a batch of one): mean, then rsqrt(mean + eps) once per row as an
+// epilogue of the reduction (the rsqrt is stored once: its reader broadcasts it), then the
+// normalisation, all in one kernel. The epilogue reads the mean at [0, o1, 0] where the reduction
+// stored it at [o0, o1, 0]: the same point, since o0 only takes the value 0.
+TEST(LoopPasses, RmsNormWithABatchOfOneIsOneKernel) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[1, 64, 128]{8192, 128, 1}, %1: f32[128]{1}):
+  %2: f32[1, 64, 128]{8192, 128, 1} = aten::pow.Tensor_Scalar(%0, 2)
+  %3: f32[1, 64, 1]{64, 1, 1} = aten::mean.dim(%2, [-1], True, None)
+  %4: f32[1, 64, 1]{64, 1, 1} = aten::add.Scalar(%3, 1e-06, 1)
+  %5: f32[1, 64, 1]{64, 1, 1} = aten::rsqrt(%4)
+  %6: f32[1, 64, 128]{8192, 128, 1} = aten::mul.Tensor(%0, %5)
+  %7: f32[1, 64, 128]{8192, 128, 1} = aten::mul.Tensor(%1, %6)
+  return (%7)
+)"));
+  EXPECT_EQ(count_kernels(p), 1) << print_program(p);
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen::loop
 
