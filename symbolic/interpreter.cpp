@@ -759,11 +759,25 @@ struct Handlers {
       throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " (custom __setattr__)");
     if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Function || value.kind == SymValue::Kind::Cell)
       throw Unsupported("storing a " + describe(value) + " in an attribute");
+    {
+      // A data descriptor on the type (a property's setter, ...) runs code on assignment, and
+      // reads after it would not see the value stored: only __slots__ members store plainly.
+      PyOwned key(PyUnicode_FromString(name.c_str()));
+      PyObject* descr = key.p ? _PyType_Lookup(tp, key.p) : nullptr;
+      if (descr && Py_TYPE(descr)->tp_descr_set && !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        throw Unsupported(std::string("attribute assignment through a ") + Py_TYPE(descr)->tp_name + " ('" + name +
+                          "' of " + tp->tp_name + ")");
+    }
     if (!owner.source) t.pin(owner);  // replayed on this very object
     for (auto& [obj, n, v] : t.written_attrs_)
       if (obj == owner.obj && n == name) {
         v = value;
-        t.result_.effects.push_back({owner, name, value});
+        // Nothing runs between the replayed stores: the last value, stored where the first store
+        // was (which keeps the instance dict's insertion order), is all that is observable. So a
+        // tensor overwritten in the frame (a cache layer's empty placeholder replaced by a cat)
+        // is not kept alive as a graph output.
+        for (TraceResult::SideEffect& e : t.result_.effects)
+          if (e.target.is_constant() && e.target.obj == owner.obj && e.name == name) e.value = value;
         return;
       }
     t.written_attrs_.emplace_back(owner.obj, name, value);

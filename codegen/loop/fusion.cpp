@@ -19,7 +19,8 @@
 //    per-outer values), so outer points stay independent and the threads need no barrier.
 // 4. Write-backs (functionalize.cpp), after every other step and never merged with one: per
 //    mutated graph input a kernel storing the input's final value into the caller's tensor.
-// 5. Stores that nothing reads any more (the value lives only in registers now) are dropped.
+// 5. Stores that nothing reads any more (the value lives only in registers now) are dropped, and
+//    so are pure extern steps whose results nothing reads.
 #include "codegen/loop/passes.h"
 
 #include "runtime/errors.h"
@@ -600,13 +601,33 @@ class Fuser {
     std::vector<bool> needed(g_.values.size(), false);
     for (ValueId v : g_.outputs) needed[static_cast<size_t>(v)] = true;
     for (const WriteBack& w : lg_.writebacks) needed[static_cast<size_t>(w.input)] = true;
-    for (const Step& s : p_.steps)
-      if (s.kind == Step::Kind::Extern) for_each_input(g_.nodes[static_cast<size_t>(s.index)], [&](ValueId v) { needed[static_cast<size_t>(v)] = true; });
     for (const Kernel& k : p_.kernels)
       for (const Stage& st : k.stages)
         for (const Access& a : st.loads) needed[static_cast<size_t>(a.value)] = true;
+    auto need = [&](ValueId v) {
+      needed[static_cast<size_t>(v)] = true;
+      if (p_.plans[static_cast<size_t>(v)].kind == ValuePlan::Kind::Alias) needed[static_cast<size_t>(p_.plans[static_cast<size_t>(v)].root)] = true;
+    };
     for (size_t v = 0; v < needed.size(); ++v)
-      if (needed[v] && p_.plans[v].kind == ValuePlan::Kind::Alias) needed[static_cast<size_t>(p_.plans[v].root)] = true;
+      if (needed[v]) need(static_cast<ValueId>(v));
+    // Extern steps, last first: a pure one whose outputs nothing reads any more is dropped (a
+    // factory whose only reader was a cat that skips empty pieces, lowered into a kernel).
+    for (size_t i = p_.steps.size(); i-- > 0;) {
+      const Step& s = p_.steps[i];
+      if (s.kind != Step::Kind::Extern) continue;
+      const Node& n = g_.nodes[static_cast<size_t>(s.index)];
+      const OpCategory c = op_info(n.op).category;
+      // Only ops that cannot fail at run time once the metadata is known: a dead integer division
+      // by a zero tensor must still raise as in eager.
+      const bool pure = c == OpCategory::Factory || c == OpCategory::View;
+      const bool used = std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId o) { return needed[static_cast<size_t>(o)]; });
+      if (pure && !used) {
+        for (ValueId o : n.outputs) p_.plans[static_cast<size_t>(o)].kind = ValuePlan::Kind::None;
+        p_.steps.erase(p_.steps.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      for_each_input(n, need);
+    }
     for (Kernel& k : p_.kernels)
       for (Stage& st : k.stages)
         st.stores.erase(std::remove_if(st.stores.begin(), st.stores.end(),

@@ -205,6 +205,19 @@ TEST(LoopPasses, ExpensiveValueBroadcastToItsReaderIsStoredOnce) {
   EXPECT_EQ(p.plans[7].kind, ValuePlan::Kind::None) << print_program(p);    // no broadcast
 }
 
+// A cache layer's first update: cat([empty placeholder, keys]). The cat is lowered to stores that
+// skip the empty piece, so nothing reads the factory's result any more and its ATen call goes.
+TEST(LoopPasses, AFactoryNothingReadsIsNotCalled) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[1, 2, 8, 4]{64, 32, 4, 1}):
+  %1: f32[0]{1} = aten::full([0], 0, torch.float32, None, device("cpu"), None)
+  %2: f32[1, 2, 8, 4]{64, 32, 4, 1} = aten::cat([%1, %0], -2)
+  %3: f32[1, 2, 8, 4]{64, 32, 4, 1} = aten::mul.Scalar(%2, 2)
+  return (%3)
+)"));
+  for (const Step& s : p.steps) EXPECT_NE(s.kind, Step::Kind::Extern) << print_program(p);
+  EXPECT_EQ(p.plans[1].kind, ValuePlan::Kind::None) << print_program(p);
+}
+
 // RMS norm over [1, 64, 128] (a batch of one): mean, then rsqrt(mean + eps) once per row as an
 // epilogue of the reduction (the rsqrt is stored once: its reader broadcasts it), then the
 // normalisation, all in one kernel. The epilogue reads the mean at [0, o1, 0] where the reduction

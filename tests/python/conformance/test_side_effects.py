@@ -72,6 +72,37 @@ def attribute_written_then_read_in_frame(c, x):
     return x + c.calls
 
 
+class Scaled:
+    """A property whose setter logs and whose getter transforms: an assignment runs code."""
+    def __init__(self):
+        self._x = 0
+        self.log = []
+
+    @property
+    def x(self):
+        return self._x * 10
+
+    @x.setter
+    def x(self, v):
+        self.log.append(v)
+        self._x = v
+
+
+@CASES(lambda: (Scaled(), r(4, 8)), fresh=True, graphs=1, breaks=3)
+def attribute_assignment_through_a_property_setter(a, x):
+    a.x = 1
+    a.x = 2
+    return x + a.x  # 20: the getter's view, and the setter ran twice
+
+
+@CASES(counter_and_tensor, fresh=True)
+def attribute_overwritten_keeps_dict_order_and_last_value(c, x):
+    c.first = x * 0
+    c.second = x + 1
+    c.first = c.second * 2
+    return c.first - 1
+
+
 @CASES(lambda: (r(4, 8),), xfail=ATTR)
 def attribute_writes_on_object_made_in_frame(x):
     c = Counter()
@@ -377,3 +408,21 @@ def test_manual_seed_inside_function_resets_stream():
     torch.manual_seed(7)
     torch.rand(4, 8)
     torch.testing.assert_close(after, torch.rand(1))
+
+
+def test_an_attribute_overwritten_in_the_frame_is_stored_once():
+    """Only the last of several writes to one attribute is observable after the graph: the
+    earlier value (a cache layer's empty placeholder, overwritten by a cat) is not a graph output."""
+    class Layer:
+        pass
+
+    def f(layer, k):
+        layer.keys = torch.zeros(0)
+        layer.keys = torch.cat([layer.keys, k], -2)
+        return layer.keys.sum()
+
+    layer = Layer()
+    report = str(fastdyn.explain(f, layer, r(2, 3, 4)))
+    returns = [line.strip() for line in report.splitlines() if line.strip().startswith("return (%")]
+    assert returns and all(line.count("%") == 2 for line in returns), report
+    assert list(vars(layer)) == ["keys"] and layer.keys.shape == (2, 3, 4)
