@@ -3,6 +3,8 @@
 
 #include "runtime/format.h"
 
+#include <cmath>
+
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
@@ -65,6 +67,12 @@ std::string describe_check(const Check& c) {
              std::to_string(c.alias_slot) + ")";
     case CheckKind::SameAs: return "is input " + std::to_string(c.alias_slot);
     case CheckKind::LenIs: return "has length " + std::to_string(c.length);
+    case CheckKind::DictKeys: return "has keys " + repr(c.expected) + " in this order";
+    case CheckKind::TypeAttr: {
+      const std::string name = PyUnicode_AsUTF8(c.name);
+      if (!c.expected) return "has no attribute '" + name + "'";
+      return "." + name + " is its class's " + repr(c.expected) + (Py_TYPE(c.expected)->tp_descr_set ? "" : ", not its own");
+    }
   }
   return "?";
 }
@@ -173,6 +181,10 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
       if (Py_TYPE(obj) == Py_TYPE(c.expected)) {
         if (obj == c.expected) return true;
         int eq = PyObject_RichCompareBool(obj, c.expected, Py_EQ);
+        // -0.0 == 0.0, but the sign shows (x * k, str(k), 1 / k): floats match bit for bit.
+        if (eq == 1 && PyFloat_CheckExact(obj) &&
+            std::signbit(PyFloat_AS_DOUBLE(obj)) != std::signbit(PyFloat_AS_DOUBLE(c.expected)))
+          eq = 0;
         if (eq == 1) return true;
         if (eq < 0) PyErr_Clear();
       }
@@ -185,6 +197,40 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
       if (obj == alias_table[c.alias_slot]) return true;
       if (why) *why = "is a different object";
       return false;
+    case CheckKind::DictKeys: {
+      const Py_ssize_t n = PyTuple_GET_SIZE(c.expected);
+      bool same = PyDict_Check(obj) && PyDict_GET_SIZE(obj) == n;
+      PyObject *key, *value;
+      Py_ssize_t pos = 0;
+      for (Py_ssize_t i = 0; same && PyDict_Next(obj, &pos, &key, &value); ++i) {
+        PyObject* want = PyTuple_GET_ITEM(c.expected, i);
+        if (key == want) continue;
+        const int eq = PyObject_RichCompareBool(key, want, Py_EQ);  // keys are plain values
+        if (eq < 0) PyErr_Clear();
+        same = eq == 1;
+      }
+      if (same) return true;
+      if (why) *why = "has other keys or another order";
+      return false;
+    }
+    case CheckKind::TypeAttr: {
+      PyObject* found = _PyType_Lookup(Py_TYPE(obj), c.name);  // borrowed; the method cache
+      if (found != c.expected) {
+        if (why) *why = found ? "its class now has ." + std::string(PyUnicode_AsUTF8(c.name)) + " = " + repr(found)
+                              : "its class no longer has ." + std::string(PyUnicode_AsUTF8(c.name));
+        return false;
+      }
+      if (found && Py_TYPE(found)->tp_descr_set) return true;  // a data descriptor wins over the dict
+      PyObject** dictptr = _PyObject_GetDictPtr(obj);
+      if (!dictptr || !*dictptr) return true;
+      PyObject* own = PyDict_GetItemWithError(*dictptr, c.name);
+      if (!own) {
+        PyErr_Clear();
+        return true;
+      }
+      if (why) *why = "has its own attribute ." + std::string(PyUnicode_AsUTF8(c.name));
+      return false;
+    }
     case CheckKind::LenIs: {
       Py_ssize_t n = PyObject_Length(obj);
       if (n < 0) PyErr_Clear();
@@ -240,7 +286,10 @@ size_t count_node(const GuardNode& n) {
 void release_node(GuardNode& n) {
   Py_CLEAR(n.accessor.key);
   Py_CLEAR(n.accessor.object);
-  for (Check& c : n.checks) Py_CLEAR(c.expected);
+  for (Check& c : n.checks) {
+    Py_CLEAR(c.expected);
+    Py_CLEAR(c.name);
+  }
   for (auto& child : n.children) release_node(*child);
 }
 
@@ -330,6 +379,31 @@ void GuardTree::add_len_is(GuardNode* n, Py_ssize_t length) {
   Check c;
   c.kind = CheckKind::LenIs;
   c.length = length;
+  n->checks.push_back(c);
+}
+
+void GuardTree::add_dict_keys(GuardNode* n, PyObject* dict) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::DictKeys) return;
+  Check c;
+  c.kind = CheckKind::DictKeys;
+  PyObject* keys = PyDict_Keys(dict);
+  c.expected = keys ? PyList_AsTuple(keys) : nullptr;
+  Py_XDECREF(keys);
+  if (!c.expected) {
+    PyErr_Clear();
+    return;  // not a dict: the type check beside it fails instead
+  }
+  n->checks.push_back(c);
+}
+
+void GuardTree::add_type_attr(GuardNode* n, const std::string& name, PyObject* found) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::TypeAttr && name == PyUnicode_AsUTF8(c.name)) return;
+  Check c;
+  c.kind = CheckKind::TypeAttr;
+  c.name = PyUnicode_InternFromString(name.c_str());
+  c.expected = Py_XNewRef(found);
   n->checks.push_back(c);
 }
 

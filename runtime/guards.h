@@ -59,6 +59,10 @@ enum class CheckKind : uint8_t {
   Instance, // type(obj) is expected; records obj in its alias slot (a plain object guarded by type)
   SameAs,   // obj is the object recorded in alias_slot (one object reached by two paths)
   LenIs,    // len(obj) == length (tuples and lists whose items are guarded one by one)
+  DictKeys, // obj is a dict whose keys are, in order, those of the tuple `expected` (iteration
+            // order is what the trace unrolled; the values are guarded on their own)
+  TypeAttr, // looking `name` up on type(obj) finds expected (nullptr: nothing), and unless that
+            // is a data descriptor, obj's own __dict__ lacks `name` (plain C, runs no Python)
 };
 
 struct Check {
@@ -67,6 +71,7 @@ struct Check {
   TensorSpec tensor;
   int alias_slot = -1;           // Tensor, Instance, SameAs: slot in the aliasing table
   Py_ssize_t length = 0;         // LenIs
+  PyObject* name = nullptr;      // TypeAttr: the interned attribute name (strong)
 };
 
 struct GuardNode {
@@ -101,6 +106,10 @@ class GuardTree {
   int add_instance(GuardNode* n, PyObject* instance);
   void add_same_as(GuardNode* n, int alias_slot);
   void add_len_is(GuardNode* n, Py_ssize_t length);
+  void add_dict_keys(GuardNode* n, PyObject* dict);  // snapshot of dict's keys, in order
+  // What obj.name resolves to through its class: `found` (nullptr: nothing; the object must not
+  // have it either), and the object does not shadow it with its own attribute.
+  void add_type_attr(GuardNode* n, const std::string& name, PyObject* found);
   void guard_global_state();                        // grad mode and default dtype, as now; autocast off
   // The trace read builtin `name`: a global of that name must stay absent (it would shadow it).
   void add_global_absent(const std::string& name);

@@ -110,8 +110,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
   if (!owner.source) pin(owner);  // what is read from it is not guarded: this object itself
   PyObject* o = owner.obj;
-  for (const auto& [obj, n, v] : written_attrs_)
-    if (obj == o && n == name) return v;
+  if (const SymValue* written = written_attr(o, name)) return *written;
   if (owner.name == "__super__") {
     if (name == "__getattribute__") {  // object's lookup, done for real on the instance
       SymValue m;
@@ -164,6 +163,9 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     }
     PyObject* type_attr = _PyType_Lookup(tp, key.p);  // borrowed
     const bool data_descriptor = type_attr && Py_TYPE(type_attr)->tp_descr_set;
+    // What the class answers (a property, a method, a class-level value, ...) is guarded: the
+    // class may be changed, and the object may shadow a non-data attribute with its own, later.
+    if (data_descriptor) guard_class_attr(owner, name, type_attr);
     if (data_descriptor) {
       if (Py_TYPE(type_attr) == &PyProperty_Type) {
         PyOwned fget(PyObject_GetAttrString(type_attr, "fget"));
@@ -206,6 +208,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       return src ? wrap(value, src) : constant(value);
     }
     if (!type_attr) throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " object does not exist");
+    guard_class_attr(owner, name, type_attr);
     if (PyFunction_Check(type_attr)) {
       SymValue m;
       m.kind = K::BoundMethod;

@@ -472,9 +472,22 @@ struct Calls {
       if (!args[1].is_constant() || !PyUnicode_Check(args[1].obj)) throw Unsupported("getattr with a non-constant name");
       const std::string name = PyUnicode_AsUTF8(args[1].obj);
       const bool has = is("hasattr");
+      if (args[0].is_constant()) {
+        if (const SymValue* written = t.written_attr(args[0].obj, name)) {  // stored earlier in the trace
+          out = has ? Tracer::constant(Py_True) : *written;
+          return true;
+        }
+      }
       if (args[0].is_constant() && !PyObject_HasAttrString(args[0].obj, name.c_str())) {
         PyErr_Clear();
-        t.pin(args[0]);  // no guard says another object of its type lacks it too
+        // Absent from the object and its class: guarded as such where the lookup runs no Python
+        // (no __getattr__, object's __getattribute__); otherwise only this very object is known.
+        PyTypeObject* tp = Py_TYPE(args[0].obj);
+        PyOwned hook(PyUnicode_InternFromString("__getattr__"));
+        if (args[0].source && tp->tp_getattro == PyObject_GenericGetAttr && !_PyType_Lookup(tp, hook.p))
+          t.guard_class_attr(args[0], name, nullptr);
+        else
+          t.pin(args[0]);
         if (has) { out = Tracer::constant(Py_False); return true; }
         if (n == 3) { out = args[2]; return true; }
         throw Unsupported("getattr of a missing attribute");

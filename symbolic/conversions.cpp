@@ -21,6 +21,25 @@ bool is_plain_constant(PyObject* o) {
          THPDevice_Check(o) || THPSize_Check(o) || PyComplex_CheckExact(o);
 }
 
+// A dict (keys and values) or set of at most 256 plain constants: compared in C by a guard.
+bool plain_contents(PyObject* o) {
+  if (PyObject_Length(o) > 256) return false;
+  if (PyAnySet_Check(o)) {
+    PyObject* key;
+    Py_ssize_t pos = 0;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(o, &pos, &key, &hash))
+      if (!is_plain_constant(key)) return false;
+    return true;
+  }
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(o, &pos, &key, &value))
+    if (!is_plain_constant(key) || !is_plain_constant(value)) return false;
+  return true;
+}
+
+
 codegen::TensorMeta meta_of(const at::Tensor& t) {
   codegen::TensorMeta m;
   m.dtype = t.scalar_type();
@@ -123,6 +142,19 @@ void Tracer::pin(const SymValue& v) const {
   }
 }
 
+void Tracer::guard_class_attr(const SymValue& owner, const std::string& name, PyObject* found) {
+  if (!owner.source || !owner.obj) return;
+  PyTypeObject* tp = Py_TYPE(owner.obj);
+  // A builtin type (dict, int, ...) cannot change, and its instances have no dict to shadow with.
+  if ((tp->tp_flags & Py_TPFLAGS_IMMUTABLETYPE) && !_PyObject_GetDictPtr(owner.obj)) return;
+  GuardSpec g;
+  g.source = owner.source;
+  g.kind = GuardKind::TypeAttr;
+  g.obj = Py_XNewRef(found);
+  g.name = name;
+  result_.guards.push_back(std::move(g));
+}
+
 void Tracer::add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj) {
   GuardSpec g;
   g.source = source;
@@ -183,7 +215,7 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     bool string_keys = true;
     while (PyDict_Next(obj, &pos, &k, &val)) string_keys = string_keys && PyUnicode_CheckExact(k);
     if (string_keys && PyDict_GET_SIZE(obj) <= 64) {
-      guard(GuardKind::TypeAndLen);
+      guard(GuardKind::DictKeys);  // the keys in their order: iterating it unrolls that order
       SymValue v = SymValue::boxed(SymValue::Kind::Dict);
       pos = 0;
       while (PyDict_Next(obj, &pos, &k, &val)) {
@@ -197,6 +229,17 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       v.source = source;
       return v;
     }
+  }
+  if ((PyDict_CheckExact(obj) || PySet_CheckExact(obj)) && plain_contents(obj)) {
+    // A dict or set of plain values with other keys (ints: a registry keyed by id()): the trace
+    // may fold .get, `in` and iteration on it, so its contents are guarded against a snapshot
+    // (and a dict's key order), and its identity, since the code may hand the object itself on.
+    guard(GuardKind::IdIs);
+    PyOwned snapshot(PyDict_CheckExact(obj) ? PyDict_Copy(obj) : PyObject_CallOneArg(reinterpret_cast<PyObject*>(Py_TYPE(obj)), obj));
+    if (!snapshot.p) { PyErr_Clear(); throw Unsupported("copying " + source_name(*source) + " for its guard"); }
+    add_guard(source, GuardKind::Equals, snapshot.p);
+    if (PyDict_CheckExact(obj)) guard(GuardKind::DictKeys);
+    return SymValue::constant(obj, source);
   }
   if (PyTuple_CheckExact(obj)) {
     // Tuples of constants are constants; a tuple holding tensors is a tuple of wrapped items.

@@ -48,6 +48,11 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
         tree->add_type_is(n, Py_TYPE(g.obj));
         tree->add_len_is(n, PyObject_Length(g.obj));
         break;
+      case GuardKind::TypeAttr: tree->add_type_attr(n, g.name, g.obj); break;
+      case GuardKind::DictKeys:
+        tree->add_type_is(n, Py_TYPE(g.obj));
+        tree->add_dict_keys(n, g.obj);
+        break;
       case GuardKind::Tensor:
       case GuardKind::Instance: {
         auto it = alias_slot.find(g.obj);

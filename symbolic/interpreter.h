@@ -40,13 +40,17 @@ struct FrameInputs {
 // Instance: a plain object of a Python class, guarded by its type and its alias slot (distinct
 // objects stay distinct, one object reached twice stays one) instead of its identity, so that
 // objects made per call (a KV cache, say) hit the same entry.
-enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance };
+// TypeAttr: what the attribute `name` of the object resolves to through its class (obj: the class
+// attribute, or nullptr for none), not shadowed by the object's own.
+// DictKeys: type is dict and the keys are these, in this order (obj: the dict seen).
+enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance, TypeAttr, DictKeys };
 
 // One guard the trace relies on: `kind` of the object at `source`.
 struct GuardSpec {
   SourcePtr source;
   GuardKind kind = GuardKind::TypeIs;
   PyObject* obj = nullptr;  // the object seen at trace time (strong)
+  std::string name;         // TypeAttr
 };
 
 struct TraceResult {

@@ -76,6 +76,16 @@ class Tracer {
   // equality, hash, real Python code run on it at trace time): every type-guarded instance in it
   // gets an identity guard too, as any other object has.
   void pin(const SymValue& v) const;
+  // The trace resolved owner.name through owner's class to `found` (nullptr: no such attribute
+  // anywhere): guard that the class still answers so and that the object has no own attribute of
+  // that name (GuardKind::TypeAttr). Owners without a source are fixed objects: nothing to add.
+  void guard_class_attr(const SymValue& owner, const std::string& name, PyObject* found);
+  // The value the trace itself stored in obj.name earlier (replayed after the graph), if any.
+  const SymValue* written_attr(PyObject* obj, const std::string& name) const {
+    for (const auto& [o, n, v] : written_attrs_)
+      if (o == obj && n == name) return &v;
+    return nullptr;
+  }
   // a == b on two constants, in Python (pins both): 1, 0, or -1 with the error set.
   int equal(const SymValue& a, const SymValue& b) const {
     pin(a);

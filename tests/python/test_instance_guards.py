@@ -225,3 +225,89 @@ def test_nested_objects_made_per_call_hit_one_entry():
     deltas = run_both(walk, lambda i: (Node(2.0, Node(3.0)), X), range(4))
     assert sum(d["frames_compiled"] for d in deltas) == 1, deltas
     run_both(walk, lambda i: (Node(2.0, Node(3.0, Node(0.5))), X), range(2))  # a longer chain recompiles
+
+
+# --- what the class answers, and what the object itself lacks (found by an adversarial audit) ---
+# Each test mutates one object or its class between calls; every call is compared with eager.
+
+class Plain:
+    def m(self, x):
+        return x + 1
+
+
+def reads_missing(x, o):
+    return x + getattr(o, "n", 0) + (10 if hasattr(o, "m2") else 0)
+
+
+def test_a_missing_attribute_that_appears_on_the_same_object_is_seen():
+    o = Plain()
+    deltas = []
+    for i in range(3):
+        deltas += run_both(reads_missing, lambda _: (X, o), [i])
+        o.n, o.m2 = i + 1, 1
+    assert sum(d["frames_compiled"] for d in deltas) >= 2, deltas
+
+
+def test_a_missing_attribute_that_appears_on_the_class_is_seen():
+    class Late:
+        pass
+    o = Late()
+    run_both(reads_missing, lambda _: (X, o), [0])
+    Late.n = 5
+    run_both(reads_missing, lambda _: (X, o), [1])
+
+
+def calls_m(x, o):
+    return o.m(x)
+
+
+def test_an_instance_attribute_shadowing_a_method_is_seen():
+    def make(i):
+        o = Plain()
+        if i % 2:
+            o.m = lambda x: x * 100
+        return o, X
+    run_both(lambda o, x: calls_m(x, o), make, range(4))
+
+
+def test_a_method_replaced_on_the_class_is_seen():
+    class Swapped:
+        def m(self, x):
+            return x + 1
+    run_both(calls_m, lambda _: (X, Swapped()), [0, 1])
+    Swapped.m = lambda self, x: x * 100
+    run_both(calls_m, lambda _: (X, Swapped()), [2, 3])
+
+
+def test_a_write_is_seen_by_getattr_with_a_default_and_hasattr_in_the_same_call():
+    def f(x, a):
+        a.h = 5
+        return x + getattr(a, "h", 0), hasattr(a, "h")
+    run_both(f, lambda _: (X, Plain()), range(3))
+
+
+def test_a_dict_iterated_in_another_key_order_is_told_apart():
+    def f(x, d):
+        for v in d.values():
+            x = x * 2 + v
+        return x
+    run_both(f, lambda i: (X, {"a": 1.0, "b": 2.0} if i % 2 == 0 else {"b": 2.0, "a": 1.0}), range(4))
+
+
+REGISTRY = {1: 5}
+
+
+def test_a_global_dict_with_int_keys_is_guarded_by_its_contents():
+    def f(x):
+        return x + REGISTRY.get(1, 0) + (10 if 1 in REGISTRY else 0)
+    jitted = fastdyn.jit(f)
+    for change in (lambda: None, lambda: REGISTRY.__setitem__(1, 7), lambda: (REGISTRY.pop(1), REGISTRY.__setitem__(2, 0))):
+        change()
+        assert_same(jitted(X), f(X))
+
+
+def test_minus_zero_is_not_zero_for_a_float_guard():
+    def f(x, o):
+        return x * o.scale
+    got = run_both(f, lambda i: (torch.ones(1), Box(-0.0 if i == 0 else 0.0)), range(2))
+    assert sum(d["frames_compiled"] for d in got) == 2, got

@@ -11,6 +11,7 @@ using fastdyn::runtime::AccessKind;
 using fastdyn::runtime::Accessor;
 using fastdyn::runtime::GuardFailure;
 using fastdyn::runtime::GuardFrame;
+using fastdyn::runtime::GuardNode;
 using fastdyn::runtime::GuardTree;
 
 namespace {
@@ -83,4 +84,50 @@ TEST(GuardTree, OneInstanceReachedTwiceMustStayOne) {
   EXPECT_EQ(lines[0], "L['a'] type is A (input 0)");
   EXPECT_EQ(lines[1], "L['b'] is input 0");
   for (PyObject* o : {a, c, d, A}) Py_DECREF(o);
+}
+
+// TypeAttr: what obj.name resolves to through its class. Absent: neither the class nor the object
+// may gain it. Present (a plain class value, not a data descriptor): the class must keep it and
+// the object must not shadow it with its own.
+TEST(GuardTree, TypeAttrFollowsTheClassAndTheInstanceDict) {
+  PyObject* A = new_class("A");
+  PyObject* a = instance_of(A);
+  PyObject* value = PyLong_FromLong(7);
+  ASSERT_EQ(PyObject_SetAttrString(A, "k", value), 0);
+  GuardTree tree;
+  GuardNode* n = tree.node(nullptr, local(0, "a"));
+  tree.add_type_attr(n, "k", value);
+  tree.add_type_attr(n, "missing", nullptr);
+  std::string why;
+  EXPECT_TRUE(check(tree, a, nullptr, &why)) << why;
+  PyObject* b = instance_of(A);
+  ASSERT_EQ(PyObject_SetAttrString(b, "missing", value), 0);  // the object gains it
+  EXPECT_FALSE(check(tree, b, nullptr, &why));
+  EXPECT_NE(why.find("own attribute .missing"), std::string::npos) << why;
+  PyObject* c = instance_of(A);
+  ASSERT_EQ(PyObject_SetAttrString(c, "k", value), 0);  // shadows the class value
+  EXPECT_FALSE(check(tree, c, nullptr, &why));
+  PyObject* other = PyLong_FromLong(8);
+  ASSERT_EQ(PyObject_SetAttrString(A, "k", other), 0);  // the class changes
+  EXPECT_FALSE(check(tree, a, nullptr, &why));
+  EXPECT_NE(why.find("its class now has .k"), std::string::npos) << why;
+  for (PyObject* o : {a, b, c, value, other, A}) Py_DECREF(o);
+}
+
+// DictKeys: the same keys in the same order (what an unrolled loop over the dict relied on).
+TEST(GuardTree, DictKeysAreCheckedInOrder) {
+  PyObject* d = Py_BuildValue("{s:i,s:i}", "a", 1, "b", 2);
+  GuardTree tree;
+  tree.add_dict_keys(tree.node(nullptr, local(0, "d")), d);
+  PyObject* same = Py_BuildValue("{s:i,s:i}", "a", 5, "b", 6);
+  PyObject* swapped = PyDict_New();
+  PyDict_SetItemString(swapped, "b", same);
+  PyDict_SetItemString(swapped, "a", same);
+  PyObject* shorter = Py_BuildValue("{s:i}", "a", 1);
+  std::string why;
+  EXPECT_TRUE(check(tree, same, nullptr, &why)) << why;
+  EXPECT_FALSE(check(tree, swapped, nullptr, &why));
+  EXPECT_NE(why.find("another order"), std::string::npos) << why;
+  EXPECT_FALSE(check(tree, shorter, nullptr));
+  for (PyObject* o : {d, same, swapped, shorter}) Py_DECREF(o);
 }
