@@ -3,11 +3,13 @@
 
 #include "runtime/format.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
+#include <torch/csrc/Device.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 
@@ -32,7 +34,7 @@ std::string format_path(const PathLink* link) {
     case AccessKind::Closure: return "C['" + a.name + "']";
     case AccessKind::Attr: return base + "." + a.name;
     case AccessKind::Item: return base + "[" + std::to_string(a.index) + "]";
-    case AccessKind::DictItem: return base + "['" + a.name + "']";
+    case AccessKind::DictItem: return base + (a.object ? "[" + a.name + "]" : "['" + a.name + "']");
     case AccessKind::Const: return "K['" + a.name + "']";
   }
   return base;
@@ -59,7 +61,7 @@ std::string describe_tensor(const TensorSpec& s) {
 std::string describe_check(const Check& c) {
   switch (c.kind) {
     case CheckKind::TypeIs: return "type is " + std::string(reinterpret_cast<PyTypeObject*>(c.expected)->tp_name);
-    case CheckKind::IdIs: return "is " + repr(c.expected);
+    case CheckKind::IdIs: return "is " + repr(c.expected) + (c.parts ? " with the same code and defaults" : "");
     case CheckKind::Equals: return "== " + repr(c.expected);
     case CheckKind::Tensor: return "matches " + describe_tensor(c.tensor);
     case CheckKind::Instance:
@@ -68,6 +70,7 @@ std::string describe_check(const Check& c) {
     case CheckKind::SameAs: return "is input " + std::to_string(c.alias_slot);
     case CheckKind::LenIs: return "has length " + std::to_string(c.length);
     case CheckKind::DictKeys: return "has keys " + repr(c.expected) + " in this order";
+    case CheckKind::Lacks: return "has no key '" + std::string(PyUnicode_AsUTF8(c.name)) + "'";
     case CheckKind::TypeAttr: {
       const std::string name = PyUnicode_AsUTF8(c.name);
       if (!c.expected) return "has no attribute '" + name + "'";
@@ -166,6 +169,21 @@ bool tensor_matches(PyObject* obj, const TensorSpec& s, std::string* why) {
   return true;
 }
 
+// What a function call runs besides the function object: its code and its default arguments
+// (`f.__code__ = ...` and `f.__defaults__ = ...` keep the object).
+PyObject* function_parts(PyObject* fn) {
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  return PyTuple_Pack(3, f->func_code, f->func_defaults ? f->func_defaults : Py_None,
+                      f->func_kwdefaults ? f->func_kwdefaults : Py_None);
+}
+
+bool function_parts_match(PyObject* fn, PyObject* parts) {
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  return f->func_code == PyTuple_GET_ITEM(parts, 0) &&
+         (f->func_defaults ? f->func_defaults : Py_None) == PyTuple_GET_ITEM(parts, 1) &&
+         (f->func_kwdefaults ? f->func_kwdefaults : Py_None) == PyTuple_GET_ITEM(parts, 2);
+}
+
 bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std::string* why) {
   switch (c.kind) {
     case CheckKind::TypeIs:
@@ -174,40 +192,42 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
       if (why) *why = std::string("type is ") + Py_TYPE(obj)->tp_name;
       return false;
     case CheckKind::IdIs:
-      if (obj == c.expected) return true;
-      if (why) *why = "is now " + repr(obj);
-      return false;
-    case CheckKind::Equals: {
-      if (Py_TYPE(obj) == Py_TYPE(c.expected)) {
-        if (obj == c.expected) return true;
-        int eq = PyObject_RichCompareBool(obj, c.expected, Py_EQ);
-        // -0.0 == 0.0, but the sign shows (x * k, str(k), 1 / k): floats match bit for bit.
-        if (eq == 1 && PyFloat_CheckExact(obj) &&
-            std::signbit(PyFloat_AS_DOUBLE(obj)) != std::signbit(PyFloat_AS_DOUBLE(c.expected)))
-          eq = 0;
-        if (eq == 1) return true;
-        if (eq < 0) PyErr_Clear();
+      if (obj == c.expected) {
+        if (!c.parts || function_parts_match(obj, c.parts)) return true;
+        if (why) *why = "its __code__ or defaults were replaced";
+        return false;
       }
       if (why) *why = "is now " + repr(obj);
+      return false;
+    case CheckKind::Equals:
+      if (strict_equal(obj, c.expected)) return true;
+      if (why) *why = "is now " + repr(obj);
+      return false;
+    case CheckKind::Lacks: {
+      if (!PyDict_Check(obj)) {
+        if (why) *why = "is not a dict";
+        return false;
+      }
+      PyObject* own = PyDict_GetItemWithError(obj, c.name);
+      if (!own) {
+        PyErr_Clear();
+        return true;
+      }
+      if (why) *why = "now has it";
       return false;
     }
     case CheckKind::Tensor:
       return tensor_matches(obj, c.tensor, why);
-    case CheckKind::SameAs:
-      if (obj == alias_table[c.alias_slot]) return true;
-      if (why) *why = "is a different object";
-      return false;
+    case CheckKind::SameAs:  // the object is compared in eval_node, whichever path comes first
+      (void)alias_table;
+      return true;
     case CheckKind::DictKeys: {
       const Py_ssize_t n = PyTuple_GET_SIZE(c.expected);
       bool same = PyDict_Check(obj) && PyDict_GET_SIZE(obj) == n;
       PyObject *key, *value;
       Py_ssize_t pos = 0;
       for (Py_ssize_t i = 0; same && PyDict_Next(obj, &pos, &key, &value); ++i) {
-        PyObject* want = PyTuple_GET_ITEM(c.expected, i);
-        if (key == want) continue;
-        const int eq = PyObject_RichCompareBool(key, want, Py_EQ);  // keys are plain values
-        if (eq < 0) PyErr_Clear();
-        same = eq == 1;
+        same = strict_equal(key, PyTuple_GET_ITEM(c.expected, i));
       }
       if (same) return true;
       if (why) *why = "has other keys or another order";
@@ -218,6 +238,10 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
       if (found != c.expected) {
         if (why) *why = found ? "its class now has ." + std::string(PyUnicode_AsUTF8(c.name)) + " = " + repr(found)
                               : "its class no longer has ." + std::string(PyUnicode_AsUTF8(c.name));
+        return false;
+      }
+      if (c.parts && !function_parts_match(found, c.parts)) {
+        if (why) *why = "its method's __code__ or defaults were replaced";
         return false;
       }
       if (found && Py_TYPE(found)->tp_descr_set) return true;  // a data descriptor wins over the dict
@@ -263,8 +287,17 @@ bool eval_node(const GuardNode& n, PyObject* parent, const PathLink* parent_link
       ok = false;
       break;
     }
-    if (c.kind == CheckKind::Tensor || c.kind == CheckKind::Instance)
-      st.alias_table[c.alias_slot] = obj;  // kept alive by its owner
+    if (c.kind == CheckKind::Tensor || c.kind == CheckKind::Instance || c.kind == CheckKind::SameAs) {
+      // One object reached by several paths: the first path evaluated (which need not be the
+      // first one traced) records it, the others must find the same. Kept alive by its owner.
+      PyObject*& slot = st.alias_table[c.alias_slot];
+      if (slot && slot != obj) {
+        if (st.why) st.why->description = format_path(&link) + " is input " + std::to_string(c.alias_slot) + ": is a different object";
+        ok = false;
+        break;
+      }
+      slot = obj;
+    }
   }
   for (size_t i = 0; ok && i < n.children.size(); ++i) ok = eval_node(*n.children[i], obj, &link, st);
   Py_DECREF(obj);
@@ -289,6 +322,7 @@ void release_node(GuardNode& n) {
   for (Check& c : n.checks) {
     Py_CLEAR(c.expected);
     Py_CLEAR(c.name);
+    Py_CLEAR(c.parts);
   }
   for (auto& child : n.children) release_node(*child);
 }
@@ -314,7 +348,8 @@ GuardNode* GuardTree::node(GuardNode* parent, const Accessor& accessor) {
   list.push_back(std::make_unique<GuardNode>());
   Accessor& a = list.back()->accessor;
   a = accessor;
-  a.key = PyUnicode_InternFromString(a.name.c_str());
+  // A dict item under a key other than a str is looked up by that key object.
+  a.key = a.kind == AccessKind::DictItem && a.object ? Py_NewRef(a.object) : PyUnicode_InternFromString(a.name.c_str());
   Py_XINCREF(a.object);
   return list.back().get();
 }
@@ -334,6 +369,7 @@ void GuardTree::add_id_is(GuardNode* n, PyObject* obj) {
   Check c;
   c.kind = CheckKind::IdIs;
   c.expected = Py_NewRef(obj);
+  if (PyFunction_Check(obj)) c.parts = function_parts(obj);
   n->checks.push_back(c);
 }
 
@@ -404,6 +440,16 @@ void GuardTree::add_type_attr(GuardNode* n, const std::string& name, PyObject* f
   c.kind = CheckKind::TypeAttr;
   c.name = PyUnicode_InternFromString(name.c_str());
   c.expected = Py_XNewRef(found);
+  if (found && PyFunction_Check(found)) c.parts = function_parts(found);
+  n->checks.push_back(c);
+}
+
+void GuardTree::add_lacks(GuardNode* n, const std::string& key) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::Lacks && key == PyUnicode_AsUTF8(c.name)) return;
+  Check c;
+  c.kind = CheckKind::Lacks;
+  c.name = PyUnicode_InternFromString(key.c_str());
   n->checks.push_back(c);
 }
 
@@ -418,6 +464,91 @@ void GuardTree::add_global_absent(const std::string& name) {
   for (PyObject* n : absent_globals_)
     if (name == PyUnicode_AsUTF8(n)) return;
   absent_globals_.push_back(PyUnicode_InternFromString(name.c_str()));
+}
+
+namespace {
+
+// Walks a dict's items in its iteration order: an OrderedDict keeps its own order (move_to_end)
+// beside the dict's, and its C iterator follows it.
+class DictCursor {
+ public:
+  explicit DictCursor(PyObject* d) : dict_(d), iter_(PyODict_Check(d) ? PyObject_GetIter(d) : nullptr) {}
+  ~DictCursor() {
+    Py_XDECREF(held_);
+    Py_XDECREF(iter_);
+  }
+  DictCursor(const DictCursor&) = delete;
+  DictCursor& operator=(const DictCursor&) = delete;
+  bool next(PyObject** key, PyObject** value) {
+    if (!iter_) return PyDict_Next(dict_, &pos_, key, value);
+    Py_CLEAR(held_);
+    held_ = PyIter_Next(iter_);
+    if (!held_) return false;
+    *key = held_;
+    *value = PyDict_GetItemWithError(dict_, held_);
+    return *value != nullptr;
+  }
+
+ private:
+  PyObject* dict_;
+  PyObject* iter_;
+  PyObject* held_ = nullptr;
+  Py_ssize_t pos_ = 0;
+};
+
+// Types whose == compares values in C.
+bool is_value_type(PyTypeObject* tp) {
+  return tp == &PyLong_Type || tp == &PyUnicode_Type || tp == &PyBytes_Type || tp == &PyComplex_Type ||
+         tp == &PySlice_Type || tp == &PyRange_Type || PyType_IsSubtype(tp, &THPDeviceType);
+}
+
+bool dict_equal(PyObject* a, PyObject* b) {
+  if (PyDict_GET_SIZE(a) != PyDict_GET_SIZE(b)) return false;
+  DictCursor ca(a), cb(b);
+  PyObject *ka, *va, *kb, *vb;
+  for (Py_ssize_t i = 0; i < PyDict_GET_SIZE(a); ++i) {
+    if (!ca.next(&ka, &va) || !cb.next(&kb, &vb)) {
+      PyErr_Clear();
+      return false;
+    }
+    if (!strict_equal(ka, kb) || !strict_equal(va, vb)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool strict_equal(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (Py_TYPE(a) != Py_TYPE(b)) {
+    // A dict subclass's contents are snapshotted as a plain dict (IdIs keeps its type).
+    return PyDict_Check(a) && PyDict_CheckExact(b) && dict_equal(a, b);
+  }
+  if (PyFloat_CheckExact(a)) {
+    const double x = PyFloat_AS_DOUBLE(a), y = PyFloat_AS_DOUBLE(b);
+    return x == y && std::signbit(x) == std::signbit(y);
+  }
+  if (PyTuple_Check(a) || PyList_Check(a)) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
+    if (PySequence_Fast_GET_SIZE(b) != n) return false;
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (!strict_equal(PySequence_Fast_GET_ITEM(a, i), PySequence_Fast_GET_ITEM(b, i))) return false;
+    return true;
+  }
+  if (PyDict_Check(a)) return dict_equal(a, b);
+  if (PyAnySet_Check(a)) {
+    if (PySet_GET_SIZE(a) != PySet_GET_SIZE(b)) return false;
+    Py_ssize_t pa = 0, pb = 0;
+    PyObject *ka, *kb;
+    Py_hash_t ha, hb;
+    while (_PySet_NextEntry(a, &pa, &ka, &ha) && _PySet_NextEntry(b, &pb, &kb, &hb))
+      if (!strict_equal(ka, kb)) return false;
+    return true;
+  }
+  if (!is_value_type(Py_TYPE(a))) return false;  // other objects: the very same one
+  const int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (eq < 0) PyErr_Clear();
+  return eq == 1;
 }
 
 bool autocast_active() {
@@ -460,6 +591,7 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
     heap_table.resize(alias_slots_);
     table = heap_table.data();
   }
+  std::fill(table, table + alias_slots_, nullptr);
   EvalState st{frame, why, table};
   for (const auto& r : roots_)
     if (!eval_node(*r, nullptr, nullptr, st)) return false;

@@ -38,7 +38,8 @@ struct Accessor {
   int index = 0;              // Local slot, Closure index, Item index
   std::string name;           // Global/Builtin/Attr name, and the Local's name for messages
   PyObject* key = nullptr;    // interned `name` (strong), so the hit path builds no string
-  PyObject* object = nullptr; // Const: the object (borrowed here; the tree keeps it alive)
+  PyObject* object = nullptr; // Const: the object; DictItem: a key other than a str (borrowed
+                              // here; the tree keeps it alive)
 };
 
 struct TensorSpec {
@@ -63,6 +64,7 @@ enum class CheckKind : uint8_t {
             // order is what the trace unrolled; the values are guarded on their own)
   TypeAttr, // looking `name` up on type(obj) finds expected (nullptr: nothing), and unless that
             // is a data descriptor, obj's own __dict__ lacks `name` (plain C, runs no Python)
+  Lacks,    // obj is a dict without the key `name` (nn.Module's _parameters lacks 'extra')
 };
 
 struct Check {
@@ -71,7 +73,8 @@ struct Check {
   TensorSpec tensor;
   int alias_slot = -1;           // Tensor, Instance, SameAs: slot in the aliasing table
   Py_ssize_t length = 0;         // LenIs
-  PyObject* name = nullptr;      // TypeAttr: the interned attribute name (strong)
+  PyObject* name = nullptr;      // TypeAttr, Lacks: the interned attribute name (strong)
+  PyObject* parts = nullptr;     // IdIs of a function: (code, defaults, kwdefaults) it had (strong)
 };
 
 struct GuardNode {
@@ -87,6 +90,13 @@ struct GuardFailure {
 // Whether torch.autocast is on for CPU or CUDA (fastdyn's op rules do not model autocast).
 bool autocast_active();
 
+// Whether a and b are one value as far as a trace could tell: the same types at every level
+// (True is not 1, (1,) is not [1]), floats alike in sign (-0.0), containers item by item in
+// their iteration order (the order a trace unrolls; a dict subclass against a plain-dict
+// snapshot of it), ints, strings, bytes and devices by value, any other object by identity.
+// Plain C: runs no Python.
+bool strict_equal(PyObject* a, PyObject* b);
+
 class GuardTree {
  public:
   GuardTree() = default;
@@ -98,7 +108,9 @@ class GuardTree {
   // reusing an existing equal node so that shared prefixes are evaluated once.
   GuardNode* node(GuardNode* parent, const Accessor& accessor);
   void add_type_is(GuardNode* n, PyTypeObject* type);
+  // obj is that object; a Python function also still has the code and defaults it had.
   void add_id_is(GuardNode* n, PyObject* obj);
+  // Same value as `value` by strict_equal (a snapshot of a container's contents, say).
   void add_equals(GuardNode* n, PyObject* value);
   // Spec read from the live tensor. Returns its alias slot.
   int add_tensor(GuardNode* n, PyObject* tensor);
@@ -113,6 +125,7 @@ class GuardTree {
   void guard_global_state();                        // grad mode and default dtype, as now; autocast off
   // The trace read builtin `name`: a global of that name must stay absent (it would shadow it).
   void add_global_absent(const std::string& name);
+  void add_lacks(GuardNode* n, const std::string& key);  // the dict has no key `key`
 
   // Hit path. Returns true if every guard holds. With `why`, also describes the first failure.
   // Never leaves a Python exception set.

@@ -229,9 +229,13 @@ void CodeBuilder::load_source(const Source& s) {
       return;
     case Source::Kind::DictItem: {
       load_source(*s.parent);
-      PyObject* k = PyUnicode_FromString(s.name.c_str());
-      load_const(k);
-      Py_DECREF(k);
+      if (s.object) {
+        load_const(s.object);  // a key other than a str
+      } else {
+        PyObject* k = PyUnicode_FromString(s.name.c_str());
+        load_const(k);
+        Py_DECREF(k);
+      }
       emit(op::BINARY_SUBSCR, 0);
       return;
     }

@@ -58,13 +58,12 @@ PyObject* object_getattribute() {
   return f;
 }
 
+}  // namespace
+
 bool has_standard_getattribute(PyTypeObject* tp) {
   PyOwned key(PyUnicode_InternFromString("__getattribute__"));
   return _PyType_Lookup(tp, key.p) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
 }
-
-
-}  // namespace
 
 bool is_plain_value(PyObject* o) {
   if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o))
@@ -75,6 +74,56 @@ bool is_plain_value(PyObject* o) {
     return true;
   }
   return THPDtype_Check(o) || THPDevice_Check(o);
+}
+
+bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name) {
+  PyObject* o = owner.obj;
+  PyTypeObject* tp = Py_TYPE(o);
+  PyOwned key(PyUnicode_InternFromString(name.c_str()));
+  PyOwned hook_name(PyUnicode_InternFromString("__getattr__"));
+  PyObject* hook = _PyType_Lookup(tp, hook_name.p);
+  static PyObject* module_getattr = resolve_python_name("torch.nn.Module.__getattr__");  // NB: kept for the process
+  const bool nn_module = hook && hook == module_getattr;
+  if (hook && !nn_module) {
+    // The class's own __getattr__ runs when the attribute is missing: user code, with effects
+    // (a counter, a log) the trace would run once and the compiled code never.
+    if (!has_standard_getattribute(tp)) throw Unsupported("getattr on a " + std::string(tp->tp_name) + " with its own __getattr__");
+    PyObject* found = PyObject_GenericGetAttr(o, key.p);
+    if (found) { Py_DECREF(found); return true; }
+    PyErr_Clear();
+    throw Unsupported("missing attribute '" + name + "' of a " + tp->tp_name + " would run its __getattr__");
+  }
+  PyObject* module_dict = PyModule_Check(o) ? PyModule_GetDict(o) : nullptr;
+  // object's lookup, nn.Module's, or a module's (whose own __getattr__, as torch's, resolves
+  // names lazily: taken as pure, and guarded to stay the same function)
+  const int has = PyObject_HasAttr(o, key.p);
+  if (has) return true;
+  // Absent from the object and its class: guarded so. A module looks in its dict (and would call
+  // a __getattr__ put there later); nn.Module also in its three dicts.
+  if (!owner.source) {
+    if (nn_module || module_dict) throw Unsupported("missing attribute '" + name + "' of " + describe(owner) + " reached by no path");
+    pin(owner);
+    return false;
+  }
+  if (nn_module || module_dict || (tp->tp_getattro == PyObject_GenericGetAttr && !hook)) {
+    guard_class_attr(owner, name, nullptr);
+    if (PyObject* module_hook = module_dict ? PyDict_GetItemString(module_dict, "__getattr__") : nullptr)
+      add_guard(child_source(owner.source, Source::Kind::Attr, "__getattr__"), GuardKind::IdIs, module_hook);
+    else if (module_dict)
+      guard_class_attr(owner, "__getattr__", nullptr);
+    if (nn_module)
+      for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
+        GuardSpec g;
+        g.source = child_source(owner.source, Source::Kind::Attr, slot);
+        g.kind = GuardKind::Lacks;
+        g.obj = Py_NewRef(o);
+        g.name = name;
+        result_.guards.push_back(std::move(g));
+      }
+  } else {
+    pin(owner);  // another lookup (a custom __getattribute__): only this very object is known
+  }
+  return false;
 }
 
 SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
@@ -108,6 +157,16 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     throw Unsupported("attribute '" + name + "' of " + describe(owner));
   }
   if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
+  // A class or module reached by no path from the frame (type(x), a classmethod's cls) can still
+  // be changed: what is read from it is guarded through the object itself.
+  if (!owner.source && owner.name.empty() &&
+      ((PyType_Check(owner.obj) && !(reinterpret_cast<PyTypeObject*>(owner.obj)->tp_flags & Py_TPFLAGS_IMMUTABLETYPE)) ||
+       PyModule_Check(owner.obj))) {
+    SymValue sourced = owner;
+    sourced.source = const_source(owner.obj, PyType_Check(owner.obj) ? reinterpret_cast<PyTypeObject*>(owner.obj)->tp_name
+                                                                      : PyModule_GetName(owner.obj));
+    return load_attr(sourced, name);
+  }
   if (!owner.source) pin(owner);  // what is read from it is not guarded: this object itself
   PyObject* o = owner.obj;
   if (const SymValue* written = written_attr(o, name)) return *written;

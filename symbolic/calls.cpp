@@ -404,6 +404,9 @@ struct Calls {
     PyOwned fwd_key(PyUnicode_InternFromString(type_call == module_call ? "forward" : "__call__"));
     PyObject* fwd = _PyType_Lookup(Py_TYPE(mod), fwd_key.p);
     if (!fwd || !PyFunction_Check(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
+    // The class may be given another forward (or __call__) later.
+    t.guard_class_attr(m, "__call__", type_call);
+    if (type_call == module_call) t.guard_class_attr(m, "forward", fwd);
     args.insert(args.begin(), m);
     return inline_call(t, target_of_function(t, fwd), std::move(args), std::move(kwargs));
   }
@@ -478,16 +481,7 @@ struct Calls {
           return true;
         }
       }
-      if (args[0].is_constant() && !PyObject_HasAttrString(args[0].obj, name.c_str())) {
-        PyErr_Clear();
-        // Absent from the object and its class: guarded as such where the lookup runs no Python
-        // (no __getattr__, object's __getattribute__); otherwise only this very object is known.
-        PyTypeObject* tp = Py_TYPE(args[0].obj);
-        PyOwned hook(PyUnicode_InternFromString("__getattr__"));
-        if (args[0].source && tp->tp_getattro == PyObject_GenericGetAttr && !_PyType_Lookup(tp, hook.p))
-          t.guard_class_attr(args[0], name, nullptr);
-        else
-          t.pin(args[0]);
+      if (args[0].is_constant() && !t.has_attr_guarded(args[0], name)) {
         if (has) { out = Tracer::constant(Py_False); return true; }
         if (n == 3) { out = args[2]; return true; }
         throw Unsupported("getattr of a missing attribute");
@@ -706,7 +700,17 @@ struct Calls {
         int i = find(args[0]);
         return i >= 0 ? self.box->items[static_cast<size_t>(i)] : (n == 2 ? args[1] : Tracer::constant(Py_None));
       }
-      if ((name == "keys" || name == "values" || name == "items") && n == 0) {
+      if (name == "keys" && n == 0) {
+        // A real keys view (of a dict of the same keys): set operations work on it, and it is
+        // what the code sees again if the trace breaks while it is on the stack.
+        PyOwned keys(PyDict_New());
+        for (const SymValue& k : self.box->keys)
+          if (!k.is_constant() || PyDict_SetItem(keys.p, k.obj, Py_None) < 0) { PyErr_Clear(); throw Unsupported("dict.keys() with a key that is not a constant"); }
+        PyOwned view(PyObject_CallMethod(keys.p, "keys", nullptr));
+        if (!view.p) { PyErr_Clear(); throw Unsupported("dict.keys()"); }
+        return Tracer::constant(view.p);
+      }
+      if ((name == "values" || name == "items") && n == 0) {
         Args out;
         for (size_t i = 0; i < self.box->keys.size(); ++i) {
           if (name == "keys") out.push_back(self.box->keys[i]);

@@ -21,25 +21,76 @@ bool is_plain_constant(PyObject* o) {
          THPDevice_Check(o) || THPSize_Check(o) || PyComplex_CheckExact(o);
 }
 
-// A dict (keys and values) or set of at most 256 plain constants: compared in C by a guard.
-bool plain_contents(PyObject* o) {
-  if (PyObject_Length(o) > 256) return false;
-  if (PyAnySet_Check(o)) {
+// A plain constant, or a tuple or frozenset of plain values: what a guard compares in C by value.
+bool is_plain_deep(PyObject* o, int depth = 0) {
+  if (is_plain_constant(o)) return true;
+  if (depth > 4 || !(PyTuple_CheckExact(o) || PyFrozenSet_CheckExact(o)) || PyObject_Length(o) > 16) return false;
+  PyOwned items(PySequence_Tuple(o));
+  if (!items.p) { PyErr_Clear(); return false; }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.p); ++i)
+    if (!is_plain_deep(PyTuple_GET_ITEM(items.p, i), depth + 1)) return false;
+  return true;
+}
+
+// A dict key that guards look up in C without running Python: a plain value, or an object
+// hashed and compared by identity (a plain instance, a function, a class).
+bool comparable_key(PyObject* o) {
+  PyTypeObject* tp = Py_TYPE(o);
+  return is_plain_deep(o) || PyType_Check(o) ||
+         (tp->tp_hash == PyBaseObject_Type.tp_hash && tp->tp_richcompare == PyBaseObject_Type.tp_richcompare);
+}
+
+// A container whose contents the trace could read and no per-item guard follows: dicts and sets
+// of other kinds, list subclasses, bytearrays, deques.
+bool is_mutable_container(PyObject* o) {
+  static PyObject* deque = resolve_python_name("collections.deque");  // NB: kept for the process
+  return PyDict_Check(o) || PySet_Check(o) || PyList_Check(o) || PyByteArray_Check(o) ||
+         (deque && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(deque)));
+}
+
+// A copy of a container down to its leaves, for an Equals guard to compare against
+// (runtime::strict_equal): dicts (any dict type, as a plain dict in the dict's own order), lists,
+// sets and tuples are copied; other values are kept (compared by value if ints, strings...,
+// else by identity). New reference, or nullptr where no snapshot can serve: a tensor inside
+// (read it through a path instead), a deque, bytearray or list subclass, more than `budget`
+// entries, or nesting deeper than 6.
+PyObject* snapshot_copy(PyObject* o, int depth, int& budget) {
+  if (--budget < 0 || depth > 6 || THPVariable_Check(o)) return nullptr;
+  if (PyDict_Check(o)) {
+    PyOwned out(PyDict_New());
+    PyOwned keys(PySequence_List(o));  // the dict's own order (an OrderedDict's, too)
+    if (!keys.p) return nullptr;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.p); ++i) {
+      PyObject* k = PyList_GET_ITEM(keys.p, i);
+      PyObject* v = PyDict_GetItemWithError(o, k);
+      PyOwned vc(v ? snapshot_copy(v, depth + 1, budget) : nullptr);
+      if (!vc.p || PyDict_SetItem(out.p, k, vc.p) < 0) return nullptr;
+    }
+    return Py_NewRef(out.p);
+  }
+  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    PyOwned out(PyList_CheckExact(o) ? PyList_New(n) : PyTuple_New(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* c = snapshot_copy(PySequence_Fast_GET_ITEM(o, i), depth + 1, budget);
+      if (!c) return nullptr;
+      if (PyList_CheckExact(o)) PyList_SET_ITEM(out.p, i, c);
+      else PyTuple_SET_ITEM(out.p, i, c);
+    }
+    return Py_NewRef(out.p);
+  }
+  if (PySet_CheckExact(o) || PyFrozenSet_CheckExact(o)) {
     PyObject* key;
     Py_ssize_t pos = 0;
     Py_hash_t hash;
     while (_PySet_NextEntry(o, &pos, &key, &hash))
-      if (!is_plain_constant(key)) return false;
-    return true;
+      if (THPVariable_Check(key) || is_mutable_container(key)) return nullptr;  // members stay as they are
+    budget -= static_cast<int>(PySet_GET_SIZE(o));
+    return budget < 0 ? nullptr : PySet_CheckExact(o) ? PySet_New(o) : Py_NewRef(o);
   }
-  PyObject *key, *value;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(o, &pos, &key, &value))
-    if (!is_plain_constant(key) || !is_plain_constant(value)) return false;
-  return true;
+  if (is_mutable_container(o) || PyTuple_Check(o)) return nullptr;  // namedtuples of containers, too
+  return Py_NewRef(o);
 }
-
-
 codegen::TensorMeta meta_of(const at::Tensor& t) {
   codegen::TensorMeta m;
   m.dtype = t.scalar_type();
@@ -208,20 +259,26 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     v.source = source;
     return v;
   }
-  if (PyDict_CheckExact(obj)) {
-    // A dict the caller passed (**kwargs, say): string keys, each value guarded by its key.
+  if (PyDict_CheckExact(obj) && PyDict_GET_SIZE(obj) <= 64) {
+    // A dict the caller passed (**kwargs, a cache keyed by layer): each value guarded under its
+    // key, the keys in their order (iterating it unrolls that order).
     PyObject *k, *val;
     Py_ssize_t pos = 0;
-    bool string_keys = true;
-    while (PyDict_Next(obj, &pos, &k, &val)) string_keys = string_keys && PyUnicode_CheckExact(k);
-    if (string_keys && PyDict_GET_SIZE(obj) <= 64) {
-      guard(GuardKind::DictKeys);  // the keys in their order: iterating it unrolls that order
+    bool keys_ok = true;
+    while (keys_ok && PyDict_Next(obj, &pos, &k, &val)) keys_ok = comparable_key(k);
+    if (keys_ok) {
+      guard(GuardKind::DictKeys);
       SymValue v = SymValue::boxed(SymValue::Kind::Dict);
       pos = 0;
       while (PyDict_Next(obj, &pos, &k, &val)) {
         auto item_src = std::make_shared<Source>();
         item_src->kind = Source::Kind::DictItem;
-        item_src->name = PyUnicode_AsUTF8(k);
+        if (PyUnicode_CheckExact(k)) {
+          item_src->name = PyUnicode_AsUTF8(k);
+        } else {
+          item_src->name = py_repr(k);
+          item_src->object = Py_NewRef(k);
+        }
         item_src->parent = source;
         v.box->keys.push_back(SymValue::constant(k));
         v.box->items.push_back(wrap(val, item_src));
@@ -230,15 +287,19 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       return v;
     }
   }
-  if ((PyDict_CheckExact(obj) || PySet_CheckExact(obj)) && plain_contents(obj)) {
-    // A dict or set of plain values with other keys (ints: a registry keyed by id()): the trace
-    // may fold .get, `in` and iteration on it, so its contents are guarded against a snapshot
-    // (and a dict's key order), and its identity, since the code may hand the object itself on.
+  // A dict of another type (OrderedDict, a registry subclass), size or kind of key, a set...:
+  // the trace may fold .get, `in` and iteration on it, so its contents are guarded against a
+  // snapshot (in their order), and its identity, since the code may hand the object on.
+  // (transformers' ModelOutput, an OrderedDict, is a plain instance: below.)
+  if (is_mutable_container(obj) && !is_model_output(reinterpret_cast<PyObject*>(Py_TYPE(obj)))) {
+    int budget = 256;
+    PyOwned snapshot(snapshot_copy(obj, 0, budget));
+    if (!snapshot.p) {
+      PyErr_Clear();
+      throw Unsupported(source_name(*source) + " is a " + Py_TYPE(obj)->tp_name + " whose contents no guard can follow");
+    }
     guard(GuardKind::IdIs);
-    PyOwned snapshot(PyDict_CheckExact(obj) ? PyDict_Copy(obj) : PyObject_CallOneArg(reinterpret_cast<PyObject*>(Py_TYPE(obj)), obj));
-    if (!snapshot.p) { PyErr_Clear(); throw Unsupported("copying " + source_name(*source) + " for its guard"); }
     add_guard(source, GuardKind::Equals, snapshot.p);
-    if (PyDict_CheckExact(obj)) guard(GuardKind::DictKeys);
     return SymValue::constant(obj, source);
   }
   if (PyTuple_CheckExact(obj)) {

@@ -49,6 +49,7 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
         tree->add_len_is(n, PyObject_Length(g.obj));
         break;
       case GuardKind::TypeAttr: tree->add_type_attr(n, g.name, g.obj); break;
+      case GuardKind::Lacks: tree->add_lacks(n, g.name); break;
       case GuardKind::DictKeys:
         tree->add_type_is(n, Py_TYPE(g.obj));
         tree->add_dict_keys(n, g.obj);

@@ -33,7 +33,7 @@ std::string source_name(const Source& s) {
     case Source::Kind::Closure: return "C['" + s.name + "']";
     case Source::Kind::Attr: return source_name(*s.parent) + "." + s.name;
     case Source::Kind::Item: return source_name(*s.parent) + "[" + std::to_string(s.index) + "]";
-    case Source::Kind::DictItem: return source_name(*s.parent) + "['" + s.name + "']";
+    case Source::Kind::DictItem: return source_name(*s.parent) + (s.object ? "[" + s.name + "]" : "['" + s.name + "']");
     case Source::Kind::Const: return "K['" + s.name + "']";
   }
   return "?";
@@ -734,7 +734,10 @@ struct Handlers {
       } else if (kw.is_constant() && PyDict_Check(kw.obj)) {
         PyObject *k, *v;
         Py_ssize_t pos = 0;
-        while (PyDict_Next(kw.obj, &pos, &k, &v)) kwargs.emplace_back(PyUnicode_AsUTF8(k), Tracer::constant(v));
+        while (PyDict_Next(kw.obj, &pos, &k, &v)) {
+          if (!PyUnicode_Check(k)) throw Unsupported("**kwargs with a non-string key");
+          kwargs.emplace_back(PyUnicode_AsUTF8(k), Tracer::constant(v));
+        }
       } else {
         throw Unsupported("**kwargs of " + describe(kw));
       }

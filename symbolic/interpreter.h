@@ -43,14 +43,15 @@ struct FrameInputs {
 // TypeAttr: what the attribute `name` of the object resolves to through its class (obj: the class
 // attribute, or nullptr for none), not shadowed by the object's own.
 // DictKeys: type is dict and the keys are these, in this order (obj: the dict seen).
-enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance, TypeAttr, DictKeys };
+// Lacks: a dict without the key `name` (an nn.Module's _parameters, _buffers, _modules).
+enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance, TypeAttr, DictKeys, Lacks };
 
 // One guard the trace relies on: `kind` of the object at `source`.
 struct GuardSpec {
   SourcePtr source;
   GuardKind kind = GuardKind::TypeIs;
   PyObject* obj = nullptr;  // the object seen at trace time (strong)
-  std::string name;         // TypeAttr
+  std::string name;         // TypeAttr, Lacks
 };
 
 struct TraceResult {

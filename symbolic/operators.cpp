@@ -26,7 +26,9 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
   const std::string sym = symbol;
   if (a.is_python_constant() && b.is_python_constant()) {
     PyOwned x(materialize(a)), y(materialize(b));
-    if (!x.p || !y.p || (!foldable_constant(x.p) && !THPSize_Check(x.p)) || (!foldable_constant(y.p) && !THPSize_Check(y.p))) {
+    // Keys views (of dicts whose keys compare in C) fold too: set operations on them.
+    auto foldable = [](PyObject* o) { return foldable_constant(o) || THPSize_Check(o) || PyDictKeys_Check(o); };
+    if (!x.p || !y.p || !foldable(x.p) || !foldable(y.p)) {
       // == and != of objects whose types compare in C (enums, types, modules...): no user code runs.
       auto c_eq = [](PyObject* o) {
         PyOwned key(PyUnicode_InternFromString("__eq__"));

@@ -80,6 +80,10 @@ class Tracer {
   // anywhere): guard that the class still answers so and that the object has no own attribute of
   // that name (GuardKind::TypeAttr). Owners without a source are fixed objects: nothing to add.
   void guard_class_attr(const SymValue& owner, const std::string& name, PyObject* found);
+  // Whether the constant `owner` has attribute `name` (hasattr, getattr with a default). When it
+  // has not, guards that it stays so, or raises Unsupported where that cannot be guarded or
+  // finding out would run the class's own __getattr__.
+  bool has_attr_guarded(const SymValue& owner, const std::string& name);
   // The value the trace itself stored in obj.name earlier (replayed after the graph), if any.
   const SymValue* written_attr(PyObject* obj, const std::string& name) const {
     for (const auto& [o, n, v] : written_attrs_)
@@ -156,6 +160,7 @@ PyObject* fold_binary(const std::string& sym, PyObject* a, PyObject* b);  // new
 bool foldable_constant(PyObject* o);       // ints, floats, strings, tuples, dtypes... (no user code)
 SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::string& name, int index = 0);
 bool is_model_output(PyObject* type);      // transformers' ModelOutput dataclasses
+bool has_standard_getattribute(PyTypeObject* tp);  // object's __getattribute__ (maybe with a __getattr__)
 SymValue iterator_of(std::vector<SymValue> items);
 std::vector<SymValue> remaining(const SymValue& iterator);     // the items not yet produced
 std::vector<SymValue> model_output_items(const SymValue& record);  // ModelOutput's tuple view

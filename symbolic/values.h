@@ -26,9 +26,10 @@ struct Source {
   enum class Kind : uint8_t { Local, Global, Builtin, Closure, Attr, Item, DictItem, Const };
   Kind kind = Kind::Local;
   int index = 0;                   // Local slot, Closure index, Item index
-  std::string name;                // Global/Builtin/Attr name, DictItem key; the Local's name
+  std::string name;                // Global/Builtin/Attr name, DictItem key (its repr for
+                                   // another key); the Local's name
   std::shared_ptr<Source> parent;  // Attr/Item/DictItem
-  PyObject* object = nullptr;      // Const (strong)
+  PyObject* object = nullptr;      // Const; DictItem: a key other than a str (strong)
 
   Source() = default;
   Source(const Source&) = delete;

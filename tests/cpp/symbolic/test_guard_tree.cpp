@@ -131,3 +131,100 @@ TEST(GuardTree, DictKeysAreCheckedInOrder) {
   EXPECT_FALSE(check(tree, shorter, nullptr));
   for (PyObject* o : {d, same, swapped, shorter}) Py_DECREF(o);
 }
+
+// One object reached by two paths where the path traced second is evaluated first (its node was
+// made earlier by another guard): whichever comes first records the object, the other must find
+// the same one. The SameAs used to read a slot not yet filled and missed on every call.
+TEST(GuardTree, SameAsHoldsWhicheverPathIsEvaluatedFirst) {
+  PyObject* A = new_class("A");
+  PyObject* holder_cls = new_class("Holder");
+  PyObject* a = instance_of(A);
+  PyObject* holder = instance_of(holder_cls);
+  ASSERT_EQ(PyObject_SetAttrString(holder, "x", a), 0);
+  GuardTree tree;
+  GuardNode* via_holder = tree.node(tree.node(nullptr, local(0, "h")), [] {
+    Accessor x;
+    x.kind = AccessKind::Attr;
+    x.name = "x";
+    return x;
+  }());
+  const int slot = tree.add_instance(tree.node(nullptr, local(1, "a")), a);
+  tree.add_same_as(via_holder, slot);  // evaluated before the Instance check that defines the slot
+  std::string why;
+  EXPECT_TRUE(check(tree, holder, a, &why)) << why;
+  PyObject* b = instance_of(A);
+  EXPECT_TRUE(check(tree, holder, a, &why)) << why;  // again, with the table reused
+  EXPECT_FALSE(check(tree, holder, b, &why));
+  EXPECT_NE(why.find("is a different object"), std::string::npos) << why;
+  ASSERT_EQ(PyObject_SetAttrString(holder, "x", b), 0);
+  EXPECT_TRUE(check(tree, holder, b, &why)) << why;  // a new object on both paths: a hit
+  for (PyObject* o : {a, b, holder, holder_cls, A}) Py_DECREF(o);
+}
+
+// strict_equal, which Equals guards on snapshots use: types at every level, the sign of zero,
+// iteration order, OrderedDict's own order, a dict subclass against its plain-dict snapshot, and
+// identity for objects that are not values.
+TEST(GuardTree, StrictEqualTellsApartWhatATraceCouldSee) {
+  using fastdyn::runtime::strict_equal;
+  auto eq = [](const char* a, const char* b) {
+    PyObject* globals = PyDict_New();
+    PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+    PyRun_String("import collections\nclass D(dict): pass\nclass K: pass\nk = K()", Py_file_input, globals, globals);
+    PyObject* x = PyRun_String(a, Py_eval_input, globals, globals);
+    PyObject* y = PyRun_String(b, Py_eval_input, globals, globals);
+    EXPECT_TRUE(x && y) << a << " / " << b;
+    const bool r = x && y && strict_equal(x, y);
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    Py_DECREF(globals);
+    return r;
+  };
+  EXPECT_TRUE(eq("{(1, 2): [1.5, 'a'], 3: {4}}", "{(1, 2): [1.5, 'a'], 3: {4}}"));
+  EXPECT_FALSE(eq("{True: 'a'}", "{1: 'a'}"));
+  EXPECT_FALSE(eq("{1: 'a'}", "{1.0: 'a'}"));
+  EXPECT_FALSE(eq("(1, 2)", "(True, 2)"));
+  EXPECT_FALSE(eq("[0.0]", "[-0.0]"));
+  EXPECT_FALSE(eq("{'a': 1, 'b': 2}", "{'b': 2, 'a': 1}"));
+  EXPECT_FALSE(eq("collections.OrderedDict(a=1, b=2)", "(lambda d: (d.move_to_end('a'), d)[1])(collections.OrderedDict(a=1, b=2))"));
+  EXPECT_TRUE(eq("D(a=[1])", "{'a': [1]}"));
+  EXPECT_FALSE(eq("D(a=[1])", "{'a': [2]}"));
+  EXPECT_TRUE(eq("{k: 1}", "{k: 1}"));
+  EXPECT_FALSE(eq("K()", "K()"));  // two objects of a class without __eq__ of its own: not one
+}
+
+// IdIs of a function: the same object that still has the code and defaults it had.
+TEST(GuardTree, AFunctionWithReplacedCodeOrDefaultsIsNotTheSame) {
+  PyObject* globals = PyDict_New();
+  PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+  PyRun_String("def f(x, k=2): return x * k\ndef g(x, k=2): return x + k", Py_file_input, globals, globals);
+  PyObject* f = PyDict_GetItemString(globals, "f");
+  PyObject* g = PyDict_GetItemString(globals, "g");
+  GuardTree tree;
+  tree.add_id_is(tree.node(nullptr, local(0, "f")), f);
+  std::string why;
+  EXPECT_TRUE(check(tree, f, nullptr, &why)) << why;
+  PyObject* five = Py_BuildValue("(i)", 5);
+  PyObject* old_defaults = PyObject_GetAttrString(f, "__defaults__");
+  ASSERT_EQ(PyObject_SetAttrString(f, "__defaults__", five), 0);
+  EXPECT_FALSE(check(tree, f, nullptr, &why));
+  EXPECT_NE(why.find("__code__ or defaults"), std::string::npos) << why;
+  ASSERT_EQ(PyObject_SetAttrString(f, "__defaults__", old_defaults), 0);
+  EXPECT_TRUE(check(tree, f, nullptr, &why)) << why;
+  PyObject* g_code = PyObject_GetAttrString(g, "__code__");
+  ASSERT_EQ(PyObject_SetAttrString(f, "__code__", g_code), 0);
+  EXPECT_FALSE(check(tree, f, nullptr, &why));
+  for (PyObject* o : {five, old_defaults, g_code, globals}) Py_DECREF(o);
+}
+
+// Lacks: a dict without the key (an nn.Module's _parameters without 'extra'), until it has it.
+TEST(GuardTree, LacksFailsOnceTheKeyAppears) {
+  PyObject* d = PyDict_New();
+  GuardTree tree;
+  tree.add_lacks(tree.node(nullptr, local(0, "d")), "extra");
+  std::string why;
+  EXPECT_TRUE(check(tree, d, nullptr, &why)) << why;
+  PyDict_SetItemString(d, "extra", Py_None);
+  EXPECT_FALSE(check(tree, d, nullptr, &why));
+  EXPECT_NE(why.find("has no key 'extra'"), std::string::npos) << why;
+  Py_DECREF(d);
+}
