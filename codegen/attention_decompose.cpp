@@ -34,6 +34,7 @@ double decomposable(const Graph& g, const Node& n) {
   if (mask.kind == Arg::Kind::Value) {
     const c10::ScalarType mt = g.meta(mask.value).dtype;
     if (mt != c10::ScalarType::Bool && mt != c10::ScalarType::Float) return no;
+    if (g.meta(mask.value).dim() < 2) return no;  // ATen raises for a 1-d mask: its call says so
   } else if (mask.kind != Arg::Kind::None) {
     return no;
   }

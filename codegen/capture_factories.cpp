@@ -318,7 +318,12 @@ CaptureResult bind_arange(BindCall& call) {
   if (s == 0) return fail("arange", "step must be nonzero");
   if (!std::isfinite(b) || !std::isfinite(e)) return fail("arange", "unsupported range: " + std::to_string(b) + " -> " + std::to_string(e));
   if ((s > 0 && e < b) || (s < 0 && e > b)) return fail("arange", "upper bound and larger bound inconsistent with step sign");
-  const double n = std::ceil((e - b) / s);
+  // ATen's length: for integer bounds the difference is taken in int64 (exact past 2^53), then
+  // divided in double.
+  const bool all_int = start.kind == CallArg::Kind::Int && end.kind == CallArg::Kind::Int &&
+                       step.kind == CallArg::Kind::Int && c10::isIntegralType(dtype, false);
+  const double n = all_int ? std::ceil(static_cast<double>(end.i - start.i) / static_cast<double>(step.i))
+                           : std::ceil((e - b) / s);
   TensorMeta out;
   Ints sizes{static_cast<int64_t>(n)};
   if (!factory_meta("arange", o, dtype, o.device.value_or(kCpu), sizes, {1}, out, err)) return err;

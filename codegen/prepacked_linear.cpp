@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <array>
 #include <mutex>
 #include <optional>
 
@@ -49,9 +50,9 @@ class PrepackedLinear final : public runtime::Executable {
     const at::Tensor w = at_.transposed ? in.at(static_cast<size_t>(at_.w)).t() : in.at(static_cast<size_t>(at_.w));
     std::optional<at::Tensor> b;
     if (at_.b >= 0) b = in.at(static_cast<size_t>(at_.b));
-    if (!x.is_contiguous()) return {at::linear(x, w, b)};
     const at::Tensor& held = in.at(static_cast<size_t>(at_.w));
-    const Seen now{held, held.data_ptr(), held._version()};
+    if (!x.is_contiguous() || !held.is_contiguous() || held.scalar_type() != at::kFloat) return {at::linear(x, w, b)};
+    const Seen now = Seen::of(held);
     at::Tensor packed;
     {
       // NB: big graphs run without the GIL (runtime/compiled_graph.cpp): calls may overlap.
@@ -75,13 +76,25 @@ class PrepackedLinear final : public runtime::Executable {
  private:
   // A weight as a call saw it. The tensor is held, so its address cannot be reused by another;
   // the data pointer and version are snapshots (`w.data = t` swaps the storage of the same
-  // object, in-place writes bump the version).
+  // object, in-place writes bump the version). Writes that bypass the version counter (in place
+  // through `w.data`, an EMA idiom, or through a NumPy view) are caught by a sample of the
+  // weight's bits: a write to the whole weight (rescaling, averaging, re-initialising) always
+  // changes them; one to a few elements between the samples may not.
+  static constexpr int kSamples = 16;
   struct Seen {
     at::Tensor tensor;
     const void* data = nullptr;
     uint32_t version = 0;
+    std::array<uint32_t, kSamples> bits{};
+    static Seen of(const at::Tensor& w) {  // w: contiguous float32
+      Seen s{w, w.data_ptr(), w._version()};
+      const auto* words = static_cast<const uint32_t*>(w.data_ptr());
+      const int64_t n = w.numel();
+      for (int i = 0; n > 0 && i < kSamples; ++i) s.bits[static_cast<size_t>(i)] = words[(n - 1) * i / (kSamples - 1)];
+      return s;
+    }
     bool same_as(const Seen& o) const {
-      return o.tensor.defined() && tensor.is_same(o.tensor) && data == o.data && version == o.version;
+      return o.tensor.defined() && tensor.is_same(o.tensor) && data == o.data && version == o.version && bits == o.bits;
     }
   };
 

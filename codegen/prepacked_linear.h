@@ -5,8 +5,9 @@
 // a weight laid out for it in advance: 1.9-2.5x over ATen's MKL call for the 64 x 1024 x 4096
 // MLP matmuls on the 2-core bench machine, 1.6x for GPT-2's vocabulary projection (below about
 // 2M multiply-adds the fixed cost loses). The reordered copy is cached per node and reused only
-// while the call's weight is the same tensor object with the same data pointer and version
-// counter, so an in-place update (optimizer step, copy_, `.data =`) is always seen. A weight is
+// while the call's weight is the same tensor object with the same data pointer, version counter
+// and a sample of its bits, so an in-place update (optimizer step, copy_, `.data =`, and the
+// whole-weight writes through `.data` that bypass the version counter) is seen. A weight is
 // reordered only after two calls in a row brought it unchanged: a weight that changes every call
 // (training) never pays for a reorder, and runs as plain ATen linear.
 #pragma once

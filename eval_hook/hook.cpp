@@ -13,6 +13,7 @@
 #include "eval_hook/cpython_compat.h"
 #include "eval_hook/skip_rules.h"
 #include "runtime/errors.h"
+#include "runtime/guards.h"
 
 namespace fastdyn::eval_hook {
 namespace {
@@ -173,7 +174,8 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
     }
   }
   if (!fd_frame_is_fresh(frame) || fd_thread_is_tracing(tstate)) return run_previous(tstate, frame, throwflag);
-  if (saved_tensor_hooks_active()) return run_previous(tstate, frame, throwflag);
+  // Likewise under a TorchFunctionMode or TorchDispatchMode: it must see every op.
+  if (saved_tensor_hooks_active() || runtime::python_mode_active()) return run_previous(tstate, frame, throwflag);
   // Another PEP 523 user (torch.compile's Dynamo) installed its evaluator over ours and calls us
   // for the frames it leaves: they run as written, so it never meets fastdyn's rewritten code.
   // (After the skip checks: skipped frames run as written anyway.)

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <torch/csrc/Device.h>
@@ -555,6 +557,10 @@ bool autocast_active() {
   return at::autocast::is_autocast_enabled(at::kCPU) || at::autocast::is_autocast_enabled(at::kCUDA);
 }
 
+bool python_mode_active() {
+  return at::impl::PythonTorchFunctionTLS::stack_len() > 0 || c10::impl::TorchDispatchModeTLS::stack_len() > 0;
+}
+
 void GuardTree::guard_global_state() {
   has_global_state_ = true;
   grad_enabled_ = at::GradMode::is_enabled();
@@ -573,6 +579,10 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
     }
     if (autocast_active()) {  // graphs are traced with autocast off (symbolic/ refuses it)
       if (why) why->description = "autocast is off";
+      return false;
+    }
+    if (python_mode_active()) {  // likewise with no TorchFunctionMode or TorchDispatchMode
+      if (why) why->description = "no torch function or dispatch mode is active";
       return false;
     }
   }

@@ -89,6 +89,9 @@ struct GuardFailure {
 
 // Whether torch.autocast is on for CPU or CUDA (fastdyn's op rules do not model autocast).
 bool autocast_active();
+// Whether a TorchFunctionMode or TorchDispatchMode is active: each would see every op, which
+// generated code runs without them.
+bool python_mode_active();
 
 // Whether a and b are one value as far as a trace could tell: the same types at every level
 // (True is not 1, (1,) is not [1]), floats alike in sign (-0.0), containers item by item in

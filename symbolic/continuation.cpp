@@ -339,6 +339,12 @@ struct Rebuilder {
         b.emit(op::PUSH_NULL, 0);
         b.load_const(v.obj);
         for (const SymValue& i : v.items) push(i);
+        if (PyObject_HasAttrString(v.obj, "n_sequence_fields")) {
+          // A struct sequence (torch.return_types.max, ...) is made from one tuple of its fields.
+          b.emit(op::BUILD_TUPLE, static_cast<int>(v.items.size()));
+          b.call(1);
+          return;
+        }
         b.call(static_cast<int>(v.items.size()));
         return;
       case K::Method:

@@ -21,6 +21,17 @@ bool is_plain_constant(PyObject* o) {
          THPDevice_Check(o) || THPSize_Check(o) || PyComplex_CheckExact(o);
 }
 
+// A tensor subclass whose torch calls eager passes through __torch_function__: one of its own,
+// or torch.Tensor's, which makes results of the subclass too. nn.Parameter's is disabled: its
+// results are plain tensors, as the graph's are.
+bool sees_torch_calls(PyTypeObject* tp) {
+  static PyObject* name = PyUnicode_InternFromString("__torch_function__");  // NB: kept for the process
+  static PyObject* disabled = resolve_python_name("torch._C._disabled_torch_function_impl");
+  if (tp == reinterpret_cast<PyTypeObject*>(tensor_type())) return false;
+  PyObject* impl = _PyType_Lookup(tp, name);
+  return impl && impl != disabled;
+}
+
 // A plain constant, or a tuple or frozenset of plain values: what a guard compares in C by value.
 bool is_plain_deep(PyObject* o, int depth = 0) {
   if (is_plain_constant(o)) return true;
@@ -230,6 +241,8 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       throw Unsupported("input " + source_name(*source) + " is not a strided tensor");
     if (t.unsafeGetTensorImpl()->is_python_dispatch() || t.is_nested())
       throw Unsupported("input " + source_name(*source) + " is a tensor subclass with custom dispatch");
+    if (sees_torch_calls(Py_TYPE(obj)))
+      throw Unsupported("input " + source_name(*source) + " is a " + Py_TYPE(obj)->tp_name + ", a tensor subclass with __torch_function__");
     codegen::ValueId id = result_.graph.add_input(meta_of(t));
     result_.input_sources.push_back(source);
     tensor_inputs_.emplace(obj, id);

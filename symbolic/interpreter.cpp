@@ -980,6 +980,10 @@ TraceResult trace_frame(const FrameInputs& frame) {
     result.reason = "torch.autocast is active";
     return result;
   }
+  if (runtime::python_mode_active()) {  // the mode would see each op: the frame runs eagerly
+    result.reason = "a TorchFunctionMode or TorchDispatchMode is active";
+    return result;
+  }
   auto attempt = [&](TraceResult& r, int stop_at) {
     try {
       Tracer tracer(frame, r, stop_at);

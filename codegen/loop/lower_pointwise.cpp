@@ -91,8 +91,20 @@ int32_t sigmoid_of(Builder& b, int32_t x) {
   return b.div(b.k(1, x), b.add(b.k(1, x), b.un(Op::Exp, b.un(Op::Neg, x))));
 }
 
+// An operand of add/sub as ATen's kernel sees it: for a bfloat16 or half result, a scalar or a
+// tensor of another dtype (a 0-d float32) is first cast to the result's dtype (x + 1.1 adds
+// bfloat16(1.1)), where mul and div keep the scalar's full value.
+int32_t additive_operand(Builder& b, const Ctx& c, size_t arg, ST t) {
+  const ST res = c.out().dtype;
+  int32_t x = operand(b, c, arg, t);
+  if ((res == ST::BFloat16 || res == ST::Half) && (!c.is_value(arg) || c.meta(arg).dtype != res)) x = rounded(b, x, res);
+  return x;
+}
+
 int32_t arith(Builder& b, const Ctx& c, ST t, Op op, bool alpha) {
-  int32_t x = operand(b, c, 0, t), y = operand(b, c, 1, t);
+  const bool additive = op == Op::Add || op == Op::Sub;
+  int32_t x = additive ? additive_operand(b, c, 0, t) : operand(b, c, 0, t);
+  int32_t y = additive ? additive_operand(b, c, 1, t) : operand(b, c, 1, t);
   if (alpha && c.scalar(2, 1) != 1) y = b.mul(y, b.cnst(c.scalar(2, 1), t));
   return b.bin(op, x, y);
 }
@@ -312,7 +324,7 @@ const std::vector<PointwiseRow>& pointwise_rows() {
       {OpId::sub_Tensor, [](Builder& b, const Ctx& c, ST t) { return arith(b, c, t, Op::Sub, true); }},
       {OpId::sub_Scalar, [](Builder& b, const Ctx& c, ST t) { return arith(b, c, t, Op::Sub, true); }},
       {OpId::rsub_Scalar, [](Builder& b, const Ctx& c, ST t) {
-         int32_t x = operand(b, c, 0, t), y = operand(b, c, 1, t);
+         int32_t x = additive_operand(b, c, 0, t), y = additive_operand(b, c, 1, t);
          if (c.scalar(2, 1) != 1) x = b.mul(x, b.cnst(c.scalar(2, 1), t));
          return b.sub(y, x);
        }},

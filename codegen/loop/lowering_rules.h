@@ -89,7 +89,11 @@ struct Ctx {
     if (arg >= n.args.size()) return dflt;
     const Arg& a = n.args[arg];
     switch (a.kind) {
-      case Arg::Kind::Int: return static_cast<double>(a.i);
+      case Arg::Kind::Int:
+        // Loop IR constants are doubles: past 2^53 an int would be rounded. ATen's call keeps it.
+        if (a.i > (int64_t{1} << 53) || a.i < -(int64_t{1} << 53))
+          throw Unsupported("integer argument " + std::to_string(a.i) + " is beyond 2^53");
+        return static_cast<double>(a.i);
       case Arg::Kind::Double: return a.d;
       case Arg::Kind::Bool: return a.b ? 1 : 0;
       case Arg::Kind::None: return dflt;

@@ -103,6 +103,10 @@ class _JitModule(torch.nn.Module):
     def forward(self, *args, **kwargs):
         return self._fastdyn_call(*args, **kwargs)
 
+    # Called directly, not through nn.Module.__call__: the wrapped module's own call runs its
+    # hooks, global ones included, and running them for this wrapper too would apply them twice.
+    __call__ = forward
+
     def __getattr__(self, name):
         try:
             return super().__getattr__(name)

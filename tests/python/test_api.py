@@ -276,3 +276,19 @@ def test_explain_shows_the_generated_code():
     externs = [l for l in code.splitlines() if l.startswith("extern ")]
     assert len(kernels) == 1 and len(externs) == 1 and "aten::matmul" in externs[0], code
     assert "red0 = sum" in code and "Fma f32" in code, code  # gelu's erf: Horner steps
+
+
+def test_jit_module_runs_global_hooks_once():
+    # The wrapper fastdyn.jit(module) returns is an nn.Module too; called through nn.Module's
+    # __call__ it would run a global forward hook for itself as well as for the module.
+    m = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    with torch.no_grad():
+        m[0].weight.zero_()
+        m[0].bias.zero_()
+    g, x = fastdyn.jit(m), torch.ones(1, 3)
+    g(x)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, i, o: o + 100)
+    try:
+        assert torch.equal(g(x), m(x))  # 200: once for the Linear, once for the Sequential
+    finally:
+        handle.remove()

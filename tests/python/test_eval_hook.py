@@ -899,3 +899,58 @@ def test_torch_compile_called_under_enable_works_and_the_hook_survives():
     assert before["frames_seen"] == 1, before
     assert after["frames_seen"] == 1 and after["frames_compiled"] == 1, after
     assert_same(out, other_plain(x))
+
+
+class _AddScaled(torch.Tensor):
+    """A tensor subclass whose own __torch_function__ changes what add returns."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        return out * 10 if func is torch.Tensor.add else out
+
+
+class _Marked(torch.Tensor):
+    """A plain tensor subclass: torch.Tensor's __torch_function__ makes results _Marked too."""
+
+
+@pytest.mark.parametrize("cls", [_AddScaled, _Marked])
+def test_tensor_subclasses_with_torch_function_keep_their_semantics(cls):
+    def f(x):
+        return x.add(1)
+    x = torch.ones(2).as_subclass(cls)
+    want = f(x)
+    g = fastdyn.jit(f)
+    for _ in range(2):
+        got = g(x)
+        assert type(got) is type(want) and torch.equal(got.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
+
+
+def test_a_torch_function_mode_sees_every_op():
+    from torch.overrides import TorchFunctionMode
+
+    class AddTen(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out + 10 if func in (torch.Tensor.add, torch.Tensor.__add__) else out
+
+    def f(x):
+        return x + 1
+    g, x = fastdyn.jit(f), torch.ones(2)
+    g(x)  # compiled without the mode
+    with AddTen():
+        want = f(torch.ones(2))
+        assert torch.equal(g(x), want) and torch.equal(g(x), want)  # [12, 12]
+    assert torch.equal(g(x), f(x))  # and the compiled entry after it
+
+
+def test_a_max_result_live_across_a_graph_break(capsys):
+    # torch.return_types.max is a struct sequence: rebuilt from one tuple of its fields.
+    def f(x):
+        m = x.max(-1)
+        print("break")
+        return m.values, m.indices
+    x = torch.tensor([[1., 3.], [2., 0.]])
+    want = f(x)
+    got = fastdyn.jit(f)(x)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))

@@ -66,3 +66,14 @@ def test_a_fully_masked_row_gives_zeros_as_eager():
         want = attend(q, k, v, mask)
         assert torch.equal(want[:, :, 1 if mask.dtype == torch.bool else 2], torch.zeros(2, 4, 8))
         torch.testing.assert_close(fastdyn.jit(attend)(q, k, v, mask), want)
+
+
+def test_a_one_dimensional_mask_raises_as_in_eager():
+    # ATen rejects a 1-d attn_mask; the decomposition must not accept it by broadcasting.
+    def f(q, m):
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
+    q, m = torch.ones(1, 2, 4, 8), torch.zeros(4)
+    with pytest.raises(IndexError):
+        f(q, m)
+    with pytest.raises(IndexError):
+        fastdyn.jit(f)(q, m)

@@ -496,3 +496,35 @@ def test_softmax_family_with_nan_inf_and_signed_zero_rows_matches_eager(op):
     x[6, :] = -0.0
     x[7, 39] = float("nan")  # in the vector tail
     check(fn, x)
+
+
+def test_int64_scalars_beyond_2_pow_53_stay_exact():
+    # Loop IR constants are doubles: such ints are left to ATen's call, which keeps them exact.
+    def f(x, n):
+        return x + n, x * 3 + 9007199254740993, (x + 1) * n, x - (2**63 - 1)
+    x = torch.zeros(3, dtype=torch.int64)
+    g = fastdyn.jit(f, backend="llvm_cpu")
+    for n in [2**53 + 1, 2**63 - 1]:
+        for got, want in zip(g(x, n), f(x, n)):
+            assert torch.equal(got, want)
+
+
+def test_arange_with_integer_bounds_beyond_2_pow_53_has_eagers_length():
+    def f(x, a, b):
+        return torch.arange(a, b) + x, torch.arange(a, b, 2) + x
+    x = torch.zeros(1, dtype=torch.int64)
+    a = 2**53
+    g = fastdyn.jit(f, backend="llvm_cpu")
+    for b in [a + 3, a + 5]:
+        for got, want in zip(g(x, a, b), f(x, a, b)):
+            assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_adding_a_scalar_to_a_half_precision_tensor_rounds_it_as_eager(dtype):
+    # ATen's add and sub cast the scalar to the tensor's dtype first (x + 1.1 adds
+    # bfloat16(1.1)); mul and div keep its full value.
+    x = torch.linspace(-3, 3, 4096).to(dtype)
+    for fn in [lambda x: x + 1.1, lambda x: x - 1.1, lambda x: 1.1 - x, lambda x: (x * 3.3 + 1.1) / 7.7,
+               lambda x: x + torch.tensor(1.1)]:
+        assert torch.equal(fastdyn.jit(fn, backend="llvm_cpu")(x), fn(x))

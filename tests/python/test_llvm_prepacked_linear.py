@@ -77,3 +77,18 @@ def test_addmm_with_an_in_out_weight_runs_on_onednn_and_sees_updates():
         w[0].zero_()  # through a view: the shared version counter moves
     close(f(x, w, b), conv1d(x, w, b))
     close(f(x, w, b), conv1d(x, w, b))
+
+
+def test_a_whole_weight_write_through_data_is_seen():
+    # `.data` gives a tensor with its own version counter: an in-place write through it (an EMA
+    # or re-init idiom) leaves the weight's version as it was. The sample of its bits sees it.
+    m = torch.nn.Linear(256, 256)
+    x = torch.ones(64, 256)
+    f = fastdyn.jit(m)
+    with torch.no_grad():
+        for _ in range(3):
+            f(x)  # reordered and cached by now
+        m.weight.data.mul_(2.0)
+        close(f(x), m(x))
+        m.weight.data.normal_()
+        close(f(x), m(x))
