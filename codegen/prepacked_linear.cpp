@@ -6,6 +6,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <array>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <optional>
 
@@ -109,6 +111,13 @@ class PrepackedLinear final : public runtime::Executable {
 }  // namespace
 
 runtime::ExecutablePtr compile_prepacked_linear(const Graph& g, const Node& n) {
+  // FASTDYN_PREPACK=0: never reorder (for programs that write weights where neither the version
+  // counter nor the sample of bits sees it, a few elements through `.data` or a NumPy view).
+  static const bool enabled = [] {
+    const char* env = std::getenv("FASTDYN_PREPACK");
+    return !(env && std::string(env) == "0");
+  }();
+  if (!enabled) return nullptr;
   // linear(x, w[out, in], b?) or addmm(b, x, w[in, out], beta=1, alpha=1) (GPT-2's Conv1D).
   const bool addmm = n.op == OpId::addmm;
   if (n.op != OpId::linear && !addmm) return nullptr;

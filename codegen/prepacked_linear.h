@@ -9,7 +9,8 @@
 // and a sample of its bits, so an in-place update (optimizer step, copy_, `.data =`, and the
 // whole-weight writes through `.data` that bypass the version counter) is seen. A weight is
 // reordered only after two calls in a row brought it unchanged: a weight that changes every call
-// (training) never pays for a reorder, and runs as plain ATen linear.
+// (training) never pays for a reorder, and runs as plain ATen linear. FASTDYN_PREPACK=0 turns
+// it off.
 #pragma once
 #include "codegen/graph.h"
 #include "runtime/executable.h"

@@ -92,3 +92,15 @@ def test_a_whole_weight_write_through_data_is_seen():
         close(f(x), m(x))
         m.weight.data.normal_()
         close(f(x), m(x))
+
+
+def test_fastdyn_prepack_0_keeps_linears_on_aten():
+    import subprocess
+    import sys
+    code = ("import torch, fastdyn, torch.nn.functional as F\n"
+            "x, w = torch.randn(64, 256), torch.randn(512, 256)\n"
+            "print('oneDNN' in fastdyn.explain(lambda x, w: F.linear(x, w), x, w).code[0])\n")
+    for env, want in [("0", "False"), ("1", "True")]:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**__import__("os").environ, "FASTDYN_PREPACK": env}, check=True)
+        assert out.stdout.strip().splitlines()[-1] == want, out.stdout + out.stderr
