@@ -116,7 +116,9 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
 
 // The backend config().backend names; a graph llvm_cpu cannot take runs on aten (logged under
 // FASTDYN_LOG=code with the reason). With config().background_compile, llvm_cpu's kernels are
-// compiled on the background worker and the graph runs on aten until they are ready.
+// compiled on the background worker and the graph runs on aten until they are ready, unless the
+// kernels are in the disk cache and the graph is large enough that loading them now beats running
+// it op by op (a warm start: codegen/llvm/backend.h's load_now).
 runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname) {
 #ifdef FASTDYN_HAVE_LLVM
   const std::string& backend = config().backend;
@@ -125,7 +127,9 @@ runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualna
     try {
       codegen::PreparedLlvm prepared = codegen::prepare_llvm_cpu(g);
       runtime::ExecutablePtr exe;
-      if (config().background_compile) {
+      if (prepared.load_now && (exe = prepared.load_now())) {
+        if (log_code) log_event("code", std::string(qualname) + ": kernels loaded from the disk cache for the first call (a warm start)");
+      } else if (config().background_compile) {
         std::string pending = prepared.program;
         pending.insert(pending.find('\n'), " (kernels compiling in the background; calls run on aten until they are ready)");
         exe = runtime::compile_in_background(

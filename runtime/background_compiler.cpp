@@ -40,11 +40,7 @@ Worker& worker() {
 bool is_idle(const Worker& w) { return !w.running_task && (w.queue.empty() || w.held); }
 
 void work_loop() {
-  // Below the user's threads (nice 10; Linux sets it per thread): on a small machine the first
-  // calls run on ATen, with every core busy in its OpenMP regions, while this thread compiles,
-  // and they must not wait for it. A thread waiting in synchronize() leaves it the core.
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
-  ::pthread_setname_np(::pthread_self(), "fastdyn-compile");  // as top -H and /proc show it
+  run_below_user_threads("fastdyn-compile");
   Worker& w = worker();
   std::unique_lock<std::mutex> lock(w.mutex);
   while (true) {
@@ -86,6 +82,17 @@ void after_fork_child() {
 }
 
 }  // namespace
+
+void run_below_user_threads(const char* name) {
+  // Nice 10 (Linux sets it per thread): on a small machine the first calls run on ATen, with
+  // every core busy in its OpenMP regions, while this thread compiles, and they must not wait for
+  // it. A thread waiting in synchronize() leaves it the core. NB: not SCHED_IDLE, which helps
+  // first calls a little more (llama_kvcache's warm first call 11.3 -> 9.0 ms) but starves the
+  // thread for good while the user's threads keep every core busy, and an unprivileged thread
+  // cannot leave SCHED_IDLE again.
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+  ::pthread_setname_np(::pthread_self(), name);  // as top -H and /proc show it
+}
 
 bool submit_background(BackgroundTask task) {
   Worker& w = worker();

@@ -36,6 +36,10 @@ void shutdown_background_compiler();
 // wait_background_idle() waits only for the running task.
 void hold_background_for_testing(bool hold);
 
+// Lowers the calling thread below the user's threads (nice 10) and names it (top -H, /proc):
+// the compile worker, and the LLVM engine's prewarm thread, whose work only speeds up later calls.
+void run_below_user_threads(const char* name);
+
 struct BackgroundStats {
   int64_t pending = 0;    // queued or running
   int64_t finished = 0;   // tasks run to the end (including ones that reported a failure)

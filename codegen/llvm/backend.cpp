@@ -17,6 +17,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -235,7 +236,9 @@ std::string kernel_label(const loop::Kernel& k) {
   return "fastdyn " + k.name + " outer" + dims(k.outer) + " inner" + dims(k.inner);
 }
 
-KernelFn compile_kernel(const loop::Program& p, const loop::Kernel& k) {
+// The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
+// when it is in neither cache and compile_missing is false.
+KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_missing) {
   static const char* const kSymbol = "fastdyn_kernel";
   const int bits = llvm_jit::host_target().vector_bits;
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
@@ -252,8 +255,41 @@ KernelFn compile_kernel(const loop::Program& p, const loop::Kernel& k) {
   key_os.flush();
   if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
   std::vector<void*> addrs = llvm_jit::find_cached(key, {kSymbol});
+  if (addrs.empty() && !compile_missing) return nullptr;
   if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), key, {kSymbol});
   return reinterpret_cast<KernelFn>(addrs.at(0));
+}
+
+// Warm starts (PreparedLlvm::load_now): what a first call would spend on each tier, roughly, as
+// measured on the bench machine (AMD EPYC, 2 cores). Loading one kernel from the disk cache (emit,
+// key, read, link) takes 0.25-0.4 ms, and building the engine 2-3 ms if it is not built yet
+// (twice that while the first call's ATen ops share the cores with it);
+// ATen runs the kernels' work op by op at about 5 GB/s of the bytes the kernels read and write
+// (it also writes every intermediate, into freshly faulted pages). Only the choice of tier depends
+// on these numbers, never a result.
+constexpr double kLoadMsPerKernel = 0.4;
+constexpr double kEngineBuildMs = 5.0;
+constexpr double kAtenBytesPerMs = 5e6;
+
+// Bytes the kernels read and write: each value a kernel touches, once per kernel.
+double kernel_bytes(const loop::Program& p) {
+  double bytes = 0;
+  for (const loop::Kernel& k : p.kernels) {
+    std::vector<ValueId> seen;
+    auto count = [&](const loop::Access& a) {
+      if (std::find(seen.begin(), seen.end(), a.value) != seen.end()) return;
+      seen.push_back(a.value);
+      const TensorMeta& m = p.graph.meta(a.value);
+      double n = 1;
+      for (int64_t d : m.sizes) n *= double(d);
+      bytes += n * double(c10::elementSize(m.dtype));
+    };
+    for (const loop::Stage& st : k.stages) {
+      for (const loop::Access& a : st.loads) count(a);
+      for (const loop::Store& w : st.stores) count(w.dst);
+    }
+  }
+  return bytes;
 }
 
 // The folded values, computed now on ATen; nullopt when one comes back laid out otherwise than its
@@ -308,12 +344,22 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original) {
   PreparedLlvm prepared;
   prepared.program = "backend llvm_cpu\n" + text;
   // NB: LLVM only from here (emission, the kernel cache, compilation): no ATen op runs, no Python.
-  prepared.finish = [p, text, externs, aliased, constants = std::move(constants)]() -> runtime::ExecutablePtr {
+  // `build` runs once with success (the header's contract): the program and externs move out.
+  auto build = [p, text, externs, aliased, constants = std::move(constants)](bool compile_missing) -> runtime::ExecutablePtr {
     std::vector<LlvmExecutable::Call> calls;
-    for (const loop::Kernel& k : p->kernels) calls.push_back({compile_kernel(*p, k), llvm_emit::kernel_slots(*p, k)});
-    // NB: finish runs once (the header's contract): the program and externs move out.
+    for (const loop::Kernel& k : p->kernels) {
+      KernelFn fn = kernel_fn(*p, k, compile_missing);
+      if (!fn) return nullptr;
+      calls.push_back({fn, llvm_emit::kernel_slots(*p, k)});
+    }
+    llvm_jit::record_program(text);
     return std::make_shared<LlvmExecutable>(std::move(*p), text, std::move(calls), std::move(*externs), aliased, constants);
   };
+  prepared.finish = [build] { return build(true); };
+  const double load_ms = double(p->kernels.size()) * kLoadMsPerKernel + (llvm_jit::engine_ready() ? 0.0 : kEngineBuildMs);
+  if (!p->kernels.empty() && kernel_bytes(*p) / kAtenBytesPerMs > load_ms && llvm_jit::program_recorded(text))
+    prepared.load_now = [build] { return build(false); };
+  timer.lap("warm_start_check");
   return prepared;
 }
 

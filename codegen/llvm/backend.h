@@ -24,9 +24,16 @@ runtime::ExecutablePtr compile_llvm_cpu(const Graph& g);
 // the extern calls on the caller's thread: a few milliseconds; it throws what compile_llvm_cpu
 // throws before LLVM. `finish` emits the kernels, looks them up in the kernel cache and compiles
 // the missing ones: LLVM only, no ATen op and no Python, so it may run on another thread, once.
+// `load_now`, set only when a first call should wait for the kernels rather than run on ATen: a
+// record says an earlier process built them all (jit_engine.h's program_recorded), and loading
+// them costs less than running the graph's pointwise work op by op (a large graph). It returns
+// the executable finish would, from the kernel cache alone, or nullptr (a kernel is missing: the
+// disk was pruned, or is shared with another CPU) having compiled nothing; finish is then still
+// to run. Runs on the caller's thread; at most one of the two succeeds.
 struct PreparedLlvm {
   std::string program;  // what the finished executable's describe() will say
   std::function<runtime::ExecutablePtr()> finish;  // throws BackendError/InternalError
+  std::function<runtime::ExecutablePtr()> load_now;  // may be empty; throws what finish throws
 };
 PreparedLlvm prepare_llvm_cpu(const Graph& g);
 

@@ -70,6 +70,18 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text,
 enum class MathFn : uint8_t { Exp, Expm1, Log, Log1p, Log2, Log10, Sin, Cos, Tan, Tanh, Sinh, Cosh, Asin, Acos, Atan, Atan2, Erf, Erfc, Pow, Cbrt, Lgamma };
 llvm::Function* math_function(llvm::Module& m, MathFn fn, bool is_f64, int lanes);
 
+// Warm starts. A process that has built every kernel of a program records it in the disk cache
+// under `program_key` (the printed program), so that a later process knows, before emitting
+// anything, that the kernels are very likely on disk and loading them is all a first call needs.
+// A record is a hint for that choice only: kernels are still looked up by their own keys, and a
+// missing one is never served. Records hash the key with the fastdyn build alone (no LLVM, so that
+// asking costs a file read on the caller's thread even while the engine is still being built).
+bool program_recorded(const std::string& program_key);
+void record_program(const std::string& program_key);
+// True once the engine (host detection, target machines, the ORC JIT) is built: from then on a
+// disk hit costs only its file read and link.
+bool engine_ready();
+
 // Statistics for tests and FASTDYN_LOG: how each find_cached/compile call was answered.
 struct CacheStats {
   int64_t memory_hits = 0, disk_hits = 0, compiles = 0, rejected_files = 0;

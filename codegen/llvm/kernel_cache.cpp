@@ -127,6 +127,7 @@ std::vector<void*> KernelCache::clear_memory() {
   std::vector<void*> dylibs;
   for (auto& kv : memory_) dylibs.push_back(kv.second.dylib);
   memory_.clear();
+  records_.clear();
   return dylibs;
 }
 
@@ -149,7 +150,7 @@ std::string KernelCache::dir() {
   return dir_;
 }
 
-std::string KernelCache::file_path(const std::string& key_text) {
+std::string KernelCache::file_path(const std::string& key_text, const char* suffix) {
   std::string d = dir();
   if (d.empty()) return "";
   std::string ident;
@@ -159,8 +160,8 @@ std::string KernelCache::file_path(const std::string& key_text) {
     put_u64(ident, s->size());
     ident += *s;
   }
-  char name[32];
-  std::snprintf(name, sizeof name, "/%016llx.o", static_cast<unsigned long long>(hash_bytes(ident)));
+  char name[40];
+  std::snprintf(name, sizeof name, "/%016llx%s", static_cast<unsigned long long>(hash_bytes(ident)), suffix);
   return d + name;
 }
 
@@ -205,7 +206,29 @@ std::optional<std::string> KernelCache::read_object(const std::string& key_text)
 }
 
 bool KernelCache::write_object(const std::string& key_text, const std::string& object) {
-  std::string path = file_path(key_text);
+  return write_file(file_path(key_text), key_text, object);
+}
+
+bool KernelCache::has_record(const std::string& key_text) {
+  const std::string path = file_path(key_text, ".prog");
+  if (path.empty()) return false;
+  auto known = records_.find(path);
+  if (known != records_.end()) return known->second;
+  std::string file;
+  const bool present = read_whole_file(path, file) && decode_file(file, key_text).has_value();
+  records_.emplace(path, present);
+  return present;
+}
+
+bool KernelCache::write_record(const std::string& key_text) {
+  const std::string path = file_path(key_text, ".prog");
+  if (path.empty()) return false;
+  bool& present = records_[path];
+  if (!present) present = write_file(path, key_text, "");
+  return present;
+}
+
+bool KernelCache::write_file(const std::string& path, const std::string& key_text, const std::string& object) {
   if (path.empty()) return false;
   std::string temp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++temp_counter_);
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -13,6 +13,9 @@
 //   field and hands out the object only if all match, so a hash collision, a truncated or
 //   corrupted file, or a file written for another CPU or LLVM is rejected (counted in
 //   rejected_files), never trusted.
+// - records: `<dir>/<16 hex digits>.prog`, the same layout with an empty object, saying that a
+//   process built every kernel of a program (record_program in jit_engine.h); a rejected record
+//   is just absent, and is not counted in the kernel statistics.
 // - Writes go to a temporary file in the same directory and are renamed over the final name, so
 //   concurrent processes never see half a file. No disk problem (missing HOME, read-only or full
 //   directory, foreign files) ever throws: the cache just stops writing or reading.
@@ -63,11 +66,15 @@ class KernelCache {
   // Disk. The directory is resolved from FASTDYN_CACHE_DIR (else $HOME/.cache/fastdyn; "off"
   // disables it) on each call, so a changed environment takes effect at the next miss.
   std::string dir();
-  std::string file_path(const std::string& key_text);  // "" when the disk cache is off
+  // "" when the disk cache is off; `suffix` is ".o" for objects, ".prog" for records.
+  std::string file_path(const std::string& key_text, const char* suffix = ".o");
   // The verified object bytes for key_text; nullopt if there is no file or it was rejected.
   std::optional<std::string> read_object(const std::string& key_text);
   // Writes atomically; returns false (and leaves nothing behind) if it could not.
   bool write_object(const std::string& key_text, const std::string& object);
+  // Records: remembered in memory once written or read, so a process asks the disk once per key.
+  bool has_record(const std::string& key_text);
+  bool write_record(const std::string& key_text);
 
   // The bytes write_object() puts on disk, and the check read_object() applies; public for tests.
   std::string encode_file(const std::string& key_text, const std::string& object) const;
@@ -78,7 +85,10 @@ class KernelCache {
 
  private:
   TargetIdentity target_;
+  bool write_file(const std::string& path, const std::string& key_text, const std::string& object);
+
   std::unordered_map<std::string, Entry> memory_;
+  std::unordered_map<std::string, bool> records_;  // record file path -> present
   CacheStats stats_;
   std::string env_seen_;     // FASTDYN_CACHE_DIR (or "\x01unset") when dir_ was resolved
   std::string dir_;          // "" = off

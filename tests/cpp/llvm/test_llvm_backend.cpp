@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 
 namespace fastdyn::codegen {
 namespace {
@@ -54,6 +56,56 @@ TEST(LlvmBackend, IdenticalKernelsCompileOnceAcrossGraphs) {
   at::Tensor want = first->run({a, w, b}).at(0);
   EXPECT_TRUE(at::allclose(second->run({at::zeros({3}), at::zeros({3}), a, w, b}).at(0), want));
   EXPECT_TRUE(at::allclose(want, at::layer_norm(a, {64}, w, b, 1e-5), 1e-4, 1e-5));  // summation order differs
+}
+
+// Warm starts: a graph whose kernels an earlier process built (a program record) and whose work is
+// large enough loads its kernels for the first call (PreparedLlvm::load_now) instead of running on
+// ATen first; a small graph never does; a record whose kernels are gone loads nothing and compiles
+// nothing (finish then compiles them).
+TEST(LlvmBackend, LargeRecordedGraphLoadsItsKernelsForTheFirstCall) {
+  char dir[] = "/tmp/fastdyn_warm_start_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  ::setenv("FASTDYN_CACHE_DIR", dir, 1);
+  llvm_jit::reset_for_testing();
+  const std::string large = R"(graph(%0: f32[2048, 2048]{2048, 1}, %1: f32[2048, 2048]{2048, 1}):
+  %2: f32[2048, 2048]{2048, 1} = aten::mul.Scalar(%0, 2)
+  %3: f32[2048, 2048]{2048, 1} = aten::add.Tensor(%2, %1, 1)
+  %4: f32[2048, 2048]{2048, 1} = aten::relu(%3)
+  return (%4)
+)";
+  const std::string small = R"(graph(%0: f32[4, 37]{37, 1}):
+  %1: f32[4, 37]{37, 1} = aten::sin(%0)
+  return (%1)
+)";
+  at::Tensor x = at::randn({2048, 2048}), y = at::randn({2048, 2048});
+  const at::Tensor want = at::relu(x * 2 + y);
+  PreparedLlvm cold = prepare_llvm_cpu(parse_graph(large));
+  EXPECT_FALSE(cold.load_now) << "nothing is recorded yet";
+  cold.finish();
+  prepare_llvm_cpu(parse_graph(small)).finish();
+
+  llvm_jit::reset_for_testing();  // a new process over the same disk cache
+  EXPECT_FALSE(prepare_llvm_cpu(parse_graph(small)).load_now) << "loading beats running a small graph on ATen only in theory";
+  PreparedLlvm warm = prepare_llvm_cpu(parse_graph(large));
+  ASSERT_TRUE(warm.load_now);
+  runtime::ExecutablePtr exe = warm.load_now();
+  ASSERT_NE(exe, nullptr);
+  EXPECT_EQ(llvm_jit::cache_stats().compiles, 0);
+  EXPECT_GE(llvm_jit::cache_stats().disk_hits, 1);
+  EXPECT_TRUE(at::equal(exe->run({x, y}).at(0), want));
+
+  llvm_jit::reset_for_testing();
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".o") std::filesystem::remove(entry.path());
+  PreparedLlvm pruned = prepare_llvm_cpu(parse_graph(large));
+  ASSERT_TRUE(pruned.load_now) << "the record is still there";
+  EXPECT_EQ(pruned.load_now(), nullptr) << "a missing kernel was served";
+  EXPECT_EQ(llvm_jit::cache_stats().compiles, 0) << "load_now compiled";
+  EXPECT_TRUE(at::equal(pruned.finish()->run({x, y}).at(0), want));
+
+  llvm_jit::reset_for_testing();
+  std::filesystem::remove_all(dir);
+  ::unsetenv("FASTDYN_CACHE_DIR");
 }
 
 TEST(LlvmBackend, PointwiseChainMatchesAten) {

@@ -442,6 +442,31 @@ TEST_F(LlvmJit, Bf16ConversionsWithoutHardwareRoundToNearestEven) {
   EXPECT_NE(object.find("__truncdfbf2"), std::string::npos);
 }
 
+// Warm-start records: written once, read back by a later process (reset_for_testing forgets what
+// this one remembers), in their own .prog files; a corrupt record or a disk cache that is off is
+// no record.
+TEST_F(LlvmJit, ProgramRecordsAreReadBackAndNeverTrustedCorrupt) {
+  EXPECT_FALSE(program_recorded("program p1"));
+  record_program("program p1");
+  EXPECT_TRUE(program_recorded("program p1"));
+  EXPECT_FALSE(program_recorded("program p2"));
+  reset_for_testing();
+  EXPECT_TRUE(program_recorded("program p1")) << "the record is on disk";
+  EXPECT_EQ(cache_stats().compiles + cache_stats().disk_hits + cache_stats().rejected_files, 0) << "records are not kernels";
+  const std::vector<std::string> files = cache_files();
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].substr(files[0].size() - 5), ".prog");
+  std::string bytes = read_file(files[0]);
+  bytes[bytes.size() / 2] ^= 0x20;
+  write_file(files[0], bytes);
+  reset_for_testing();
+  EXPECT_FALSE(program_recorded("program p1")) << "a corrupt record was trusted";
+  EXPECT_EQ(cache_stats().rejected_files, 0) << "a record is not a kernel file";
+  ::setenv("FASTDYN_CACHE_DIR", "off", 1);
+  record_program("program p3");
+  EXPECT_FALSE(program_recorded("program p3"));
+}
+
 TEST(KernelCacheFile, EncodeDecodeRoundTripsAndChecksEveryField) {
   TargetIdentity target{"19.1.7", "znver4", "+avx2,+fma"};
   KernelCache cache(target);
