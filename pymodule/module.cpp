@@ -186,6 +186,7 @@ PYBIND11_MODULE(_C, m) {
     }
     runtime::reset_background_stats();
     eval_hook::reset_all_code_states();
+    symbolic::forget_decoded();
     eval_hook::stats() = eval_hook::Stats();
 #ifdef FASTDYN_HAVE_LLVM
     if (kernel_cache_in_use()) g_kernel_stats_at_reset = codegen::llvm_jit::cache_stats();

@@ -2,6 +2,7 @@
 #include "symbolic/bytecode.h"
 
 #include <cstdio>
+#include <unordered_map>
 
 #include "runtime/errors.h"
 #include "symbolic/opcodes.h"
@@ -118,7 +119,9 @@ std::vector<int> unit_lines(PyCodeObject* code, int n_units) {
 
 }  // namespace
 
-std::vector<Instruction> decode(PyCodeObject* code) {
+namespace {
+
+std::vector<Instruction> decode_uncached(PyCodeObject* code) {
   PyRef bytes{PyCode_GetCode(code)};
   FD_CHECK(bytes.p && PyBytes_Check(bytes.p), "co_code is not bytes");
   const auto* raw = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.p));
@@ -152,6 +155,39 @@ std::vector<Instruction> decode(PyCodeObject* code) {
     i = next;
   }
   return out;
+}
+
+// code -> its instructions. Each entry holds a reference to its code object, so that no other code
+// object can take a cached one's address while the entry lives.
+struct DecodeMemo {
+  std::unordered_map<PyCodeObject*, std::vector<Instruction>> insts;
+  ~DecodeMemo() = delete;  // NB: leaked: code objects must not be released after Python finalises
+};
+DecodeMemo& memo() {
+  static DecodeMemo* m = new DecodeMemo();
+  return *m;
+}
+constexpr size_t kMaxMemoized = 4096;  // code objects; past that the memo starts over
+
+}  // namespace
+
+std::vector<Instruction> decode(PyCodeObject* code) {
+  DecodeMemo& m = memo();
+  auto hit = m.insts.find(code);
+  if (hit != m.insts.end()) return hit->second;
+  std::vector<Instruction> insts = decode_uncached(code);
+  if (m.insts.size() >= kMaxMemoized) forget_decoded();
+  Py_INCREF(code);
+  return m.insts.emplace(code, std::move(insts)).first->second;
+}
+
+void forget_decoded() {
+  DecodeMemo& m = memo();
+  std::vector<PyCodeObject*> codes;
+  codes.reserve(m.insts.size());
+  for (const auto& kv : m.insts) codes.push_back(kv.first);
+  m.insts.clear();
+  for (PyCodeObject* c : codes) Py_DECREF(c);  // NB: after clear(): a dealloc may re-enter decode
 }
 
 std::string disassemble(PyCodeObject* code) {

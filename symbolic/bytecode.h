@@ -28,7 +28,12 @@ struct ExceptionEntry {
 std::vector<ExceptionEntry> exception_table(PyCodeObject* code);
 
 // Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
+// Memoized per code object (code is immutable, and a first call decodes the same functions many
+// times: each inlined layer's forward, the re-trace up to a break, continuations); a copy of an
+// earlier decode costs one allocation, against a walk of co_lines() in Python objects. Needs the GIL.
 std::vector<Instruction> decode(PyCodeObject* code);
+// Drops the memo and the references it holds (fastdyn.reset()).
+void forget_decoded();
 
 // One line per instruction: "  L+2   12 LOAD_FAST        0 (x)". Lines are relative to
 // co_firstlineno so that goldens survive edits above the function.

@@ -115,6 +115,30 @@ TEST(Bytecode, LinesAreAddr2LinesEverywhere) {
   }
 }
 
+// decode() is memoized per code object: a second decode gives the same instructions, the memo holds
+// one reference to the code (so no other code object can take its address while it is cached), and
+// forget_decoded() gives it back.
+TEST(Bytecode, DecodeIsMemoizedAndForgetReleasesTheCode) {
+  forget_decoded();
+  PyCodeObject* code = function_code("def f(x):\n    for i in range(3):\n        x = x * i\n    return x\n", "f");
+  const Py_ssize_t before = Py_REFCNT(code);
+  const auto first = decode(code);
+  EXPECT_EQ(Py_REFCNT(code), before + 1);
+  const auto again = decode(code);
+  EXPECT_EQ(Py_REFCNT(code), before + 1) << "a second decode took another reference";
+  ASSERT_EQ(first.size(), again.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].index, again[i].index);
+    EXPECT_EQ(first[i].opcode, again[i].opcode);
+    EXPECT_EQ(first[i].arg, again[i].arg);
+    EXPECT_EQ(first[i].line, again[i].line);
+    EXPECT_EQ(first[i].next, again[i].next);
+  }
+  forget_decoded();
+  EXPECT_EQ(Py_REFCNT(code), before);
+  Py_DECREF(code);
+}
+
 TEST(Bytecode, DisassemblyIsRelativeToFirstLine) {
   PyCodeObject* code = function_code("\n\n\ndef f(x):\n    return x\n", "f");
   const std::string text = disassemble(code);
