@@ -266,8 +266,10 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
 // (twice that while the first call's ATen ops share the cores with it);
 // ATen runs the kernels' work op by op at about 5 GB/s of the bytes the kernels read and write
 // (it also writes every intermediate, into freshly faulted pages). Only the choice of tier depends
-// on these numbers, never a result.
+// on these numbers, never a result; and only an expected gain of a millisecond or more changes it
+// (layernorm_softmax's 2 MB: loading came out 0.8 ms slower than its tiered first call).
 constexpr double kLoadMsPerKernel = 0.4;
+constexpr double kMinGainMs = 1.0;
 constexpr double kEngineBuildMs = 5.0;
 constexpr double kAtenBytesPerMs = 5e6;
 
@@ -357,7 +359,7 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original) {
   };
   prepared.finish = [build] { return build(true); };
   const double load_ms = double(p->kernels.size()) * kLoadMsPerKernel + (llvm_jit::engine_ready() ? 0.0 : kEngineBuildMs);
-  if (!p->kernels.empty() && kernel_bytes(*p) / kAtenBytesPerMs > load_ms && llvm_jit::program_recorded(text))
+  if (!p->kernels.empty() && kernel_bytes(*p) / kAtenBytesPerMs > load_ms + kMinGainMs && llvm_jit::program_recorded(text))
     prepared.load_now = [build] { return build(false); };
   timer.lap("warm_start_check");
   return prepared;
