@@ -31,10 +31,6 @@ bool foldable_op(const Node& n) {
   return false;
 }
 
-int64_t bytes_of(const TensorMeta& m) {
-  return m.numel() * static_cast<int64_t>(c10::elementSize(m.dtype));
-}
-
 }  // namespace
 
 ConstantFolding fold_constants(const Graph& g) {
@@ -83,7 +79,7 @@ ConstantFolding fold_constants(const Graph& g) {
     for_each_value(g.nodes[i], [&](ValueId v) {
       if (!constant[static_cast<size_t>(v)] || needed[static_cast<size_t>(v)]) return;
       needed[static_cast<size_t>(v)] = true;
-      bytes += bytes_of(g.meta(v));
+      bytes += g.meta(v).nbytes();
     });
   }
   if (bytes > kMaxFoldedBytes || std::none_of(needed.begin(), needed.end(), [](bool b) { return b; })) {

@@ -27,6 +27,8 @@ int64_t TensorMeta::numel() const {
   return n;
 }
 
+int64_t TensorMeta::nbytes() const { return numel() * static_cast<int64_t>(c10::elementSize(dtype)); }
+
 bool TensorMeta::operator==(const TensorMeta& o) const {
   return dtype == o.dtype && device == o.device && sizes == o.sizes && strides == o.strides &&
          storage_offset == o.storage_offset && requires_grad == o.requires_grad;

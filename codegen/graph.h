@@ -51,6 +51,7 @@ struct TensorMeta {
 
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   int64_t numel() const;
+  int64_t nbytes() const;  // numel() * the dtype's element size
   bool operator==(const TensorMeta& o) const;
 };
 

@@ -281,10 +281,7 @@ double kernel_bytes(const loop::Program& p) {
     auto count = [&](const loop::Access& a) {
       if (std::find(seen.begin(), seen.end(), a.value) != seen.end()) return;
       seen.push_back(a.value);
-      const TensorMeta& m = p.graph.meta(a.value);
-      double n = 1;
-      for (int64_t d : m.sizes) n *= double(d);
-      bytes += n * double(c10::elementSize(m.dtype));
+      bytes += double(p.graph.meta(a.value).nbytes());
     };
     for (const loop::Stage& st : k.stages) {
       for (const loop::Access& a : st.loads) count(a);

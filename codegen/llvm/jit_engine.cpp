@@ -52,6 +52,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include "codegen/llvm/kernel_cache.h"
+#include "codegen/pass_timer.h"
 #include "codegen/llvm/perf_map.h"
 #include "runtime/background_compiler.h"
 #include "runtime/errors.h"
@@ -296,7 +297,7 @@ Engine& engine() {
     const auto t0 = Clock::now();
     Engine* built = make_engine();
     g_engine_ready.store(true, std::memory_order_release);
-    if (std::getenv("FASTDYN_TIME_PASSES")) std::fprintf(stderr, "[fastdyn] llvm engine built: %.1f ms\n", ms_since(t0));
+    if (PassTimer::enabled()) std::fprintf(stderr, "[fastdyn] llvm engine built: %.1f ms\n", ms_since(t0));
     return built;
   }();
   return *e;
@@ -575,7 +576,7 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
   e.cache->write_object(key_text, object);
   times.total_ms = ms_since(t0);
   e.last_times = times;
-  if (std::getenv("FASTDYN_TIME_PASSES"))
+  if (PassTimer::enabled())
   {
     timespec cpu1{};
     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
