@@ -21,7 +21,10 @@ class PassTimer {
     t0_ = t1;
   }
   static bool enabled() {
-    static const bool on = std::getenv("FASTDYN_TIME_PASSES") != nullptr;
+    static const bool on = [] {
+      const char* env = std::getenv("FASTDYN_TIME_PASSES");
+      return env && *env && std::string(env) != "0" && std::string(env) != "off" && std::string(env) != "false" && std::string(env) != "no";
+    }();
     return on;
   }
 

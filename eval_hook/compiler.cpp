@@ -1,4 +1,5 @@
 // eval_hook/compiler.cpp — see compiler.h.
+#include "runtime/tensor_check.h"
 #include "eval_hook/compiler.h"
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -125,6 +126,8 @@ runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualna
   if (backend == "native" || backend == "llvm_cpu") {
     const bool log_code = config().log_code;
     try {
+      if (config().test_fail_backend)
+        throw InternalError("injected backend failure (test hook) at " + (g.nodes.empty() ? std::string("an empty graph") : codegen::print_node(g, g.nodes.front())));
       codegen::PreparedLlvm prepared = codegen::prepare_llvm_cpu(g);
       runtime::ExecutablePtr exe;
       if (prepared.load_now && (exe = prepared.load_now())) {
@@ -140,6 +143,7 @@ runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualna
                 if (log_code) log_event("code", name + ": kernels ready, llvm_cpu runs the following calls");
                 return ready;
               } catch (const std::exception& e) {
+                backend_failures()++;
                 log_event("code", name + ": llvm_cpu failed, running on aten: " + e.what());
                 throw;
               }
@@ -152,7 +156,10 @@ runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualna
     } catch (const codegen::loop::Unsupported& e) {
       if (log_code) log_event("code", std::string(qualname) + ": runs on aten: " + e.what());
     } catch (const std::exception& e) {
-      // A compiler bug or an LLVM refusal must not cost the user the graph: aten runs it.
+      // A compiler bug or an LLVM refusal must not cost the user the graph: aten runs it. Strict
+      // mode (the test suite) makes it the error it is.
+      backend_failures()++;
+      if (config().strict) throw;
       log_event("code", std::string(qualname) + ": llvm_cpu failed, running on aten: " + e.what());
     }
   }
@@ -222,7 +229,7 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
   if (!qualname) qualname = "?";
   bool tensor_args = false;
   for (int i = 0; i < symbolic::argument_slots(frame.code); ++i)
-    tensor_args = tensor_args || (frame.localsplus[i] && THPVariable_Check(frame.localsplus[i]));
+    tensor_args = tensor_args || (frame.localsplus[i] && runtime::is_tensor_object(frame.localsplus[i]));
   if (trace.stopped && trace.graph.nodes.empty() && trace.input_sources.empty() && !tensor_args) {
     // No tensor anywhere before the break: not worth a continuation (pure Python stays as is).
     outcome.kind = CompileOutcome::Kind::Unsupported;
@@ -288,7 +295,10 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   outcome.filename = p.trace.filename;
   outcome.lineno = p.trace.lineno;
   if (p.trace.stopped || p.bytecode_return) {
-    if (p.bytecode_return && p.trace.graph.nodes.empty() && p.trace.effects.empty()) {
+    // A frame that runs to its return without a tensor op gains nothing from a cache entry, even
+    // with attribute stores to replay (`self.count += 1`): its guards would pin the values it read
+    // (the count) and miss on every call.
+    if (p.bytecode_return && p.trace.graph.nodes.empty()) {
       outcome.kind = CompileOutcome::Kind::NoTensors;
       return outcome;
     }

@@ -1,9 +1,16 @@
 // eval_hook/config.cpp — see config.h.
 #include "eval_hook/config.h"
 
+#include <Python.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+
+#include "codegen/loop/passes.h"
 
 namespace fastdyn::eval_hook {
 namespace detail {
@@ -21,23 +28,125 @@ Config& config() {
   return c;
 }
 
+std::atomic<uint64_t>& backend_failures() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
+
 Stats& stats() {
   static Stats s;
   return s;
 }
 
+namespace {
+
+// Every FASTDYN_* environment setting, in one table: its kind and, for lists and flags, the
+// values it accepts. A mistake in one (FASTDYN_LOG=grpah_breaks) is reported once, at import,
+// naming the valid values; it is not silently ignored.
+enum class SettingKind : uint8_t { Flag, List, Text };
+struct Setting {
+  const char* name;
+  SettingKind kind;
+  std::vector<const char*> values;  // List: the names it accepts
+};
+const char* const kFlagValues[] = {"1", "0", "on", "off", "true", "false", "yes", "no"};
+const char* const kLogValues[] = {"graph_breaks", "recompiles", "guards", "graphs", "code", "all"};
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = {
+      {"FASTDYN_LOG", SettingKind::List, {std::begin(kLogValues), std::end(kLogValues)}},
+      {"FASTDYN_DUMP", SettingKind::List, {std::begin(codegen::loop::kDumpPasses), std::end(codegen::loop::kDumpPasses)}},
+      {"FASTDYN_BACKGROUND_COMPILE", SettingKind::Flag, {}},
+      {"FASTDYN_STRICT", SettingKind::Flag, {}},
+      {"FASTDYN_TIME_PASSES", SettingKind::Flag, {}},
+      {"FASTDYN_PREPACK", SettingKind::Flag, {}},
+      {"FASTDYN_PERF_MAP", SettingKind::Flag, {}},
+      {"FASTDYN_DISABLE", SettingKind::Flag, {}},
+      {"FASTDYN_CACHE_DIR", SettingKind::Text, {}},
+      {"FASTDYN_LLVM_ARGS", SettingKind::Text, {}},
+      {"FASTDYN_LLVM_PIPELINE", SettingKind::Text, {}},
+      {"FASTDYN_VECTOR_BITS", SettingKind::Text, {}},
+      {"FASTDYN_BUILD_TESTS", SettingKind::Text, {}},  // setup.py's
+      {"FASTDYN_BUILD_JOBS", SettingKind::Text, {}},
+      {"FASTDYN_CPYTHON_TESTS", SettingKind::Text, {}},  // the test suite's
+  };
+  return table;
+}
+
+std::string joined(const std::vector<const char*>& v) {
+  std::string s;
+  for (const char* x : v) s += std::string(s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// Items of a comma-separated list, empty items dropped.
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool contains(const std::vector<const char*>& v, const std::string& x) {
+  for (const char* s : v)
+    if (x == s) return true;
+  return false;
+}
+
+// A UserWarning (stderr where warnings are errors: a setting must not stop the import).
+void warn_setting(const std::string& message) {
+  if (PyErr_WarnEx(PyExc_UserWarning, ("fastdyn: " + message).c_str(), 1) < 0) {
+    PyErr_Clear();
+    log_event("config", message);
+  }
+}
+
+}  // namespace
+
+bool flag_value(const char* text) {
+  return !(std::strcmp(text, "0") == 0 || std::strcmp(text, "off") == 0 || std::strcmp(text, "false") == 0 ||
+           std::strcmp(text, "no") == 0 || text[0] == '\0');
+}
+
+std::vector<std::string> check_environment() {
+  std::vector<std::string> problems;
+  const std::vector<const char*> flags(std::begin(kFlagValues), std::end(kFlagValues));
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("FASTDYN_", 0) != 0) continue;
+    const size_t eq = entry.find('=');
+    const std::string name = entry.substr(0, eq), value = eq == std::string::npos ? "" : entry.substr(eq + 1);
+    const Setting* s = nullptr;
+    for (const Setting& x : settings())
+      if (name == x.name) s = &x;
+    if (!s) {
+      std::vector<const char*> names;
+      for (const Setting& x : settings()) names.push_back(x.name);
+      problems.push_back("unknown setting " + name + " (known: " + joined(names) + ")");
+      continue;
+    }
+    if (s->kind == SettingKind::Flag && !value.empty() && !contains(flags, value))
+      problems.push_back(name + "=" + value + " is not a flag (valid: " + joined(flags) + ")");
+    if (s->kind == SettingKind::List)
+      for (const std::string& item : split_list(value))
+        if (!contains(s->values, item))
+          problems.push_back(name + ": unknown value '" + item + "' (valid: " + joined(s->values) + ")");
+  }
+  return problems;
+}
+
 void load_config_from_env() {
   Config& c = config();
-  if (const char* bg = std::getenv("FASTDYN_BACKGROUND_COMPILE"))
-    c.background_compile = !(std::strcmp(bg, "0") == 0 || std::strcmp(bg, "off") == 0 || std::strcmp(bg, "false") == 0);
+  for (const std::string& p : check_environment()) warn_setting(p);
+  if (const char* bg = std::getenv("FASTDYN_BACKGROUND_COMPILE")) c.background_compile = flag_value(bg);
+  if (const char* strict = std::getenv("FASTDYN_STRICT")) c.strict = flag_value(strict);
   const char* env = std::getenv("FASTDYN_LOG");
   if (!env) return;
-  // NB: no iostreams (see runtime/format.h).
-  std::string rest = env;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string item = rest.substr(0, comma);
-    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  for (const std::string& item : split_list(env)) {
     const bool all = item == "all";
     if (all || item == "graph_breaks") c.log_graph_breaks = true;
     if (all || item == "recompiles") c.log_recompiles = true;

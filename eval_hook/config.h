@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace fastdyn::eval_hook {
 
@@ -23,9 +24,25 @@ struct Config {
   // thread while the graph's calls run on aten; off (FASTDYN_BACKGROUND_COMPILE=0, or
   // fastdyn.set_background_compile(False)): the call that traces waits for its kernels.
   bool background_compile = true;
+  // FASTDYN_STRICT=1 or fastdyn._C.set_strict(True) (the test suite's setting): a compiler or
+  // backend failure that would run a graph on aten instead raises in the frame that compiled it,
+  // naming the node. Limits that are not failures (no CPU lowering for grad, another device)
+  // still run on aten.
+  bool strict = false;
+  bool test_fail_backend = false;  // a test hook: the llvm_cpu backend fails on every graph
 };
+// Graphs that ran on aten because compiling them failed (a compiler bug or a backend refusal),
+// on any thread since the last reset; the test suite fails a test that leaves it non-zero.
+std::atomic<uint64_t>& backend_failures();
 Config& config();
-void load_config_from_env();  // reads FASTDYN_LOG, FASTDYN_BACKGROUND_COMPILE; called at module import
+// Reads FASTDYN_LOG, FASTDYN_BACKGROUND_COMPILE, FASTDYN_STRICT; called at module import, where
+// it also warns once about each mistake check_environment() finds.
+void load_config_from_env();
+// What is wrong with the process's FASTDYN_* settings: unknown names, values a setting does not
+// accept (each message names the valid ones).
+std::vector<std::string> check_environment();
+// A flag setting's value: off for "0", "off", "false", "no" and "", on otherwise.
+bool flag_value(const char* text);
 
 struct Stats {
   uint64_t frames_seen = 0;

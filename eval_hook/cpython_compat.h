@@ -73,5 +73,9 @@ inline void fd_set_eval_frame(PyThreadState* tstate, EvalFrameFn fn) {
 inline PyObject* fd_eval_default(PyThreadState* tstate, Frame* f, int throwflag) {
   return _PyEval_EvalFrameDefault(tstate, f, throwflag);
 }
+// Whether `fn` (as fd_get_eval_frame returns it) is CPython's own evaluator: no PEP 523 user.
+inline bool fd_is_default_eval(EvalFrameFn fn) {
+  return fn == fd_eval_default || fn == reinterpret_cast<EvalFrameFn>(&_PyEval_EvalFrameDefault);
+}
 
 }  // namespace fastdyn::eval_hook

@@ -108,9 +108,14 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
     try {
       out = compile_frame(fi, fn);
     } catch (const std::exception& e) {
-      // A fastdyn bug: warn once per code object and run eagerly for good.
+      // A fastdyn bug: warn once per code object and run eagerly for good (strict mode: raise).
       PyErr_Clear();
       const char* name = PyUnicode_AsUTF8(code->co_qualname);
+      if (config().strict) {
+        PyErr_Format(PyExc_RuntimeError, "fastdyn strict mode: compiling %s failed: %s", name ? name : "?", e.what());
+        *raise = true;
+        return nullptr;
+      }
       log_event("internal_error", std::string(name ? name : "?") + ": " + e.what() + " (running eagerly)");
       mark_eager(code);
       return nullptr;
@@ -242,12 +247,23 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
 
 }  // namespace
 
+void reassert() {
+  if (g_install_count == 0) return;
+  PyThreadState* tstate = PyThreadState_Get();
+  // NB: torch.compile's Dynamo, on leaving a compiled region, puts back the evaluator it found
+  // on entering, which is the default one when fastdyn was installed inside the region (by a
+  // backend that calls fastdyn.jit). Another evaluator over ours is left alone: it calls ours.
+  if (!fd_is_default_eval(fd_get_eval_frame(tstate))) return;
+  g_previous = nullptr;
+  fd_set_eval_frame(tstate, fastdyn_eval_frame);
+}
+
 void install() {
-  if (g_install_count++ > 0) return;
+  if (g_install_count++ > 0) return reassert();
   PyThreadState* tstate = PyThreadState_Get();
   init_code_extra();
   g_previous = fd_get_eval_frame(tstate);
-  if (g_previous == fd_eval_default || g_previous == fastdyn_eval_frame) g_previous = nullptr;
+  if (fd_is_default_eval(g_previous) || g_previous == fastdyn_eval_frame) g_previous = nullptr;
   fd_set_eval_frame(tstate, fastdyn_eval_frame);
 }
 
@@ -258,7 +274,9 @@ void uninstall() {
   g_previous = nullptr;
 }
 
-bool installed() { return g_install_count > 0; }
+bool installed() {
+  return g_install_count > 0 && fd_get_eval_frame(PyThreadState_Get()) == fastdyn_eval_frame;
+}
 
 void set_graph_break_raiser(GraphBreakRaiser fn) { g_raise_graph_break = fn; }
 

@@ -15,7 +15,10 @@ namespace fastdyn::eval_hook {
 
 void install();
 void uninstall();
-bool installed();
+// Puts the hook back where it is wanted (installed) but another PEP 523 user left the default
+// evaluator in its place. One pointer comparison: jit wrappers call it on every call.
+void reassert();
+bool installed();  // wanted, and the interpreter's evaluator now
 
 // Set by the hook when fullgraph=True and capture failed; the pymodule turns it into
 // fastdyn.GraphBreakError. (A callback keeps the layer rule: eval_hook never imports pymodule.)

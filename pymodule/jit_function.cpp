@@ -19,6 +19,7 @@ struct JitFunctionObject {
 
 PyObject* jit_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<JitFunctionObject*>(self_obj);
+  eval_hook::reassert();
   eval_hook::ModeGuard on(eval_hook::Mode::Compile, self->fullgraph);
   return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }

@@ -108,6 +108,7 @@ py::dict stats() {
   d["graph_breaks"] = s.graph_breaks;
   d["graphs"] = s.graphs;
   d["compile_seconds"] = s.compile_seconds;
+  d["backend_failures"] = eval_hook::backend_failures().load();  // graphs on aten because compiling failed
   const runtime::BackgroundStats bg = runtime::background_stats();
   d["background_compiles"] = bg.finished;          // graphs whose kernels the worker built
   d["background_pending"] = bg.pending;            // still queued or compiling
@@ -142,6 +143,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("enable", [](const std::string& backend, bool fullgraph) {
     check_backend(backend);
     if (!g_enabled) eval_hook::install();
+    else eval_hook::reassert();
     g_enabled = true;
     eval_hook::set_process_mode(eval_hook::Mode::Compile, fullgraph);
   }, py::arg("backend") = "native", py::arg("fullgraph") = false);
@@ -179,6 +181,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_background_compile", [](bool on) { eval_hook::config().background_compile = on; });
   m.def("background_compile", [] { return eval_hook::config().background_compile; });
   m.def("stats", &stats);
+  m.def("set_strict", [](bool on) { eval_hook::config().strict = on; });
+  m.def("strict", [] { return eval_hook::config().strict; });
+  m.def("_test_inject_backend_failure", [](bool on) { eval_hook::config().test_fail_backend = on; });
   m.def("reset", [] {
     {
       py::gil_scoped_release release;  // compiles in flight finish first: stats start from zero
@@ -188,6 +193,7 @@ PYBIND11_MODULE(_C, m) {
     eval_hook::reset_all_code_states();
     symbolic::forget_decoded();
     eval_hook::stats() = eval_hook::Stats();
+    eval_hook::backend_failures() = 0;
 #ifdef FASTDYN_HAVE_LLVM
     if (kernel_cache_in_use()) g_kernel_stats_at_reset = codegen::llvm_jit::cache_stats();
 #endif

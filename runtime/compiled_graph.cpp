@@ -1,4 +1,5 @@
 // runtime/compiled_graph.cpp — the native callable type behind compiled graphs.
+#include "runtime/tensor_check.h"
 #include "runtime/compiled_graph.h"
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -92,7 +93,7 @@ PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t 
   inputs.reserve(static_cast<size_t>(nargs));
   int64_t elements = 0;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    if (!THPVariable_Check(args[i])) {
+    if (!is_tensor_object(args[i])) {
       PyErr_Format(PyExc_TypeError, "compiled graph %s: input %zd is %s, not a tensor",
                    self->name.c_str(), i, Py_TYPE(args[i])->tp_name);
       return nullptr;

@@ -60,10 +60,13 @@ std::string describe_tensor(const TensorSpec& s) {
          ", requires_grad=" + (s.requires_grad ? "True" : "False") + ")";
 }
 
+// The object an IdIs check names (borrowed; None once a weakly held one is gone).
+PyObject* id_target(const Check& c) { return c.weak ? PyWeakref_GET_OBJECT(c.expected) : c.expected; }
+
 std::string describe_check(const Check& c) {
   switch (c.kind) {
     case CheckKind::TypeIs: return "type is " + std::string(reinterpret_cast<PyTypeObject*>(c.expected)->tp_name);
-    case CheckKind::IdIs: return "is " + repr(c.expected) + (c.parts ? " with the same code and defaults" : "");
+    case CheckKind::IdIs: return "is " + repr(id_target(c)) + (c.weak ? " (held weakly)" : "") + (c.parts ? " with the same code and defaults" : "");
     case CheckKind::Equals: return "== " + repr(c.expected);
     case CheckKind::Tensor: return "matches " + describe_tensor(c.tensor);
     case CheckKind::Instance:
@@ -194,7 +197,7 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
       if (why) *why = std::string("type is ") + Py_TYPE(obj)->tp_name;
       return false;
     case CheckKind::IdIs:
-      if (obj == c.expected) {
+      if (obj == id_target(c)) {
         if (!c.parts || function_parts_match(obj, c.parts)) return true;
         if (why) *why = "its __code__ or defaults were replaced";
         return false;
@@ -370,7 +373,13 @@ void GuardTree::add_id_is(GuardNode* n, PyObject* obj) {
     if (c.kind == CheckKind::IdIs) return;
   Check c;
   c.kind = CheckKind::IdIs;
-  c.expected = Py_NewRef(obj);
+  c.weak = PyType_SUPPORTS_WEAKREFS(Py_TYPE(obj));
+  c.expected = c.weak ? PyWeakref_NewRef(obj, nullptr) : nullptr;
+  if (!c.expected) {
+    PyErr_Clear();
+    c.weak = false;
+    c.expected = Py_NewRef(obj);
+  }
   if (PyFunction_Check(obj)) c.parts = function_parts(obj);
   n->checks.push_back(c);
 }

@@ -75,6 +75,7 @@ struct Check {
   Py_ssize_t length = 0;         // LenIs
   PyObject* name = nullptr;      // TypeAttr, Lacks: the interned attribute name (strong)
   PyObject* parts = nullptr;     // IdIs of a function: (code, defaults, kwdefaults) it had (strong)
+  bool weak = false;             // IdIs: expected is a weak reference to the object (see add_id_is)
 };
 
 struct GuardNode {
@@ -111,7 +112,10 @@ class GuardTree {
   // reusing an existing equal node so that shared prefixes are evaluated once.
   GuardNode* node(GuardNode* parent, const Accessor& accessor);
   void add_type_is(GuardNode* n, PyTypeObject* type);
-  // obj is that object; a Python function also still has the code and defaults it had.
+  // obj is that object; a Python function also still has the code and defaults it had. The
+  // object is held weakly where its type allows (the guard then fails once it is gone): a cache
+  // entry must not keep alive what the program dropped (an exception with its traceback, frames
+  // and tensors; a `self` pinned by its trace).
   void add_id_is(GuardNode* n, PyObject* obj);
   // Same value as `value` by strict_equal (a snapshot of a container's contents, say).
   void add_equals(GuardNode* n, PyObject* value);

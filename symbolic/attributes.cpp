@@ -192,7 +192,9 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     return constant(value.p);
   }
   PyObject* value = nullptr;
-  if (PyModule_Check(o)) {
+  // A module's lookup is ModuleType's own (its dict, then a module-level __getattr__), unless a
+  // subclass overrides __getattribute__ (user code: taken below like any other class's).
+  if (PyModule_Check(o) && Py_TYPE(o)->tp_getattro == PyModule_Type.tp_getattro) {
     value = PyDict_GetItemString(PyModule_GetDict(o), name.c_str());
     Py_XINCREF(value);
     if (!value) value = PyObject_GetAttrString(o, name.c_str());  // module __getattr__
@@ -203,8 +205,17 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     PyTypeObject* tp = Py_TYPE(o);
     PyOwned key(PyUnicode_InternFromString(name.c_str()));
     if (!has_standard_getattribute(tp)) {
-      // A class with its own __getattribute__ (transformers' PretrainedConfig maps names): read
-      // the attribute for real; only plain values (guarded by equality) are accepted.
+      // A class with its own __getattribute__ in Python (transformers' PretrainedConfig maps
+      // names) is inlined like any method: the trace runs exactly what eager runs, with its
+      // effects, or breaks. Running it for real here would run user code eager never runs.
+      static PyObject* getattribute_name = PyUnicode_InternFromString("__getattribute__");  // kept for the process
+      PyObject* getattribute = _PyType_Lookup(tp, getattribute_name);  // borrowed
+      if (getattribute && PyFunction_Check(getattribute)) {
+        PyOwned name_obj(PyUnicode_FromString(name.c_str()));
+        return call(constant(getattribute), {owner, constant(name_obj.p)}, {});
+      }
+      // A C-level lookup (an extension type's tp_getattro): read the attribute for real; only
+      // plain values (guarded by equality) are accepted.
       PyObject* v = PyObject_GetAttr(o, key.p);
       if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " does not exist"); }
       PyOwned owned(v);
@@ -243,7 +254,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     const char* slot_found = nullptr;
     if (dict) {
       value = PyDict_GetItemWithError(dict, key.p);
-      if (!value && !type_attr && PyObject_IsInstance(o, module_type()) == 1) {
+      if (!value && !type_attr && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(module_type()))) {
         for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
           PyObject* d = PyDict_GetItemString(dict, slot);
           if (d && PyDict_Check(d) && (value = PyDict_GetItemWithError(d, key.p))) {

@@ -37,9 +37,7 @@ static bool holds_type_guarded_module(const SymValue& v) {
   switch (v.kind) {
     case SymValue::Kind::Constant: {
       if (!v.source) return false;
-      const int r = PyObject_IsInstance(v.obj, module_type());
-      if (r < 0) PyErr_Clear();
-      return r == 1;
+      return PyObject_TypeCheck(v.obj, reinterpret_cast<PyTypeObject*>(module_type()));
     }
     case SymValue::Kind::BoundMethod: return !v.items.empty() && holds_type_guarded_module(v.items[0]);
     case SymValue::Kind::Tuple:
@@ -465,6 +463,11 @@ struct Calls {
     }
     if (is("isinstance") && n == 2 && args[1].is_python_constant()) {  // reads only the type
       PyOwned cls(t.materialize(args[1]));
+      // Beyond the type's own MRO, isinstance asks the object's __class__: through a custom
+      // __getattribute__ that is user code, which the compiled code would never run again.
+      if (args[0].is_constant() && PyType_Check(cls.p) && !PyObject_TypeCheck(args[0].obj, reinterpret_cast<PyTypeObject*>(cls.p)) &&
+          !has_standard_getattribute(Py_TYPE(args[0].obj)))
+        throw Unsupported(std::string("isinstance() on a ") + Py_TYPE(args[0].obj)->tp_name + " with its own __getattribute__");
       int r = args[0].is_constant() ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
       if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
       out = Tracer::constant(r ? Py_True : Py_False);
@@ -821,6 +824,7 @@ struct Calls {
     SymValue v;
     v.kind = SymValue::Kind::Record;
     v.obj = Py_NewRef(type);
+    v.box = std::make_shared<SymBox>();  // its identity: every copy of v is this one object
     PyObject *k, *f;
     Py_ssize_t pos = 0;
     size_t positional = 0;
@@ -983,7 +987,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     if (!obj.p) { PyErr_Clear(); throw Unsupported("creating " + py_repr(fn) + " raised"); }
     return constant(obj.p);
   }
-  if (PyObject_IsInstance(fn, module_type()) == 1) return Calls::call_module(*this, callable, std::move(args), std::move(kwargs));
+  if (PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(module_type()))) return Calls::call_module(*this, callable, std::move(args), std::move(kwargs));
   PyErr_Clear();
   if (PyFunction_Check(fn)) {
     // Pure library functions called on constants are answered for real rather than inlined.

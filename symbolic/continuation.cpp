@@ -228,13 +228,33 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
 
 // ---- the transformed code
 
-// Lists and dicts made in the trace, each built once into a spare local: two references to one
-// list must stay one list after the rebuild (an append through either is seen by both).
+// Lists, dicts and records (dataclass instances) made in the trace, each built once into a
+// spare local: two references to one list must stay one list after the rebuild (an append
+// through either is seen by both), and a record stored to after the break is the very object
+// the frame goes on with.
+//
+// Values read from outside the frame through an attribute or item path (`old = self.count`)
+// are loaded into spare locals too, before the recorded attribute stores are replayed: loaded
+// after them, `self.count += 1; return old` would return the new count.
 struct BoxSlots {
   std::vector<const SymBox*> boxes;
+  std::vector<const Source*> sources;  // preloaded when the trace replays attribute stores
+  bool preload = false;
+  size_t size() const { return boxes.size() + sources.size(); }
+  static bool through_path(const Source* s) {
+    for (; s; s = s->parent.get())
+      if (s->kind == Source::Kind::Attr || s->kind == Source::Kind::Item || s->kind == Source::Kind::DictItem) return true;
+    return false;
+  }
   void collect(const SymValue& v) {
     using K = SymValue::Kind;
-    if ((v.kind == K::List || v.kind == K::Dict) && !v.source) {
+    if (preload && v.source && (v.kind == K::Constant || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict) &&
+        through_path(v.source.get()) &&
+        std::find(sources.begin(), sources.end(), v.source.get()) == sources.end())
+      sources.push_back(v.source.get());
+    if (v.kind == K::Record) {
+      if (std::find(boxes.begin(), boxes.end(), v.box.get()) == boxes.end()) boxes.push_back(v.box.get());
+    } else if ((v.kind == K::List || v.kind == K::Dict) && !v.source) {
       if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
       boxes.push_back(v.box.get());
     }
@@ -243,6 +263,7 @@ struct BoxSlots {
       for (const SymValue& i : v.box->items) collect(i);
   }
   void collect_trace(const TraceResult& t) {
+    preload = !t.effects.empty();
     for (const auto& l : t.locals)
       if (l) collect(*l);
     for (const SymValue& v : t.stack) collect(v);
@@ -262,7 +283,21 @@ struct Rebuilder {
   int first_slot;  // local index of slots.boxes[0]
   std::vector<bool> built = std::vector<bool>(slots.boxes.size(), false);
 
-  // Loads a list/dict already built, or builds it (via `build`) and keeps it in its slot.
+  // Loads the values read through attribute/item paths into their slots (before the stores).
+  void preload_sources() {
+    for (size_t k = 0; k < slots.sources.size(); ++k) {
+      b.load_source(*slots.sources[k]);
+      b.emit(op::STORE_FAST, first_slot + static_cast<int>(slots.boxes.size() + k));
+    }
+  }
+  // Loads v from where the trace read it: its preloaded slot, or its source.
+  void load_sourced(const SymValue& v) {
+    auto it = std::find(slots.sources.begin(), slots.sources.end(), v.source.get());
+    if (it == slots.sources.end()) return b.load_source(*v.source);
+    b.emit(op::LOAD_FAST, first_slot + static_cast<int>(slots.boxes.size()) + static_cast<int>(it - slots.sources.begin()));
+  }
+
+  // Loads a list/dict/record already built, or builds it (via `build`) and keeps it in its slot.
   template <typename Build>
   void boxed(const SymValue& v, Build build) {
     const size_t k = static_cast<size_t>(std::find(slots.boxes.begin(), slots.boxes.end(), v.box.get()) - slots.boxes.begin());
@@ -282,7 +317,7 @@ struct Rebuilder {
     switch (v.kind) {
       case K::Null: b.emit(op::PUSH_NULL, 0); return;
       case K::Tensor: {
-        if (v.source) return b.load_source(*v.source);
+        if (v.source) return load_sourced(v);
         auto it = std::find(outputs.begin(), outputs.end(), v.tensor);
         FD_CHECK(it != outputs.end(), "a tensor of the break state is not a graph output");
         b.emit(op::LOAD_FAST, out_slot);
@@ -293,7 +328,7 @@ struct Rebuilder {
       }
       case K::Constant:
         if (v.name == "__super__") throw CannotRebuild("a super() object");
-        if (v.source) return b.load_source(*v.source);
+        if (v.source) return load_sourced(v);
         return b.load_const(v.obj);
       case K::Slice: {
         std::vector<PyObject*> parts;
@@ -309,13 +344,13 @@ struct Rebuilder {
         b.emit(op::BUILD_TUPLE, static_cast<int>(v.items.size()));
         return;
       case K::List:
-        if (v.source) return b.load_source(*v.source);
+        if (v.source) return load_sourced(v);
         return boxed(v, [&] {
           for (const SymValue& i : v.box->items) push(i);
           b.emit(op::BUILD_LIST, static_cast<int>(v.box->items.size()));
         });
       case K::Dict:
-        if (v.source) return b.load_source(*v.source);
+        if (v.source) return load_sourced(v);
         return boxed(v, [&] {
           for (size_t i = 0; i < v.box->keys.size(); ++i) {
             b.load_const(v.box->keys[i].obj);
@@ -323,17 +358,17 @@ struct Rebuilder {
           }
           b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
         });
-      case K::Record: {  // the real constructor, with every field by keyword
-        b.emit(op::PUSH_NULL, 0);
-        b.load_const(v.obj);
-        PyOwned names(PyTuple_New(static_cast<Py_ssize_t>(v.field_names.size())));
-        for (size_t i = 0; i < v.field_names.size(); ++i) {
-          push(v.items[i]);
-          PyTuple_SET_ITEM(names.p, static_cast<Py_ssize_t>(i), PyUnicode_FromString(v.field_names[i].c_str()));
-        }
-        b.call_kw(static_cast<int>(v.items.size()), names.p);
-        return;
-      }
+      case K::Record:  // the real constructor, with every field by keyword, once
+        return boxed(v, [&] {
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(v.obj);
+          PyOwned names(PyTuple_New(static_cast<Py_ssize_t>(v.field_names.size())));
+          for (size_t i = 0; i < v.field_names.size(); ++i) {
+            push(v.items[i]);
+            PyTuple_SET_ITEM(names.p, static_cast<Py_ssize_t>(i), PyUnicode_FromString(v.field_names[i].c_str()));
+          }
+          b.call_kw(static_cast<int>(v.items.size()), names.p);
+        });
       case K::NamedTuple:
         if (!v.obj) throw CannotRebuild("a named tuple of unknown type");
         b.emit(op::PUSH_NULL, 0);
@@ -407,6 +442,7 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
     b.call(static_cast<int>(trace.input_sources.size()));
     b.emit(op::STORE_FAST, out_slot);
   }
+  rb.preload_sources();
   for (const TraceResult::SideEffect& e : trace.effects) {
     rb.push(e.value);
     rb.push(e.target);
@@ -456,13 +492,13 @@ PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyOb
     const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
     BoxSlots slots;
     slots.collect_trace(trace);
-    const int nboxes = static_cast<int>(slots.boxes.size());
+    const int nboxes = static_cast<int>(slots.size());
     CodeBuilder b(line, nargs + 1 + nboxes);
     Rebuilder rb{b, outputs, nargs, slots, nargs + 1};
     emit_graph_and_effects(b, orig, trace, graph, rb, nargs);
     rb.push(trace.return_value);
     b.emit(op::RETURN_VALUE, 0);
-    PyOwned varnames(transformed_varnames(orig, nargs, slots.boxes.size()));
+    PyOwned varnames(transformed_varnames(orig, nargs, slots.size()));
     return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
   });
 }
@@ -483,7 +519,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     const int out_slot = nargs;  // a spare local after the parameters
     BoxSlots slots;
     slots.collect_trace(trace);
-    const int nboxes = static_cast<int>(slots.boxes.size());
+    const int nboxes = static_cast<int>(slots.size());
     const int free_base = nargs + 1 + nboxes;
     CodeBuilder b(line, free_base);
     Rebuilder rb{b, outputs, out_slot, slots, nargs + 1};
@@ -547,7 +583,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       b.call(nargs_resume);
       b.emit(op::RETURN_VALUE, 0);
     }
-    PyOwned varnames(transformed_varnames(orig, nargs, slots.boxes.size()));
+    PyOwned varnames(transformed_varnames(orig, nargs, slots.size()));
     return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
   });
 }

@@ -7,6 +7,7 @@
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "runtime/tensor_check.h"
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
@@ -66,7 +67,7 @@ bool is_mutable_container(PyObject* o) {
 // (read it through a path instead), a deque, bytearray or list subclass, more than `budget`
 // entries, or nesting deeper than 6.
 PyObject* snapshot_copy(PyObject* o, int depth, int& budget) {
-  if (--budget < 0 || depth > 6 || THPVariable_Check(o)) return nullptr;
+  if (--budget < 0 || depth > 6 || runtime::is_tensor_object(o)) return nullptr;
   if (PyDict_Check(o)) {
     PyOwned out(PyDict_New());
     PyOwned keys(PySequence_List(o));  // the dict's own order (an OrderedDict's, too)
@@ -95,7 +96,7 @@ PyObject* snapshot_copy(PyObject* o, int depth, int& budget) {
     Py_ssize_t pos = 0;
     Py_hash_t hash;
     while (_PySet_NextEntry(o, &pos, &key, &hash))
-      if (THPVariable_Check(key) || is_mutable_container(key)) return nullptr;  // members stay as they are
+      if (runtime::is_tensor_object(key) || is_mutable_container(key)) return nullptr;  // members stay as they are
     budget -= static_cast<int>(PySet_GET_SIZE(o));
     return budget < 0 ? nullptr : PySet_CheckExact(o) ? PySet_New(o) : Py_NewRef(o);
   }
@@ -118,7 +119,8 @@ PyObject* named_tuple_type(codegen::Family fam) {
   return resolve_python_name(std::string("torch.return_types.") + codegen::family_name(fam));
 }
 
-// A plain object of a Python class: a heap type whose bases are Python classes up to object,
+// A plain object of a Python class: a heap type whose bases are Python classes up to object
+// (or up to a built-in exception class),
 // made by `type` or ABCMeta (no enum or other metaclass whose instances are singletons), not an
 // nn.Module. Its state is what the trace reads through its attributes, each guarded on its own.
 // transformers' ModelOutput (an OrderedDict whose items mirror its attributes) counts as one: its
@@ -140,11 +142,14 @@ bool is_plain_instance(PyObject* o) {
   if (!class_dealloc || !mro || !PyTuple_Check(mro)) return false;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
     auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-    if (base != &PyBaseObject_Type && base->tp_dealloc != class_dealloc) return false;
+    // Built-in exception classes keep their state (args, traceback, cause, notes) in C fields
+    // reached through descriptors, each read guarded like any attribute: an exception made per
+    // call is one more plain object, not a new identity to compile for.
+    const bool builtin_exception = !(base->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+                                   PyType_IsSubtype(base, reinterpret_cast<PyTypeObject*>(PyExc_BaseException));
+    if (base != &PyBaseObject_Type && base->tp_dealloc != class_dealloc && !builtin_exception) return false;
   }
-  const int module = PyObject_IsInstance(o, module_type());
-  if (module < 0) PyErr_Clear();
-  return module == 0;
+  return !PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(module_type()));
 }
 
 }  // namespace
@@ -227,7 +232,7 @@ void Tracer::add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj) {
 
 SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   auto guard = [&](GuardKind kind) { add_guard(source, kind, obj); };
-  if (THPVariable_Check(obj)) {
+  if (runtime::is_tensor_object(obj)) {
     auto it = tensor_inputs_.find(obj);
     if (it != tensor_inputs_.end()) {
       // One tensor reached by a second path: guard that it is still the same object.
@@ -339,7 +344,7 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   }
   // An nn.Module instance: its type. Every attribute the trace reads from it is guarded on its
   // own, so one compiled entry serves all instances of a class (8 GPT-2 blocks share one).
-  if (PyObject_IsInstance(obj, module_type()) == 1) {
+  if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(module_type()))) {
     guard(GuardKind::TypeIs);
     return SymValue::constant(obj, source);
   }

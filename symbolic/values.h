@@ -56,7 +56,8 @@ struct SymValue {
                  // box->keys kw-default names with box->closure values, box->closure cells
     Cell,        // box->items holds 0 or 1 value; obj (+source): a real cell read lazily
     BoundMethod, // items[0] self, obj the function (Python-level method of a user object)
-    Record,      // a dataclass instance made in the trace: obj its type, field_names/items
+    Record,      // a dataclass instance made in the trace: obj its type, field_names/items;
+               // box (empty) is its identity, so that it is built once however often it is used
   };
   Kind kind = Kind::Constant;
   PyObject* obj = nullptr;        // Constant: strong ref; Tensor from outside: the live tensor
@@ -65,7 +66,7 @@ struct SymValue {
   std::string name;               // Method name
   std::vector<std::string> field_names;
   SourcePtr source;               // non-null for values read from outside the frame
-  std::shared_ptr<SymBox> box;  // List, Dict, Iterator, Function, Cell
+  std::shared_ptr<SymBox> box;  // List, Dict, Iterator, Function, Cell, Record
 
   SymValue() = default;
   SymValue(const SymValue& o);

@@ -189,7 +189,11 @@ LoweredGraph lower(const Graph& original) {
     if (info.category == OpCategory::InPlace) throw Unsupported(std::string("in-place op aten::") + info.aten + " mutates a tensor");
     for (ValueId v : n.outputs)
       if (g.meta(v).requires_grad) throw Unsupported("autograd: " + print_node(g, n) + " requires grad");
-    lg.nodes.push_back(lower_node(g, n));
+    try {
+      lg.nodes.push_back(lower_node(g, n));
+    } catch (const InternalError& e) {  // name the node: what a strict-mode test failure shows
+      throw InternalError(std::string(e.what()) + " lowering " + print_node(g, n));
+    }
   }
   return lg;
 }

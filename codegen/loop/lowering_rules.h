@@ -42,7 +42,7 @@ class Builder {
   }
   int32_t cnst(double v, ST t) { return emit(Op::Const, t, -1, -1, -1, v); }
   int32_t cast(int32_t x, ST t) { return type(x) == t ? x : emit(Op::Cast, t, x); }
-  int32_t un(Op op, int32_t x) { return emit(op, type(x), x); }
+  int32_t un(Op op, int32_t x) { return emit(op, op == Op::IsNan ? ST::Bool : type(x), x); }  // IsNan: a predicate
   int32_t bin(Op op, int32_t x, int32_t y) {
     FD_CHECK(type(x) == type(y), "loop lowering: binary operands of different types");
     bool cmp = op == Op::Lt || op == Op::Le || op == Op::Gt || op == Op::Ge || op == Op::Eq || op == Op::Ne;

@@ -12,8 +12,10 @@ import sys
 
 
 def _enable():
-    import fastdyn
-    fastdyn.enable()
+    # NB: through fastdyn.api, not the package: when the script's own `import fastdyn` is what
+    # imported torch, the package is still partially initialised (at its `import torch` line) and
+    # has no `enable` yet, while its submodule api imports fine (torch has executed by now).
+    importlib.import_module("fastdyn.api").enable()
 
 
 class _TorchImportWatcher:

@@ -5,6 +5,7 @@ import inspect
 import os
 import sys
 import sysconfig
+import warnings
 
 import torch
 
@@ -84,12 +85,30 @@ def jit(fn_or_module=None, *, backend="native", fullgraph=False):
         return _JitModule(fn_or_module, backend, fullgraph)
     if not callable(fn_or_module):
         raise TypeError(f"fastdyn.jit: expected a function or torch.nn.Module, got {type(fn_or_module).__name__}")
+    kind = _not_compiled_kind(fn_or_module)
+    if kind:
+        # Its body runs on each next()/await, outside any call of a wrapper: nothing to compile.
+        warnings.warn(f"fastdyn.jit: {getattr(fn_or_module, '__qualname__', fn_or_module)!s} is {kind}, which "
+                      "fastdyn does not compile; it runs as written (jit accepts plain functions, methods "
+                      "and nn.Modules)", UserWarning, stacklevel=2)
+        return fn_or_module
     wrapper = _C.jit(fn_or_module, backend, bool(fullgraph))
     try:
         functools.update_wrapper(wrapper, fn_or_module)
     except (AttributeError, TypeError):
         pass
     return wrapper
+
+
+def _not_compiled_kind(fn):
+    target = inspect.unwrap(fn.__func__ if inspect.ismethod(fn) else fn)
+    if inspect.isasyncgenfunction(target):
+        return "an async generator function"
+    if inspect.iscoroutinefunction(target):
+        return "a coroutine function"
+    if inspect.isgeneratorfunction(target):
+        return "a generator function"
+    return None
 
 
 class _JitModule(torch.nn.Module):
@@ -176,7 +195,9 @@ def explain(fn, *args, **kwargs):
 
 def stats():
     """Counters since the last reset(): frames_seen, frames_compiled, cache_hits, cache_misses,
-    recompiles, graph_breaks, graphs, compile_seconds (on the calling thread), and for tiered
+    recompiles, graph_breaks, graphs, compile_seconds (on the calling thread), backend_failures
+    (graphs that ran on aten because compiling them failed: a bug; FASTDYN_STRICT=1 raises
+    instead), and for tiered
     compilation background_compiles (graphs whose kernels the background thread built),
     background_pending (still compiling) and background_compile_seconds (that thread's time).
     Unless the backend is aten (where LLVM is built in), the kernel cache's: kernel_compiles (by

@@ -14,6 +14,8 @@ from fdcheck import IMPORT_ERROR, fastdyn
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "no_fastdyn: the test checks the suite itself and does not need fastdyn")
+    config.addinivalue_line(
+        "markers", "backend_failure_expected: the test makes a backend fail on purpose (strict mode's own tests)")
 
 
 def _probe(x):
@@ -39,9 +41,17 @@ def reset(request):
     # Kernels compile on the calling thread, so that a test's first call runs them (the numerical
     # sweeps check kernels, not ATen); test_background_compile.py turns tiered compilation on.
     fastdyn.set_background_compile(False)
+    # Strict mode: a compiler or backend failure that fastdyn would hide from a user by running the
+    # graph on aten fails the test that caused it, naming the node (fastdyn._C.set_strict).
+    fastdyn._C.set_strict(True)
     grad_mode = torch.is_grad_enabled()
     yield
     torch.set_grad_enabled(grad_mode)
+    fastdyn.synchronize()
+    failures = fastdyn.stats()["backend_failures"]
+    fastdyn._C.set_strict(False)
+    assert failures == 0 or request.node.get_closest_marker("backend_failure_expected"), (
+        f"{failures} graph(s) ran on aten because compiling them failed (see the log above)")
     fastdyn.set_background_compile(True)
     fastdyn.disable()
     fastdyn.reset()

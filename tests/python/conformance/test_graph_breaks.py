@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import torch
 
 from fdcheck import ROOT, assert_same, fastdyn, line_of
@@ -366,7 +368,8 @@ def test_generator_called_directly_gives_right_values():
         y = x + 1
         yield y
         yield y * 2
-    jitted = fastdyn.jit(gen)
+    with pytest.warns(UserWarning, match="generator function"):
+        jitted = fastdyn.jit(gen)
     x = r(4, 8)
     for _ in range(2):
         got = list(jitted(x))
