@@ -230,7 +230,7 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
   bool tensor_args = false;
   for (int i = 0; i < symbolic::argument_slots(frame.code); ++i)
     tensor_args = tensor_args || (frame.localsplus[i] && runtime::is_tensor_object(frame.localsplus[i]));
-  if (trace.stopped && trace.graph.nodes.empty() && trace.input_sources.empty() && !tensor_args) {
+  if (trace.stopped && trace.graph.nodes.empty() && trace.input_sources.empty() && !tensor_args && !config().compile_tensor_free) {
     // No tensor anywhere before the break: not worth a continuation (pure Python stays as is).
     outcome.kind = CompileOutcome::Kind::Unsupported;
     return;
@@ -298,7 +298,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
     // A frame that runs to its return without a tensor op gains nothing from a cache entry, even
     // with attribute stores to replay (`self.count += 1`): its guards would pin the values it read
     // (the count) and miss on every call.
-    if (p.bytecode_return && p.trace.graph.nodes.empty()) {
+    if (p.bytecode_return && p.trace.graph.nodes.empty() && !config().compile_tensor_free) {
       outcome.kind = CompileOutcome::Kind::NoTensors;
       return outcome;
     }
@@ -312,7 +312,14 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
     return outcome;
   }
   if (p.trace.graph.nodes.empty()) {
-    outcome.kind = CompileOutcome::Kind::NoTensors;
+    if (!config().compile_tensor_free) {
+      outcome.kind = CompileOutcome::Kind::NoTensors;
+      return outcome;
+    }
+    p.out = runtime::OutputTemplate();  // the test knob: returned through bytecode, no graph
+    p.trace.graph.outputs.clear();
+    p.bytecode_return = true;
+    compile_break(frame, func, p, outcome);
     return outcome;
   }
   auto entry = std::make_unique<CacheEntry>();

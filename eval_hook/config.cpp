@@ -69,6 +69,9 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_BUILD_TESTS", SettingKind::Text, {}},  // setup.py's
       {"FASTDYN_BUILD_JOBS", SettingKind::Text, {}},
       {"FASTDYN_CPYTHON_TESTS", SettingKind::Text, {}},  // the test suite's
+      {"FASTDYN_CPYTHON_SERIAL", SettingKind::Flag, {}},
+      {"FASTDYN_CPYTHON_TENSOR_FREE", SettingKind::Flag, {}},
+      {"FASTDYN_DIFFTEST_N", SettingKind::Text, {}},
   };
   return table;
 }

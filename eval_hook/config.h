@@ -30,6 +30,10 @@ struct Config {
   // still run on aten.
   bool strict = false;
   bool test_fail_backend = false;  // a test hook: the llvm_cpu backend fails on every graph
+  // A test knob (fastdyn._C.set_compile_tensor_free): frames without a tensor op get cache
+  // entries too (transformed code, guards, continuations), which a user's program never needs,
+  // so that CPython's own tests exercise the bytecode rewriting and not only the fallback.
+  bool compile_tensor_free = false;
 };
 // Graphs that ran on aten because compiling them failed (a compiler bug or a backend refusal),
 // on any thread since the last reset; the test suite fails a test that leaves it non-zero.

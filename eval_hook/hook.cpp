@@ -46,6 +46,36 @@ bool saved_tensor_hooks_active() {
   return at::GradMode::is_enabled() && !at::SavedTensorDefaultHooks::get_tls_state().stack.empty();
 }
 
+// An exception leaving a transformed frame that broke has a traceback entry for that frame and,
+// next, one for the continuation of the same function that raised (or passed it on): eager has
+// one entry for the function, at the line where it raised. The transformed frame's entry is
+// dropped (the continuation's frame has the user's code, line and locals).
+void drop_own_traceback_entry(PyObject* transformed_fn) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (tb && PyTraceBack_Check(tb)) {
+    auto* head = reinterpret_cast<PyTracebackObject*>(tb);
+    PyTracebackObject* next = head->tb_next;
+    PyCodeObject* mine = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(transformed_fn));
+    if (next && head->tb_frame && next->tb_frame) {
+      PyCodeObject* head_code = PyFrame_GetCode(head->tb_frame);  // new references
+      PyCodeObject* next_code = PyFrame_GetCode(next->tb_frame);
+      const bool same_function = head_code == mine && next_code->co_firstlineno == mine->co_firstlineno &&
+                                 PyObject_RichCompareBool(next_code->co_filename, mine->co_filename, Py_EQ) == 1 &&
+                                 PyObject_RichCompareBool(next_code->co_qualname, mine->co_qualname, Py_EQ) == 1;
+      Py_DECREF(head_code);
+      Py_DECREF(next_code);
+      if (same_function) {
+        PyObject* rest = Py_NewRef(reinterpret_cast<PyObject*>(next));
+        Py_DECREF(tb);
+        tb = rest;
+        if (value && PyExceptionInstance_Check(value)) PyException_SetTraceback(value, tb);
+      }
+    }
+  }
+  PyErr_Restore(type, value, tb);
+}
+
 // Runs a cache entry with the frame's arguments, then releases the frame.
 PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
   // NB: read before the call: a recursive miss of the same code at its recompile limit, or a
@@ -76,6 +106,7 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
     PyErr_Clear();
     return run_previous(tstate, frame, 0);
   }
+  if (!result) drop_own_traceback_entry(entry.fn);
   fd_frame_release(tstate, frame);
   return result;
 }

@@ -29,3 +29,21 @@ if ! command -v fastdyn >/dev/null 2>&1 && [ -w /usr/local/bin ]; then
   ln -sf "$PWD/python/fastdyn/bin/fastdyn" /usr/local/bin/fastdyn
 fi
 echo "fastdyn: setup done ($($PY -c 'import torch; print("torch", torch.__version__)'))"
+
+# CPython's regression-test package `test` (tests/python/test_cpython_regrtest.py runs parts of it
+# under fastdyn). Debian's system Pythons ship it as libpython3.X-testsuite; other Pythons
+# (pyenv, python.org, conda) include it unless built without it, and never see Debian's package.
+if ! $PY -c 'import test.test_generators' >/dev/null 2>&1; then
+  pyver=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  pyprefix=$($PY -c 'import sys; print(sys.base_prefix)')
+  if [ "$pyprefix" = "/usr" ] && command -v apt-get >/dev/null 2>&1; then
+    $SUDO apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "libpython$pyver-testsuite" || true
+  fi
+  if ! $PY -c 'import test.test_generators' >/dev/null 2>&1; then
+    echo "WARNING: $PY (Python $pyver, prefix $pyprefix) has no CPython test package: the tests of" >&2
+    echo "  tests/python/test_cpython_regrtest.py will fail. A Debian system Python needs" >&2
+    echo "  'apt-get install libpython$pyver-testsuite'; a pyenv Python does not see Debian's package:" >&2
+    echo "  reinstall it with its test suite ('pyenv install --force <version>')." >&2
+  fi
+fi

@@ -65,6 +65,15 @@ bool has_standard_getattribute(PyTypeObject* tp) {
   return _PyType_Lookup(tp, key.p) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
 }
 
+PyObject* python_dunder(PyTypeObject* tp, const char* dunder) {
+  PyOwned key(PyUnicode_InternFromString(dunder));
+  PyObject* f = _PyType_Lookup(tp, key.p);
+  if (!f || f == Py_None || PyCFunction_Check(f) || Py_IS_TYPE(f, &PyWrapperDescr_Type) || Py_IS_TYPE(f, &PyMethodDescr_Type) ||
+      Py_IS_TYPE(f, &PyClassMethodDescr_Type))
+    return nullptr;
+  return f;
+}
+
 bool is_plain_value(PyObject* o) {
   if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o))
     return true;
@@ -94,6 +103,29 @@ bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name) {
     throw Unsupported("missing attribute '" + name + "' of a " + tp->tp_name + " would run its __getattr__");
   }
   PyObject* module_dict = PyModule_Check(o) ? PyModule_GetDict(o) : nullptr;
+  // hasattr is getattr: a property's getter, or a descriptor's Python __get__, runs. It is
+  // inlined (as eager runs it); a getter that raises (hasattr's False) ends the trace.
+  if (PyObject* type_attr = PyType_Check(o) ? nullptr : _PyType_Lookup(tp, key.p)) {
+    PyObject* getter = nullptr;
+    if (Py_TYPE(type_attr) == &PyProperty_Type) {
+      PyOwned fget(PyObject_GetAttrString(type_attr, "fget"));
+      PyErr_Clear();
+      if (!fget.p || !PyFunction_Check(fget.p)) throw Unsupported("hasattr(" + describe(owner) + ", '" + name + "') of a property without a Python getter");
+      guard_class_attr(owner, name, type_attr);
+      call(constant(fget.p), {owner}, {});
+      return true;
+    }
+    if ((getter = python_dunder(Py_TYPE(type_attr), "__get__"))) {
+      const bool data = Py_TYPE(type_attr)->tp_descr_set != nullptr;
+      PyObject** dictptr = _PyObject_GetDictPtr(o);
+      if (data || !dictptr || !*dictptr || !PyDict_GetItemWithError(*dictptr, key.p)) {
+        PyErr_Clear();
+        guard_class_attr(owner, name, type_attr);
+        call(constant(getter), {constant(type_attr), owner, constant(reinterpret_cast<PyObject*>(tp))}, {});
+        return true;
+      }
+    }
+  }
   // object's lookup, nn.Module's, or a module's (whose own __getattr__, as torch's, resolves
   // names lazily: taken as pure, and guarded to stay the same function)
   const int has = PyObject_HasAttr(o, key.p);
@@ -159,12 +191,17 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));
   // A class or module reached by no path from the frame (type(x), a classmethod's cls) can still
   // be changed: what is read from it is guarded through the object itself.
+  // So can an object of a Python class reached by no path (a descriptor found on a class, an
+  // object a class attribute holds): its attributes are state, guarded like an argument's.
+  const bool user_instance = (Py_TYPE(owner.obj)->tp_flags & Py_TPFLAGS_HEAPTYPE) && !PyType_Check(owner.obj) &&
+                             !PyFunction_Check(owner.obj) && !PyMethod_Check(owner.obj);
   if (!owner.source && owner.name.empty() &&
       ((PyType_Check(owner.obj) && !(reinterpret_cast<PyTypeObject*>(owner.obj)->tp_flags & Py_TPFLAGS_IMMUTABLETYPE)) ||
-       PyModule_Check(owner.obj))) {
+       PyModule_Check(owner.obj) || user_instance)) {
     SymValue sourced = owner;
     sourced.source = const_source(owner.obj, PyType_Check(owner.obj) ? reinterpret_cast<PyTypeObject*>(owner.obj)->tp_name
-                                                                      : PyModule_GetName(owner.obj));
+                                             : PyModule_Check(owner.obj) ? PyModule_GetName(owner.obj)
+                                                                         : Py_TYPE(owner.obj)->tp_name);
     return load_attr(sourced, name);
   }
   if (!owner.source) pin(owner);  // what is read from it is not guarded: this object itself
@@ -200,6 +237,16 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     if (!value) value = PyObject_GetAttrString(o, name.c_str());  // module __getattr__
   } else if (PyType_Check(o) || foldable_constant(o) || PyCFunction_Check(o) || PyFunction_Check(o) ||
              PyMethod_Check(o) || PyCode_Check(o)) {
+    if (PyType_Check(o)) {
+      // A class attribute through a Python descriptor (its __get__ with no instance), or a
+      // metaclass's own lookup or property, is user code: never run for real here.
+      PyOwned key(PyUnicode_InternFromString(name.c_str()));
+      PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o), key.p);
+      PyObject* meta_found = _PyType_Lookup(Py_TYPE(o), key.p);
+      if (Py_TYPE(o)->tp_getattro != PyType_Type.tp_getattro || (found && python_dunder(Py_TYPE(found), "__get__")) ||
+          (meta_found && (Py_TYPE(meta_found) == &PyProperty_Type || python_dunder(Py_TYPE(meta_found), "__get__"))))
+        throw Unsupported("class attribute '" + name + "' of " + describe(owner) + " runs Python code");
+    }
     value = PyObject_GetAttrString(o, name.c_str());
   } else {
     PyTypeObject* tp = Py_TYPE(o);
@@ -242,6 +289,8 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
         if (!fget.p || !PyFunction_Check(fget.p)) { PyErr_Clear(); throw Unsupported("property '" + name + "' without a Python getter"); }
         return call(constant(fget.p), {owner}, {});
       }
+      if (PyObject* get = python_dunder(Py_TYPE(type_attr), "__get__"))  // a descriptor in Python: inlined
+        return call(constant(get), {constant(type_attr), owner, constant(reinterpret_cast<PyObject*>(tp))}, {});
       PyObject* v = PyObject_GetAttr(o, key.p);  // a slot or C-level field
       if (!v) { PyErr_Clear(); throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " raised"); }
       PyOwned owned(v);

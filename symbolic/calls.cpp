@@ -127,6 +127,33 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
 
 static PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
 
+// Whether o is a value of a built-in type (not an object of a Python class), and so are its items
+// when it is a container: what a folded builtin may do to it runs no user code.
+static bool holds_only_builtin_values(PyObject* o, int depth) {
+  if (!o || depth > 8) return false;
+  if (PyIter_Check(o)) return false;  // an iterator: folding would drain the caller's, for real
+  if (Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) return PyType_Check(o) || THPSize_Check(o);  // classes; torch.Size
+  if (PyTuple_Check(o) || PyList_Check(o)) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+      if (!holds_only_builtin_values(PySequence_Fast_GET_ITEM(o, i), depth + 1)) return false;
+  } else if (PyDict_Check(o)) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &k, &v))
+      if (!holds_only_builtin_values(k, depth + 1) || !holds_only_builtin_values(v, depth + 1)) return false;
+  } else if (PyAnySet_Check(o)) {
+    PyObject* it = PyObject_GetIter(o);
+    bool ok = it != nullptr;
+    while (PyObject* item = ok ? PyIter_Next(it) : nullptr) {
+      ok = holds_only_builtin_values(item, depth + 1);
+      Py_DECREF(item);
+    }
+    Py_XDECREF(it);
+    return ok;
+  }
+  return true;
+}
+
 // A C method whose call on constant arguments has no side effect: any method of an immutable
 // value, the read-only methods of dicts and lists, and os.environ.get.
 static bool is_pure_method(PyObject* fn) {
@@ -441,6 +468,11 @@ struct Calls {
       n = static_cast<Py_ssize_t>(v.box->keys.size());
     } else if (v.kind == K::Record && is_model_output(v.obj)) {
       n = static_cast<Py_ssize_t>(model_output_items(v).size());
+    } else if (v.is_constant() && python_dunder(Py_TYPE(v.obj), "__len__")) {
+      // A Python __len__ is inlined (run in the trace as eager runs it, not once for real).
+      SymValue r = t.call(Tracer::constant(python_dunder(Py_TYPE(v.obj), "__len__")), {v}, {});
+      if (!r.is_constant() || !PyLong_CheckExact(r.obj) || PyLong_AsLong(r.obj) < 0) throw Unsupported("len() of " + describe(v) + " gave " + describe(r));
+      return r;
     } else if (v.is_constant()) {
       t.pin(v);
       n = PyObject_Length(v.obj);
@@ -492,6 +524,18 @@ struct Calls {
       if (args[0].is_tensor() && has) {
         out = Tracer::constant(PyObject_HasAttrString(tensor_type(), name.c_str()) || name == "grad" ? Py_True : Py_False);
         return true;
+      }
+      // A list, dict or tuple built in the trace has its type's attributes and no others.
+      using K = SymValue::Kind;
+      const K kind = args[0].kind;
+      if (kind == K::List || kind == K::Dict || kind == K::Tuple) {
+        PyObject* type = reinterpret_cast<PyObject*>(kind == K::List ? &PyList_Type : kind == K::Dict ? &PyDict_Type : &PyTuple_Type);
+        if (!PyObject_HasAttrString(type, name.c_str())) {
+          if (has) { out = Tracer::constant(Py_False); return true; }
+          if (n == 3) { out = args[2]; return true; }
+          throw Unsupported("getattr of a missing attribute");
+        }
+        if (has) { out = Tracer::constant(Py_True); return true; }
       }
       SymValue v = t.load_attr(args[0], name);
       out = has ? Tracer::constant(Py_True) : v;
@@ -630,6 +674,8 @@ struct Calls {
     }
     auto mutate = [&]() {
       if (self.source) throw Unsupported(describe(self) + "." + name + "() on a container the caller can see");
+      for (const SymValue& a : args)  // x.append(x): a container holding itself is left to Python
+        if (self.box && a.holds_box(self.box.get())) throw Unsupported("a container that holds itself");
     };
     if (!kwargs.empty() && !(self.kind == K::Dict && name == "update"))
       throw Unsupported(describe(self) + "." + name + " with keyword arguments");
@@ -714,6 +760,20 @@ struct Calls {
         return Tracer::constant(view.p);
       }
       if ((name == "values" || name == "items") && n == 0) {
+        // Of constants: a real view, as keys() gives (its repr, set operations and == are the
+        // view's). Holding tensors: a snapshot of them, iterated in practice.
+        bool constants = true;
+        for (size_t i = 0; i < self.box->keys.size(); ++i)
+          constants = constants && self.box->keys[i].is_constant() && self.box->items[i].is_constant() &&
+                      holds_only_builtin_values(self.box->items[i].obj, 0);
+        if (constants) {
+          PyOwned d(PyDict_New());
+          for (size_t i = 0; i < self.box->keys.size(); ++i)
+            if (PyDict_SetItem(d.p, self.box->keys[i].obj, self.box->items[i].obj) < 0) { PyErr_Clear(); throw Unsupported("dict." + name + "()"); }
+          PyOwned view(PyObject_CallMethod(d.p, name.c_str(), nullptr));
+          if (!view.p) { PyErr_Clear(); throw Unsupported("dict." + name + "()"); }
+          return Tracer::constant(view.p);
+        }
         Args out;
         for (size_t i = 0; i < self.box->keys.size(); ++i) {
           if (name == "keys") out.push_back(self.box->keys[i]);
@@ -828,7 +888,16 @@ struct Calls {
     PyObject *k, *f;
     Py_ssize_t pos = 0;
     size_t positional = 0;
+    static PyObject* field_kind = resolve_python_name("dataclasses._FIELD");  // NB: kept for the process
     while (PyDict_Next(fields.p, &pos, &k, &f)) {
+      // ClassVar pseudo-fields are no parameter of __init__; an InitVar is one, but no field.
+      PyOwned kind(PyObject_GetAttrString(f, "_field_type"));
+      PyErr_Clear();
+      if (kind.p != field_kind) {
+        static PyObject* classvar_kind = resolve_python_name("dataclasses._FIELD_CLASSVAR");  // NB: kept
+        if (kind.p == classvar_kind) continue;
+        throw Unsupported("a dataclass with an InitVar");
+      }
       PyOwned init(PyObject_GetAttrString(f, "init"));
       if (init.p != Py_True) { PyErr_Clear(); throw Unsupported("a dataclass field with init=False"); }
       const std::string name = PyUnicode_AsUTF8(k);
@@ -928,6 +997,16 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       break;
     default:
       throw Unsupported("call of " + describe(callable));
+  }
+  {
+    // Functions that look at the calling frame itself: in a transformed frame they would see
+    // its generated locals (___graph_out) and code, so the frame runs as written.
+    static PyObject* const frame_readers[] = {builtin("locals"), builtin("vars"), builtin("dir"), builtin("exec"), builtin("eval"),
+                                              resolve_python_name("sys._getframe"), resolve_python_name("inspect.currentframe")};
+    const bool no_args_needed = callable.obj == builtin("vars") || callable.obj == builtin("dir");
+    if (std::find(std::begin(frame_readers), std::end(frame_readers), callable.obj) != std::end(frame_readers) &&
+        (!no_args_needed || args.empty()))
+      throw NoBreak(py_repr(callable.obj) + " reads the calling frame (the frame runs as written)");
   }
   PyObject* fn = callable.obj;
   if (auto fam = family_of_object(fn)) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
@@ -1055,15 +1134,33 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       if (instance_dependent)
         throw Unsupported("call of " + py_repr(fn) + " on an nn.Module instance (folding it would fix the instance)");
     }
+    // Anything else runs the arguments' own methods (divmod, hash, str, sorted, math.floor... call
+    // __divmod__, __hash__, __lt__, __floor__): on an object of a Python class that is user code,
+    // which would run here once for real and never again in the compiled code.
+    static PyObject* const runs_no_method[] = {builtin("isinstance"), builtin("type"), builtin("id"), signature, partial_type};
+    const bool check_values = std::find(std::begin(runs_no_method), std::end(runs_no_method), fn) == std::end(runs_no_method);
+    auto checked = [&](PyObject* o) {
+      // An object the trace stored attributes to: those stores are replayed after the graph, so
+      // its real state now is not what the call would see.
+      if (check_values && written_attrs_of(o)) {
+        Py_DECREF(o);
+        throw Unsupported("call of " + py_repr(fn) + " on an object with attribute stores pending");
+      }
+      if (check_values && !holds_only_builtin_values(o, 0)) {
+        Py_DECREF(o);
+        throw Unsupported("call of " + py_repr(fn) + " on an object of a Python class (it would run the object's methods)");
+      }
+      return o;
+    };
     PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
     for (size_t i = 0; i < args.size(); ++i) {
       PyObject* o = materialize(args[i]);
       if (!o) throw Unsupported("argument of " + py_repr(fn));
-      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), o);
+      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), checked(o));
     }
     PyOwned kw(kwargs.empty() ? nullptr : PyDict_New());
     for (const auto& [k, v] : kwargs) {
-      PyOwned o(materialize(v));
+      PyOwned o(checked(materialize(v)));
       PyDict_SetItemString(kw.p, k.c_str(), o.p);
     }
     PyObject* r = PyObject_Call(fn, tuple.p, kw.p);

@@ -157,6 +157,13 @@ std::string remapped_body(PyCodeObject* orig, int nlocals, int shift) {
   return code;
 }
 
+// Continuations made in this process (kept alive by resume_code's cache) -> the number of
+// instructions of their prologue.
+std::unordered_map<PyCodeObject*, size_t>& resume_prologues() {
+  static auto* m = new std::unordered_map<PyCodeObject*, size_t>();
+  return *m;
+}
+
 struct ResumeKey {
   PyCodeObject* code;
   int inst;
@@ -168,7 +175,11 @@ struct ResumeKey {
 };
 
 // New reference to the continuation of `orig` at instruction `inst` with a stack of `layout`
-// (true = NULL) and the locals `bound`. Cached for the process (the cache keeps `orig` alive, so
+// (true = NULL) and the locals `bound`. It takes ONE argument, a list of the locals (None where
+// unbound) and the non-NULL stack items, which its prologue unpacks into its slots and then
+// empties: the caller's stack holds its arguments until the call returns (CPython's CALL does
+// under any PEP 523 hook), and holding the locals themselves there would keep alive what the
+// continuation drops (`obj = None` must free obj as in eager). Cached for the process (the cache keeps `orig` alive, so
 // its address is never reused), so that recompiles find the continuation's own cache entries.
 PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& insts, int inst,
                           const std::vector<bool>& layout, const std::vector<bool>& bound) {
@@ -182,45 +193,73 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
   for (bool is_null : layout) nstack += is_null ? 0 : 1;
   Assembler pro;
   const int line = orig->co_firstlineno;
+  const int none_const = static_cast<int>(PyTuple_GET_SIZE(orig->co_consts));  // appended below
   pro.emit(op::RESUME, 0, line);
   if (orig->co_nfreevars > 0) pro.emit(op::COPY_FREE_VARS, orig->co_nfreevars, line);
+  // The list arrives in slot 0: unpack it into slots 0..n-1, then `del list[:]`.
+  pro.emit(op::LOAD_FAST, 0, line);
+  pro.emit(op::COPY, 1, line);
+  pro.emit(op::UNPACK_SEQUENCE, nlocals + nstack, line);
+  for (int i = 0; i < nlocals + nstack; ++i) pro.emit(op::STORE_FAST, i, line);
+  pro.emit(op::LOAD_CONST, none_const, line);
+  pro.emit(op::LOAD_CONST, none_const, line);
+  pro.emit(op::BUILD_SLICE, 2, line);
+  pro.emit(op::DELETE_SUBSCR, 0, line);
   for (int i = 0; i < nlocals; ++i)
     if (!bound[static_cast<size_t>(i)]) pro.emit(op::DELETE_FAST, i, line);
   int k = 0;
   for (bool is_null : layout) {
     if (is_null) pro.emit(op::PUSH_NULL, 0, line);
-    else pro.emit(op::LOAD_FAST, nlocals + k++, line);
+    else {
+      // The slot lets go once the item is on the stack: it would hold the item (a call's result
+      // stored to a local next) for as long as the function runs.
+      pro.emit(op::LOAD_FAST, nlocals + k, line);
+      pro.emit(op::DELETE_FAST, nlocals + k++, line);
+    }
   }
   pro.emit(op::JUMP_FORWARD, insts[static_cast<size_t>(inst)].start, line);  // relative to the body start
   PyOwned pro_bytes(pro.code_bytes());
   const int pro_units = static_cast<int>(PyBytes_GET_SIZE(pro_bytes.p) / 2);
 
   std::string code(PyBytes_AS_STRING(pro_bytes.p), static_cast<size_t>(PyBytes_GET_SIZE(pro_bytes.p)));
-  code += remapped_body(orig, nlocals, nstack);
+  // With no local and no stack item, one spare slot still receives the (empty) list.
+  const int extra = nlocals + nstack == 0 ? 1 : 0;
+  const int nslots = nlocals + nstack + extra;
+  code += remapped_body(orig, nlocals, nstack + extra);
   std::string lines;
   for (int left = pro_units; left > 0; left -= 8)  // "no location": the line stays co_firstlineno
     lines.push_back(static_cast<char>(0x80 | (15 << 3) | (std::min(left, 8) - 1)));
   lines.append(PyBytes_AS_STRING(orig->co_linetable), static_cast<size_t>(PyBytes_GET_SIZE(orig->co_linetable)));
 
-  PyOwned varnames(PyTuple_New(nlocals + nstack));
+  PyOwned varnames(PyTuple_New(nslots));
   for (int i = 0; i < nlocals; ++i)
     PyTuple_SET_ITEM(varnames.p, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, i)));
   for (int i = 0; i < nstack; ++i)
     PyTuple_SET_ITEM(varnames.p, nlocals + i, PyUnicode_FromFormat("___stack%d", i));
+  if (extra) PyTuple_SET_ITEM(varnames.p, 0, PyUnicode_FromString("___args"));
   PyOwned code_b(PyBytes_FromStringAndSize(code.data(), static_cast<Py_ssize_t>(code.size())));
   PyOwned lines_b(PyBytes_FromStringAndSize(lines.data(), static_cast<Py_ssize_t>(lines.size())));
   PyOwned exc(shifted_exception_table(orig, pro_units));
   PyOwned freevars(PyObject_GetAttrString(reinterpret_cast<PyObject*>(orig), "co_freevars"));
   PyOwned cellvars(PyTuple_New(0));
   const int flags = orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  PyOwned consts(PyTuple_New(none_const + 1));
+  for (int i = 0; i < none_const; ++i) PyTuple_SET_ITEM(consts.p, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_consts, i)));
+  PyTuple_SET_ITEM(consts.p, none_const, Py_NewRef(Py_None));
   PyCodeObject* out = PyCode_NewWithPosOnlyArgs(
-      nlocals + nstack, 0, 0, nlocals + nstack, orig->co_stacksize + nstack + 1, flags, code_b.p,
-      orig->co_consts, orig->co_names, varnames.p, freevars.p, cellvars.p, orig->co_filename, orig->co_name,
+      1, 0, 0, nslots, std::max(orig->co_stacksize + nstack + 1, nlocals + nstack + 3), flags,
+      code_b.p, consts.p, orig->co_names, varnames.p, freevars.p, cellvars.p, orig->co_filename, orig->co_name,
       orig->co_qualname, orig->co_firstlineno, lines_b.p, exc.p);
   if (!out) {
     PyErr_Clear();
     throw CannotRebuild("creating the continuation's code object failed");
   }
+  size_t prologue = 0;  // instructions up to the jump
+  for (const Instruction& in : decode(out)) {
+    ++prologue;
+    if (in.opcode == op::JUMP_FORWARD) break;
+  }
+  resume_prologues()[out] = prologue;
   Py_INCREF(reinterpret_cast<PyObject*>(orig));  // NB: see above: the cache keeps orig alive
   cache.emplace(key, reinterpret_cast<PyCodeObject*>(Py_NewRef(reinterpret_cast<PyObject*>(out))));
   return out;
@@ -388,6 +427,17 @@ struct Rebuilder {
         return;
       case K::BoundMethod: {
         if (v.name == "__fd_grad_exit__" || v.name == "__fd_null_exit__") throw CannotRebuild("an open with block");
+        if (v.name == "__fd_generic_getattr__") {  // super().__getattribute__: object's own lookup, bound
+          static PyObject* method_type = reinterpret_cast<PyObject*>(&PyMethod_Type);
+          static PyObject* object_getattribute =
+              PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyBaseObject_Type), "__getattribute__");  // NB: kept
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(method_type);
+          b.load_const(object_getattribute);
+          push(v.items[0]);
+          b.call(2);
+          return;
+        }
         if (!v.obj) {  // a container's method: the attribute of the rebuilt container
           push(v.items[0]);
           b.load_attr(v.name);
@@ -444,6 +494,14 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
   }
   rb.preload_sources();
   for (const TraceResult::SideEffect& e : trace.effects) {
+    if (e.kind == TraceResult::SideEffect::Kind::ClearList) {
+      rb.push(e.target);
+      b.load_const(Py_None);
+      b.load_const(Py_None);
+      b.emit(op::BUILD_SLICE, 2);
+      b.emit(op::DELETE_SUBSCR, 0);
+      continue;
+    }
     rb.push(e.value);
     rb.push(e.target);
     b.emit(op::STORE_ATTR, b.name_index(e.name));
@@ -474,6 +532,11 @@ PyCodeObject* or_why(std::string* why, Body body) {
 }
 
 }  // namespace
+
+bool is_resume_prologue(PyCodeObject* code, size_t inst) {
+  auto it = resume_prologues().find(code);
+  return it != resume_prologues().end() && inst < it->second;
+}
 
 std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
   std::vector<codegen::ValueId> out;
@@ -546,6 +609,13 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       }
       rb.push(v);
     }
+    // Everything the continuation needs is on the stack now: this frame's own slots (parameters,
+    // the graph's output tuple, preloaded and boxed values) would keep alive, for as long as the
+    // continuation runs, what it drops (a local set to None, an activation no longer needed).
+    for (int slot = 0; slot < free_base; ++slot) {
+      b.load_const(Py_None);
+      b.emit(op::STORE_FAST, slot);
+    }
     int label = -1;
     for (int i = trace.break_inst; i <= trace.break_end; ++i) {
       const Instruction& in = insts[static_cast<size_t>(i)];
@@ -561,6 +631,8 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       std::vector<bool> layout = below;
       for (int k = 0; k < s.kept + s.pushed; ++k) layout.push_back(false);
       PyOwned code(reinterpret_cast<PyObject*>(resume_code(orig, insts, s.inst, layout, bound)));
+      const int nargs_resume = nlocals + passed + s.kept + s.pushed;
+      b.emit(op::BUILD_LIST, nargs_resume);  // one list argument: see resume_code
       if (nfree == 0) {
         PyOwned fn(PyFunction_New(code.p, globals));
         if (!fn.p) { PyErr_Clear(); throw CannotRebuild("creating the continuation failed"); }
@@ -577,10 +649,9 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
         b.load_const(code.p);
         b.emit(op::MAKE_FUNCTION, 0x08);
       }
-      const int nargs_resume = nlocals + passed + s.kept + s.pushed;
-      b.emit(op::SWAP, nargs_resume + 2);
+      b.emit(op::SWAP, 3);
       b.emit(op::POP_TOP, 0);
-      b.call(nargs_resume);
+      b.call(1);
       b.emit(op::RETURN_VALUE, 0);
     }
     PyOwned varnames(transformed_varnames(orig, nargs, slots.size()));

@@ -8,10 +8,12 @@
 //   3. runs the instruction itself, exactly as the original code would (a CALL, a conditional
 //      jump on a tensor, a store...);
 //   4. calls a continuation for each way the instruction can go on and returns its result.
-// A continuation ("resume function") is the original code object with a prologue: its
-// parameters are the original's locals followed by the non-NULL stack items; the prologue
-// deletes the locals that were unbound, pushes the stack (NULLs included) and jumps to the
-// instruction after the break. The body keeps the original's bytes, constants, names, line
+// A continuation ("resume function") is the original code object with a prologue: its one
+// parameter is a list of the original's locals followed by the non-NULL stack items; the
+// prologue unpacks it into its slots and empties it (the caller's stack holds the list until the
+// call returns: holding the values would keep alive what the continuation drops), deletes the
+// locals that were unbound, pushes the stack (NULLs included) and jumps to the instruction after
+// the break. A trace of a continuation records the emptying as an effect (is_resume_prologue). The body keeps the original's bytes, constants, names, line
 // table and exception table (shifted), so tracebacks name the user's function and line. It is
 // an ordinary function: the hook catches and compiles it in turn.
 #pragma once
@@ -28,6 +30,10 @@ namespace fastdyn::symbolic {
 // The tensors the rebuilt state (stack, locals, side effects, return value) needs from the graph
 // (values not read from an input's source), in the order the transformed code indexes the graph's output tuple.
 std::vector<codegen::ValueId> break_outputs(const TraceResult& trace);
+
+// Whether instruction `inst` (an index into decode(code)) of `code` is in the prologue of a
+// continuation made by assemble_break.
+bool is_resume_prologue(PyCodeObject* code, size_t inst);
 
 // The transformed code of a frame that broke. `graph` (borrowed) returns a tuple of `outputs`,
 // or is nullptr when nothing was recorded before the break. `globals` (borrowed) are the frame's.

@@ -160,6 +160,18 @@ PyObject* module_type() {
 }
 
 std::string py_repr(PyObject* o) {
+  // Only types whose repr is C code with no user hook: a user class's __repr__ (or its
+  // metaclass's) would run once more than eager runs it, for a message.
+  PyTypeObject* tp = Py_TYPE(o);
+  const bool c_repr = !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyModule_CheckExact(o) || PyFunction_Check(o) ||
+                      (PyType_Check(o) && !(Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE));
+  if (!c_repr || (PyTuple_Check(o) && !PyTuple_CheckExact(o))) {
+    if (PyType_Check(o)) return std::string("<class '") + reinterpret_cast<PyTypeObject*>(o)->tp_name + "'>";
+    return std::string("<") + tp->tp_name + " object>";
+  }
+  if ((PyTuple_CheckExact(o) || PyList_CheckExact(o) || PyDict_CheckExact(o) || PyAnySet_CheckExact(o)) && !is_plain_value(o) &&
+      PyObject_Length(o) > 0)
+    return std::string("<") + tp->tp_name + " of " + std::to_string(PyObject_Length(o)) + " items>";  // items may be user objects
   PyObject* r = PyObject_Repr(o);
   if (!r) { PyErr_Clear(); return "<object>"; }
   const char* s = PyUnicode_AsUTF8(r);
@@ -261,6 +273,17 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     guard(THPDtype_Check(obj) || obj == Py_None || obj == Py_Ellipsis ? GuardKind::IdIs : GuardKind::Equals);
     return SymValue::constant(obj, source);
   }
+  // Lists and dicts are wrapped item by item: a bound on their nesting keeps one that holds
+  // itself (x.append(x)) from recursing without end.
+  struct Depth {
+    int& d;
+    explicit Depth(int& depth) : d(depth) { ++d; }
+    ~Depth() { --d; }
+  } depth(wrap_depth_);
+  if ((PyList_CheckExact(obj) || PyDict_CheckExact(obj)) && wrap_depth_ > 16)
+    throw Unsupported(source_name(*source) + " nests lists or dicts deeper than 16 (or holds itself)");
+  if (PyList_CheckExact(obj) && PyList_GET_SIZE(obj) > 256)  // a guard and a value per item: too many
+    throw Unsupported(source_name(*source) + " is a list of " + std::to_string(PyList_GET_SIZE(obj)) + " items");
   if (PyList_CheckExact(obj)) {
     // A list the caller passed: its items are guarded one by one; the trace may read it but not
     // mutate it (the source marks it as visible to the caller).

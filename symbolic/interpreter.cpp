@@ -15,6 +15,7 @@
 #include "runtime/errors.h"
 #include "runtime/guards.h"
 #include "symbolic/assembler.h"
+#include "symbolic/continuation.h"
 #include "symbolic/opcodes.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
@@ -279,6 +280,13 @@ struct Handlers {
     SymValue container = t.pop();
     SymValue item = t.pop();
     bool found = false;
+    if (container.is_constant() && python_dunder(Py_TYPE(container.obj), "__contains__")) {
+      // A Python __contains__ (a Mapping's: `key in registry`) is inlined, as eager runs it.
+      SymValue r = t.call(Tracer::constant(python_dunder(Py_TYPE(container.obj), "__contains__")), {container, item}, {});
+      found = t.truth(r, "'in'");
+      t.push(Tracer::constant(found != (in.arg == 1) ? Py_True : Py_False));
+      return;
+    }
     if (container.kind == SymValue::Kind::Dict) {
       if (!item.is_constant()) throw Unsupported("'in' of a " + describe(item) + " in a dict");
       for (const SymValue& k : container.box->keys) {
@@ -288,6 +296,16 @@ struct Handlers {
       }
     } else if (container.is_python_constant() && item.is_python_constant()) {
       PyOwned c(t.materialize(container)), i(t.materialize(item));
+      // Containment compares with ==: a Python __eq__ of the item or of any member is user code.
+      // A set or dict also hashes the item.
+      auto python_eq = [](PyObject* o) { return python_dunder(Py_TYPE(o), "__eq__") != nullptr; };
+      const bool hashed = PyAnySet_CheckExact(c.p) || PyDict_CheckExact(c.p) || PyDictKeys_Check(c.p);
+      bool user_eq = python_eq(i.p) || (hashed && python_dunder(Py_TYPE(i.p), "__hash__")) ||
+                     !(PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p) || hashed || PyUnicode_CheckExact(c.p) || PyRange_Check(c.p));
+      if (!user_eq && (PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p)))
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(c.p) && !user_eq; ++k)
+          user_eq = python_eq(PySequence_Fast_GET_ITEM(c.p, k));
+      if (user_eq) throw Unsupported("'in' on " + describe(container) + " runs a Python __eq__ or __contains__");
       int r = PySequence_Contains(c.p, i.p);
       if (r < 0) { PyErr_Clear(); throw Unsupported("'in' on " + describe(container) + " raised"); }
       found = r == 1;
@@ -379,6 +397,9 @@ struct Handlers {
     store_item(t, container, fold_slice(t, std::move(s)), std::move(value));
   }
   static void store_item(Tracer& t, SymValue& container, const SymValue& index, SymValue value) {
+    // A container holding itself (x[0] = x) would make every later walk of the trace's values
+    // (rebuilding, guards, templates) endless: left to Python.
+    if (container.box && value.holds_box(container.box.get())) throw Unsupported("a container that holds itself");
     if (container.is_tensor()) {  // x[i] = v: an in-place write, recorded as eager does it
       auto fam = family_of_name("operator.setitem");
       if (!fam) throw Unsupported("tensor item assignment is not in the op table");
@@ -414,6 +435,15 @@ struct Handlers {
   static void delete_subscr(Tracer& t, const Instruction&) {
     SymValue index = t.pop();
     SymValue container = t.pop();
+    // A continuation's prologue empties the list its arguments came in: replayed after the graph.
+    if (container.kind == SymValue::Kind::List && container.source && container.source->kind == Source::Kind::Local &&
+        container.source->index == 0 && t.frames_.size() == 1 && is_resume_prologue(t.fr().code, t.fr().pc)) {
+      TraceResult::SideEffect e;
+      e.target = container;
+      e.kind = TraceResult::SideEffect::Kind::ClearList;
+      t.result_.effects.push_back(std::move(e));
+      return;
+    }
     if (container.source || !index.is_constant()) throw Unsupported("del on " + describe(container));
     if (container.kind == SymValue::Kind::List && PyLong_Check(index.obj)) {
       auto& items = container.box->items;
@@ -771,6 +801,14 @@ struct Handlers {
         throw Unsupported(std::string("attribute assignment through a ") + Py_TYPE(descr)->tp_name + " ('" + name +
                           "' of " + tp->tp_name + ")");
     }
+    {
+      // Replayed after the graph, outside any try block: a store that would raise (an object
+      // without a __dict__ and no slot of that name, object() say) must raise where it is.
+      PyOwned key(PyUnicode_FromString(name.c_str()));
+      PyObject* descr = key.p ? _PyType_Lookup(tp, key.p) : nullptr;
+      if (!(descr && Py_IS_TYPE(descr, &PyMemberDescr_Type)) && !_PyObject_GetDictPtr(owner.obj))
+        throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " without a __dict__");
+    }
     if (!owner.source) t.pin(owner);  // replayed on this very object
     for (auto& [obj, n, v] : t.written_attrs_)
       if (obj == owner.obj && n == name) {
@@ -958,6 +996,12 @@ int call_sequence_start(const std::vector<Instruction>& insts, int inst) {
 // Why the root frame cannot break at instruction `inst`, or "" if it can.
 std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
   if (code->co_ncellvars > 0) return "the frame has cell variables";
+  // Zero-argument super() reads the frame's first slot and its __class__ cell: in transformed
+  // code and continuations the first slot holds something else.
+  for (int i = 0; i < code->co_nfreevars; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(code->co_localsplusnames, code->co_nlocalsplus - code->co_nfreevars + i);
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return "the function uses super() without arguments";
+  }
   if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) return "a generator frame";
   const Instruction& in = insts[static_cast<size_t>(inst)];
   for (const ExceptionEntry& e : exception_table(code))
@@ -989,6 +1033,10 @@ TraceResult trace_frame(const FrameInputs& frame) {
       Tracer tracer(frame, r, stop_at);
       tracer.run();
       r.ok = true;
+    } catch (const NoBreak& e) {
+      r.ok = false;
+      r.reason = e.what();
+      r.break_inst = -1;
     } catch (const Unsupported& e) {
       r.ok = false;
       r.reason = e.what();

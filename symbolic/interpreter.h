@@ -69,8 +69,11 @@ struct TraceResult {
   // performs them after the graph runs (target.name = value).
   struct SideEffect {
     SymValue target;
-    std::string name;
-    SymValue value;
+    std::string name;  // SetAttr: the attribute
+    SymValue value;    // SetAttr: what is stored
+    // SetAttr: target.name = value. ClearList: del target[:] (a continuation's prologue emptying
+    // the list its arguments came in, continuation.h).
+    enum class Kind : uint8_t { SetAttr, ClearList } kind = Kind::SetAttr;
   };
   std::vector<SideEffect> effects;
 

@@ -63,6 +63,7 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     std::vector<SymValue> items = a_seq ? a.seq() : unpack(a, static_cast<int>(PyTuple_GET_SIZE(a.obj)));
     std::vector<SymValue> more = b_seq ? b.seq() : unpack(b, static_cast<int>(PyTuple_GET_SIZE(b.obj)));
     items.insert(items.end(), more.begin(), more.end());
+    if (items.size() > 4096) throw Unsupported("a sequence of more than 4096 items built in the trace");
     if (a.kind == K::List && sym == "+=") {
       if (a.source) throw Unsupported("+= on a list the caller can see");
       a.box->items = items;
@@ -74,6 +75,10 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     const SymValue& seq = a_seq ? a : b;
     const SymValue& count = a_seq ? b : a;
     if (!PyLong_Check(count.obj)) throw Unsupported("sequence repetition by " + describe(count));
+    // Each item is a value of the trace (and of a rebuilt state: one instruction each).
+    constexpr long kMaxItems = 4096;
+    if (PyLong_AsLong(count.obj) * static_cast<long>(seq.seq().size()) > kMaxItems)
+      throw Unsupported("a sequence of more than " + std::to_string(kMaxItems) + " items built in the trace");
     std::vector<SymValue> items;
     for (long k = 0; k < PyLong_AsLong(count.obj); ++k) items.insert(items.end(), seq.seq().begin(), seq.seq().end());
     if (seq.kind == K::List && sym == "*=") {
@@ -104,6 +109,18 @@ bool is_module_container(PyObject* o, const char* name) {
   PyObject* t = resolve_python_name(std::string("torch.nn.") + name);
   Py_XDECREF(t);  // the type lives as long as torch.nn
   return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
+}
+
+// Whether c[k] would run Python code of k's class: a dict hashes k and compares it with ==
+// (an Enum's Python __hash__ hashes its name: pure, and allowed); a sequence asks k's __index__.
+bool runs_user_code_as_key(PyObject* c, PyObject* k) {
+  PyTypeObject* tp = Py_TYPE(k);
+  if (PyDict_Check(c) || PyAnySet_Check(c)) {
+    static PyObject* enum_type = resolve_python_name("enum.Enum");  // NB: kept for the process
+    const bool is_enum = enum_type && PyObject_TypeCheck(k, reinterpret_cast<PyTypeObject*>(enum_type));
+    return python_dunder(tp, "__eq__") || (python_dunder(tp, "__hash__") && !is_enum);
+  }
+  return !(PyLong_CheckExact(k) || PyBool_Check(k) || PySlice_Check(k) || is_plain_value(k));
 }
 
 }  // namespace
@@ -170,6 +187,9 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
     }
     if (is_module_container(c, "ModuleDict") && PyUnicode_Check(index.obj)) return load_attr(container, PyUnicode_AsUTF8(index.obj));
     if ((PyDict_CheckExact(c) || PyList_CheckExact(c) || PyTuple_CheckExact(c)) && container.source) {
+      // A key's Python __hash__/__eq__ (or an index's __index__) would run for real, and its
+      // answer be baked in.
+      if (runs_user_code_as_key(c, index.obj)) throw Unsupported("subscript with a " + describe(index));
       PyObject* r = PyObject_GetItem(c, index.obj);
       if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
       PyOwned owned(r);
@@ -190,6 +210,7 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
     }
     PyOwned c(materialize(container)), i(materialize(index));
     if (!foldable_constant(c.p) && !THPSize_Check(c.p)) throw Unsupported("subscript of " + describe(container));
+    if (runs_user_code_as_key(c.p, i.p)) throw Unsupported("subscript with a " + describe(index));
     PyObject* r = PyObject_GetItem(c.p, i.p);
     if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
     PyOwned owned(r);
@@ -246,7 +267,7 @@ SymValue Tracer::make_iterator(const SymValue& v) {
       }
       const bool view = PyDictKeys_Check(o) || PyDictValues_Check(o) || PyDictItems_Check(o);
       const bool sequence = PyTuple_Check(o) || PyList_CheckExact(o) || PyRange_Check(o) || PyDict_Check(o) ||
-                            PyUnicode_CheckExact(o) || THPSize_Check(o) || view || (PyIter_Check(o) && !v.source);
+                            PyUnicode_CheckExact(o) || THPSize_Check(o) || view;  // never a live iterator: draining it is for real
       if (!sequence) throw Unsupported("iteration over " + describe(v));
       if (!PyIter_Check(o) && PyObject_Length(o) > kMaxUnroll) throw Unsupported("a loop of more than " + std::to_string(kMaxUnroll) + " iterations");
       PyOwned list(PySequence_List(o));
@@ -279,6 +300,17 @@ bool Tracer::truth(const SymValue& v, const char* what) {
   switch (v.kind) {
     case K::Constant: {
       PyTypeObject* tp = Py_TYPE(v.obj);
+      // A Python __bool__ (else a Python __len__) is inlined: it runs in the trace as often as
+      // eager runs it, its effects replayed, instead of once for real with its answer baked in.
+      PyOwned bool_name(PyUnicode_InternFromString("__bool__"));
+      PyObject* bool_fn = python_dunder(tp, "__bool__");
+      PyObject* len_fn = _PyType_Lookup(tp, bool_name.p) ? nullptr : python_dunder(tp, "__len__");
+      if (bool_fn || len_fn) {
+        SymValue r = call(constant(bool_fn ? bool_fn : len_fn), {v}, {});
+        if (!r.is_constant() || !(bool_fn ? PyBool_Check(r.obj) : PyLong_CheckExact(r.obj)))
+          throw Unsupported(std::string(what) + " on " + describe(v) + ": its " + (bool_fn ? "__bool__" : "__len__") + " gave " + describe(r));
+        return bool_fn ? r.obj == Py_True : PyObject_IsTrue(r.obj) == 1;
+      }
       const bool own_truth = (tp->tp_as_number && tp->tp_as_number->nb_bool) ||
                              (tp->tp_as_mapping && tp->tp_as_mapping->mp_length) ||
                              (tp->tp_as_sequence && tp->tp_as_sequence->sq_length);

@@ -57,12 +57,16 @@ PyObject* resolve_python_name(const std::string& dotted) {
 }
 
 PyObject* resolve_loaded_python_name(const std::string& dotted) {
-  for (size_t dot = dotted.rfind('.'); dot != std::string::npos && dot > 0; dot = dotted.rfind('.', dot - 1))
-    if (PyObject* m = loaded_module(dotted.substr(0, dot))) {
-      Py_DECREF(m);
-      return resolve_python_name(dotted);
-    }
-  return nullptr;
+  // NB: the module named by everything before the last dot, not any loaded prefix: walking
+  // `torch._dynamo` from a loaded `torch` goes through torch's lazy __getattr__, which imports it.
+  const size_t dot = dotted.rfind('.');
+  if (dot == std::string::npos || dot == 0) return nullptr;
+  PyObject* m = loaded_module(dotted.substr(0, dot));
+  if (!m) return nullptr;
+  PyObject* v = PyObject_GetAttrString(m, dotted.c_str() + dot + 1);
+  Py_DECREF(m);
+  if (!v) PyErr_Clear();
+  return v;
 }
 
 namespace {

@@ -26,6 +26,16 @@ namespace fastdyn::symbolic {
 struct Unsupported : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// Unsupported where a graph break would be observable too (locals(), sys._getframe() would see
+// the transformed code's frame): the whole frame runs as written.
+struct NoBreak : Unsupported {
+  using Unsupported::Unsupported;
+};
+
+// What type(o).<dunder> resolves to when that is Python code (a function, or anything but a C
+// slot, method or builtin), else nullptr (borrowed). The trace never calls such code for real:
+// it inlines it, or breaks, so that user code runs exactly as often as eager runs it.
+PyObject* python_dunder(PyTypeObject* tp, const char* dunder);
 
 // One Python frame being traced: the root or an inlined callee.
 struct FrameState {
@@ -90,8 +100,17 @@ class Tracer {
       if (o == obj && n == name) return &v;
     return nullptr;
   }
+  // Whether the trace stored an attribute of obj (to be replayed after the graph).
+  bool written_attrs_of(PyObject* obj) const {
+    for (const auto& w : written_attrs_)
+      if (std::get<0>(w) == obj) return true;
+    return false;
+  }
   // a == b on two constants, in Python (pins both): 1, 0, or -1 with the error set.
   int equal(const SymValue& a, const SymValue& b) const {
+    for (const SymValue* v : {&a, &b})
+      if (python_dunder(Py_TYPE(v->obj), "__eq__"))
+        throw Unsupported(std::string("== on a ") + Py_TYPE(v->obj)->tp_name + " runs its Python __eq__");
     pin(a);
     pin(b);
     return PyObject_RichCompareBool(a.obj, b.obj, Py_EQ);
@@ -140,6 +159,7 @@ class Tracer {
   std::unordered_map<PyObject*, codegen::ValueId> tensor_inputs_;  // live tensor -> graph input
   std::unordered_map<PyObject*, SourcePtr> type_guarded_;  // instance -> the source of its first read
   int nargs_ = 0;       // argument slots of the root frame
+  int wrap_depth_ = 0;  // wrap()'s recursion into lists and dicts
   int stop_at_ = -1;    // root instruction index at which to stop and record a break
   bool grad_mode_changed_ = false;
   // Attribute values written during the trace (result_.effects), read back by later reads.

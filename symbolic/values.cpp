@@ -73,6 +73,17 @@ SymValue SymValue::boxed(Kind kind) {
 const std::vector<SymValue>& SymValue::seq() const { return kind == Kind::List ? box->items : items; }
 std::vector<SymValue>& SymValue::mutable_seq() { return kind == Kind::List ? box->items : items; }
 
+bool SymValue::holds_box(const SymBox* b, int depth) const {
+  if (box && box.get() == b) return true;
+  if (depth > 32) return true;
+  for (const SymValue& i : items)
+    if (i.holds_box(b, depth + 1)) return true;
+  if (box && (kind == Kind::List || kind == Kind::Dict))
+    for (const SymValue& i : box->items)
+      if (i.holds_box(b, depth + 1)) return true;
+  return false;
+}
+
 bool SymValue::is_python_constant() const {
   switch (kind) {
     case Kind::Constant: return true;

@@ -88,6 +88,9 @@ struct SymValue {
   // object.
   bool is_python_constant() const;
   bool is_null() const { return kind == Kind::Null; }
+  // Whether this value is, or holds at any depth, the list/dict/record of box `b` (or holds
+  // containers nested deeper than any trace builds): storing it there would make a cycle.
+  bool holds_box(const SymBox* b, int depth = 0) const;
   // Items of a tuple, named tuple, slice or list (a list's live items in its box).
   const std::vector<SymValue>& seq() const;
   std::vector<SymValue>& mutable_seq();

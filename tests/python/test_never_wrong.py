@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import types
+import typing
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -379,3 +380,301 @@ def test_jit_of_generator_or_async_function_says_so(fn, kind):
     with pytest.warns(UserWarning, match=f"{fn.__name__} is an? {kind} function.*plain functions"):
         out = fastdyn.jit(fn)
     assert out is fn
+
+
+# ---------------------------------------------------------------- found by the CPython and
+# differential runs: the trace never runs user code for real (dunders, descriptors, keys, reprs),
+# and containers that hold themselves
+
+class Window:
+    def __init__(self):
+        self.calls = 0
+
+    def __len__(self):
+        self.calls += 1
+        return self.calls
+
+    def __bool__(self):
+        self.calls += 1
+        return self.calls % 2 == 1
+
+
+class Counting:
+    """A data descriptor with a Python __get__ (on the class and on instances)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __get__(self, obj, cls):
+        self.n += 1
+        return self.n
+
+    def __set__(self, obj, value):
+        raise AttributeError("read-only")
+
+
+class WithDescriptor:
+    value = Counting()
+
+
+def scale_by_len(x, w):
+    return x * len(w)
+
+
+def branch_on_bool(x, w):
+    return x + 1 if w else x - 1
+
+
+def scale_by_descriptor(x, o):
+    return x * o.value
+
+
+@pytest.mark.parametrize("fn,make", [(scale_by_len, Window), (branch_on_bool, Window),
+                                     (scale_by_descriptor, WithDescriptor)],
+                         ids=["__len__", "__bool__", "descriptor"])
+def test_python_dunders_run_as_often_as_in_eager(fn, make):
+    def run(obj):
+        return [fn(torch.ones(2), obj).tolist() for _ in range(4)]
+    WithDescriptor.__dict__["value"].n = 0
+    eager = run(make())
+    WithDescriptor.__dict__["value"].n = 0
+    fastdyn.enable()
+    got = run(make())
+    fastdyn.disable()
+    assert got == eager
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    def __hash__(self):
+        return 12345
+
+
+def lookup(x, table, key):
+    return x * table[key]
+
+
+def test_dict_lookup_uses_the_keys_hash_and_eq():
+    fastdyn.enable()
+    with pytest.raises(KeyError):
+        lookup(torch.ones(2), {1: 2.0}, AlwaysEqual())
+    fastdyn.disable()
+
+
+LOG = []
+
+
+class Loud(type):
+    def __repr__(cls):
+        LOG.append("metaclass __repr__")
+        return "<Loud>"
+
+
+class Noisy(metaclass=Loud):
+    @property
+    def p(self):
+        LOG.append("property")
+        return 1
+
+    def __eq__(self, other):
+        LOG.append("__eq__")
+        return True
+
+    __hash__ = object.__hash__
+
+    def __iter__(self):
+        return iter(())
+
+    def __repr__(self):
+        LOG.append("__repr__")
+        return "noisy"
+
+
+@pytest.mark.parametrize("fn", [
+    lambda k, x: (hasattr(k, "p"), x + 1),
+    lambda k, x: (k in [0], x + 1),
+    lambda k, x: ([v for v in k], x + 1),
+    lambda k, x: (Noisy(), x + 1),
+], ids=["hasattr_property", "in_list", "iterate", "construct"])
+def test_trace_runs_no_user_method_eager_does_not(fn):
+    LOG.clear()
+    fn(Noisy(), torch.ones(2))
+    eager = list(LOG)
+    LOG.clear()
+    fastdyn.enable()
+    fn(Noisy(), torch.ones(2))
+    fastdyn.disable()
+    assert LOG == eager
+
+
+def holds_itself(x):
+    a = []
+    a.append(a)
+    d = {"t": x * 2}
+    d["self"] = d
+    return a, d, str(a), x + 1
+
+
+def test_containers_that_hold_themselves():
+    fastdyn.enable()
+    a, d, text, y = holds_itself(torch.ones(2))
+    again = holds_itself(torch.ones(2))
+    fastdyn.disable()
+    assert a[0] is a and d["self"] is d and text == "[[...]]"
+    assert torch.equal(y, torch.full((2,), 2.0)) and torch.equal(again[1]["t"], torch.full((2,), 2.0))
+
+
+def test_first_trace_does_not_import_dynamo():
+    code = textwrap.dedent("""
+        import sys, time, torch, fastdyn
+        def f():
+            return time.time()
+        fastdyn.enable()
+        f(); f()
+        print("dynamo imported:", "torch._dynamo" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert "dynamo imported: False" in out.stdout, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- found by CPython's tests with
+# tensor-free frames compiled too (fastdyn._C.set_compile_tensor_free, tests/cpython/regrtest.py)
+
+def compiled_everywhere(fn, *args):
+    """fn's result eagerly, then under enable() with tensor-free frames compiled (twice)."""
+    eager = fn(*args)
+    fastdyn._C.set_compile_tensor_free(True)
+    fastdyn.enable()
+    try:
+        first, second = fn(*args), fn(*args)
+    finally:
+        fastdyn.disable()
+        fastdyn._C.set_compile_tensor_free(False)
+    return eager, first, second
+
+
+def drain(make):
+    it = make()
+    x = list(it)
+    print(end="")  # a break: the continuation gets the drained iterator
+    return x, list(it)
+
+
+def views():
+    d = {"a": 1, "b": 2}
+    return repr(d.values()), repr(d.items()), d.items() - {("a", 1)}, d.items() == {("a", 1), ("b", 2)}
+
+
+def container_attrs():
+    return hasattr({}, "__missing__"), hasattr([1], "__orig_class__"), getattr({}, "nope", "default"), hasattr([], "append")
+
+
+def store_on_object():
+    a = object()
+    try:
+        a.foo = 12
+    except AttributeError:
+        return "caught"
+    return "stored"
+
+
+@dataclass
+class WithClassVar:
+    x: int
+    y: typing.ClassVar[int] = 10
+
+
+def make_classvar():
+    return WithClassVar(1).x, WithClassVar.y
+
+
+def sees_locals():
+    abc = 1
+    return sorted(locals())
+
+
+class SuperGetattribute:
+    def __getattribute__(self, name):
+        return super().__getattribute__(name)
+
+    def meth(self):
+        return 7
+
+
+def super_getattribute():
+    return SuperGetattribute().meth()
+
+
+def str_after_store():
+    u = UnicodeEncodeError("baz", "xxxxx", 1, 5, "foo")
+    before = str(u)
+    u.end = 2
+    return before, str(u)
+
+
+@pytest.mark.parametrize("fn", [lambda: drain(lambda: iter([1, 2, 3])), views, container_attrs, store_on_object,
+                                make_classvar, sees_locals, super_getattribute, str_after_store],
+                         ids=["iterator_not_drained", "dict_views", "container_attrs", "store_on_object",
+                              "dataclass_classvar", "locals", "super_getattribute", "str_after_store"])
+def test_tensor_free_frames_compile_exactly(fn):
+    eager, first, second = compiled_everywhere(fn)
+    assert first == eager and second == eager
+
+
+class Tracked:
+    pass
+
+
+def drops_local():
+    obj = Tracked()
+    wr = weakref.ref(obj)
+    obj = None
+    return wr() is None
+
+
+def drops_local_with_tensor(x):
+    obj = Tracked()
+    y = x + 1
+    wr = weakref.ref(obj)
+    obj = None
+    return wr() is None, y
+
+
+def test_continuations_hold_no_dropped_local():
+    assert compiled_everywhere(drops_local) == (True, True, True)
+    fastdyn.enable()
+    got = [drops_local_with_tensor(torch.ones(1))[0] for _ in range(2)]
+    fastdyn.disable()
+    assert got == [True, True]
+
+
+class Noop:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        pass
+
+
+def after_with():
+    with Noop():
+        1 / 0
+
+
+def traceback_lines(fn):
+    try:
+        fn()
+    except ZeroDivisionError as e:
+        tb = e.__traceback__.tb_next
+    lines = []
+    while tb:
+        lines.append((tb.tb_frame.f_code.co_name, tb.tb_frame.f_lineno - tb.tb_frame.f_code.co_firstlineno))
+        tb = tb.tb_next
+    return lines
+
+
+def test_traceback_through_continuations_matches_eager():
+    eager, first, second = compiled_everywhere(traceback_lines, after_with)
+    assert first == eager and second == eager
