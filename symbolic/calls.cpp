@@ -129,7 +129,7 @@ static PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_
 
 // Whether o is a value of a built-in type (not an object of a Python class), and so are its items
 // when it is a container: what a folded builtin may do to it runs no user code.
-static bool holds_only_builtin_values(PyObject* o, int depth) {
+bool holds_only_builtin_values(PyObject* o, int depth) {
   if (!o || depth > 8) return false;
   if (PyIter_Check(o)) return false;  // an iterator: folding would drain the caller's, for real
   if (Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) return PyType_Check(o) || THPSize_Check(o);  // classes; torch.Size

@@ -28,7 +28,10 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     PyOwned x(materialize(a)), y(materialize(b));
     // Keys views (of dicts whose keys compare in C) fold too: set operations on them.
     auto foldable = [](PyObject* o) { return foldable_constant(o) || THPSize_Check(o) || PyDictKeys_Check(o); };
-    if (!x.p || !y.p || !foldable(x.p) || !foldable(y.p)) {
+    // Containers holding objects of Python classes compare (and add, ...) with their methods.
+    if (!x.p || !y.p || !foldable(x.p) || !foldable(y.p) ||
+        ((PyList_Check(x.p) || PyTuple_Check(x.p)) && !holds_only_builtin_values(x.p)) ||
+        ((PyList_Check(y.p) || PyTuple_Check(y.p)) && !holds_only_builtin_values(y.p))) {
       // == and != of objects whose types compare in C (enums, types, modules...): no user code runs.
       auto c_eq = [](PyObject* o) {
         PyOwned key(PyUnicode_InternFromString("__eq__"));

@@ -174,6 +174,9 @@ PyObject* module_type();  // torch.nn.Module (borrowed, kept for the process)
 // Shared by attributes.cpp, calls.cpp and operators.cpp.
 SourcePtr const_source(PyObject* obj, const std::string& label);  // K['label']: a fixed object
 bool is_plain_value(PyObject* o);          // None, bool, int, float, str, dtype, device, tuples of them
+// A value of built-in types all the way down (no object of a Python class, no iterator): what
+// a folded builtin or operator does to it runs no user code.
+bool holds_only_builtin_values(PyObject* o, int depth = 0);
 PyObject* tensor_type();                   // torch.Tensor (borrowed)
 const char* operator_name(const std::string& sym);               // "+" -> "operator.add"
 PyObject* fold_binary(const std::string& sym, PyObject* a, PyObject* b);  // new ref or nullptr
