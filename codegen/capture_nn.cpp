@@ -484,6 +484,7 @@ bool flash_attention_cpu_runs(const TensorMeta& q, const TensorMeta& k, const Te
   if (enable_gqa ? (hk != hv || hk == 0 || hq % hk != 0) : (hq != hk || hq != hv)) return false;
   if (mask) {
     if (mask->requires_grad) return false;
+    if (mask->dim() < 2) return false;  // (ATen raises for it; sizes[dim - 2] would read before the vector)
     const int64_t l = q.sizes[2], s = k.sizes[2];
     const int64_t m_l = mask->sizes[mask->sizes.size() - 2], m_s = mask->sizes.back();
     if ((m_l != l && m_l != 1) || (m_s != s && m_s != 1)) return false;
