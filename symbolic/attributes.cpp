@@ -206,7 +206,9 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   }
   if (!owner.source) pin(owner);  // what is read from it is not guarded: this object itself
   PyObject* o = owner.obj;
-  if (const SymValue* written = written_attr(o, name)) return *written;
+  // (A class's own __getattribute__ runs for every read, stored values included: below.)
+  if (has_standard_getattribute(Py_TYPE(o)))
+    if (const SymValue* written = written_attr(o, name)) return *written;
   if (owner.name == "__super__") {
     if (name == "__getattribute__") {  // object's lookup, done for real on the instance
       SymValue m;

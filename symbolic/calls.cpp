@@ -510,7 +510,7 @@ struct Calls {
       if (!args[1].is_constant() || !PyUnicode_Check(args[1].obj)) throw Unsupported("getattr with a non-constant name");
       const std::string name = PyUnicode_AsUTF8(args[1].obj);
       const bool has = is("hasattr");
-      if (args[0].is_constant()) {
+      if (args[0].is_constant() && has_standard_getattribute(Py_TYPE(args[0].obj))) {
         if (const SymValue* written = t.written_attr(args[0].obj, name)) {  // stored earlier in the trace
           out = has ? Tracer::constant(Py_True) : *written;
           return true;
@@ -724,11 +724,16 @@ struct Calls {
       }
       if ((name == "index" || name == "count") && n == 1 && args[0].is_constant()) {
         long count = 0, first = -1;
-        for (size_t i = 0; i < items.size(); ++i)
-          if (items[i].is_constant() && t.equal(items[i], args[0]) == 1) {
+        for (size_t i = 0; i < items.size(); ++i) {
+          // Every item compared before the match is compared by ==: a tensor's (a bool() of
+          // a tensor, which raises) or another value's the trace cannot answer.
+          if (!items[i].is_constant()) throw Unsupported("list." + name + " compares with a " + describe(items[i]));
+          if (t.equal(items[i], args[0]) == 1) {
             if (first < 0) first = static_cast<long>(i);
             ++count;
+            if (name == "index") break;
           }
+        }
         PyErr_Clear();
         if (name == "index" && first < 0) throw Unsupported("list.index of a missing value");
         PyOwned r(PyLong_FromLong(name == "index" ? first : count));
@@ -1170,6 +1175,15 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     }
     PyOwned owned(r);
     if (PyIter_Check(r)) throw Unsupported("iterator from " + py_repr(fn));
+    // A new list (sorted, list(...)) is the frame's own, mutable: a list value of the trace, not
+    // a constant that every later call would share (and find mutated); a new set cannot be one.
+    if (PyList_CheckExact(r)) {
+      std::vector<SymValue> items;
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r); ++i) items.push_back(constant(PyList_GET_ITEM(r, i)));
+      return SymValue::list(std::move(items));
+    }
+    if (PySet_CheckExact(r) || PyDict_CheckExact(r) || PyByteArray_CheckExact(r))
+      throw Unsupported("a mutable " + std::string(Py_TYPE(r)->tp_name) + " from " + py_repr(fn));
     return constant(r);
   }
   // torch functions that only read global state, and tracing/scripting probes.

@@ -155,6 +155,9 @@ struct Handlers {
     else s = std::move(v);
   }
   static void delete_fast(Tracer& t, const Instruction& in) {
+    // An unbound local (not an argument the trace has not read yet) raises UnboundLocalError.
+    const bool unread_argument = t.fr().depth == 0 && in.arg < t.nargs_ && !t.fr().written[static_cast<size_t>(in.arg)];
+    if (!t.fr().locals[static_cast<size_t>(in.arg)] && !unread_argument) throw Unsupported("del of an unbound local");
     mark_written(t, in.arg);
     t.fr().locals[static_cast<size_t>(in.arg)].reset();
   }
