@@ -72,13 +72,16 @@ KNOWN_BUGS = {
     1000154: "C: y[0] = y[0, 0], as 1000064",
     1000134: "D: an in-place op that raises (as in eager) is reported one line later",
 }
+# Known bugs seen on one Python only (CPython 3.12 on the accelerator machine agrees on these).
+KNOWN_BUGS_ONLY_ON = {1000154: (3, 11)}
 
 
 @pytest.mark.parametrize("chunk", range(PROGRAMS // CHUNK))
 def test_programs_agree_with_eager(pool, chunk):
     seeds = list(range(SEED0 + chunk * CHUNK, SEED0 + (chunk + 1) * CHUNK))
     answers = runner.run_seeds(seeds, pool)
-    fixed = [a["seed"] for a in answers if a["seed"] in KNOWN_BUGS and a["status"] == "ok"]
+    fixed = [a["seed"] for a in answers if a["seed"] in KNOWN_BUGS and a["status"] == "ok" and
+             KNOWN_BUGS_ONLY_ON.get(a["seed"], sys.version_info[:2]) == sys.version_info[:2]]
     for a in answers:
         if a["seed"] in KNOWN_BUGS and a["status"] != "ok":
             print(f"known bug, seed {a['seed']}: {KNOWN_BUGS[a['seed']]}")
