@@ -376,6 +376,13 @@ CaptureResult bind_setitem(BindCall& call) {
     if (!expands_to(src_sizes, dst.sizes))
       return fail(op, "shape mismatch: value tensor of shape " + meta::format_ints(vm->sizes) +
                           " cannot be broadcast to indexing result of shape " + meta::format_ints(dst.sizes));
+    // As eager's copy_to: a 0-dim CPU value into a view of another shape is fill_(value), which
+    // reads the value once (it may be an element of x itself: x[:, 0] = x[0, 0]); copy_ of the
+    // expanded value would refuse the overlap.
+    if (vm->dim() == 0 && vm->device.is_cpu() && vm->sizes != dst.sizes) {
+      emit1(call.graph, OpId::fill__Tensor, {Arg::of_value(ix.view), Arg::of_value(value.value)}, dst);
+      return none_result();
+    }
     emit1(call.graph, OpId::copy_, {Arg::of_value(ix.view), Arg::of_value(src), Arg::of_bool(false)}, dst);
     return none_result();
   }

@@ -1177,12 +1177,14 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     if (PyIter_Check(r)) throw Unsupported("iterator from " + py_repr(fn));
     // A new list (sorted, list(...)) is the frame's own, mutable: a list value of the trace, not
     // a constant that every later call would share (and find mutated); a new set cannot be one.
-    if (PyList_CheckExact(r)) {
+    // (Fresh: only this call's result refers to it; dict.get of a registry returns one it holds.)
+    const bool fresh = Py_REFCNT(r) == 1;
+    if (fresh && PyList_CheckExact(r)) {
       std::vector<SymValue> items;
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r); ++i) items.push_back(constant(PyList_GET_ITEM(r, i)));
       return SymValue::list(std::move(items));
     }
-    if (PySet_CheckExact(r) || PyDict_CheckExact(r) || PyByteArray_CheckExact(r))
+    if (fresh && (PySet_CheckExact(r) || PyDict_CheckExact(r) || PyByteArray_CheckExact(r)))
       throw Unsupported("a mutable " + std::string(Py_TYPE(r)->tp_name) + " from " + py_repr(fn));
     return constant(r);
   }

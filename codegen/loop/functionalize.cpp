@@ -43,7 +43,7 @@ const std::unordered_map<int, OpId>& renamed_twins() {
 std::optional<OpId> functional_twin(OpId op) {
   auto it = renamed_twins().find(static_cast<int>(op));
   if (it != renamed_twins().end()) return it->second;
-  if (op == OpId::logical_not_ || op == OpId::fill__Scalar || op == OpId::index_put_) return std::nullopt;
+  if (op == OpId::logical_not_ || op == OpId::fill__Scalar || op == OpId::fill__Tensor || op == OpId::index_put_) return std::nullopt;
   const OpInfo& info = op_info(op);
   std::string name = info.aten;
   if (name.empty() || name.back() != '_') return std::nullopt;

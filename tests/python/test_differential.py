@@ -67,13 +67,10 @@ def _report(answers, pool):
 # class. They still run: a known seed that starts to agree is reported (its entry must go), and
 # every other seed must agree.
 KNOWN_BUGS = {
-    1000064: "C: x[:, 0] = x[0, 0] (item assignment from an element of the same tensor) raises "
-             "'some elements ... refer to a single memory location' under fastdyn only",
-    1000154: "C: y[0] = y[0, 0], as 1000064",
     1000134: "D: an in-place op that raises (as in eager) is reported one line later",
 }
-# Known bugs seen on one Python only (CPython 3.12 on the accelerator machine agrees on these).
-KNOWN_BUGS_ONLY_ON = {1000154: (3, 11)}
+# Known bugs seen on one Python only.
+KNOWN_BUGS_ONLY_ON = {}
 
 
 @pytest.mark.parametrize("chunk", range(PROGRAMS // CHUNK))
