@@ -93,8 +93,11 @@ ConstantFolding fold_constants(const Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     (folded_node[i] ? f.constants.nodes : f.rest.nodes).push_back(g.nodes[i]);
     if (!folded_node[i]) continue;
+    // Inputs of the folded graph: graph inputs, and the values a folded factory reads for their
+    // metadata only (zeros_like(cos(x)): cos is not folded; evaluated on a placeholder of its meta).
     for_each_value(g.nodes[i], [&](ValueId v) {
-      if (producer[static_cast<size_t>(v)] < 0 && !meta_input[static_cast<size_t>(v)]) {
+      const int32_t p = producer[static_cast<size_t>(v)];
+      if ((p < 0 || !folded_node[static_cast<size_t>(p)]) && !meta_input[static_cast<size_t>(v)]) {
         meta_input[static_cast<size_t>(v)] = true;
         f.constants.inputs.push_back(v);
       }

@@ -698,3 +698,20 @@ def test_item_assignment_from_an_element_of_the_same_tensor():
         got = assign_own_element(x)
         fastdyn.disable()
         assert torch.equal(got, want) and torch.equal(x, want_x)
+
+
+def zeros_like_of_a_graph_value(y):
+    t = y.cos()
+    return torch.zeros_like(t) + 2.0, t.add_(torch.zeros_like(y @ y.t()))
+
+
+def test_factory_of_a_computed_value_folds_without_a_backend_failure():
+    # zeros_like(cos(y)) is folded at compile time on a placeholder of cos(y)'s metadata; the
+    # folded graph lacked that input ("uses %1 before it is defined") and the graph ran on aten
+    # (strict mode, on in this suite, now raises for such a failure).
+    y = torch.randn(3, 3)
+    want = zeros_like_of_a_graph_value(y.clone())
+    got = fastdyn.jit(zeros_like_of_a_graph_value)(y.clone())
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert fastdyn.stats()["backend_failures"] == 0
