@@ -29,6 +29,14 @@ struct Sample {
   std::vector<at::Tensor> inputs;
 };
 
+TensorMeta meta_of(const at::Tensor& t) {
+  TensorMeta m;
+  m.dtype = t.scalar_type();
+  m.sizes = t.sizes().vec();
+  m.strides = t.strides().vec();
+  return m;
+}
+
 at::Tensor sample_tensor(c10::ScalarType dtype, int which) {
   const std::vector<int64_t> shape = which == 0 ? std::vector<int64_t>{6, 8} : std::vector<int64_t>{8};
   if (dtype == c10::ScalarType::Bool) return at::randint(0, 2, shape).to(dtype);
@@ -43,11 +51,7 @@ std::optional<std::pair<Arg, c10::IValue>> synthesize(const c10::Argument& a, c1
   const c10::TypePtr& t = a.real_type();
   if (t->kind() == c10::TypeKind::TensorType) {
     at::Tensor x = sample_tensor(dtype, static_cast<int>(s.inputs.size()));
-    TensorMeta m;
-    m.dtype = x.scalar_type();
-    m.sizes = x.sizes().vec();
-    m.strides = x.strides().vec();
-    const ValueId v = s.graph.add_input(m);
+    const ValueId v = s.graph.add_input(meta_of(x));
     s.inputs.push_back(x);
     return std::make_pair(Arg::of_value(v), c10::IValue(x));
   }
@@ -107,12 +111,7 @@ std::optional<Sample> one_node_graph(OpId op, c10::ScalarType dtype) {
     return std::nullopt;  // not a valid call for this dtype or these sample arguments
   }
   for (const c10::IValue& r : stack) {
-    const at::Tensor out = r.toTensor();
-    TensorMeta m;
-    m.dtype = out.scalar_type();
-    m.sizes = out.sizes().vec();
-    m.strides = out.strides().vec();
-    const ValueId v = s.graph.add_value(m);
+    const ValueId v = s.graph.add_value(meta_of(r.toTensor()));
     n.outputs.push_back(v);
     s.graph.outputs.push_back(v);
   }
