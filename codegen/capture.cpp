@@ -6,9 +6,11 @@
 // ValueId). Either way record_call truncates the graph back to what it was and returns
 // CaptureResult::fail naming the family, so symbolic/ can graph-break on a clean graph.
 #include "codegen/binder.h"
+#include "codegen/meta_rules.h"
 
 #include "runtime/errors.h"
 
+#include <algorithm>
 #include <exception>
 
 namespace fastdyn::codegen {
@@ -38,6 +40,48 @@ const FamilyRow& row(Family f) {
   return t[i];
 }
 
+// The value whose storage v lives in: through view nodes and in-place nodes (whose result is
+// their self) back to a graph input or a value a node made.
+ValueId storage_root(const Graph& g, ValueId v) {
+  for (size_t k = g.nodes.size(); k-- > 0;) {
+    const Node& n = g.nodes[k];
+    if (std::find(n.outputs.begin(), n.outputs.end(), v) == n.outputs.end()) continue;
+    const OpCategory c = op_info(n.op).category;
+    if ((c != OpCategory::View && c != OpCategory::InPlace) || n.args.empty() || n.args[0].kind != Arg::Kind::Value)
+      return v;
+    v = n.args[0].value;
+  }
+  return v;
+}
+
+// ATen's check on an in-place write (TensorIterator's assert_no_partial_overlap, copy_'s too):
+// an input that shares memory with the written tensor without being the same elements in the
+// same order (x.sub_(x.t()), x.add_(x[0])) raises. Returns whether `in` would.
+bool partially_overlaps(const Graph& g, ValueId out, ValueId in) {
+  if (in == out || storage_root(g, in) != storage_root(g, out)) return false;
+  const TensorMeta& a = g.meta(out);
+  const TensorMeta& b = g.meta(in);
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  if (!is_non_overlapping_and_dense(a) || !is_non_overlapping_and_dense(b)) return false;  // ATen: too hard to tell
+  const int64_t a_begin = a.storage_offset * static_cast<int64_t>(c10::elementSize(a.dtype)), a_end = a_begin + a.nbytes();
+  const int64_t b_begin = b.storage_offset * static_cast<int64_t>(c10::elementSize(b.dtype)), b_end = b_begin + b.nbytes();
+  if (a_begin == b_begin && a_end == b_end) return a.strides != b.strides;
+  return a_begin < b_end && b_begin < a_end;
+}
+
+// An in-place node that eager would refuse: not recorded, so that the trace breaks before it and
+// the op raises eagerly, on its own line, after everything before it has run.
+std::string refused_write(const Graph& g, size_t first_node) {
+  for (size_t k = first_node; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
+    if (op_info(n.op).category != OpCategory::InPlace || n.args.empty() || n.args[0].kind != Arg::Kind::Value) continue;
+    for (size_t a = 1; a < n.args.size(); ++a)
+      if (n.args[a].kind == Arg::Kind::Value && partially_overlaps(g, n.args[0].value, n.args[a].value))
+        return std::string("aten::") + op_info(n.op).aten + " reads memory it partially overwrites (eager raises)";
+  }
+  return {};
+}
+
 }  // namespace
 
 const char* family_name(Family f) { return row(f).name; }
@@ -56,6 +100,10 @@ CaptureResult record_call(Graph& g, const CaptureContext& ctx, Family family, co
     BindCall call{g, ctx, family, args, kwargs};
     result = r.bind(call);
     if (!result.ok && result.reason.empty()) result.reason = name + ": unsupported call";
+    if (result.ok) {
+      const std::string refused = refused_write(g, n_nodes);
+      if (!refused.empty()) result = CaptureResult::fail(name + ": " + refused);
+    }
   } catch (const std::exception& e) {
     result = CaptureResult::fail(name + ": " + e.what());
   } catch (...) {

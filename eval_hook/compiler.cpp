@@ -180,7 +180,7 @@ void set_transformed_function(CacheEntry& entry, PyCodeObject* code, const symbo
     PyErr_Clear();
     throw InternalError("creating the transformed function failed");
   }
-  if (func && func->func_closure) PyFunction_SetClosure(entry.fn, func->func_closure);
+  (void)func;  // its closure is lent for each call only (run_entry): an entry keeps no cell alive
   entry.nargs = symbolic::argument_slots(frame.code);
 }
 

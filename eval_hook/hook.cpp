@@ -92,12 +92,15 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
     result = PyObject_Vectorcall(graph, args, entry.direct_slots.size(), nullptr);
     Py_DECREF(graph);
   } else {
-    // Functions made by one `def` share code but not closures: point the entry at this one's.
+    // Functions made by one `def` share code but not closures: the entry's function gets this
+    // frame's closure for the call only (COPY_FREE_VARS copies its cells into the new frame at
+    // once), so that no cell, and nothing a cell holds, outlives the call through the entry.
     PyFunctionObject* fn = fd_frame_func(frame);
-    auto* target = reinterpret_cast<PyFunctionObject*>(entry.fn);
-    if (fn && target->func_closure != fn->func_closure) PyFunction_SetClosure(entry.fn, fn->func_closure);
     PyObject* callee = Py_NewRef(entry.fn);
+    const bool lend = fn && fn->func_closure;
+    if (lend) PyFunction_SetClosure(callee, fn->func_closure);
     result = PyObject_Vectorcall(callee, slots, static_cast<size_t>(entry.nargs), nullptr);
+    if (lend) PyFunction_SetClosure(callee, Py_None);
     Py_DECREF(callee);
   }
   if (!result && rerun_on_error) {

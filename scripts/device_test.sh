@@ -2,7 +2,9 @@
 # Builds fastdyn and runs the whole suite on the accelerator machine (Python 3.12, CUDA torch, no
 # LLVM, no internet), writing logs under $OUT. GoogleTest is not installed there: copy Debian's
 # sources here first (`cp -r /usr/src/googletest .gtest`, ignored through .git/info/exclude) and
-# name `.gtest` in the device call's carry list. Usage there: `bash scripts/device_test.sh`.
+# name `.gtest` in the device call's carry list. CPython's `test` package, missing there too: stage
+# it with `python scripts/stage_cpython_tests.py <a local python3.12>` and carry `.cpython-test`.
+# Usage there: `bash scripts/device_test.sh`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fastdyn-device-out}
@@ -31,5 +33,12 @@ ctest --test-dir "$bdir" -j "$jobs" > "$OUT/ctest.log" 2>&1
 echo "ctest rc=$?"; grep -E "tests passed|tests failed|\(Failed\)" "$OUT/ctest.log" | head -20
 
 export PATH="$PWD/python/fastdyn/bin:$PATH" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+# CPython's `test` package, which this machine's Python lacks: a staged copy when carried
+# (scripts/stage_cpython_tests.py; carry .cpython-test).
+staged=.cpython-test/${bdir#build/}
+if ! $PY -c 'import test.support' >/dev/null 2>&1 && [ -d "$staged/test" ]; then
+  export PYTHONPATH="$PWD/$staged:$PYTHONPATH"
+  echo "CPython tests: staged copy $staged"
+fi
 $PY -m pytest tests/python -p no:cacheprovider -q -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"

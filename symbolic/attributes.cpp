@@ -74,6 +74,22 @@ PyObject* python_dunder(PyTypeObject* tp, const char* dunder) {
   return f;
 }
 
+bool compares_in_c(PyObject* o, int depth) {
+  if (depth > 8 || python_dunder(Py_TYPE(o), "__eq__")) return false;
+  if (PyList_Check(o) || PyTuple_Check(o) || PyAnySet_Check(o)) {
+    PyOwned fast(PySequence_Fast(o, ""));
+    if (!fast.p) { PyErr_Clear(); return false; }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.p); ++i)
+      if (!compares_in_c(PySequence_Fast_GET_ITEM(fast.p, i), depth + 1)) return false;
+  } else if (PyDict_Check(o)) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &k, &v))
+      if (!compares_in_c(k, depth + 1) || !compares_in_c(v, depth + 1)) return false;
+  }
+  return true;
+}
+
 bool is_plain_value(PyObject* o) {
   if (o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o))
     return true;
@@ -224,7 +240,10 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       m.kind = K::BoundMethod;
       m.name = name;
       m.obj = Py_NewRef(PyMethod_GET_FUNCTION(value.p));
-      m.items.push_back(owner.items[0]);
+      // A classmethod reached through super() of an instance is bound to the instance's class
+      // (guarded with the instance's type), not to the instance.
+      PyObject* bound = PyMethod_GET_SELF(value.p);
+      m.items.push_back(bound == owner.items[0].obj ? owner.items[0] : constant(bound));
       return m;
     }
     if (!is_plain_value(value.p) && !PyCFunction_Check(value.p)) throw Unsupported("super()." + name + " is not a method");

@@ -24,7 +24,7 @@ void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out) {
     if (!v.source && std::find(out.begin(), out.end(), v.tensor) == out.end()) out.push_back(v.tensor);
     return;
   }
-  if ((v.kind == K::List || v.kind == K::Dict) && v.source) return;  // loaded from its source
+  if ((v.kind == K::List || v.kind == K::Dict || v.kind == K::Tuple) && v.source) return;  // loaded from its source
   if (v.kind == K::Constant && v.name != "__super__") return;
   for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect_tensors(i, out);
   if (v.kind == K::BoundMethod || v.kind == K::Method) return;
@@ -287,7 +287,8 @@ struct BoxSlots {
   }
   void collect(const SymValue& v) {
     using K = SymValue::Kind;
-    if (preload && v.source && (v.kind == K::Constant || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict) &&
+    if (preload && v.source &&
+        (v.kind == K::Constant || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict || v.kind == K::Tuple) &&
         through_path(v.source.get()) &&
         std::find(sources.begin(), sources.end(), v.source.get()) == sources.end())
       sources.push_back(v.source.get());
@@ -378,7 +379,8 @@ struct Rebuilder {
         b.emit(op::BUILD_SLICE, 3);
         return;
       }
-      case K::Tuple:
+      case K::Tuple:  // one read from outside the frame is that very object (`is` holds)
+        if (v.source) return load_sourced(v);
         for (const SymValue& i : v.items) push(i);
         b.emit(op::BUILD_TUPLE, static_cast<int>(v.items.size()));
         return;

@@ -94,10 +94,11 @@ SymValue& Tracer::local(int i) {
     src->index = i;
     src->name = name();
     s = wrap(obj, src);
-    // *args and **kwargs are made fresh for each call: the trace may change them freely (the
-    // items keep their sources for guards).
+    // **kwargs is made fresh for each call: the trace may change it freely (the items keep
+    // their sources for guards). *args, a tuple, keeps its source: rebuilt, it would be
+    // another object (`args is saved_args` must hold).
     const int first_star = frame_.code->co_argcount + frame_.code->co_kwonlyargcount;
-    if (i >= first_star) s->source = nullptr;
+    if (i >= first_star && !PyTuple_Check(obj)) s->source = nullptr;
   }
   if (!s) throw Unsupported("local variable '" + name() + "' read before assignment");
   return *s;
@@ -301,9 +302,13 @@ struct Handlers {
       PyOwned c(t.materialize(container)), i(t.materialize(item));
       // Containment compares with ==: a Python __eq__ of the item or of any member is user code.
       // A set or dict also hashes the item.
-      auto python_eq = [](PyObject* o) { return python_dunder(Py_TYPE(o), "__eq__") != nullptr; };
+      // (A tuple compares and hashes its items: a Python __eq__ or __hash__ of one is user code.)
+      auto python_eq = [](PyObject* o) { return !compares_in_c(o); };
+      auto python_hash = [](PyObject* o) {
+        return PyTuple_Check(o) ? !holds_only_builtin_values(o) : python_dunder(Py_TYPE(o), "__hash__") != nullptr;
+      };
       const bool hashed = PyAnySet_CheckExact(c.p) || PyDict_CheckExact(c.p) || PyDictKeys_Check(c.p);
-      bool user_eq = python_eq(i.p) || (hashed && python_dunder(Py_TYPE(i.p), "__hash__")) ||
+      bool user_eq = python_eq(i.p) || (hashed && python_hash(i.p)) ||
                      !(PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p) || hashed || PyUnicode_CheckExact(c.p) || PyRange_Check(c.p));
       if (!user_eq && (PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p)))
         for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(c.p) && !user_eq; ++k)
@@ -498,13 +503,19 @@ struct Handlers {
     SymValue seq = t.pop();
     SymValue& list = t.top(in.arg - 1);
     if (list.kind != SymValue::Kind::List) throw Unsupported("LIST_EXTEND on " + describe(list));
+    list.source = nullptr;  // a display under construction: see list_append
     SymValue it = t.make_iterator(seq);
     for (size_t i = it.box->pos; i < it.box->items.size(); ++i) list.box->items.push_back(it.box->items[i]);
   }
   static void list_append(Tracer& t, const Instruction& in) {
     SymValue v = t.pop();
     SymValue& list = t.top(in.arg - 1);
+    // The list is a display (or comprehension) under construction, which no other reference can
+    // see. One with a source is a continuation's stack item, received half built (its first
+    // items came before the break): it becomes a list of the trace, rebuilt with every item, so
+    // that the appends are not lost (the half-built object goes unobserved).
     if (list.kind != SymValue::Kind::List) throw Unsupported("LIST_APPEND on " + describe(list));
+    list.source = nullptr;
     list.box->items.push_back(std::move(v));
   }
   static void list_to_tuple(Tracer& t, const Instruction&) {

@@ -32,13 +32,9 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     if (!x.p || !y.p || !foldable(x.p) || !foldable(y.p) ||
         ((PyList_Check(x.p) || PyTuple_Check(x.p)) && !holds_only_builtin_values(x.p)) ||
         ((PyList_Check(y.p) || PyTuple_Check(y.p)) && !holds_only_builtin_values(y.p))) {
-      // == and != of objects whose types compare in C (enums, types, modules...): no user code runs.
-      auto c_eq = [](PyObject* o) {
-        PyOwned key(PyUnicode_InternFromString("__eq__"));
-        PyObject* eq = _PyType_Lookup(Py_TYPE(o), key.p);
-        return !eq || !PyFunction_Check(eq);
-      };
-      if ((sym == "==" || sym == "!=") && x.p && y.p && c_eq(x.p) && c_eq(y.p)) {
+      // == and != of objects whose types compare in C (enums, types, modules...), and of
+      // containers holding only such objects: no user code runs.
+      if ((sym == "==" || sym == "!=") && x.p && y.p && compares_in_c(x.p) && compares_in_c(y.p)) {
         PyOwned r(PyObject_RichCompare(x.p, y.p, sym == "==" ? Py_EQ : Py_NE));
         if (r.p) return constant(r.p);
         PyErr_Clear();

@@ -36,6 +36,10 @@ struct NoBreak : Unsupported {
 // slot, method or builtin), else nullptr (borrowed). The trace never calls such code for real:
 // it inlines it, or breaks, so that user code runs exactly as often as eager runs it.
 PyObject* python_dunder(PyTypeObject* tp, const char* dunder);
+// Whether `o == other` runs no Python code of o's: its type's __eq__ is C, and so is that of every
+// item of a list, tuple, set or dict (keys and values) it holds, to a bounded depth (comparing
+// [(1, obj)] with [(obj, 1)] runs obj.__eq__).
+bool compares_in_c(PyObject* o, int depth = 0);
 
 // One Python frame being traced: the root or an inlined callee.
 struct FrameState {
@@ -109,8 +113,8 @@ class Tracer {
   // a == b on two constants, in Python (pins both): 1, 0, or -1 with the error set.
   int equal(const SymValue& a, const SymValue& b) const {
     for (const SymValue* v : {&a, &b})
-      if (python_dunder(Py_TYPE(v->obj), "__eq__"))
-        throw Unsupported(std::string("== on a ") + Py_TYPE(v->obj)->tp_name + " runs its Python __eq__");
+      if (!compares_in_c(v->obj))
+        throw Unsupported(std::string("== on a ") + Py_TYPE(v->obj)->tp_name + " runs a Python __eq__");
     pin(a);
     pin(b);
     return PyObject_RichCompareBool(a.obj, b.obj, Py_EQ);

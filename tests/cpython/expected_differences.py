@@ -19,17 +19,4 @@ EXPECTED_DIFFERENCES = {
         "objects, functions and cache entries that the garbage collector tracks",
 }
 
-KNOWN_BUGS = {
-    "test_scope.ScopeTests.testLeaks":
-        "one object of a class whose __init__/__del__ update a class attribute stays alive after "
-        "100 calls of a function with a closure (a reference kept by a compiled frame or entry)",
-    "test_functools.TestPartialC.test_copy": "a tuple holding mutable items read from outside the frame is rebuilt, losing its identity (`is`)",
-    "test_functools.TestPartialCSubclass.test_copy": "as TestPartialC.test_copy",
-    "test_functools.TestPartialPy.test_copy": "as TestPartialC.test_copy",
-    "test_functools.TestPartialPySubclass.test_copy": "as TestPartialC.test_copy",
-    "test_class.ClassTests.testMisc":
-        "`1 == obj` with a Python __eq__ (methods made by exec) runs obj.__eq__ and __repr__ more often than eager",
-    "test_descr.ClassPropertiesAndMethods.test_load_attr_extended_arg":
-        "a list display built incrementally (BUILD_LIST + LIST_APPEND, > 30 items) that breaks midway loses its items",
-    "test_super.TestSuper.test_super_in_class_methods_working": "super() in a classmethod under a break: not yet reduced",
-}
+KNOWN_BUGS = {}

@@ -66,9 +66,7 @@ def _report(answers, pool):
 # Seeds whose mismatch is a known, still open fastdyn bug (issue 18's closing note), with its
 # class. They still run: a known seed that starts to agree is reported (its entry must go), and
 # every other seed must agree.
-KNOWN_BUGS = {
-    1000134: "D: an in-place op that raises (as in eager) is reported one line later",
-}
+KNOWN_BUGS = {}
 # Known bugs seen on one Python only.
 KNOWN_BUGS_ONLY_ON = {}
 

@@ -715,3 +715,164 @@ def test_factory_of_a_computed_value_folds_without_a_backend_failure():
     for g, w in zip(got, want):
         assert torch.equal(g, w)
     assert fastdyn.stats()["backend_failures"] == 0
+
+
+# ------------------------------------------- the CPython tests that were listed as known bugs
+
+class SuperA:
+    @classmethod
+    def cm(cls):
+        return (cls, "A")
+
+
+class SuperB(SuperA):
+    @classmethod
+    def cm(cls):
+        return (cls, super().cm(), "B")
+
+
+class SuperC(SuperB):
+    def cm(self):  # a plain method: super().cm is the classmethod bound to type(self)
+        return (self, super().cm(), "C")
+
+
+def super_classmethod_from_instance(x):
+    c = SuperC()
+    r = c.cm()
+    return r[1][0] is SuperC and r[1][1][0] is SuperC and r[0] is c, x + 1
+
+
+def test_super_classmethod_from_an_instance_binds_the_class():
+    # test_super.test_super_in_class_methods_working: the method was bound to the instance.
+    fastdyn.enable()
+    got = [super_classmethod_from_instance(torch.ones(2))[0] for _ in range(2)]
+    fastdyn.disable()
+    assert got == [True, True]
+    assert compiled_everywhere(lambda: super_classmethod_from_instance(1)[0]) == (True, True, True)
+
+
+class Numbers:
+    def __getattr__(self, attr):  # Python code on each read: a break at every item
+        return int(attr.lstrip("_"))
+
+
+def test_list_display_breaking_midway_keeps_its_items():
+    # test_descr.test_load_attr_extended_arg: more than 30 items are BUILD_LIST 0 + LIST_APPEND
+    # each; a continuation received the half-built list and its appends were lost.
+    ns = {}
+    exec("def number_attrs(Z):\n    return [" + ", ".join(f"Z._{n:03d}" for n in range(40)) + "]", ns)
+    eager, first, second = compiled_everywhere(ns["number_attrs"], Numbers())
+    assert eager == first == second == list(range(40))
+
+
+class Born:
+    alive = 0
+
+    def __init__(self):
+        Born.alive += 1
+
+    def __del__(self):
+        Born.alive -= 1
+
+
+def with_closure():
+    x = Born()
+
+    def inner():
+        return x
+    inner()
+
+
+def test_closures_are_not_kept_alive_by_cache_entries():
+    # test_scope.testLeaks: the entry of `inner` (code shared by every function its def makes)
+    # kept the closure of the last call, and with it the last Born.
+    compiled_everywhere(lambda: [with_closure() for _ in range(5)])
+    gc.collect()
+    assert Born.alive == 0
+
+
+calls = []
+
+
+class Tracks:
+    def __eq__(self, other):
+        calls.append(("eq", (self, other)))
+        return True
+
+
+def compare_copy(expected):
+    actual = calls[:]  # a copy: the comparison below appends to `calls`
+    return expected != actual, len(actual)
+
+
+def test_container_comparison_runs_no_user_eq_at_trace_time():
+    # test_class.testMisc: `[(1, obj)] != [(obj, 1)]` was folded in the trace by running
+    # obj.__eq__ for real (list and tuple compare in C, their items do not).
+    def run():
+        obj = Tracks()
+        calls[:] = []
+        1 == obj
+        return compare_copy([("eq", (1, obj))]), len(calls)
+    eager, first, second = compiled_everywhere(run)
+    assert eager == first == second == ((False, 1), 3)
+
+
+
+
+def test_tuples_read_from_outside_keep_their_identity():
+    # test_functools.test_copy: a tuple holding mutable items, read from outside the frame
+    # (`f.args`, a *args tuple), was rebuilt item by item at a break: `is` failed.
+    import copy
+    import functools
+
+    def run(items):
+        f = functools.partial(print, items, bar=[True])
+        g = copy.copy(f)
+        return g.args is f.args, g.keywords is f.keywords
+
+    def star(*args):
+        saved = args
+        print(end="")  # a break: the continuation gets `args` and `saved`
+        return saved is args
+
+    assert compiled_everywhere(run, ["asdf"]) == ((True, True),) * 3
+    assert compiled_everywhere(star, [1], 2) == (True, True, True)
+
+
+def overlapping_write(x, y, log):
+    log.append(1)
+    x.mul_(2)
+    y.sub_(y.t())  # eager raises here: partial overlap
+    log.append(2)
+    return x.add_(y)
+
+
+def disjoint_rows(x):
+    x[0].add_(x[1])
+    return x * 2
+
+
+def test_in_place_error_raises_on_its_own_line_after_what_came_before():
+    # Differential class D: the write that eager refuses ran inside the graph, and its error
+    # named the graph's line (one later), with the graph's other writes done or not.
+    import traceback
+
+    def run(mode):
+        x, y, log = torch.ones(2, 2), torch.arange(4.).reshape(2, 2), []
+        if mode:
+            fastdyn.enable()
+        try:
+            overlapping_write(x, y, log)
+        except RuntimeError as e:
+            return traceback.extract_tb(e.__traceback__)[-1].lineno, str(e)[:40], log, x.tolist(), y.tolist()
+        finally:
+            fastdyn.disable()
+    eager = run(False)
+    assert eager[1].startswith("unsupported operation")
+    assert run(True) == eager and run(True) == eager
+    fastdyn.reset()
+    x = torch.randn(3, 3)
+    want = disjoint_rows(x.clone())
+    got = fastdyn.jit(disjoint_rows)(x)  # eager accepts it: still one graph, no break
+    assert torch.equal(got, want)
+    assert fastdyn.stats()["graph_breaks"] == 0

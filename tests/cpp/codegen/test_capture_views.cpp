@@ -711,6 +711,53 @@ TEST(CaptureSubscript, AssignmentWritesLikeEagerOnEveryLayout) {
 
 // ---- factories and casts ------------------------------------------------------------------------
 
+// An in-place write that reads memory it partially overwrites: eager raises, so capture must
+// fail (the trace then breaks before the op, which raises eagerly on its own line); writes that
+// eager accepts (the same elements, disjoint rows) are recorded.
+TEST(CaptureInPlace, PartialOverlapFailsExactlyWhenEagerRaises) {
+  using View = std::function<std::pair<CallArg, at::Tensor>(Graph&, ValueId, const at::Tensor&)>;
+  auto whole = [](Graph&, ValueId x, const at::Tensor& t) { return std::make_pair(CallArg::tensor(x), t); };
+  auto call = [](Family f, std::vector<CallArg> extra, std::function<at::Tensor(const at::Tensor&)> eager) {
+    return [=](Graph& g, ValueId x, const at::Tensor& t) {
+      std::vector<CallArg> args = {CallArg::tensor(x)};
+      args.insert(args.end(), extra.begin(), extra.end());
+      CaptureResult r = record_call(g, CaptureContext{}, f, args, {});
+      EXPECT_TRUE(r.ok) << r.reason;
+      return std::make_pair(CallArg::tensor(r.values.at(0)), eager(t));
+    };
+  };
+  View t = call(Family::t, {}, [](const at::Tensor& x) { return x.t(); });
+  View row0 = call(Family::select, {I(0), I(0)}, [](const at::Tensor& x) { return x.select(0, 0); });
+  View row1 = call(Family::select, {I(0), I(1)}, [](const at::Tensor& x) { return x.select(0, 1); });
+  struct Case {
+    const char* name;
+    Family op;
+    View dst, src;
+  };
+  const std::vector<Case> cases = {
+      {"x.add_(x.t())", Family::add_, whole, t}, {"x.copy_(x.t())", Family::copy_, whole, t},
+      {"x.add_(x[0])", Family::add_, whole, row0}, {"x[0].add_(x[1])", Family::add_, row0, row1},
+      {"x.add_(x)", Family::add_, whole, whole}, {"x.t().add_(x.t())", Family::add_, t, t},
+      {"x[1].copy_(x[0])", Family::copy_, row1, row0}, {"x.t().copy_(x)", Family::copy_, t, whole},
+  };
+  for (const Case& c : cases) {
+    at::Tensor x = at::randn({4, 4});
+    Graph g;
+    ValueId in = g.add_input(meta_of(x));
+    auto [dst, dst_t] = c.dst(g, in, x);
+    auto [src, src_t] = c.src(g, in, x);
+    bool eager_raises = false;
+    try {
+      if (c.op == Family::copy_) dst_t.copy_(src_t); else dst_t.add_(src_t);
+    } catch (const c10::Error&) {
+      eager_raises = true;
+    }
+    CaptureResult r = record_call(g, CaptureContext{}, c.op, {dst, src}, {});
+    EXPECT_EQ(r.ok, !eager_raises) << c.name << ": " << r.reason;
+    if (!r.ok) EXPECT_NE(r.reason.find("partially overwrites"), std::string::npos) << c.name << ": " << r.reason;
+  }
+}
+
 TEST(CaptureFactories, SizedFactoriesMatchEager) {
   CallArg f64 = CallArg::of_dtype(ST::Double);
   const std::vector<Case> cases = {

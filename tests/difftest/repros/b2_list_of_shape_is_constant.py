@@ -1,4 +1,4 @@
-# Status: OPEN: fails with the working-tree build of 08:57.
+# Status: FIXED (passes at this commit; see issue 18's notes for the fix).
 # Class B (variant): `list(x.shape)` is baked into the compiled code as a constant list; the
 # program's `del l[0]` mutates the shared constant, so a later call sees a shorter list (here:
 # IndexError on the third call where eager never fails).

@@ -1,4 +1,4 @@
-# Status: OPEN: fails with the working-tree build of 08:57.
+# Status: FIXED (passes at this commit; see issue 18's notes for the fix).
 # Class B: a list made by a builtin call on trace-time values (sorted(...), list(d.keys())) is
 # baked into the compiled code as a constant: the program's mutation of it accumulates over calls
 # (and a `del l[0]` loop eventually raises IndexError where eager does not).

@@ -1,4 +1,4 @@
-# Status: OPEN: fails with the working-tree build of 08:57.
+# Status: FIXED at d8ece0e (a 0-dim value of another shape is written with fill_, as eager does).
 # Class C: item assignment from an element of the same tensor (`x[0] = x[0, 0]`: eager copies
 # the 0-dim value into row 0) raises RuntimeError "unsupported operation: some elements of the
 # input tensor and the written-to tensor refer to a single memory location" under fastdyn, and x

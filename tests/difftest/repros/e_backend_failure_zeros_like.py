@@ -1,4 +1,4 @@
-# Status: OPEN: fails with the working-tree build of 08:57.
+# Status: FIXED (passes at this commit; see issue 18's notes for the fix).
 # Class E: a compiler failure that fastdyn hides by running the graph on aten instead (the
 # results stay right, but fastdyn.stats()['backend_failures'] > 0; FASTDYN_LOG=code shows it):
 #   llvm_cpu failed, running on aten: aten backend: node '%2: f32[2, 2]{2, 1} =

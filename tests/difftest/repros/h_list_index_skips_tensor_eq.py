@@ -1,4 +1,4 @@
-# Status: OPEN: fails with the working-tree build of 08:57.
+# Status: FIXED (passes at this commit; see issue 18's notes for the fix).
 # Class H: list.index() on a list holding a tensor: eager compares the searched value with each
 # element (`tensor == 1` is a tensor, whose truth value is ambiguous: RuntimeError); under
 # fastdyn the call returns an index without comparing, and the frame runs on.
