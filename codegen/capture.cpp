@@ -42,7 +42,12 @@ const FamilyRow& row(Family f) {
 
 // The value whose storage v lives in: through view nodes and in-place nodes (whose result is
 // their self) back to a graph input or a value a node made.
-ValueId storage_root(const Graph& g, ValueId v) {
+ValueId storage_root(const Graph& g, const CaptureContext& ctx, ValueId v) {
+  auto input_root = [&](ValueId in) {
+    for (const auto& [alias, first] : ctx.input_storage_alias)
+      if (alias == in) return first;
+    return in;
+  };
   for (size_t k = g.nodes.size(); k-- > 0;) {
     const Node& n = g.nodes[k];
     if (std::find(n.outputs.begin(), n.outputs.end(), v) == n.outputs.end()) continue;
@@ -51,14 +56,14 @@ ValueId storage_root(const Graph& g, ValueId v) {
       return v;
     v = n.args[0].value;
   }
-  return v;
+  return input_root(v);
 }
 
 // ATen's check on an in-place write (TensorIterator's assert_no_partial_overlap, copy_'s too):
 // an input that shares memory with the written tensor without being the same elements in the
 // same order (x.sub_(x.t()), x.add_(x[0])) raises. Returns whether `in` would.
-bool partially_overlaps(const Graph& g, ValueId out, ValueId in) {
-  if (in == out || storage_root(g, in) != storage_root(g, out)) return false;
+bool partially_overlaps(const Graph& g, const CaptureContext& ctx, ValueId out, ValueId in) {
+  if (in == out || storage_root(g, ctx, in) != storage_root(g, ctx, out)) return false;
   const TensorMeta& a = g.meta(out);
   const TensorMeta& b = g.meta(in);
   if (a.numel() == 0 || b.numel() == 0) return false;
@@ -71,12 +76,12 @@ bool partially_overlaps(const Graph& g, ValueId out, ValueId in) {
 
 // An in-place node that eager would refuse: not recorded, so that the trace breaks before it and
 // the op raises eagerly, on its own line, after everything before it has run.
-std::string refused_write(const Graph& g, size_t first_node) {
+std::string refused_write(const Graph& g, const CaptureContext& ctx, size_t first_node) {
   for (size_t k = first_node; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
     if (op_info(n.op).category != OpCategory::InPlace || n.args.empty() || n.args[0].kind != Arg::Kind::Value) continue;
     for (size_t a = 1; a < n.args.size(); ++a)
-      if (n.args[a].kind == Arg::Kind::Value && partially_overlaps(g, n.args[0].value, n.args[a].value))
+      if (n.args[a].kind == Arg::Kind::Value && partially_overlaps(g, ctx, n.args[0].value, n.args[a].value))
         return std::string("aten::") + op_info(n.op).aten + " reads memory it partially overwrites (eager raises)";
   }
   return {};
@@ -101,7 +106,7 @@ CaptureResult record_call(Graph& g, const CaptureContext& ctx, Family family, co
     result = r.bind(call);
     if (!result.ok && result.reason.empty()) result.reason = name + ": unsupported call";
     if (result.ok) {
-      const std::string refused = refused_write(g, n_nodes);
+      const std::string refused = refused_write(g, ctx, n_nodes);
       if (!refused.empty()) result = CaptureResult::fail(name + ": " + refused);
     }
   } catch (const std::exception& e) {

@@ -89,6 +89,10 @@ struct CaptureResult {
 struct CaptureContext {
   bool grad_enabled = true;                                 // outputs require grad only if on
   c10::ScalarType default_dtype = c10::ScalarType::Float;   // for factories and int->float ops
+  // Graph inputs that share memory (x and x.t() passed as two arguments): (input, the first
+  // input of its storage), as the caller saw them when tracing. An in-place write that reads
+  // another view of its memory is refused as eager refuses it (capture.cpp).
+  std::vector<std::pair<ValueId, ValueId>> input_storage_alias;
 };
 
 // Binds `args`/`kwargs` to `family` and records the op(s) into `g`. `self` is not special: for a

@@ -36,7 +36,7 @@ export PATH="$PWD/python/fastdyn/bin:$PATH" PYTHONPATH="$PWD/python${PYTHONPATH:
 # CPython's `test` package, which this machine's Python lacks: a staged copy when carried
 # (scripts/stage_cpython_tests.py; carry .cpython-test).
 staged=.cpython-test/${bdir#build/}
-if ! $PY -c 'import test.support' >/dev/null 2>&1 && [ -d "$staged/test" ]; then
+if ! $PY -c 'import test.test_generators' >/dev/null 2>&1 && [ -d "$staged/test" ]; then
   export PYTHONPATH="$PWD/$staged:$PYTHONPATH"
   echo "CPython tests: staged copy $staged"
 fi

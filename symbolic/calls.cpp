@@ -1157,6 +1157,11 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       }
       return o;
     };
+    // id() names an object: only one that exists (a constant, pinned by materialize) has one. A
+    // list or tuple of the trace materialises as a temporary, whose address the next one reuses
+    // (id(a) == id(list(a)) came out True).
+    if (fn == builtin("id") && (args.size() != 1 || !args[0].is_constant()))
+      throw Unsupported("id() of " + (args.empty() ? std::string("nothing") : describe(args[0])) + ", a value made in the trace");
     PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
     for (size_t i = 0; i < args.size(); ++i) {
       PyObject* o = materialize(args[i]);

@@ -262,6 +262,15 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       throw Unsupported("input " + source_name(*source) + " is a " + Py_TYPE(obj)->tp_name + ", a tensor subclass with __torch_function__");
     codegen::ValueId id = result_.graph.add_input(meta_of(t));
     result_.input_sources.push_back(source);
+    // Another input in the same memory (a view passed next to its base): capture must know.
+    if (t.has_storage())
+      for (const auto& [other, other_id] : tensor_inputs_) {
+        const at::Tensor& o = THPVariable_Unpack(other);
+        if (o.has_storage() && o.storage().unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
+          ctx_.input_storage_alias.emplace_back(id, other_id);
+          break;
+        }
+      }
     tensor_inputs_.emplace(obj, id);
     guard(GuardKind::Tensor);
     SymValue v = SymValue::of_tensor(id);

@@ -86,7 +86,9 @@ INSTALL_HINT = (
     "Debian/Ubuntu system Pythons ship it separately: `apt-get install libpython{ver}-testsuite` "
     "(scripts/setup.sh does that where it can). A pyenv Python builds it unless configured "
     "without it: reinstall with `pyenv install --force {full}`. A python.org or conda Python "
-    "includes it.")
+    "includes it. A machine that can install none of these (no internet): stage a copy from a "
+    "local Python of the same version with scripts/stage_cpython_tests.py and put it first on "
+    "PYTHONPATH.")
 
 
 class TestPackageMissing(RuntimeError):
@@ -103,7 +105,13 @@ def test_package_dir():
         raise TestPackageMissing(
             INSTALL_HINT.format(exe=sys.executable, ver=f"{v.major}.{v.minor}",
                                 full=f"{v.major}.{v.minor}.{v.micro}") + f" ({e})") from None
-    return os.path.dirname(os.path.abspath(test.__file__))
+    tdir = os.path.dirname(os.path.abspath(test.__file__))
+    if not os.path.isfile(os.path.join(tdir, "test_generators.py")):  # Debian ships test.support alone
+        v = sys.version_info
+        raise TestPackageMissing(
+            INSTALL_HINT.format(exe=sys.executable, ver=f"{v.major}.{v.minor}",
+                                full=f"{v.major}.{v.minor}.{v.micro}") + f" ({tdir} holds no test modules)")
+    return tdir
 
 
 def locate(name):

@@ -756,6 +756,16 @@ TEST(CaptureInPlace, PartialOverlapFailsExactlyWhenEagerRaises) {
     EXPECT_EQ(r.ok, !eager_raises) << c.name << ": " << r.reason;
     if (!r.ok) EXPECT_NE(r.reason.find("partially overwrites"), std::string::npos) << c.name << ": " << r.reason;
   }
+  // Two inputs in one storage (x and x.t() passed as two arguments): the context says so.
+  at::Tensor x = at::randn({4, 4});
+  for (bool aliased : {false, true}) {
+    Graph g;
+    ValueId a = g.add_input(meta_of(x)), b = g.add_input(meta_of(x.t()));
+    CaptureContext ctx;
+    if (aliased) ctx.input_storage_alias.emplace_back(b, a);
+    CaptureResult r = record_call(g, ctx, Family::mul_, {CallArg::tensor(b), CallArg::tensor(a)}, {});
+    EXPECT_EQ(r.ok, !aliased) << r.reason;
+  }
 }
 
 TEST(CaptureFactories, SizedFactoriesMatchEager) {
