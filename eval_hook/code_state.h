@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/backends/backend_id.h"
 #include "eval_hook/cpython_compat.h"
 #include "runtime/guards.h"
 
@@ -20,6 +21,9 @@ struct CacheEntry {
   PyObject* fn = nullptr;     // strong: function object running the transformed code
   PyObject* graph = nullptr;  // strong: the compiled graph it calls
   int nargs = 0;              // argument slots passed to fn
+  // The backend requested when it compiled: it serves calls that request the same one only
+  // (jit(f, backend="aten") next to jit(g) leaves g's entries native).
+  codegen::Backend backend = codegen::Backend::Native;
   bool rerun_on_error = true; // no in-place or random op: a failed run can be redone eagerly
   // When every graph input is an argument slot, the hit path calls `graph` with those slots
   // directly: the same work as running `fn`'s bytecode (load the slots, one call), minus a frame.
@@ -37,12 +41,16 @@ struct CacheEntry {
 struct CodeState {
   std::vector<std::unique_ptr<CacheEntry>> entries;  // most recently hit first
   int compiles = 0;
-  bool limit_logged = false;
-  // Misses in a row since the recompile limit was reached. Entries whose guards no longer hold
-  // for any call (identity guards on an object made anew per call) would otherwise be checked,
-  // all of them, on every call for nothing: after `recompile_limit` such misses with no hit in
-  // between, the code runs eagerly (mark_eager) until reset().
+  bool limit_logged = false;  // the recompile-limit warning was given
+  // At the recompile limit, entries whose guards no longer hold for any call (identity guards
+  // on an object made anew per call: transformers' DynamicCache) would be checked, all of them,
+  // on every call for nothing (0.81x eager on OPT). After `recompile_limit` misses in a row
+  // there, the next `skip_left` calls run eagerly without checking, a span that doubles with
+  // each further streak up to 64; the calls between spans still check, and a hit ends it all.
+  // The entries stay: nothing runs eagerly for good.
   int misses_at_limit = 0;
+  int skip_span = 0;
+  int skip_left = 0;
   bool eager = false;  // learned: capture failed or found no tensor op; forgotten by reset()
 };
 

@@ -7,11 +7,9 @@
 #include <chrono>
 
 #include "codegen/aten_backend.h"
-#include "codegen/pass_timer.h"
-#ifdef FASTDYN_HAVE_LLVM
-#include "codegen/llvm/backend.h"
+#include "codegen/backends/backends.h"
 #include "codegen/loop/passes.h"
-#endif
+#include "codegen/pass_timer.h"
 #include "eval_hook/config.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/errors.h"
@@ -115,57 +113,53 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
   return p;
 }
 
-// The backend config().backend names; a graph llvm_cpu cannot take runs on aten (logged under
-// FASTDYN_LOG=code with the reason). With config().background_compile, llvm_cpu's kernels are
-// compiled on the background worker and the graph runs on aten until they are ready, unless the
-// kernels are in the disk cache and the graph is large enough that loading them now beats running
-// it op by op (a warm start: codegen/llvm/backend.h's load_now).
-runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname) {
-#ifdef FASTDYN_HAVE_LLVM
-  const std::string& backend = config().backend;
-  if (backend == "native" || backend == "llvm_cpu") {
-    const bool log_code = config().log_code;
-    try {
-      if (config().test_fail_backend)
-        throw InternalError("injected backend failure (test hook) at " + (g.nodes.empty() ? std::string("an empty graph") : codegen::print_node(g, g.nodes.front())));
-      codegen::PreparedLlvm prepared = codegen::prepare_llvm_cpu(g);
-      runtime::ExecutablePtr exe;
-      if (prepared.load_now && (exe = prepared.load_now())) {
-        if (log_code) log_event("code", std::string(qualname) + ": kernels loaded from the disk cache for the first call (a warm start)");
-      } else if (config().background_compile) {
-        std::string pending = prepared.program;
-        pending.insert(pending.find('\n'), " (kernels compiling in the background; calls run on aten until they are ready)");
-        exe = runtime::compile_in_background(
-            codegen::compile_aten(g), std::move(pending),
-            [finish = std::move(prepared.finish), name = std::string(qualname), log_code]() -> runtime::ExecutablePtr {
-              try {
-                runtime::ExecutablePtr ready = finish();
-                if (log_code) log_event("code", name + ": kernels ready, llvm_cpu runs the following calls");
-                return ready;
-              } catch (const std::exception& e) {
-                backend_failures()++;
-                log_event("code", name + ": llvm_cpu failed, running on aten: " + e.what());
-                throw;
-              }
-            });
-      } else {
-        exe = prepared.finish();
-      }
-      if (log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
-      return exe;
-    } catch (const codegen::loop::Unsupported& e) {
-      if (log_code) log_event("code", std::string(qualname) + ": runs on aten: " + e.what());
-    } catch (const std::exception& e) {
-      // A compiler bug or an LLVM refusal must not cost the user the graph: aten runs it. Strict
-      // mode (the test suite) makes it the error it is.
-      backend_failures()++;
-      if (config().strict) throw;
-      log_event("code", std::string(qualname) + ": llvm_cpu failed, running on aten: " + e.what());
+// Compiles g on the backend `requested` resolves to (codegen/backends/): a graph the backend
+// cannot take runs on aten (logged under FASTDYN_LOG=code with the reason). A tiered backend
+// (llvm_cpu) with config().background_compile compiles on the background worker and the graph
+// runs on aten until it is ready, unless it is in the disk cache and large enough that loading it
+// now beats running it op by op (a warm start: PreparedGraph::load_now).
+runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested) {
+  const codegen::Backend backend = codegen::resolve_backend(requested, g);
+  if (backend == codegen::Backend::Aten) return codegen::compile_aten(g);
+  const char* name = codegen::backend_name(backend);
+  const bool log_code = config().log_code;
+  try {
+    if (config().test_fail_backend)
+      throw InternalError("injected backend failure (test hook) at " + (g.nodes.empty() ? std::string("an empty graph") : codegen::print_node(g, g.nodes.front())));
+    codegen::PreparedGraph prepared = codegen::prepare_graph(g, backend);
+    runtime::ExecutablePtr exe;
+    if (prepared.load_now && (exe = prepared.load_now())) {
+      if (log_code) log_event("code", std::string(qualname) + ": kernels loaded from the disk cache for the first call (a warm start)");
+    } else if (prepared.tiered && config().background_compile) {
+      std::string pending = prepared.program;
+      pending.insert(pending.find('\n'), " (kernels compiling in the background; calls run on aten until they are ready)");
+      exe = runtime::compile_in_background(
+          codegen::compile_aten(g), std::move(pending),
+          [finish = std::move(prepared.finish), qn = std::string(qualname), bn = std::string(name), log_code]() -> runtime::ExecutablePtr {
+            try {
+              runtime::ExecutablePtr ready = finish();
+              if (log_code) log_event("code", qn + ": kernels ready, " + bn + " runs the following calls");
+              return ready;
+            } catch (const std::exception& e) {
+              backend_failures()++;
+              log_event("code", qn + ": " + bn + " failed, running on aten: " + e.what());
+              throw;
+            }
+          });
+    } else {
+      exe = prepared.finish();
     }
+    if (log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
+    return exe;
+  } catch (const codegen::loop::Unsupported& e) {
+    if (log_code) log_event("code", std::string(qualname) + ": runs on aten: " + e.what());
+  } catch (const std::exception& e) {
+    // A compiler bug or a backend's refusal must not cost the user the graph: aten runs it.
+    // Strict mode (the test suite) makes it the error it is.
+    backend_failures()++;
+    if (config().strict) throw;
+    log_event("code", std::string(qualname) + ": " + name + " failed, running on aten: " + e.what());
   }
-#else
-  (void)qualname;
-#endif
   return codegen::compile_aten(g);
 }
 
@@ -222,7 +216,8 @@ void skip_record_constructors(const SymValue& v) {
 // A trace that stopped at a graph break (the graph so far, then the breaking instruction and a
 // continuation), or that returns through bytecode (side effects, a rebuilt result): the graph
 // returns a tuple of the tensors the bytecode needs (symbolic/continuation.h).
-void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, Prepared& p, CompileOutcome& outcome) {
+void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, codegen::Backend backend, Prepared& p,
+                   CompileOutcome& outcome) {
   symbolic::TraceResult& trace = p.trace;
   outcome.reason = trace.reason;
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
@@ -250,7 +245,7 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
       tpl.items[i].kind = runtime::OutputTemplate::Kind::Output;
       tpl.items[i].output = static_cast<int>(i);
     }
-    runtime::ExecutablePtr exe = compile_graph(trace.graph, qualname);
+    runtime::ExecutablePtr exe = compile_graph(trace.graph, qualname, backend);
     entry->code_text = exe->describe();
     entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(tpl), qualname);
     if (!entry->graph) throw InternalError("creating the compiled graph object failed");
@@ -286,7 +281,7 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, P
 
 }  // namespace
 
-CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func) {
+CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func, codegen::Backend backend) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOutcome outcome;
   codegen::PassTimer timer;
@@ -302,7 +297,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
       outcome.kind = CompileOutcome::Kind::NoTensors;
       return outcome;
     }
-    compile_break(frame, func, p, outcome);
+    compile_break(frame, func, backend, p, outcome);
     stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return outcome;
   }
@@ -319,12 +314,12 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
     p.out = runtime::OutputTemplate();  // the test knob: returned through bytecode, no graph
     p.trace.graph.outputs.clear();
     p.bytecode_return = true;
-    compile_break(frame, func, p, outcome);
+    compile_break(frame, func, backend, p, outcome);
     return outcome;
   }
   auto entry = std::make_unique<CacheEntry>();
   const char* qname = PyUnicode_AsUTF8(frame.code->co_qualname);
-  runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?");
+  runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?", backend);
   timer = codegen::PassTimer();
   entry->graph_text = codegen::print_graph(p.trace.graph);
   entry->code_text = exe->describe();

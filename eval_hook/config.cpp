@@ -14,8 +14,7 @@
 
 namespace fastdyn::eval_hook {
 namespace detail {
-Mode g_process_mode = Mode::Off;
-bool g_process_fullgraph = false;
+Request g_process;
 std::atomic<int> g_mode_overrides{0};
 }  // namespace detail
 
@@ -43,7 +42,7 @@ namespace {
 // Every FASTDYN_* environment setting, in one table: its kind and, for lists and flags, the
 // values it accepts. A mistake in one (FASTDYN_LOG=grpah_breaks) is reported once, at import,
 // naming the valid values; it is not silently ignored.
-enum class SettingKind : uint8_t { Flag, List, Text };
+enum class SettingKind : uint8_t { Flag, List, Count, Text };  // Count: a positive integer
 struct Setting {
   const char* name;
   SettingKind kind;
@@ -58,6 +57,7 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_DUMP", SettingKind::List, {std::begin(codegen::loop::kDumpPasses), std::end(codegen::loop::kDumpPasses)}},
       {"FASTDYN_BACKGROUND_COMPILE", SettingKind::Flag, {}},
       {"FASTDYN_STRICT", SettingKind::Flag, {}},
+      {"FASTDYN_RECOMPILE_LIMIT", SettingKind::Count, {}},
       {"FASTDYN_TIME_PASSES", SettingKind::Flag, {}},
       {"FASTDYN_PREPACK", SettingKind::Flag, {}},
       {"FASTDYN_PERF_MAP", SettingKind::Flag, {}},
@@ -110,6 +110,11 @@ void warn_setting(const std::string& message) {
 
 }  // namespace
 
+int count_value(const std::string& text) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(text);
+}
+
 bool flag_value(const char* text) {
   return !(std::strcmp(text, "0") == 0 || std::strcmp(text, "off") == 0 || std::strcmp(text, "false") == 0 ||
            std::strcmp(text, "no") == 0 || text[0] == '\0');
@@ -134,6 +139,8 @@ std::vector<std::string> check_environment() {
     }
     if (s->kind == SettingKind::Flag && !value.empty() && !contains(flags, value))
       problems.push_back(name + "=" + value + " is not a flag (valid: " + joined(flags) + ")");
+    if (s->kind == SettingKind::Count && count_value(value) <= 0)
+      problems.push_back(name + "=" + value + " is not a positive integer");
     if (s->kind == SettingKind::List)
       for (const std::string& item : split_list(value))
         if (!contains(s->values, item))
@@ -147,6 +154,8 @@ void load_config_from_env() {
   for (const std::string& p : check_environment()) warn_setting(p);
   if (const char* bg = std::getenv("FASTDYN_BACKGROUND_COMPILE")) c.background_compile = flag_value(bg);
   if (const char* strict = std::getenv("FASTDYN_STRICT")) c.strict = flag_value(strict);
+  if (const char* limit = std::getenv("FASTDYN_RECOMPILE_LIMIT"))
+    if (count_value(limit) > 0) c.recompile_limit = count_value(limit);
   const char* env = std::getenv("FASTDYN_LOG");
   if (!env) return;
   for (const std::string& item : split_list(env)) {
@@ -159,24 +168,15 @@ void load_config_from_env() {
   }
 }
 
-void set_process_mode(Mode m, bool fullgraph) {
-  detail::g_process_mode = m;
-  detail::g_process_fullgraph = fullgraph;
-}
+void set_process_mode(const Request& r) { detail::g_process = r; }
 
-Mode detail::thread_effective_mode(bool* fullgraph) {
+const Request& detail::thread_request() {
   const ThreadMode& t = t_mode;
-  if (t.overridden) {
-    if (fullgraph) *fullgraph = t.fullgraph;
-    return t.mode;
-  }
-  if (fullgraph) *fullgraph = g_process_fullgraph;
-  return g_process_mode;
+  return t.overridden ? t.request : g_process;
 }
 
-ModeGuard::ModeGuard(Mode m, bool fullgraph) : saved_(t_mode) {
-  t_mode.mode = m;
-  t_mode.fullgraph = fullgraph;
+ModeGuard::ModeGuard(const Request& r) : saved_(t_mode) {
+  t_mode.request = r;
   t_mode.overridden = true;
   detail::g_mode_overrides.fetch_add(1, std::memory_order_relaxed);
 }

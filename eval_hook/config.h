@@ -6,20 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "codegen/backends/backend_id.h"
+
 namespace fastdyn::eval_hook {
 
 enum class Mode : uint8_t { Off, RunOnly, Compile };
 
 struct Config {
-  int recompile_limit = 8;       // cache entries per code object before running eagerly
+  // Cache entries per code object; past it a miss runs eagerly, the entries stay in use
+  // (fastdyn.set_recompile_limit, FASTDYN_RECOMPILE_LIMIT).
+  int recompile_limit = 8;
   bool log_graph_breaks = false; // FASTDYN_LOG=graph_breaks,recompiles,guards,graphs,code
   bool log_recompiles = false;
   bool log_guards = false;
   bool log_graphs = false;
   bool log_code = false;
-  // "native" (llvm_cpu where built, else aten), "llvm_cpu" or "aten"; set by enable()/jit()
-  // (process-wide: the last call wins).
-  std::string backend = "native";
   // Tiered compilation (runtime/tiered_executable.h): llvm_cpu kernels compile on a background
   // thread while the graph's calls run on aten; off (FASTDYN_BACKGROUND_COMPILE=0, or
   // fastdyn.set_background_compile(False)): the call that traces waits for its kernels.
@@ -47,6 +48,8 @@ void load_config_from_env();
 std::vector<std::string> check_environment();
 // A flag setting's value: off for "0", "off", "false", "no" and "", on otherwise.
 bool flag_value(const char* text);
+// A count setting's value: the integer, or -1 when `text` is not a non-negative integer.
+int count_value(const std::string& text);
 
 struct Stats {
   uint64_t frames_seen = 0;
@@ -62,36 +65,37 @@ Stats& stats();  // guarded by the GIL
 
 // What the current thread's frames get. enable() sets the process default; a jit wrapper
 // overrides it for its call on its thread; the compiler turns it off while it runs.
-struct ThreadMode {
+// A request: whether to compile, fullgraph, and the backend its graphs compile with.
+struct Request {
   Mode mode = Mode::Off;
   bool fullgraph = false;
+  codegen::Backend backend = codegen::Backend::Native;
+};
+struct ThreadMode {
+  Request request;
   bool overridden = false;
 };
-void set_process_mode(Mode m, bool fullgraph);
+void set_process_mode(const Request& r);
 
 namespace detail {
-extern Mode g_process_mode;
-extern bool g_process_fullgraph;
+extern Request g_process;
 // ModeGuards alive on all threads. While none is, no thread is overridden and the hook skips
 // the thread-local read (a __tls_get_addr call in a shared library) on every frame. A thread
 // always sees its own guards' increments, so another thread's count can only send it down the
 // thread-local path, never past an override of its own.
 extern std::atomic<int> g_mode_overrides;
-Mode thread_effective_mode(bool* fullgraph);
+const Request& thread_request();
 }  // namespace detail
 
-inline Mode effective_mode(bool* fullgraph) {
-  if (detail::g_mode_overrides.load(std::memory_order_relaxed) == 0) {
-    if (fullgraph) *fullgraph = detail::g_process_fullgraph;
-    return detail::g_process_mode;
-  }
-  return detail::thread_effective_mode(fullgraph);
+inline const Request& current_request() {
+  if (detail::g_mode_overrides.load(std::memory_order_relaxed) == 0) return detail::g_process;
+  return detail::thread_request();
 }
 
-// Scoped override of this thread's mode.
+// Scoped override of this thread's request.
 class ModeGuard {
  public:
-  ModeGuard(Mode m, bool fullgraph);
+  explicit ModeGuard(const Request& r);
   ~ModeGuard();
   ModeGuard(const ModeGuard&) = delete;
   ModeGuard& operator=(const ModeGuard&) = delete;

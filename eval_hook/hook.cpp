@@ -126,7 +126,8 @@ void report_break(const CompileOutcome& out, PyCodeObject* code) {
 
 // Compile-on-miss. Returns the new entry (owned by the code state), or nullptr to run eagerly.
 // Sets *raise when fullgraph=True and capture failed (a Python exception is then set).
-CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* raise) {
+CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* raise) {
+  const bool fullgraph = request.fullgraph;
   PyCodeObject* code = fd_frame_code(frame);
   PyFunctionObject* fn = fd_frame_func(frame);
   symbolic::FrameInputs fi;
@@ -138,9 +139,9 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
 
   CompileOutcome out;
   {
-    ModeGuard off(Mode::Off, false);  // no re-entrance while compiling
+    ModeGuard off(Request{});  // no re-entrance while compiling
     try {
-      out = compile_frame(fi, fn);
+      out = compile_frame(fi, fn, request.backend);
     } catch (const std::exception& e) {
       // A fastdyn bug: warn once per code object and run eagerly for good (strict mode: raise).
       PyErr_Clear();
@@ -156,7 +157,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
     }
   }
   if (g_recorder) {
-    ModeGuard off(Mode::Off, false);  // describing guards may run user __repr__
+    ModeGuard off(Request{});  // describing guards may run user __repr__
     record_outcome(*g_recorder, out);
   }
   if (out.broke) {
@@ -179,6 +180,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
         }
       }
       st->compiles++;
+      out.entry->backend = request.backend;
       st->entries.insert(st->entries.begin(), std::move(out.entry));
       return st->entries.front().get();
     }
@@ -199,9 +201,35 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, bool fullgraph, bool* rais
   return nullptr;
 }
 
+// Once per code object that reaches the limit: a Python warning naming the function and the
+// guard of its newest entry that this call failed (what kept changing: a size, a value...). The
+// warning never changes what the program does: with warnings turned into errors it is printed.
+void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame) {
+  const char* name = PyUnicode_AsUTF8(code->co_qualname);
+  std::string why = "a guard failed";
+  if (!st.entries.empty()) {
+    runtime::GuardFailure failure;
+    ModeGuard off(Request{});  // describing a guard may run user __repr__
+    st.entries.front()->guards->check(guard_frame(frame), &failure);
+    if (!failure.description.empty()) why = failure.description;
+  }
+  const std::string msg = std::string("fastdyn: ") + (name ? name : "?") + " reached the recompile limit (" +
+                          std::to_string(config().recompile_limit) + " entries); calls that match none run eagerly. "
+                          "The guard that failed: " + why + ". Raise the limit with fastdyn.set_recompile_limit(n) "
+                          "or FASTDYN_RECOMPILE_LIMIT.";
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) < 0) {
+    PyErr_Clear();
+    log_event("recompile_limit", msg);
+  }
+  PyErr_Restore(type, value, tb);
+}
+
 PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag) {
-  bool fullgraph = false;
-  const Mode mode = effective_mode(&fullgraph);
+  const Request request = current_request();  // a copy: compiling overrides the thread's
+  const Mode mode = request.mode;
+  const bool fullgraph = request.fullgraph;
   if (mode == Mode::Off || throwflag) return run_previous(tstate, frame, throwflag);
   PyCodeObject* code = fd_frame_code(frame);
   CodeState* st = code_state(code);
@@ -219,19 +247,23 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   // for the frames it leaves: they run as written, so it never meets fastdyn's rewritten code.
   // (After the skip checks: skipped frames run as written anyway.)
   if (fd_get_eval_frame(tstate) != fastdyn_eval_frame) return run_previous(tstate, frame, throwflag);
+  if (st && st->skip_left > 0) {  // at the limit, in a span of calls that check no entry
+    --st->skip_left;
+    return run_previous(tstate, frame, throwflag);
+  }
   stats().frames_seen++;
   if (st) {
     const runtime::GuardFrame gf = guard_frame(frame);
     auto& entries = st->entries;
     for (size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i]->guards->check(gf)) {
+      if (entries[i]->backend == request.backend && entries[i]->guards->check(gf)) {
         if (fullgraph && entries[i]->broke && g_raise_graph_break) {
           g_raise_graph_break(entries[i]->break_reason, entries[i]->break_file, entries[i]->break_line);
           fd_frame_release(tstate, frame);
           return nullptr;
         }
         stats().cache_hits++;
-        st->misses_at_limit = 0;
+        st->misses_at_limit = st->skip_span = 0;
         if (i > 0) std::rotate(entries.begin(), entries.begin() + static_cast<long>(i), entries.begin() + static_cast<long>(i) + 1);
         return run_entry(tstate, frame, *entries.front());
       }
@@ -248,8 +280,8 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   st = ensure_code_state(code);
   st->eager = false;  // fullgraph retraces a frame that ran eagerly, to raise its break
   if (st->compiles >= config().recompile_limit) {
-    const char* name = PyUnicode_AsUTF8(code->co_qualname);
-    // Printed unasked only for code that compiled a graph: library code recompiling on fresh
+    // At the limit a miss runs eagerly; the entries stay in use for the calls they match.
+    // Warned unasked only for code that compiled a graph: library code recompiling on fresh
     // objects (dataclass __init__s, sympy while torch imports it) is not the user's concern,
     // and FASTDYN_LOG=recompiles shows it all.
     auto has_graph = [&] {
@@ -258,19 +290,17 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
     };
     if (!st->limit_logged && (config().log_recompiles || has_graph())) {
       st->limit_logged = true;
-      log_event("recompile_limit", std::string(name ? name : "?") + ": " + std::to_string(config().recompile_limit) +
-                                       " compiled entries reached; further misses run eagerly");
+      warn_recompile_limit(code, *st, frame);
     }
     if (++st->misses_at_limit >= config().recompile_limit) {
-      mark_eager(code);
-      if (config().log_recompiles)
-        log_event("recompile_limit", std::string(name ? name : "?") + ": " + std::to_string(st->misses_at_limit) +
-                                         " misses in a row at the limit; its entries are dropped and it runs eagerly");
+      st->misses_at_limit = 0;
+      st->skip_span = std::min(st->skip_span ? 2 * st->skip_span : config().recompile_limit, 64);
+      st->skip_left = st->skip_span;
     }
     return run_previous(tstate, frame, throwflag);
   }
   bool raise = false;
-  CacheEntry* entry = compile_miss(frame, st, fullgraph, &raise);
+  CacheEntry* entry = compile_miss(frame, st, request, &raise);
   if (raise) {
     fd_frame_release(tstate, frame);
     return nullptr;

@@ -14,13 +14,13 @@ struct JitFunctionObject {
   vectorcallfunc vectorcall;
   PyObject* fn;     // strong
   PyObject* dict;   // strong: __wrapped__, __name__... (functools.update_wrapper writes here)
-  bool fullgraph;
+  eval_hook::Request request;  // Compile, with this wrapper's fullgraph and backend
 };
 
 PyObject* jit_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<JitFunctionObject*>(self_obj);
   eval_hook::reassert();
-  eval_hook::ModeGuard on(eval_hook::Mode::Compile, self->fullgraph);
+  eval_hook::ModeGuard on(self->request);
   return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
 }
 
@@ -83,14 +83,14 @@ PyTypeObject* jit_type() {
 
 }  // namespace
 
-PyObject* make_jit_function(PyObject* fn, bool fullgraph) {
+PyObject* make_jit_function(PyObject* fn, bool fullgraph, codegen::Backend backend) {
   PyTypeObject* type = jit_type();
   auto* self = PyObject_GC_New(JitFunctionObject, type);
   if (!self) return nullptr;
   self->vectorcall = jit_call;
   self->fn = Py_NewRef(fn);
   self->dict = nullptr;
-  self->fullgraph = fullgraph;
+  self->request = eval_hook::Request{eval_hook::Mode::Compile, fullgraph, backend};
   eval_hook::install();
   PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
   return reinterpret_cast<PyObject*>(self);

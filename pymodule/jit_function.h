@@ -4,10 +4,12 @@
 #pragma once
 #include <Python.h>
 
+#include "codegen/backends/backend_id.h"
+
 namespace fastdyn::pymodule {
 
 // New reference. `fn` borrowed.
-PyObject* make_jit_function(PyObject* fn, bool fullgraph);
+PyObject* make_jit_function(PyObject* fn, bool fullgraph, codegen::Backend backend);
 // Borrowed: the wrapped callable, or nullptr if `obj` is not a jit wrapper.
 PyObject* jit_function_target(PyObject* obj);
 

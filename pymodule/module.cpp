@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "codegen/backends/backends.h"
 #include "eval_hook/code_state.h"
 #include "eval_hook/compiler.h"
 #include "eval_hook/config.h"
@@ -42,13 +43,18 @@ void raise_graph_break(const std::string& reason, const std::string& filename, i
   }
 }
 
-void check_backend(const std::string& backend) {
-  if (backend != "native" && backend != "aten" && backend != "llvm_cpu")
-    throw py::value_error("fastdyn: unknown backend '" + backend + "' (expected 'native', 'llvm_cpu' or 'aten')");
-  eval_hook::config().backend = backend;  // process-wide: the last enable()/jit() wins
-#ifdef FASTDYN_HAVE_LLVM
-  if (backend != "aten") codegen::llvm_jit::prewarm();  // the JIT is built while the user's code runs
-#endif
+// Parses a user's backend name (ValueError naming the choices, or the backend this build lacks)
+// and starts what it needs while the user's code runs.
+bool g_kernels_requested = false;  // some enable()/jit() asked for a backend with a kernel cache
+codegen::Backend parse_backend(const std::string& name) {
+  std::optional<codegen::Backend> b = codegen::parse_backend(name);
+  if (!b) throw py::value_error("fastdyn: unknown backend '" + name + "' (expected " + codegen::backend_choices() + ")");
+  for (const codegen::BackendInfo& i : codegen::backend_table())
+    if (i.id == *b && !i.built)
+      throw py::value_error("fastdyn: backend '" + name + "' is not built in (" + i.summary + "; this build has no LLVM 19)");
+  if (*b != codegen::Backend::Aten) g_kernels_requested = true;
+  codegen::prewarm(*b);
+  return *b;
 }
 
 PyCodeObject* code_of(py::handle fn) {
@@ -67,7 +73,7 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
   eval_hook::ExplainReport r;
   eval_hook::set_explain_recorder(&r);
   {
-    eval_hook::ModeGuard on(eval_hook::Mode::Compile, false);
+    eval_hook::ModeGuard on(eval_hook::Request{eval_hook::Mode::Compile, false, codegen::Backend::Native});
     eval_hook::install();
     PyObject* out = PyObject_Call(fn.ptr(), args.ptr(), kwargs.ptr());
     eval_hook::uninstall();
@@ -94,7 +100,7 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
 // keeps the compiled kernels themselves (a graph compiled again finds them in memory).
 codegen::llvm_jit::CacheStats g_kernel_stats_at_reset;
 // NB: asking the cache starts the LLVM engine, which the aten backend never needs.
-bool kernel_cache_in_use() { return eval_hook::config().backend != "aten"; }
+bool kernel_cache_in_use() { return g_kernels_requested; }
 #endif
 
 py::dict stats() {
@@ -141,22 +147,21 @@ PYBIND11_MODULE(_C, m) {
   m.attr("has_llvm_cpu") = false;
 #endif
   m.def("enable", [](const std::string& backend, bool fullgraph) {
-    check_backend(backend);
+    const codegen::Backend b = parse_backend(backend);
     if (!g_enabled) eval_hook::install();
     else eval_hook::reassert();
     g_enabled = true;
-    eval_hook::set_process_mode(eval_hook::Mode::Compile, fullgraph);
+    eval_hook::set_process_mode(eval_hook::Request{eval_hook::Mode::Compile, fullgraph, b});
   }, py::arg("backend") = "native", py::arg("fullgraph") = false);
   m.def("disable", [] {
-    eval_hook::set_process_mode(eval_hook::Mode::Off, false);
+    eval_hook::set_process_mode(eval_hook::Request{});
     if (g_enabled) eval_hook::uninstall();
     g_enabled = false;
   });
   m.def("is_enabled", [] { return g_enabled; });
   m.def("hook_installed", [] { return eval_hook::installed(); });
   m.def("jit", [](py::handle fn, const std::string& backend, bool fullgraph) {
-    check_backend(backend);
-    PyObject* w = pymodule::make_jit_function(fn.ptr(), fullgraph);
+    PyObject* w = pymodule::make_jit_function(fn.ptr(), fullgraph, parse_backend(backend));
     if (!w) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(w);
   }, py::arg("fn"), py::arg("backend") = "native", py::arg("fullgraph") = false);

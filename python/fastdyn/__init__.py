@@ -23,10 +23,12 @@ from .api import (
     skip,
     synchronize,
     set_background_compile,
+    set_recompile_limit,
+    recompile_limit,
 )
 
 __all__ = [
     "GraphBreakError", "ExplainOutput", "enable", "disable", "jit", "explain", "stats",
-    "reset", "skip", "synchronize", "set_background_compile",
+    "reset", "skip", "synchronize", "set_background_compile", "set_recompile_limit", "recompile_limit",
 ]
 __version__ = "0.1.0"

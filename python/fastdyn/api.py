@@ -212,6 +212,21 @@ def reset():
     _C.reset()
 
 
+def set_recompile_limit(n):
+    """How many compiled entries (one per distinct set of guards: shapes, dtypes, values the
+    code relied on) a function keeps; default 8, also FASTDYN_RECOMPILE_LIMIT. Past it, a call
+    that matches no entry runs eagerly, once warned (naming the guard that failed); calls that
+    match an entry keep running compiled."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"fastdyn.set_recompile_limit: expected a positive int, got {n!r}")
+    _C.set_recompile_limit(n)
+
+
+def recompile_limit():
+    """The current recompile limit (set_recompile_limit)."""
+    return _C.recompile_limit()
+
+
 def skip(fn):
     """Never compile fn itself (what it calls is still compiled)."""
     _C.mark_skip(fn)

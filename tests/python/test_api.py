@@ -292,3 +292,55 @@ def test_jit_module_runs_global_hooks_once():
         assert torch.equal(g(x), m(x))  # 200: once for the Linear, once for the Sequential
     finally:
         handle.remove()
+
+
+def doubled_sin(x):
+    return (x * 2).sin() + 1
+
+
+def tripled_cos(x):
+    return (x * 3).cos() - 1
+
+
+@pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+def test_backend_is_per_jit_wrapper_and_each_entry_keeps_its_own():
+    # The backend was one process-wide setting: the last jit(..., backend=) chose it for every
+    # function. Now each wrapper's calls compile with its own, and an entry serves only calls
+    # that ask for the backend it was compiled with.
+    fastdyn.set_background_compile(False)
+    try:
+        x = torch.randn(16)
+        on_aten = fastdyn.jit(doubled_sin, backend="aten")
+        native = fastdyn.jit(tripled_cos)
+        for _ in range(2):
+            assert_same(native(x), tripled_cos(x))
+            assert_same(on_aten(x), doubled_sin(x))
+        assert fastdyn._C.code_text(tripled_cos).startswith("backend llvm_cpu"), fastdyn._C.code_text(tripled_cos)
+        assert fastdyn._C.code_text(doubled_sin).startswith("backend aten"), fastdyn._C.code_text(doubled_sin)
+        # One function under two wrappers: two entries, each hit by its own wrapper.
+        native_too = fastdyn.jit(doubled_sin)
+        assert_same(native_too(x), doubled_sin(x))
+        assert fastdyn._C.cache_size(doubled_sin) == 2
+        assert fastdyn._C.code_text(doubled_sin).startswith("backend llvm_cpu")
+        before = fastdyn.stats()
+        on_aten(x), native_too(x)
+        after = fastdyn.stats()
+        assert after["cache_hits"] - before["cache_hits"] == 2 and after["frames_compiled"] == before["frames_compiled"]
+        # enable()'s backend is the process default; a wrapper's own wins inside its calls.
+        fastdyn.reset()
+        fastdyn.enable(backend="aten")
+        try:
+            tripled_cos(x)
+            native(x)
+        finally:
+            fastdyn.disable()
+        assert fastdyn._C.cache_size(tripled_cos) == 2
+    finally:
+        fastdyn.set_background_compile(True)
+
+
+def test_unbuilt_backend_is_a_user_error():
+    if fastdyn._C.has_llvm_cpu:
+        pytest.skip("this build has llvm_cpu")
+    with pytest.raises(ValueError, match="llvm_cpu.*not built"):
+        fastdyn.jit(doubled_sin, backend="llvm_cpu")

@@ -14,6 +14,8 @@ import textwrap
 import threading
 import traceback
 
+import warnings
+
 import pytest
 import torch
 
@@ -487,19 +489,22 @@ def store_on(obj, v):
     obj.v = v  # no tensor: a side effect only, guarded on the identity of a fresh object
 
 
-def test_recompile_bound_message_only_for_code_with_graphs(capfd):
-    # Under enable(), library code often meets the bound on fresh objects; its message would be
-    # noise. Code that compiled tensor graphs still says so unasked.
+def test_recompile_bound_warns_once_only_for_code_with_graphs():
+    # Under enable(), library code often meets the bound on fresh objects; a warning would be
+    # noise. Code that compiled tensor graphs warns once, naming itself and the guard that failed.
     limit = fastdyn._C.recompile_limit()
-    f = fastdyn.jit(store_on)
-    for i in range(limit + 2):
-        f(Plain(0), i)
-    g = fastdyn.jit(bounded)
-    for rank in range(1, limit + 3):
-        g(torch.randn(*([2] * rank)))
-    err = capfd.readouterr().err
-    assert "recompile_limit: bounded" in err, err
-    assert "store_on" not in err, err
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = fastdyn.jit(store_on)
+        for i in range(limit + 2):
+            f(Plain(0), i)
+        g = fastdyn.jit(bounded)
+        for rank in range(1, limit + 4):
+            g(torch.randn(*([2] * rank)))
+    texts = [str(w.message) for w in caught if "recompile limit" in str(w.message)]
+    assert len(texts) == 1, texts
+    assert "bounded reached the recompile limit" in texts[0] and "L['x']" in texts[0], texts[0]
+    assert "set_recompile_limit" in texts[0], texts[0]
 
 
 def test_recompile_bound_is_per_code_object_and_reset_lifts_it():
@@ -524,27 +529,71 @@ def scaled_by_box(box, x):
     return x * box.scale + 1
 
 
-def test_entries_that_never_hit_again_are_dropped_at_the_bound():
+def test_entries_that_never_hit_again_are_checked_less_at_the_bound():
     # transformers' causal LMs make a DynamicCache per forward call: every compiled entry of the
     # frames that receive it misses on the next call. Past the bound, checking all of them on
-    # every call cost more than the frame (0.81x eager on OPT): after `limit` misses in a row
-    # at the bound, the code runs eagerly and its guards are no longer checked.
+    # every call cost more than the frame (0.81x eager on OPT): after `limit` misses in a row at
+    # the bound, spans of calls run eagerly without checking (limit, then doubling up to 64);
+    # the entries stay, and the calls between spans check them.
     f = fastdyn.jit(scaled_by_box)
     x = torch.randn(4)
     limit = fastdyn._C.recompile_limit()
     deltas = []
-    for _ in range(2 * limit + 3):
-        box = FreshPerCall(2.0)
-        out, d = call_with_stats(f, box, x)
-        assert_same(out, scaled_by_box(box, x))
-        deltas.append(d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3 * limit + 1):
+            box = FreshPerCall(2.0)
+            out, d = call_with_stats(f, box, x)
+            assert_same(out, scaled_by_box(box, x))
+            deltas.append(d)
     assert sum(d["frames_compiled"] for d in deltas) == limit, deltas
     assert all(d["frames_compiled"] == 0 and d["cache_misses"] == 1 for d in deltas[limit:2 * limit]), deltas
-    assert all(d["frames_seen"] == 0 for d in deltas[2 * limit:]), f"past the misses, the frame runs eagerly: {deltas}"
+    assert all(d["frames_seen"] == 0 for d in deltas[2 * limit:3 * limit]), f"a span checks nothing: {deltas}"
+    assert deltas[3 * limit]["frames_seen"] == 1, f"after the span, the entries are checked again: {deltas}"
     fastdyn.reset()
     out, d = call_with_stats(f, FreshPerCall(3.0), x)
     assert d["frames_compiled"] == 1, f"reset() forgets it: {d}"
     assert_same(out, x * 3.0 + 1)
+
+
+def test_entries_stay_in_use_past_the_limit():
+    # Shapes it compiled keep running compiled after the limit was reached (they ran eagerly for
+    # good before); a new shape runs eagerly.
+    f = fastdyn.jit(bounded)
+    limit = fastdyn._C.recompile_limit()
+    inputs = [torch.randn(*([2] * rank)) for rank in range(1, limit + 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in inputs:
+            f(x)
+        for rank in range(limit + 1, 2 * limit + 3):  # more misses in a row than the limit
+            assert_same(f(torch.ones(*([2] * rank))), bounded(torch.ones(*([2] * rank))))
+    for x in inputs[:2]:
+        for _ in range(64):  # past any span of unchecked calls
+            out, d = call_with_stats(f, x)
+            if d["cache_hits"]:
+                break
+        assert d["cache_hits"] == 1, d
+        assert_same(out, bounded(x))
+
+
+def test_recompile_limit_is_a_public_setting():
+    old = fastdyn.recompile_limit()
+    try:
+        fastdyn.set_recompile_limit(2)
+        assert fastdyn.recompile_limit() == 2
+        f = fastdyn.jit(bounded)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for rank in range(1, 5):
+                f(torch.randn(*([2] * rank)))
+        assert fastdyn._C.cache_size(bounded) == 2
+        assert any("recompile limit (2 entries)" in str(w.message) for w in caught), [str(w.message) for w in caught]
+        for bad in (0, -1, 1.5, True, "3"):
+            with pytest.raises(ValueError):
+                fastdyn.set_recompile_limit(bad)
+    finally:
+        fastdyn.set_recompile_limit(old)
 
 
 def test_a_hit_at_the_bound_keeps_the_entries():
@@ -830,8 +879,24 @@ def test_log_all_categories(tmp_path):
     assert "RETURN_VALUE" in err or "RETURN_CONST" in err, f"code: no disassembly\n{err}"
 
 
+def without_limit_warning(err):
+    """stderr less the recompile-limit UserWarning (given unasked, once), and its source line."""
+    lines, out, skip = err.splitlines(), [], False
+    for ln in lines:
+        if "UserWarning: fastdyn:" in ln and "recompile limit" in ln:
+            skip = True
+            continue
+        if skip and ln.startswith("  "):
+            skip = False
+            continue
+        skip = False
+        out.append(ln)
+    return "\n".join(out)
+
+
 def test_log_is_selective(tmp_path):
     err, _ = run_logged(tmp_path, "graphs")
+    err = without_limit_warning(err)
     assert "relu" in err, err
     assert "RETURN_VALUE" not in err and "LOAD_FAST" not in err, f"code dumps without 'code'\n{err}"
     assert not any("fd_log_pointwise" in ln and re.search("recompil", ln, re.I)
@@ -841,8 +906,9 @@ def test_log_is_selective(tmp_path):
 
 def test_no_log_without_the_variable(tmp_path):
     err, _ = run_logged(tmp_path, None)
-    # Hitting the recompile bound may warn unconditionally; nothing else may be printed.
-    other = [ln for ln in err.splitlines() if "fd_log_bounded" not in ln]
+    # Hitting the recompile bound warns unconditionally; nothing else may be printed.
+    assert "fd_log_bounded reached the recompile limit" in err, err
+    other = [ln for ln in without_limit_warning(err).splitlines() if ln.strip()]
     assert other == [], f"fastdyn wrote to stderr without FASTDYN_LOG:\n{err}"
 
 

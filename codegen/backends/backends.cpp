@@ -1,0 +1,90 @@
+// codegen/backends/backends.cpp — see backends.h.
+#include "codegen/backends/backends.h"
+
+#include "codegen/aten_backend.h"
+#ifdef FASTDYN_HAVE_LLVM
+#include "codegen/llvm/backend.h"
+#include "codegen/llvm/jit_engine.h"
+#endif
+
+namespace fastdyn::codegen {
+
+namespace {
+#ifdef FASTDYN_HAVE_LLVM
+constexpr bool kHaveLlvm = true;
+#else
+constexpr bool kHaveLlvm = false;
+#endif
+}  // namespace
+
+const std::vector<BackendInfo>& backend_table() {
+  static const std::vector<BackendInfo> table = {
+      {Backend::Native, "native", "the best backend built for the graph's device", true},
+      {Backend::LlvmCpu, "llvm_cpu", "fused loop kernels compiled by LLVM for the host CPU", kHaveLlvm},
+      {Backend::Aten, "aten", "the graph's ops called one by one through ATen", true},
+  };
+  return table;
+}
+
+std::optional<Backend> parse_backend(std::string_view name) {
+  for (const BackendInfo& b : backend_table())
+    if (name == b.name) return b.id;
+  return std::nullopt;
+}
+
+const char* backend_name(Backend b) {
+  for (const BackendInfo& i : backend_table())
+    if (i.id == b) return i.name;
+  return "?";
+}
+
+std::string backend_choices() {
+  const auto& t = backend_table();
+  std::string s;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (i) s += i + 1 == t.size() ? " or " : ", ";
+    s += std::string("'") + t[i].name + "'";
+  }
+  return s;
+}
+
+Backend resolve_backend(Backend requested, const Graph& g) {
+  bool cpu = true;
+  for (const TensorMeta& m : g.values) cpu = cpu && m.device.is_cpu();
+  const bool llvm = kHaveLlvm && cpu;
+  switch (requested) {
+    case Backend::Native:
+    case Backend::LlvmCpu: return llvm ? Backend::LlvmCpu : Backend::Aten;
+    case Backend::Aten: return Backend::Aten;
+  }
+  return Backend::Aten;
+}
+
+PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
+  PreparedGraph p;
+  p.backend = resolved;
+#ifdef FASTDYN_HAVE_LLVM
+  if (resolved == Backend::LlvmCpu) {
+    PreparedLlvm llvm = prepare_llvm_cpu(g);
+    p.tiered = true;
+    p.program = std::move(llvm.program);
+    p.finish = std::move(llvm.finish);
+    p.load_now = std::move(llvm.load_now);
+    return p;
+  }
+#endif
+  p.backend = Backend::Aten;
+  p.finish = [g] { return compile_aten(g); };
+  p.program = "backend aten";
+  return p;
+}
+
+void prewarm(Backend requested) {
+#ifdef FASTDYN_HAVE_LLVM
+  if (requested != Backend::Aten) llvm_jit::prewarm();
+#else
+  (void)requested;
+#endif
+}
+
+}  // namespace fastdyn::codegen
