@@ -92,16 +92,24 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
     result = PyObject_Vectorcall(graph, args, entry.direct_slots.size(), nullptr);
     Py_DECREF(graph);
   } else {
-    // Functions made by one `def` share code but not closures: the entry's function gets this
-    // frame's closure for the call only (COPY_FREE_VARS copies its cells into the new frame at
-    // once), so that no cell, and nothing a cell holds, outlives the call through the entry.
+    // Functions made by one `def` share code but not closures: a frame with a closure runs the
+    // transformed code through a function of its own, holding that closure. (Setting the shared
+    // entry function's closure for the call raced: another thread could switch it before this
+    // frame's COPY_FREE_VARS read it, and the entry kept the last closure, and what its cells
+    // held, alive.)
     PyFunctionObject* fn = fd_frame_func(frame);
-    PyObject* callee = Py_NewRef(entry.fn);
-    const bool lend = fn && fn->func_closure;
-    if (lend) PyFunction_SetClosure(callee, fn->func_closure);
-    result = PyObject_Vectorcall(callee, slots, static_cast<size_t>(entry.nargs), nullptr);
-    if (lend) PyFunction_SetClosure(callee, Py_None);
-    Py_DECREF(callee);
+    PyObject* callee = nullptr;
+    if (fn && fn->func_closure) {
+      auto* shared = reinterpret_cast<PyFunctionObject*>(entry.fn);
+      callee = PyFunction_NewWithQualName(shared->func_code, shared->func_globals, shared->func_qualname);
+      if (callee && PyFunction_SetClosure(callee, fn->func_closure) < 0) Py_CLEAR(callee);
+    } else {
+      callee = Py_NewRef(entry.fn);
+    }
+    if (callee) {
+      result = PyObject_Vectorcall(callee, slots, static_cast<size_t>(entry.nargs), nullptr);
+      Py_DECREF(callee);
+    }
   }
   if (!result && rerun_on_error) {
     // The graph raised (an index out of range, say). It had no side effects, and the frame is

@@ -1,7 +1,11 @@
 // codegen/backends/backends.cpp — see backends.h.
 #include "codegen/backends/backends.h"
 
+#include <cstdio>
+
 #include "codegen/aten_backend.h"
+#include "codegen/graph_passes.h"
+#include "codegen/loop/passes.h"
 #ifdef FASTDYN_HAVE_LLVM
 #include "codegen/llvm/backend.h"
 #include "codegen/llvm/jit_engine.h"
@@ -65,7 +69,14 @@ PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
   p.backend = resolved;
 #ifdef FASTDYN_HAVE_LLVM
   if (resolved == Backend::LlvmCpu) {
-    PreparedLlvm llvm = prepare_llvm_cpu(g);
+    // The one pass list (codegen/graph_passes.h): graph rewrites, then the loop pipeline and the
+    // backend's emission inside prepare_llvm_cpu.
+    RewrittenGraph rewritten = rewrite_graph(g);
+    if (loop::dump_enabled("rewritten")) {  // what the loop pipeline gets
+      std::fprintf(stderr, "=== rewritten ===\n%s", print_graph(rewritten.graph).c_str());
+      if (!rewritten.constants.empty()) std::fprintf(stderr, "=== folded constants ===\n%s", print_graph(rewritten.folded).c_str());
+    }
+    PreparedLlvm llvm = prepare_llvm_cpu(g, std::move(rewritten));
     p.tiered = true;
     p.program = std::move(llvm.program);
     p.finish = std::move(llvm.finish);

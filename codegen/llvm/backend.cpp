@@ -2,8 +2,7 @@
 #include "codegen/llvm/backend.h"
 
 #include "codegen/aten_backend.h"
-#include "codegen/attention_decompose.h"
-#include "codegen/constant_fold.h"
+#include "codegen/graph_passes.h"
 #include "codegen/pass_timer.h"
 #include "codegen/prepacked_linear.h"
 #include "codegen/llvm/emit.h"
@@ -291,45 +290,13 @@ double kernel_bytes(const loop::Program& p) {
   return bytes;
 }
 
-// The folded values, computed now on ATen; nullopt when one comes back laid out otherwise than its
-// metadata says (kernels address inputs by the metadata's strides).
-std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants) {
-  std::vector<at::Tensor> placeholders;
-  for (ValueId v : constants.inputs) {
-    const TensorMeta& m = constants.meta(v);
-    placeholders.push_back(at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device)));
-  }
-  std::vector<at::Tensor> values = compile_aten(constants)->run(placeholders);
-  for (size_t i = 0; i < values.size(); ++i) {
-    const TensorMeta& m = constants.meta(constants.outputs[i]);
-    const at::Tensor& t = values[i];
-    if (t.sizes() != c10::IntArrayRef(m.sizes) || (t.numel() > 1 && t.strides() != c10::IntArrayRef(m.strides)))
-      return std::nullopt;
-  }
-  return values;
-}
-
 }  // namespace
 
-PreparedLlvm prepare_llvm_cpu(const Graph& original) {
-  PassTimer timer;
-  const Graph written_out = decompose_small_attention(original);
-  timer.lap("decompose_small_attention");
-  ConstantFolding folding = fold_constants(written_out);
-  std::vector<at::Tensor> constants;
-  if (!folding.constants.nodes.empty()) {
-    if (auto values = evaluate_constants(folding.constants)) constants = std::move(*values);
-    else folding.rest = written_out;
-  }
-  timer.lap("fold_constants");
-  const Graph& g = constants.empty() ? written_out : folding.rest;
-  // FASTDYN_DUMP=rewritten: the graph the loop pipeline gets, after the graph-level rewrites.
-  if (loop::dump_enabled("rewritten")) {
-    std::fprintf(stderr, "=== rewritten ===\n%s", print_graph(g).c_str());
-    if (!constants.empty()) std::fprintf(stderr, "=== folded constants ===\n%s", print_graph(folding.constants).c_str());
-  }
+PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
+  const Graph& g = rewritten.graph;
+  std::vector<at::Tensor> constants = std::move(rewritten.constants);
   auto p = std::make_shared<loop::Program>(loop::build_program(g));
-  timer = PassTimer();
+  PassTimer timer;
   std::string text = loop::print_program(*p);
   auto externs = std::make_shared<std::vector<LlvmExecutable::Extern>>();
   for (const loop::Step& s : p->steps)
@@ -361,6 +328,8 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original) {
   timer.lap("warm_start_check");
   return prepared;
 }
+
+PreparedLlvm prepare_llvm_cpu(const Graph& g) { return prepare_llvm_cpu(g, rewrite_graph(g)); }
 
 runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) { return prepare_llvm_cpu(g).finish(); }
 

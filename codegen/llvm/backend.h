@@ -8,6 +8,7 @@
 // its run path has no strings and no maps. describe() is the Program text (explain, FASTDYN_LOG).
 #pragma once
 #include "codegen/graph.h"
+#include "codegen/graph_passes.h"
 #include "runtime/executable.h"
 
 #include <functional>
@@ -20,7 +21,7 @@ namespace fastdyn::codegen {
 runtime::ExecutablePtr compile_llvm_cpu(const Graph& g);
 
 // compile_llvm_cpu in two halves, for tiered compilation (runtime/tiered_executable.h).
-// prepare_llvm_cpu does the graph rewrites (constant folding runs ATen ops), the loop pipeline and
+// prepare_llvm_cpu does the graph passes (constant folding runs ATen ops), the loop pipeline and
 // the extern calls on the caller's thread: a few milliseconds; it throws what compile_llvm_cpu
 // throws before LLVM. `finish` emits the kernels, looks them up in the kernel cache and compiles
 // the missing ones: LLVM only, no ATen op and no Python, so it may run on another thread, once.
@@ -35,6 +36,8 @@ struct PreparedLlvm {
   std::function<runtime::ExecutablePtr()> finish;  // throws BackendError/InternalError
   std::function<runtime::ExecutablePtr()> load_now;  // may be empty; throws what finish throws
 };
-PreparedLlvm prepare_llvm_cpu(const Graph& g);
+PreparedLlvm prepare_llvm_cpu(const Graph& g);  // rewrite_graph(g), then the overload below
+// From the graph-level passes' result (codegen/graph_passes.h): the loop pipeline and the rest.
+PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten);
 
 }  // namespace fastdyn::codegen

@@ -903,3 +903,42 @@ def test_in_place_error_raises_on_its_own_line_after_what_came_before():
     got = fastdyn.jit(disjoint_rows)(x)  # eager accepts it: still one graph, no break
     assert torch.equal(got, want)
     assert fastdyn.stats()["graph_breaks"] == 0
+
+
+def make_reader(v):
+    def read(x):
+        return x * 2 + v  # v: a cell of this closure
+    return read
+
+
+def test_closures_of_one_def_on_many_threads_stay_their_own():
+    # Found by CPython's test_functools.TestCachedProperty.test_threaded (a segfault): the cache
+    # entry of `read` is shared by every closure its def makes; setting the shared function's
+    # closure per call let another thread switch it before the frame copied its cells.
+    import sys
+    import threading
+    x = torch.ones(4)
+    errors = []
+
+    def worker(i):
+        read = make_reader(float(i))
+        for _ in range(200):
+            got = read(x)
+            if not torch.equal(got, x * 2 + i):
+                errors.append((i, got.tolist()))
+                return
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    fastdyn.enable()
+    try:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        fastdyn.disable()
+        sys.setswitchinterval(old)
+    assert errors == []
+    assert fastdyn.stats()["cache_hits"] > 0
