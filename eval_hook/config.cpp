@@ -58,6 +58,7 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_BACKGROUND_COMPILE", SettingKind::Flag, {}},
       {"FASTDYN_STRICT", SettingKind::Flag, {}},
       {"FASTDYN_RECOMPILE_LIMIT", SettingKind::Count, {}},
+      {"FASTDYN_KERNEL_CACHE_SIZE", SettingKind::Count, {}},
       {"FASTDYN_TIME_PASSES", SettingKind::Flag, {}},
       {"FASTDYN_PREPACK", SettingKind::Flag, {}},
       {"FASTDYN_PERF_MAP", SettingKind::Flag, {}},

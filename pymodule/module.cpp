@@ -46,11 +46,14 @@ void raise_graph_break(const std::string& reason, const std::string& filename, i
 // Parses a user's backend name (ValueError naming the choices) and starts what it needs while
 // the user's code runs. A backend this build lacks (llvm_cpu without LLVM 19) is accepted: its
 // graphs run on aten (resolve_backend), so that one program runs on every build.
-bool g_kernels_requested = false;  // some enable()/jit() asked for a backend with a kernel cache
+// Whether a backend with a kernel cache may be in use: the default (native) is one, so only a
+// process whose every enable()/jit() asked for aten never needs the LLVM engine for stats().
+bool g_any_request = false, g_kernel_request = false;
 codegen::Backend parse_backend(const std::string& name) {
   std::optional<codegen::Backend> b = codegen::parse_backend(name);
   if (!b) throw py::value_error("fastdyn: unknown backend '" + name + "' (expected " + codegen::backend_choices() + ")");
-  if (*b != codegen::Backend::Aten) g_kernels_requested = true;
+  g_any_request = true;
+  if (*b != codegen::Backend::Aten) g_kernel_request = true;
   codegen::prewarm(*b);
   return *b;
 }
@@ -98,7 +101,7 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
 // keeps the compiled kernels themselves (a graph compiled again finds them in memory).
 codegen::llvm_jit::CacheStats g_kernel_stats_at_reset;
 // NB: asking the cache starts the LLVM engine, which the aten backend never needs.
-bool kernel_cache_in_use() { return g_kernels_requested; }
+bool kernel_cache_in_use() { return !g_any_request || g_kernel_request; }
 #endif
 
 py::dict stats() {
@@ -125,6 +128,7 @@ py::dict stats() {
     d["kernel_memory_hits"] = k.memory_hits - base.memory_hits;           // found already compiled
     d["kernel_disk_hits"] = k.disk_hits - base.disk_hits;                 // loaded from the disk cache
     d["kernel_cache_rejected"] = k.rejected_files - base.rejected_files;  // corrupt or foreign files
+    d["kernel_memory_evictions"] = k.memory_evictions - base.memory_evictions;  // past FASTDYN_KERNEL_CACHE_SIZE
   }
 #endif
   return d;

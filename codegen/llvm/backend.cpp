@@ -36,6 +36,7 @@ class LlvmExecutable final : public runtime::Executable {
   struct Call {
     KernelFn fn;
     std::vector<int32_t> slots;  // the kernel's argument array, as slot numbers (kernel_slots)
+    std::shared_ptr<void> hold;  // keeps fn's module linked (the kernel cache may evict it)
   };
   struct Run {
     bool is_kernel;
@@ -237,7 +238,7 @@ std::string kernel_label(const loop::Kernel& k) {
 
 // The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
 // when it is in neither cache and compile_missing is false.
-KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_missing) {
+KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_missing, std::shared_ptr<void>* hold) {
   static const char* const kSymbol = "fastdyn_kernel";
   const int bits = llvm_jit::host_target().vector_bits;
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
@@ -253,9 +254,9 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
   llvm::WriteBitcodeToFile(*mb.module, key_os);
   key_os.flush();
   if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
-  std::vector<void*> addrs = llvm_jit::find_cached(key, {kSymbol});
+  std::vector<void*> addrs = llvm_jit::find_cached(key, {kSymbol}, hold);
   if (addrs.empty() && !compile_missing) return nullptr;
-  if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), key, {kSymbol});
+  if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), key, {kSymbol}, hold);
   return reinterpret_cast<KernelFn>(addrs.at(0));
 }
 
@@ -314,9 +315,10 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   auto build = [p, text, externs, aliased, constants = std::move(constants)](bool compile_missing) -> runtime::ExecutablePtr {
     std::vector<LlvmExecutable::Call> calls;
     for (const loop::Kernel& k : p->kernels) {
-      KernelFn fn = kernel_fn(*p, k, compile_missing);
+      std::shared_ptr<void> hold;
+      KernelFn fn = kernel_fn(*p, k, compile_missing, &hold);
       if (!fn) return nullptr;
-      calls.push_back({fn, llvm_emit::kernel_slots(*p, k)});
+      calls.push_back({fn, llvm_emit::kernel_slots(*p, k), std::move(hold)});
     }
     llvm_jit::record_program(text);
     return std::make_shared<LlvmExecutable>(std::move(*p), text, std::move(calls), std::move(*externs), aliased, constants);

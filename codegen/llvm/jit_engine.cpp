@@ -237,6 +237,12 @@ struct Engine {
   // Errors the session reports on the side (e.g. "Symbols not found: [ foo ]" while linking)
   // rather than through the failing lookup, which only says "Failed to materialize symbols".
   std::string session_errors;
+  // Modules whose last hold went (an evicted kernel's last executable died): removed from the JIT
+  // at the next engine call, under `mutex`. A hold may go on any thread, with `mutex` held or
+  // not, so it only queues here, under its own lock.
+  std::mutex released_mutex;
+  std::vector<llvm::orc::JITDylib*> released;
+  size_t linked = 0;  // modules linked and not yet removed
 };
 
 Engine* make_engine() {
@@ -273,6 +279,11 @@ Engine* make_engine() {
   e->runtime_jd->addGenerator(std::make_unique<SleefGenerator>());
 
   e->cache = std::make_unique<KernelCache>(engine_target_identity());
+  if (const char* bound = std::getenv("FASTDYN_KERNEL_CACHE_SIZE")) {  // checked at import (settings table)
+    char* end = nullptr;
+    const long long n = std::strtoll(bound, &end, 10);
+    if (end && *end == '\0' && n > 0) e->cache->set_memory_bound(static_cast<size_t>(n));
+  }
   return e.release();
 }
 
@@ -404,7 +415,36 @@ std::string emit_object(llvm::Module& m, llvm::TargetMachine& tm) {
 
 void remove_dylib(Engine& e, llvm::orc::JITDylib* jd) {
   if (!jd) return;
+  --e.linked;
   if (auto err = e.jit->getExecutionSession().removeJITDylib(*jd)) llvm::consumeError(std::move(err));
+}
+
+// The keep-alive handle of a linked module (KernelCache::Entry::hold).
+std::shared_ptr<void> make_hold(Engine& e, llvm::orc::JITDylib* jd) {
+  return std::shared_ptr<void>(jd, [&e](void* p) {
+    std::lock_guard<std::mutex> lock(e.released_mutex);
+    e.released.push_back(static_cast<llvm::orc::JITDylib*>(p));
+  });
+}
+
+// Removes the modules no hold keeps any more. Called with e.mutex held.
+void remove_released(Engine& e) {
+  std::vector<llvm::orc::JITDylib*> gone;
+  {
+    std::lock_guard<std::mutex> lock(e.released_mutex);
+    gone.swap(e.released);
+  }
+  for (llvm::orc::JITDylib* jd : gone) remove_dylib(e, jd);
+}
+
+// Puts a freshly linked module in the memory cache; the entries it evicts let their holds go.
+KernelCache::Entry& cache_linked(Engine& e, const std::string& key_text, KernelCache::Entry entry) {
+  entry.hold = make_hold(e, static_cast<llvm::orc::JITDylib*>(entry.dylib));
+  std::vector<KernelCache::Entry> evicted;
+  KernelCache::Entry& kept = e.cache->insert_memory(key_text, std::move(entry), &evicted);
+  evicted.clear();  // the holds go: a module no executable uses is queued for removal
+  remove_released(e);
+  return kept;
 }
 
 // Links `object` into a fresh JITDylib. Returns it, or nullptr with `error` set.
@@ -416,6 +456,7 @@ llvm::orc::JITDylib* link_object(Engine& e, const std::string& object, const std
     error = error_text(jd.takeError());
     return nullptr;
   }
+  ++e.linked;  // remove_dylib counts it down
   // Our runtime symbols first, so that fastdyn_parallel_for and each Sleef_* name resolve to
   // exactly what math_symbol_address() reports, whatever else the process exports.
   llvm::orc::JITDylibSearchOrder order{{e.runtime_jd, llvm::orc::JITDylibLookupFlags::MatchExportedSymbolsOnly}};
@@ -502,13 +543,16 @@ ModuleBuilder new_module(const std::string& name) {
   return b;
 }
 
-std::vector<void*> find_cached(const std::string& key_text, const std::vector<std::string>& symbols) {
+std::vector<void*> find_cached(const std::string& key_text, const std::vector<std::string>& symbols,
+                               std::shared_ptr<void>* hold) {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
+  remove_released(e);
   std::string error;
   if (KernelCache::Entry* hit = e.cache->find_memory(key_text)) {
     std::vector<void*> out = lookup_all(e, *hit, symbols, error);
     if (!out.empty() || symbols.empty()) ++e.cache->stats().memory_hits;
+    if (hold) *hold = hit->hold;
     return out;
   }
   std::optional<std::string> object = e.cache->read_object(key_text);
@@ -524,21 +568,25 @@ std::vector<void*> find_cached(const std::string& key_text, const std::vector<st
     ++e.cache->stats().rejected_files;
     return {};
   }
-  e.cache->insert_memory(key_text, std::move(entry));
+  KernelCache::Entry& kept = cache_linked(e, key_text, std::move(entry));
+  if (hold) *hold = kept.hold;
   ++e.cache->stats().disk_hits;
   return out;
 }
 
-std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const std::vector<std::string>& symbols) {
+std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const std::vector<std::string>& symbols,
+                           std::shared_ptr<void>* hold) {
   FD_CHECK(m.module && m.context, "llvm_jit::compile: empty ModuleBuilder");
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
+  remove_released(e);
   std::string error;
   if (KernelCache::Entry* hit = e.cache->find_memory(key_text)) {
     // Another thread compiled the same kernel since our caller's find_cached: use that one.
     std::vector<void*> out = lookup_all(e, *hit, symbols, error);
     if (out.empty() && !symbols.empty()) throw BackendError("llvm_jit: " + error);
     ++e.cache->stats().memory_hits;
+    if (hold) *hold = hit->hold;
     return out;
   }
   const std::string name = m.module->getModuleIdentifier();
@@ -571,7 +619,8 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
     throw BackendError("llvm_jit: module '" + name + "': " + error);
   }
   times.link_ms = ms_since(t2);
-  e.cache->insert_memory(key_text, std::move(entry));
+  KernelCache::Entry& kept = cache_linked(e, key_text, std::move(entry));
+  if (hold) *hold = kept.hold;
   ++e.cache->stats().compiles;
   e.cache->write_object(key_text, object);
   times.total_ms = ms_since(t0);
@@ -642,7 +691,8 @@ std::string cache_dir() {
 void reset_for_testing() {
   Engine& e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
-  for (void* jd : e.cache->clear_memory()) remove_dylib(e, static_cast<llvm::orc::JITDylib*>(jd));
+  e.cache->clear_memory();  // their holds go: modules no executable uses are removed below
+  remove_released(e);
   {
     ProgramRecords& r = program_records();
     std::lock_guard<std::mutex> records_lock(r.mutex);
@@ -650,6 +700,19 @@ void reset_for_testing() {
   }
   e.cache->stats() = CacheStats{};
   e.last_times = CompileTimes{};
+}
+
+void set_memory_bound(size_t kernels) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  e.cache->set_memory_bound(kernels);
+}
+
+size_t linked_modules() {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  remove_released(e);
+  return e.linked;
 }
 
 const std::string& optimisation_pipeline() { return pipeline(); }

@@ -55,13 +55,16 @@ ModuleBuilder new_module(const std::string& name);
 
 // Addresses of `symbols` (in that order) of a module compiled earlier under key_text, from memory
 // or disk; empty if there is none (or the file was rejected).
-std::vector<void*> find_cached(const std::string& key_text, const std::vector<std::string>& symbols);
+// `hold`, when given, receives the kernel module's keep-alive handle: the addresses stay valid
+// while it (or the cache's own) exists, also after the memory cache evicts the kernel.
+std::vector<void*> find_cached(const std::string& key_text, const std::vector<std::string>& symbols,
+                               std::shared_ptr<void>* hold = nullptr);
 
 // Verifies, optimises and compiles the module, links it, stores the object in the memory and disk
 // caches under key_text and returns the addresses of `symbols`. Throws BackendError naming the
 // module and the verifier's message on invalid IR, or a missing symbol.
 std::vector<void*> compile(ModuleBuilder m, const std::string& key_text,
-                           const std::vector<std::string>& symbols);
+                           const std::vector<std::string>& symbols, std::shared_ptr<void>* hold = nullptr);
 
 // Math functions the JIT can call. A declaration in `m` of the SLEEF function computing `fn` on
 // `lanes` elements of f32 (is_f64=false) or f64 (lanes == 1: the scalar form), accurate to 1 ULP
@@ -85,7 +88,12 @@ bool engine_ready();
 // Statistics for tests and FASTDYN_LOG: how each find_cached/compile call was answered.
 struct CacheStats {
   int64_t memory_hits = 0, disk_hits = 0, compiles = 0, rejected_files = 0;
+  int64_t memory_evictions = 0;  // kernels the bounded memory cache let go (FASTDYN_KERNEL_CACHE_SIZE)
 };
+// The memory cache's bound, in kernels (default 4096, FASTDYN_KERNEL_CACHE_SIZE); for tests.
+void set_memory_bound(size_t kernels);
+// Kernel modules still linked (in the memory cache or held by an executable); for tests.
+size_t linked_modules();
 CacheStats cache_stats();
 // The directory in use ("" when the disk cache is off).
 std::string cache_dir();

@@ -116,19 +116,37 @@ KernelCache::KernelCache(TargetIdentity target) : target_(std::move(target)) {}
 
 KernelCache::Entry* KernelCache::find_memory(const std::string& key_text) {
   auto it = memory_.find(key_text);
-  return it == memory_.end() ? nullptr : &it->second;
+  if (it == memory_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second.pos);
+  return &it->second.entry;
 }
 
-KernelCache::Entry& KernelCache::insert_memory(const std::string& key_text, Entry entry) {
-  return memory_[key_text] = std::move(entry);
+KernelCache::Entry& KernelCache::insert_memory(const std::string& key_text, Entry entry, std::vector<Entry>* evicted) {
+  auto it = memory_.find(key_text);
+  if (it != memory_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second.pos);
+    it->second.entry = std::move(entry);
+  } else {
+    lru_.push_front(key_text);
+    it = memory_.emplace(key_text, Slot{std::move(entry), lru_.begin()}).first;
+  }
+  while (memory_.size() > memory_bound_) {
+    auto victim = memory_.find(lru_.back());
+    lru_.pop_back();
+    if (evicted) evicted->push_back(std::move(victim->second.entry));
+    memory_.erase(victim);
+    ++stats_.memory_evictions;
+  }
+  return it->second.entry;
 }
 
-std::vector<void*> KernelCache::clear_memory() {
-  std::vector<void*> dylibs;
-  for (auto& kv : memory_) dylibs.push_back(kv.second.dylib);
+std::vector<KernelCache::Entry> KernelCache::clear_memory() {
+  std::vector<Entry> entries;
+  for (auto& kv : memory_) entries.push_back(std::move(kv.second.entry));
   memory_.clear();
+  lru_.clear();
   records_.clear();
-  return dylibs;
+  return entries;
 }
 
 std::string KernelCache::dir() {

@@ -5,7 +5,9 @@
 // the file format can be tested on its own. The engine owns the JIT; this class owns bytes and
 // bookkeeping:
 // - memory: key_text -> an opaque handle of the linked module (its JITDylib) and the addresses
-//   looked up in it so far;
+//   looked up in it so far; bounded (memory_bound entries, least recently used evicted first).
+//   An entry's `hold` keeps its module linked: the cache holds one, and so does every executable
+//   that calls the kernel, so an evicted kernel stays callable until its last user lets go;
 // - disk: one file per key, `<dir>/<16 hex digits>.o`, whose name hashes the key together with
 //   the target identity (format version, LLVM version, host CPU and features, fastdyn build).
 //   The file repeats
@@ -22,6 +24,8 @@
 // Not thread-safe: the engine calls it under its mutex.
 #pragma once
 #include <cstdint>
+#include <list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -53,15 +57,22 @@ class KernelCache {
   struct Entry {
     void* dylib = nullptr;                            // engine-owned JITDylib of the module
     std::unordered_map<std::string, void*> symbols;   // addresses looked up so far
+    std::shared_ptr<void> hold;                       // the module stays linked while one exists
   };
+  static constexpr size_t kDefaultMemoryBound = 4096;  // kernels (FASTDYN_KERNEL_CACHE_SIZE)
 
   explicit KernelCache(TargetIdentity target);
 
-  // Memory. The returned pointer stays valid until the next insert/clear.
+  // Memory. The returned pointer stays valid until the next insert/clear; a hit is the most
+  // recently used entry from then on.
   Entry* find_memory(const std::string& key_text);
-  Entry& insert_memory(const std::string& key_text, Entry entry);
-  // Forgets every entry and returns their dylibs (the engine frees them).
-  std::vector<void*> clear_memory();
+  // Inserts, then evicts the least recently used entries beyond the bound into *evicted.
+  Entry& insert_memory(const std::string& key_text, Entry entry, std::vector<Entry>* evicted);
+  // Forgets every entry and returns them (the engine lets their holds go).
+  std::vector<Entry> clear_memory();
+  void set_memory_bound(size_t entries) { memory_bound_ = entries < 1 ? 1 : entries; }
+  size_t memory_bound() const { return memory_bound_; }
+  size_t memory_size() const { return memory_.size(); }
 
   // Disk. The directory is resolved from FASTDYN_CACHE_DIR (else $HOME/.cache/fastdyn; "off"
   // disables it) on each call, so a changed environment takes effect at the next miss.
@@ -87,7 +98,13 @@ class KernelCache {
   TargetIdentity target_;
   bool write_file(const std::string& path, const std::string& key_text, const std::string& object);
 
-  std::unordered_map<std::string, Entry> memory_;
+  struct Slot {
+    Entry entry;
+    std::list<std::string>::iterator pos;  // in lru_
+  };
+  std::unordered_map<std::string, Slot> memory_;
+  std::list<std::string> lru_;  // most recently used first
+  size_t memory_bound_ = kDefaultMemoryBound;
   std::unordered_map<std::string, bool> records_;  // record file path -> present
   CacheStats stats_;
   std::string env_seen_;     // FASTDYN_CACHE_DIR (or "\x01unset") when dir_ was resolved

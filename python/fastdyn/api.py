@@ -202,8 +202,9 @@ def stats():
     background_pending (still compiling) and background_compile_seconds (that thread's time).
     Unless the backend is aten (where LLVM is built in), the kernel cache's: kernel_compiles (by
     LLVM), kernel_memory_hits (already compiled in this process: reset() keeps compiled kernels),
-    kernel_disk_hits (loaded from FASTDYN_CACHE_DIR) and kernel_cache_rejected (corrupt or foreign
-    cache files ignored)."""
+    kernel_disk_hits (loaded from FASTDYN_CACHE_DIR), kernel_cache_rejected (corrupt or foreign
+    cache files ignored) and kernel_memory_evictions (kernels the in-memory cache, bounded by
+    FASTDYN_KERNEL_CACHE_SIZE kernels, default 4096, let go; one still in use stays loaded)."""
     return dict(_C.stats())
 
 

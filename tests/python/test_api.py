@@ -15,7 +15,8 @@ STATS_KEYS = {"frames_seen", "frames_compiled", "cache_hits", "cache_misses", "r
               "graph_breaks", "graphs", "compile_seconds", "backend_failures", "background_compiles", "background_pending",
               "background_compile_seconds"}
 if fastdyn is not None and fastdyn._C.has_llvm_cpu:
-    STATS_KEYS |= {"kernel_compiles", "kernel_memory_hits", "kernel_disk_hits", "kernel_cache_rejected"}
+    STATS_KEYS |= {"kernel_compiles", "kernel_memory_hits", "kernel_disk_hits", "kernel_cache_rejected",
+                   "kernel_memory_evictions"}
 
 
 def three_ops(x):

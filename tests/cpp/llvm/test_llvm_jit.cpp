@@ -149,6 +149,37 @@ TEST_F(LlvmJit, ParallelForKernelCoversEveryElementOnce) {
   }
 }
 
+// The memory cache is bounded: the least recently used kernel goes first, a kernel an
+// executable still holds stays callable (its module linked) until that holder lets go, and an
+// evicted kernel comes back from the disk cache.
+TEST_F(LlvmJit, MemoryCacheIsBoundedAndEvictsLeastRecentlyUsed) {
+  set_memory_bound(2);
+  const size_t linked_before = linked_modules();
+  std::shared_ptr<void> held;
+  ModuleBuilder m = new_module("add_module");
+  testing::add_add_kernel(*m.module, "add", 1.0f);
+  auto first = reinterpret_cast<AddKernel>(compile(std::move(m), "test lru a", {"add"}, &held).at(0));
+  ASSERT_TRUE(held);
+  compile_add("test lru b", 2.0f);
+  ASSERT_EQ(find_cached("test lru a", {"add"}).size(), 1u);  // a is now the most recently used
+  compile_add("test lru c", 3.0f);                             // evicts b, the least recently used
+  CacheStats s = cache_stats();
+  EXPECT_EQ(s.memory_evictions, 1);
+  EXPECT_EQ(linked_modules(), linked_before + 2) << "b had no holder: its module is gone";
+  compile_add("test lru d", 4.0f);  // evicts a: still held by `held`, so still linked
+  EXPECT_EQ(cache_stats().memory_evictions, 2);
+  EXPECT_EQ(linked_modules(), linked_before + 3);
+  check_add(first, 1000, 1.0f);
+  held.reset();
+  EXPECT_EQ(linked_modules(), linked_before + 2) << "its last holder let go";
+  // b comes back from disk, evicting c.
+  std::vector<void*> again = find_cached("test lru b", {"add"});
+  ASSERT_EQ(again.size(), 1u);
+  check_add(reinterpret_cast<AddKernel>(again[0]), 100, 2.0f);
+  EXPECT_EQ(cache_stats().disk_hits, 1);
+  set_memory_bound(KernelCache::kDefaultMemoryBound);
+}
+
 TEST_F(LlvmJit, SecondLookupOfSameKeyIsMemoryHit) {
   EXPECT_TRUE(find_cached("test memo", {"add"}).empty());
   AddKernel add = compile_add("test memo");
