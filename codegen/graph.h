@@ -23,9 +23,10 @@ namespace fastdyn::codegen {
 enum class OpCategory : uint8_t { Pointwise, Reduction, View, Extern, InPlace, Factory, Random };
 
 enum class OpId : uint16_t {
-#define FD_OP(id, aten, overload, category, rule) id,
+#define FD_OP(id, aten, overload, category, rule, twin) id,
 #include "codegen/ops.def"
-  kCount
+  kCount,
+  NoTwin = kCount  // ops.def's Twin column: no out-of-place form
 };
 
 struct OpInfo {
@@ -33,6 +34,7 @@ struct OpInfo {
   const char* aten;      // "add"
   const char* overload;  // "Tensor" ("" = default overload)
   OpCategory category;
+  OpId twin;             // InPlace: the out-of-place op computing what it writes; else NoTwin
 };
 const OpInfo& op_info(OpId op);
 // Looks an op up by "aten::name.overload" (or "aten::name" for the default overload).

@@ -28,29 +28,10 @@
 namespace fastdyn::codegen::loop {
 namespace {
 
-// In-place overloads whose out-of-place twin is not "same name without the underscore, same
-// overload" (pow_.Scalar takes a Scalar exponent: pow.Tensor_Scalar, not pow.Scalar).
-const std::unordered_map<int, OpId>& renamed_twins() {
-  static const std::unordered_map<int, OpId> m = {
-      {static_cast<int>(OpId::pow__Scalar), OpId::pow_Tensor_Scalar},
-      {static_cast<int>(OpId::pow__Tensor), OpId::pow_Tensor_Tensor},
-      {static_cast<int>(OpId::floor_divide__Tensor), OpId::floor_divide},
-  };
-  return m;
-}
-
-// The out-of-place op computing what `op` writes, or nullopt when there is none we can use.
+// The out-of-place op computing what `op` writes (ops.def's Twin column), or nullopt.
 std::optional<OpId> functional_twin(OpId op) {
-  auto it = renamed_twins().find(static_cast<int>(op));
-  if (it != renamed_twins().end()) return it->second;
-  if (op == OpId::logical_not_ || op == OpId::fill__Scalar || op == OpId::fill__Tensor || op == OpId::index_put_) return std::nullopt;
-  const OpInfo& info = op_info(op);
-  std::string name = info.aten;
-  if (name.empty() || name.back() != '_') return std::nullopt;
-  name.pop_back();
-  std::string q = "aten::" + name + (*info.overload ? std::string(".") + info.overload : std::string());
-  std::optional<OpId> twin = op_by_qualified_name(q);
-  if (!twin || op_info(*twin).category != OpCategory::Pointwise) return std::nullopt;
+  const OpId twin = op_info(op).twin;
+  if (twin == OpId::NoTwin) return std::nullopt;
   return twin;
 }
 

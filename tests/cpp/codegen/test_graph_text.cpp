@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -299,6 +302,55 @@ TEST(OpTable, LooksUpOverloadsAndRejectsUnknownNames) {
   EXPECT_STREQ(info.overload, "Tensor");
   EXPECT_EQ(info.category, OpCategory::Pointwise);
   EXPECT_EQ(op_info(OpId::cat).category, OpCategory::Extern);
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
+
+namespace fastdyn::codegen {
+namespace {
+
+// ops.def's Twin column: every InPlace row either names the Pointwise row that computes what it
+// writes (the in-place name without its underscore, same overload; or a rename listed here with
+// its reason), or says NoTwin; no other category has one. Fails when a new in-place row forgets
+// its twin while the out-of-place row exists.
+TEST(OpTable, InPlaceTwinsAreTheOutOfPlaceRows) {
+  // pow_.Scalar takes a Scalar exponent (pow.Tensor_Scalar); floor_divide has no .Tensor overload.
+  const std::map<std::string, std::string> renamed = {{"aten::pow_.Scalar", "aten::pow.Tensor_Scalar"},
+                                                      {"aten::pow_.Tensor", "aten::pow.Tensor_Tensor"},
+                                                      {"aten::floor_divide_.Tensor", "aten::floor_divide"}};
+  // In-place rows with no twin although the name matches a Pointwise row: the result type differs.
+  const std::set<std::string> no_twin = {"aten::logical_not_"};
+  int twins = 0;
+  for (size_t i = 0; i < static_cast<size_t>(OpId::kCount); ++i) {
+    const OpId op = static_cast<OpId>(i);
+    const OpInfo& info = op_info(op);
+    const std::string q = qualified_name(op);
+    if (info.category != OpCategory::InPlace) {
+      EXPECT_EQ(info.twin, OpId::NoTwin) << q << " is not in-place but names a twin";
+      continue;
+    }
+    std::string expected;
+    if (auto r = renamed.find(q); r != renamed.end()) {
+      expected = r->second;
+    } else {
+      const std::string name = info.aten;
+      if (!name.empty() && name.back() == '_') {
+        const std::string plain = "aten::" + name.substr(0, name.size() - 1) + (*info.overload ? std::string(".") + info.overload : "");
+        auto candidate = op_by_qualified_name(plain);
+        if (candidate && op_info(*candidate).category == OpCategory::Pointwise && !no_twin.count(q)) expected = plain;
+      }
+    }
+    if (expected.empty()) {
+      EXPECT_EQ(info.twin, OpId::NoTwin) << q << " names a twin no rule gives it";
+    } else {
+      ASSERT_NE(info.twin, OpId::NoTwin) << q << ": its twin " << expected << " exists; name it in the Twin column";
+      EXPECT_EQ(qualified_name(info.twin), expected) << q;
+      EXPECT_EQ(op_info(info.twin).category, OpCategory::Pointwise) << q;
+      ++twins;
+    }
+  }
+  EXPECT_GT(twins, 50);
 }
 
 }  // namespace
