@@ -46,7 +46,10 @@ class Snapshot:
         assert later.objects - self.objects < 200, (
             f"gc objects {self.objects} -> {later.objects} over {calls} calls")
         grown = later.rss - self.rss
-        assert grown < 32 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over {calls} calls"
+        # Under AddressSanitizer (scripts/sanitize.sh) freed memory waits in a 256 MiB quarantine:
+        # the RSS grows without a leak. The counts above still hold there.
+        if "ASAN_OPTIONS" not in os.environ:
+            assert grown < 32 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB over {calls} calls"
 
 
 def pointwise(x, y):
