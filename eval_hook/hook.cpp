@@ -227,6 +227,7 @@ void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame)
                           "or FASTDYN_RECOMPILE_LIMIT.";
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
+  ModeGuard off(Request{});  // the warnings machinery (a user's showwarning) runs as written
   if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) < 0) {
     PyErr_Clear();
     log_event("recompile_limit", msg);
