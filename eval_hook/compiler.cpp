@@ -94,6 +94,14 @@ struct Prepared {
   bool bytecode_return = false;  // effects or a rebuilt result: continuation.h's assemble_return
 };
 
+// The frame's result goes back through bytecode (continuation.h's assemble_return), not through
+// an output template of the graph.
+void return_through_bytecode(Prepared& p) {
+  p.out = runtime::OutputTemplate();
+  p.trace.graph.outputs.clear();
+  p.bytecode_return = true;
+}
+
 Prepared prepare(const symbolic::FrameInputs& frame) {
   Prepared p;
   p.trace = symbolic::trace_frame(frame);
@@ -104,11 +112,8 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
   if (p.trace.stopped) return p;
   // Side effects to replay, or a result no template can build (a dataclass made in the frame):
   // the transformed code does it in bytecode.
-  if (!p.trace.effects.empty() || !build_template(p.trace.return_value, p.trace.graph, p.out, p.why)) {
-    p.out = runtime::OutputTemplate();
-    p.trace.graph.outputs.clear();
-    p.bytecode_return = true;
-  }
+  if (!p.trace.effects.empty() || !build_template(p.trace.return_value, p.trace.graph, p.out, p.why))
+    return_through_bytecode(p);
   p.ok = true;
   return p;
 }
@@ -164,9 +169,9 @@ runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualna
 }
 
 // Wraps `code` (a new reference, consumed) as the entry's function: the frame's globals and
-// qualname, its closure, run by the default evaluator.
-void set_transformed_function(CacheEntry& entry, PyCodeObject* code, const symbolic::FrameInputs& frame,
-                              PyFunctionObject* func) {
+// qualname, run by the default evaluator. It holds no closure: a frame with one runs through a
+// function of its own (hook.cpp's run_entry), so that an entry keeps no cell alive.
+void set_transformed_function(CacheEntry& entry, PyCodeObject* code, const symbolic::FrameInputs& frame) {
   mark_skip(code);  // the transformed code runs by the default evaluator
   entry.fn = PyFunction_NewWithQualName(reinterpret_cast<PyObject*>(code), frame.globals, frame.code->co_qualname);
   Py_DECREF(code);
@@ -174,7 +179,6 @@ void set_transformed_function(CacheEntry& entry, PyCodeObject* code, const symbo
     PyErr_Clear();
     throw InternalError("creating the transformed function failed");
   }
-  (void)func;  // its closure is lent for each call only (run_entry): an entry keeps no cell alive
   entry.nargs = symbolic::argument_slots(frame.code);
 }
 
@@ -216,8 +220,7 @@ void skip_record_constructors(const SymValue& v) {
 // A trace that stopped at a graph break (the graph so far, then the breaking instruction and a
 // continuation), or that returns through bytecode (side effects, a rebuilt result): the graph
 // returns a tuple of the tensors the bytecode needs (symbolic/continuation.h).
-void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, codegen::Backend backend, Prepared& p,
-                   CompileOutcome& outcome) {
+void compile_break(const symbolic::FrameInputs& frame, codegen::Backend backend, Prepared& p, CompileOutcome& outcome) {
   symbolic::TraceResult& trace = p.trace;
   outcome.reason = trace.reason;
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
@@ -264,7 +267,7 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, c
     outcome.reason = trace.stopped ? outcome.reason + " (no graph break: " + why + ")" : why;
     return;
   }
-  set_transformed_function(*entry, code, frame, func);
+  set_transformed_function(*entry, code, frame);
   entry->rerun_on_error = false;  // the continuation may have run user code with side effects
   entry->direct = false;
   entry->guards = symbolic::build_guards(trace);
@@ -281,7 +284,7 @@ void compile_break(const symbolic::FrameInputs& frame, PyFunctionObject* func, c
 
 }  // namespace
 
-CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObject* func, codegen::Backend backend) {
+CompileOutcome compile_frame(const symbolic::FrameInputs& frame, codegen::Backend backend) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOutcome outcome;
   codegen::PassTimer timer;
@@ -297,7 +300,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
       outcome.kind = CompileOutcome::Kind::NoTensors;
       return outcome;
     }
-    compile_break(frame, func, backend, p, outcome);
+    compile_break(frame, backend, p, outcome);
     stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return outcome;
   }
@@ -311,10 +314,8 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
       outcome.kind = CompileOutcome::Kind::NoTensors;
       return outcome;
     }
-    p.out = runtime::OutputTemplate();  // the test knob: returned through bytecode, no graph
-    p.trace.graph.outputs.clear();
-    p.bytecode_return = true;
-    compile_break(frame, func, backend, p, outcome);
+    return_through_bytecode(p);  // the test knob: an entry with no graph
+    compile_break(frame, backend, p, outcome);
     return outcome;
   }
   auto entry = std::make_unique<CacheEntry>();
@@ -326,7 +327,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, PyFunctionObjec
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
   if (!entry->graph) throw InternalError("creating the compiled graph object failed");
-  set_transformed_function(*entry, symbolic::assemble_graph_call(frame.code, p.trace, entry->graph), frame, func);
+  set_transformed_function(*entry, symbolic::assemble_graph_call(frame.code, p.trace, entry->graph), frame);
   for (const codegen::Node& n : p.trace.graph.nodes) {
     const codegen::OpCategory c = codegen::op_info(n.op).category;
     if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) entry->rerun_on_error = false;

@@ -149,7 +149,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   {
     ModeGuard off(Request{});  // no re-entrance while compiling
     try {
-      out = compile_frame(fi, fn, request.backend);
+      out = compile_frame(fi, request.backend);
     } catch (const std::exception& e) {
       // A fastdyn bug: warn once per code object and run eagerly for good (strict mode: raise).
       PyErr_Clear();
@@ -214,10 +214,12 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
 // warning never changes what the program does: with warnings turned into errors it is printed.
 void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame) {
   const char* name = PyUnicode_AsUTF8(code->co_qualname);
+  // Off for this thread: describing a guard may run a user __repr__, and the warnings machinery
+  // (a user's showwarning) runs as written.
+  ModeGuard off(Request{});
   std::string why = "a guard failed";
   if (!st.entries.empty()) {
     runtime::GuardFailure failure;
-    ModeGuard off(Request{});  // describing a guard may run user __repr__
     st.entries.front()->guards->check(guard_frame(frame), &failure);
     if (!failure.description.empty()) why = failure.description;
   }
@@ -227,7 +229,6 @@ void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame)
                           "or FASTDYN_RECOMPILE_LIMIT.";
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  ModeGuard off(Request{});  // the warnings machinery (a user's showwarning) runs as written
   if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) < 0) {
     PyErr_Clear();
     log_event("recompile_limit", msg);

@@ -74,20 +74,38 @@ PyObject* python_dunder(PyTypeObject* tp, const char* dunder) {
   return f;
 }
 
-bool compares_in_c(PyObject* o, int depth) {
-  if (depth > 8 || python_dunder(Py_TYPE(o), "__eq__")) return false;
-  if (PyList_Check(o) || PyTuple_Check(o) || PyAnySet_Check(o)) {
-    PyOwned fast(PySequence_Fast(o, ""));
-    if (!fast.p) { PyErr_Clear(); return false; }
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.p); ++i)
-      if (!compares_in_c(PySequence_Fast_GET_ITEM(fast.p, i), depth + 1)) return false;
-  } else if (PyDict_Check(o)) {
+namespace {
+
+// Whether `leaf` holds for o and, to a depth of 8, for every item of the lists, tuples, sets and
+// dicts (keys and values) within it.
+bool every_value(PyObject* o, bool (*leaf)(PyObject*), int depth) {
+  if (!o || depth > 8 || !leaf(o)) return false;
+  if (PyDict_Check(o)) {
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     while (PyDict_Next(o, &pos, &k, &v))
-      if (!compares_in_c(k, depth + 1) || !compares_in_c(v, depth + 1)) return false;
+      if (!every_value(k, leaf, depth + 1) || !every_value(v, leaf, depth + 1)) return false;
+  } else if (PyList_Check(o) || PyTuple_Check(o) || PyAnySet_Check(o)) {
+    PyOwned fast(PySequence_Fast(o, ""));
+    if (!fast.p) { PyErr_Clear(); return false; }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.p); ++i)
+      if (!every_value(PySequence_Fast_GET_ITEM(fast.p, i), leaf, depth + 1)) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool compares_in_c(PyObject* o, int depth) {
+  return every_value(o, [](PyObject* x) { return !python_dunder(Py_TYPE(x), "__eq__"); }, depth);
+}
+
+bool holds_only_builtin_values(PyObject* o, int depth) {
+  // Not an iterator (folding would drain the caller's, for real); no object of a Python class
+  // (classes themselves and torch.Size are values).
+  return every_value(o, [](PyObject* x) {
+    return !PyIter_Check(x) && (!(Py_TYPE(x)->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyType_Check(x) || THPSize_Check(x));
+  }, depth);
 }
 
 bool is_plain_value(PyObject* o) {

@@ -1,7 +1,7 @@
 // symbolic/calls.cpp — what the interpreter does with values: attribute reads, calls (ops through
-// the op table, Python functions/methods/modules inlined into a new FrameState, builtins and
-// container methods on symbolic values, pure functions folded on constants). Operators,
-// subscripts and iteration are in operators.cpp.
+// the op table, Python functions/methods/modules inlined into a new FrameState, builtins on
+// symbolic values, pure functions folded on constants). Methods of containers made in the trace
+// are in containers.cpp; operators, subscripts and iteration in operators.cpp.
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
@@ -126,33 +126,6 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
 }
 
 static PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
-
-// Whether o is a value of a built-in type (not an object of a Python class), and so are its items
-// when it is a container: what a folded builtin may do to it runs no user code.
-bool holds_only_builtin_values(PyObject* o, int depth) {
-  if (!o || depth > 8) return false;
-  if (PyIter_Check(o)) return false;  // an iterator: folding would drain the caller's, for real
-  if (Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) return PyType_Check(o) || THPSize_Check(o);  // classes; torch.Size
-  if (PyTuple_Check(o) || PyList_Check(o)) {
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
-      if (!holds_only_builtin_values(PySequence_Fast_GET_ITEM(o, i), depth + 1)) return false;
-  } else if (PyDict_Check(o)) {
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(o, &pos, &k, &v))
-      if (!holds_only_builtin_values(k, depth + 1) || !holds_only_builtin_values(v, depth + 1)) return false;
-  } else if (PyAnySet_Check(o)) {
-    PyObject* it = PyObject_GetIter(o);
-    bool ok = it != nullptr;
-    while (PyObject* item = ok ? PyIter_Next(it) : nullptr) {
-      ok = holds_only_builtin_values(item, depth + 1);
-      Py_DECREF(item);
-    }
-    Py_XDECREF(it);
-    return ok;
-  }
-  return true;
-}
 
 // A C method whose call on constant arguments has no side effect: any method of an immutable
 // value, the read-only methods of dicts and lists, and os.environ.get.
@@ -661,215 +634,6 @@ struct Calls {
     return false;
   }
 
-  // list.append, dict.get ...: methods of containers made in the trace.
-  static SymValue container_method(Tracer& t, SymValue self, const std::string& name, Args args, Kwargs kwargs) {
-    using K = SymValue::Kind;
-    if (name == "__fd_generic_getattr__" && args.size() == 1 && args[0].is_constant() && PyUnicode_Check(args[0].obj) &&
-        self.is_constant()) {
-      PyOwned v(PyObject_GenericGetAttr(self.obj, args[0].obj));
-      if (!v.p) { PyErr_Clear(); throw Unsupported("object.__getattribute__ raised"); }
-      if (!is_plain_value(v.p) && !PyType_Check(v.p) && !PyDict_Check(v.p)) throw Unsupported("object.__getattribute__ of a non-constant");
-      SourcePtr src = child_source(self.source, Source::Kind::Attr, PyUnicode_AsUTF8(args[0].obj));
-      return src ? t.wrap(v.p, src) : Tracer::constant(v.p);
-    }
-    auto mutate = [&]() {
-      if (self.source) throw Unsupported(describe(self) + "." + name + "() on a container the caller can see");
-      for (const SymValue& a : args)  // x.append(x): a container holding itself is left to Python
-        if (self.box && a.holds_box(self.box.get())) throw Unsupported("a container that holds itself");
-    };
-    if (!kwargs.empty() && !(self.kind == K::Dict && name == "update"))
-      throw Unsupported(describe(self) + "." + name + " with keyword arguments");
-    const size_t n = args.size();
-    if (self.kind == K::List) {
-      auto& items = self.box->items;
-      if (name == "append" && n == 1) { mutate(); items.push_back(args[0]); return Tracer::constant(Py_None); }
-      if (name == "extend" && n == 1) {
-        mutate();
-        for (SymValue& v : remaining(t.make_iterator(args[0]))) items.push_back(v);
-        return Tracer::constant(Py_None);
-      }
-      if (name == "insert" && n == 2 && args[0].is_constant() && PyLong_Check(args[0].obj)) {
-        mutate();
-        long i = PyLong_AsLong(args[0].obj);
-        const long sz = static_cast<long>(items.size());
-        if (i < 0) i = std::max(0L, i + sz);
-        i = std::min(i, sz);
-        items.insert(items.begin() + i, args[1]);
-        return Tracer::constant(Py_None);
-      }
-      if (name == "pop" && n <= 1) {
-        mutate();
-        if (items.empty()) throw Unsupported("pop from an empty list");
-        long i = static_cast<long>(items.size()) - 1;
-        if (n == 1) {
-          if (!args[0].is_constant() || !PyLong_Check(args[0].obj)) throw Unsupported("list.pop index");
-          i = PyLong_AsLong(args[0].obj);
-          if (i < 0) i += static_cast<long>(items.size());
-        }
-        if (i < 0 || i >= static_cast<long>(items.size())) throw Unsupported("pop index out of range");
-        SymValue v = items[static_cast<size_t>(i)];
-        items.erase(items.begin() + i);
-        return v;
-      }
-      if (name == "copy" && n == 0) return SymValue::list(items);
-      if (name == "reverse" && n == 0) {
-        mutate();
-        std::reverse(items.begin(), items.end());
-        return Tracer::constant(Py_None);
-      }
-      if (name == "clear" && n == 0) {
-        mutate();
-        items.clear();
-        return Tracer::constant(Py_None);
-      }
-      if ((name == "index" || name == "count") && n == 1 && args[0].is_constant()) {
-        long count = 0, first = -1;
-        for (size_t i = 0; i < items.size(); ++i) {
-          // Every item compared before the match is compared by ==: a tensor's (a bool() of
-          // a tensor, which raises) or another value's the trace cannot answer.
-          if (!items[i].is_constant()) throw Unsupported("list." + name + " compares with a " + describe(items[i]));
-          if (t.equal(items[i], args[0]) == 1) {
-            if (first < 0) first = static_cast<long>(i);
-            ++count;
-            if (name == "index") break;
-          }
-        }
-        PyErr_Clear();
-        if (name == "index" && first < 0) throw Unsupported("list.index of a missing value");
-        PyOwned r(PyLong_FromLong(name == "index" ? first : count));
-        return Tracer::constant(r.p);
-      }
-    }
-    if (self.kind == K::Dict) {
-      auto find = [&](const SymValue& key) -> int {
-        if (!key.is_constant()) throw Unsupported("dict key " + describe(key));
-        for (size_t i = 0; i < self.box->keys.size(); ++i) {
-          int eq = t.equal(self.box->keys[i], key);
-          if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
-          if (eq) return static_cast<int>(i);
-        }
-        return -1;
-      };
-      if (name == "get" && (n == 1 || n == 2)) {
-        int i = find(args[0]);
-        return i >= 0 ? self.box->items[static_cast<size_t>(i)] : (n == 2 ? args[1] : Tracer::constant(Py_None));
-      }
-      if (name == "keys" && n == 0) {
-        // A real keys view (of a dict of the same keys): set operations work on it, and it is
-        // what the code sees again if the trace breaks while it is on the stack.
-        PyOwned keys(PyDict_New());
-        for (const SymValue& k : self.box->keys)
-          if (!k.is_constant() || PyDict_SetItem(keys.p, k.obj, Py_None) < 0) { PyErr_Clear(); throw Unsupported("dict.keys() with a key that is not a constant"); }
-        PyOwned view(PyObject_CallMethod(keys.p, "keys", nullptr));
-        if (!view.p) { PyErr_Clear(); throw Unsupported("dict.keys()"); }
-        return Tracer::constant(view.p);
-      }
-      if ((name == "values" || name == "items") && n == 0) {
-        // Of constants: a real view, as keys() gives (its repr, set operations and == are the
-        // view's). Holding tensors: a snapshot of them, iterated in practice.
-        bool constants = true;
-        for (size_t i = 0; i < self.box->keys.size(); ++i)
-          constants = constants && self.box->keys[i].is_constant() && self.box->items[i].is_constant() &&
-                      holds_only_builtin_values(self.box->items[i].obj, 0);
-        if (constants) {
-          PyOwned d(PyDict_New());
-          for (size_t i = 0; i < self.box->keys.size(); ++i)
-            if (PyDict_SetItem(d.p, self.box->keys[i].obj, self.box->items[i].obj) < 0) { PyErr_Clear(); throw Unsupported("dict." + name + "()"); }
-          PyOwned view(PyObject_CallMethod(d.p, name.c_str(), nullptr));
-          if (!view.p) { PyErr_Clear(); throw Unsupported("dict." + name + "()"); }
-          return Tracer::constant(view.p);
-        }
-        Args out;
-        for (size_t i = 0; i < self.box->keys.size(); ++i) {
-          if (name == "keys") out.push_back(self.box->keys[i]);
-          else if (name == "values") out.push_back(self.box->items[i]);
-          else out.push_back(SymValue::tuple({self.box->keys[i], self.box->items[i]}));
-        }
-        return SymValue::tuple(std::move(out));  // a snapshot view: iterated, not mutated, in practice
-      }
-      if (name == "pop" && (n == 1 || n == 2)) {
-        mutate();
-        int i = find(args[0]);
-        if (i < 0) {
-          if (n == 2) return args[1];
-          throw Unsupported("dict.pop of a missing key");
-        }
-        SymValue v = self.box->items[static_cast<size_t>(i)];
-        self.box->keys.erase(self.box->keys.begin() + i);
-        self.box->items.erase(self.box->items.begin() + i);
-        return v;
-      }
-      if (name == "update" && n == 0 && !kwargs.empty()) args.push_back(SymValue::boxed(K::Dict));
-      if (name == "update" && args.size() == 1 && !kwargs.empty()) {
-        SymValue merged = SymValue::boxed(K::Dict);
-        if (args[0].kind != K::Dict) throw Unsupported("dict.update with " + describe(args[0]));
-        merged.box->keys = args[0].box->keys;
-        merged.box->items = args[0].box->items;
-        for (auto& [k, v] : kwargs) {
-          PyOwned key(PyUnicode_FromString(k.c_str()));
-          merged.box->keys.push_back(Tracer::constant(key.p));
-          merged.box->items.push_back(v);
-        }
-        args[0] = merged;
-        kwargs.clear();
-      }
-      if ((name == "update" && args.size() == 1) || (name == "setdefault" && (n == 1 || n == 2))) {
-        mutate();
-        if (name == "setdefault") {
-          int i = find(args[0]);
-          if (i >= 0) return self.box->items[static_cast<size_t>(i)];
-          self.box->keys.push_back(args[0]);
-          self.box->items.push_back(n == 2 ? args[1] : Tracer::constant(Py_None));
-          return self.box->items.back();
-        }
-        if (args[0].kind != K::Dict) throw Unsupported("dict.update with " + describe(args[0]));
-        for (size_t k = 0; k < args[0].box->keys.size(); ++k) {
-          int i = find(args[0].box->keys[k]);
-          if (i >= 0) self.box->items[static_cast<size_t>(i)] = args[0].box->items[k];
-          else {
-            self.box->keys.push_back(args[0].box->keys[k]);
-            self.box->items.push_back(args[0].box->items[k]);
-          }
-        }
-        return Tracer::constant(Py_None);
-      }
-      if (name == "copy" && n == 0) {
-        SymValue d = SymValue::boxed(K::Dict);
-        d.box->keys = self.box->keys;
-        d.box->items = self.box->items;
-        return d;
-      }
-    }
-    if (self.kind == K::Record) {
-      if (name == "to_tuple" && n == 0) return SymValue::tuple(model_output_items(self));
-      if ((name == "keys" || name == "values" || name == "items") && n == 0) {
-        Args out;
-        for (size_t i = 0; i < self.items.size(); ++i) {
-          if (self.items[i].is_constant() && self.items[i].obj == Py_None) continue;
-          PyOwned key(PyUnicode_FromString(self.field_names[i].c_str()));
-          if (name == "keys") out.push_back(Tracer::constant(key.p));
-          else if (name == "values") out.push_back(self.items[i]);
-          else out.push_back(SymValue::tuple({Tracer::constant(key.p), self.items[i]}));
-        }
-        return SymValue::tuple(std::move(out));
-      }
-      if (name == "get" && (n == 1 || n == 2) && args[0].is_constant() && PyUnicode_Check(args[0].obj))
-        for (size_t i = 0; i < self.items.size(); ++i)
-          if (self.field_names[i] == PyUnicode_AsUTF8(args[0].obj) && !(self.items[i].is_constant() && self.items[i].obj == Py_None))
-            return self.items[i];
-      if (name == "get") return n == 2 ? args[1] : Tracer::constant(Py_None);
-    }
-    if (self.kind == K::Tuple && name == "index" && n == 1 && args[0].is_constant()) {
-      for (size_t i = 0; i < self.items.size(); ++i)
-        if (self.items[i].is_constant() && t.equal(self.items[i], args[0]) == 1) {
-          PyOwned r(PyLong_FromSize_t(i));
-          return Tracer::constant(r.p);
-        }
-      PyErr_Clear();
-    }
-    throw Unsupported(describe(self) + "." + name + "() is not supported");
-  }
-
   static bool is_record_type(PyObject* type) {
     if (!PyType_Check(type) || !PyObject_HasAttrString(type, "__dataclass_fields__")) return false;
     // Only the dataclass-made __init__ (no user code to run): its code is compiled from "<string>".
@@ -977,7 +741,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
         ctx_.grad_enabled = prev;
         return constant(Py_None);
       }
-      if (!callable.obj) return Calls::container_method(*this, callable.items[0], callable.name, std::move(args), std::move(kwargs));
+      if (!callable.obj) return container_method(callable.items[0], callable.name, std::move(args), std::move(kwargs));
       if (callable.items[0].is_constant()) {
         static PyObject* environ = resolve_python_name("os.environ");
         if (callable.items[0].obj == environ && (callable.name == "get" || callable.name == "__contains__") &&

@@ -310,9 +310,7 @@ struct Handlers {
       const bool hashed = PyAnySet_CheckExact(c.p) || PyDict_CheckExact(c.p) || PyDictKeys_Check(c.p);
       bool user_eq = python_eq(i.p) || (hashed && python_hash(i.p)) ||
                      !(PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p) || hashed || PyUnicode_CheckExact(c.p) || PyRange_Check(c.p));
-      if (!user_eq && (PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p)))
-        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(c.p) && !user_eq; ++k)
-          user_eq = python_eq(PySequence_Fast_GET_ITEM(c.p, k));
+      if (!user_eq && (PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p))) user_eq = python_eq(c.p);  // its items
       if (user_eq) throw Unsupported("'in' on " + describe(container) + " runs a Python __eq__ or __contains__");
       int r = PySequence_Contains(c.p, i.p);
       if (r < 0) { PyErr_Clear(); throw Unsupported("'in' on " + describe(container) + " raised"); }

@@ -130,6 +130,10 @@ class Tracer {
   friend struct Handlers;
   friend struct Calls;
 
+  // list.append, dict.get ...: methods of containers made in the trace (containers.cpp).
+  SymValue container_method(SymValue self, const std::string& name, std::vector<SymValue> args,
+                            std::vector<std::pair<std::string, SymValue>> kwargs);
+
   FrameState& fr() { return *frames_.back(); }
   // Local slot i of the current frame; the root's arguments are wrapped (guarded) on first read.
   SymValue& local(int i);
