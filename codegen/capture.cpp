@@ -7,6 +7,7 @@
 // CaptureResult::fail naming the family, so symbolic/ can graph-break on a clean graph.
 #include "codegen/binder.h"
 #include "codegen/meta_rules.h"
+#include "codegen/shapes/propagate.h"
 
 #include "runtime/errors.h"
 
@@ -105,6 +106,8 @@ CaptureResult record_call(Graph& g, const CaptureContext& ctx, Family family, co
     BindCall call{g, ctx, family, args, kwargs};
     result = r.bind(call);
     if (!result.ok && result.reason.empty()) result.reason = name + ": unsupported call";
+    // Sizes as symbols: the new nodes' outputs get symbolic metadata, or pin what they cannot keep.
+    if (result.ok) shapes::propagate(g, n_nodes);
     if (result.ok) {
       const std::string refused = refused_write(g, ctx, n_nodes);
       if (!refused.empty()) result = CaptureResult::fail(name + ": " + refused);

@@ -31,7 +31,8 @@ int64_t TensorMeta::nbytes() const { return numel() * static_cast<int64_t>(c10::
 
 bool TensorMeta::operator==(const TensorMeta& o) const {
   return dtype == o.dtype && device == o.device && sizes == o.sizes && strides == o.strides &&
-         storage_offset == o.storage_offset && requires_grad == o.requires_grad;
+         storage_offset == o.storage_offset && requires_grad == o.requires_grad && sym_sizes == o.sym_sizes &&
+         sym_strides == o.sym_strides;
 }
 
 bool Arg::operator==(const Arg& o) const {
@@ -53,7 +54,7 @@ bool Arg::operator==(const Arg& o) const {
 }
 
 bool operator==(const Graph& a, const Graph& b) {
-  if (a.values != b.values || a.inputs != b.inputs || a.outputs != b.outputs) return false;
+  if (a.values != b.values || a.inputs != b.inputs || a.outputs != b.outputs || a.symbols != b.symbols) return false;
   if (a.nodes.size() != b.nodes.size()) return false;
   for (size_t i = 0; i < a.nodes.size(); ++i)
     if (!same_node(a.nodes[i], b.nodes[i])) return false;

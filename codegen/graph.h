@@ -12,6 +12,8 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "codegen/shapes/size_expr.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +37,7 @@ struct OpInfo {
   const char* overload;  // "Tensor" ("" = default overload)
   OpCategory category;
   OpId twin;             // InPlace: the out-of-place op computing what it writes; else NoTwin
+  const char* rule;      // ops.def's Rule column: "Binary", "Reduce", ... (codegen/shapes/propagate.cpp)
 };
 const OpInfo& op_info(OpId op);
 // Looks an op up by "aten::name.overload" (or "aten::name" for the default overload).
@@ -50,7 +53,13 @@ struct TensorMeta {
   std::vector<int64_t> strides;
   int64_t storage_offset = 0;
   bool requires_grad = false;
+  // Sizes as symbols (codegen/shapes/propagate.h): empty for a value whose shape is static;
+  // otherwise one expression per dim, over the graph's size symbols, and the strides they give.
+  // `sizes`/`strides` then hold their values for the call that was traced (the hints).
+  std::vector<shapes::SizeExpr> sym_sizes;
+  std::vector<shapes::SizeExpr> sym_strides;
 
+  bool symbolic() const { return !sym_sizes.empty(); }
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   int64_t numel() const;
   int64_t nbytes() const;  // numel() * the dtype's element size
@@ -101,11 +110,23 @@ struct Node {
   std::vector<ValueId> outputs;  // a Tensor[] return expands to one value per element
 };
 
+// Where a size symbol comes from: dim `dim` of graph input number `input` (an index into
+// Graph::inputs). Symbol s<k> is Graph::symbols[k]. A pinned symbol was specialised by the trace
+// (something read its value, or an op without a symbolic rule used it): it is its hint again
+// everywhere, and guards check that dim exactly.
+struct SymbolSource {
+  int32_t input = -1;
+  int32_t dim = -1;
+  bool pinned = false;
+  bool operator==(const SymbolSource& o) const { return input == o.input && dim == o.dim && pinned == o.pinned; }
+};
+
 struct Graph {
   std::vector<TensorMeta> values;  // indexed by ValueId
   std::vector<ValueId> inputs;     // graph inputs, in calling order
   std::vector<Node> nodes;         // execution order
   std::vector<ValueId> outputs;    // may repeat values or name inputs
+  std::vector<SymbolSource> symbols;           // size symbols (empty: every shape is static)
 
   ValueId add_value(TensorMeta meta) {
     values.push_back(std::move(meta));

@@ -13,6 +13,11 @@
 //                    ['+' INT]                     -- storage offset, printed when non-zero
 //                    ['@' DEVICE]                  -- device, printed when not cpu ("@cuda:0")
 //                    ['requires_grad']             -- printed when set
+//                    ['sym' '[' EXPR {',' EXPR} ']' '{' EXPR {',' EXPR} '}']
+//                                                  -- symbolic sizes and strides, when symbolic
+//   EXPR    := term {'+' term}, term := factor {'*' factor}, factor := INT | 's' INT
+//   symbols := 'symbols' '(' SYM {',' SYM} ')'     -- after the header, when the graph has any:
+//   SYM     := 's' INT '=' VALUE '[' INT ']' ['pinned']   (input value, dim)
 //   arg     := VALUE                               -- Arg::Value
 //            | '[' VALUE-or-None {',' ...} ']'     -- Arg::ValueList; None = ValueId -1, the
 //                                                     absent entries of a Tensor?[] (index.Tensor)
@@ -149,6 +154,16 @@ void print_meta(std::string& out, const TensorMeta& m) {
   if (m.storage_offset != 0) out += "+" + std::to_string(m.storage_offset);
   if (m.device.type() != c10::DeviceType::CPU || m.device.has_index()) out += "@" + m.device.str();
   if (m.requires_grad) out += " requires_grad";
+  if (m.symbolic()) {
+    auto exprs = [&](const std::vector<shapes::SizeExpr>& v, char open, char close) {
+      out += open;
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i].str();
+      out += close;
+    };
+    out += " sym";
+    exprs(m.sym_sizes, '[', ']');
+    exprs(m.sym_strides, '{', '}');
+  }
 }
 
 void print_decl(std::string& out, const Graph& g, ValueId v) {
@@ -336,7 +351,7 @@ std::vector<Token> lex_line(std::string_view s, int line) {
       if (!closed) fail_at(line, "unterminated string", std::string(s.substr(start)));
       t.kind = Token::Kind::String;
       t.text = std::move(value);
-    } else if (std::strchr("()[]{},:=+@", c) != nullptr) {
+    } else if (std::strchr("()[]{},:=+@*", c) != nullptr) {
       ++p;
       t.kind = Token::Kind::Punct;
       t.text = std::string(1, c);
@@ -382,6 +397,13 @@ class Parser {
     expect_punct(":");
     expect_end();
     commit_defs();
+    if (li < lines_.size()) {
+      start_line(li);
+      if (peek().kind == Token::Kind::Ident && peek().text == "symbols") {
+        parse_symbols();
+        ++li;
+      }
+    }
 
     bool returned = false;
     for (; li < lines_.size(); ++li) {
@@ -500,7 +522,72 @@ class Parser {
       ++pos_;
       m.requires_grad = true;
     }
+    if (peek().kind == Token::Kind::Ident && peek().text == "sym") {
+      ++pos_;
+      m.sym_sizes = parse_expr_list("[", "]");
+      m.sym_strides = parse_expr_list("{", "}");
+      if (m.sym_sizes.size() != m.sizes.size() || m.sym_strides.size() != m.sizes.size())
+        fail("symbolic sizes or strides differ in rank from sizes");
+    }
     return m;
+  }
+
+  // s<k> as a token: an identifier "s" followed by digits.
+  std::optional<shapes::SymbolId> accept_symbol() {
+    const Token& t = peek();
+    if (t.kind != Token::Kind::Ident || t.text.size() < 2 || t.text[0] != 's') return std::nullopt;
+    for (size_t i = 1; i < t.text.size(); ++i)
+      if (t.text[i] < '0' || t.text[i] > '9') return std::nullopt;
+    ++pos_;
+    return static_cast<shapes::SymbolId>(std::stol(t.text.substr(1)));
+  }
+
+  shapes::SizeExpr parse_expr() {
+    shapes::SizeExpr sum;
+    do {
+      shapes::SizeExpr term(1);
+      do {
+        if (auto s = accept_symbol()) term = term * shapes::SizeExpr::symbol(*s);
+        else term = term * shapes::SizeExpr(expect_int());
+      } while (accept_punct("*"));
+      sum = sum + term;
+    } while (accept_punct("+"));
+    return sum;
+  }
+
+  std::vector<shapes::SizeExpr> parse_expr_list(const char* open, const char* close) {
+    expect_punct(open);
+    std::vector<shapes::SizeExpr> v;
+    if (accept_punct(close)) return v;
+    do v.push_back(parse_expr());
+    while (accept_punct(","));
+    expect_punct(close);
+    return v;
+  }
+
+  void parse_symbols() {
+    expect_ident("symbols");
+    expect_punct("(");
+    do {
+      auto s = accept_symbol();
+      if (!s || *s != static_cast<shapes::SymbolId>(g_.symbols.size())) fail("expected the next symbol s" + std::to_string(g_.symbols.size()));
+      expect_punct("=");
+      SymbolSource src;
+      const ValueId v = parse_use();
+      for (size_t i = 0; i < g_.inputs.size(); ++i)
+        if (g_.inputs[i] == v) src.input = static_cast<int32_t>(i);
+      if (src.input < 0) fail("a symbol's source must be a graph input");
+      expect_punct("[");
+      src.dim = static_cast<int32_t>(expect_int());
+      expect_punct("]");
+      if (peek().kind == Token::Kind::Ident && peek().text == "pinned") {
+        ++pos_;
+        src.pinned = true;
+      }
+      g_.symbols.push_back(src);
+    } while (accept_punct(","));
+    expect_punct(")");
+    expect_end();
   }
 
   ValueId parse_decl() {
@@ -643,6 +730,16 @@ std::string print_graph(const Graph& g) {
     print_decl(out, g, g.inputs[i]);
   }
   out += "):\n";
+  if (!g.symbols.empty()) {
+    out += "  symbols(";
+    for (size_t k = 0; k < g.symbols.size(); ++k) {
+      const SymbolSource& s = g.symbols[k];
+      out += (k ? ", s" : "s") + std::to_string(k) + " = %" +
+             std::to_string(s.input >= 0 && static_cast<size_t>(s.input) < g.inputs.size() ? g.inputs[static_cast<size_t>(s.input)] : -1) +
+             "[" + std::to_string(s.dim) + "]" + (s.pinned ? " pinned" : "");
+    }
+    out += ")\n";
+  }
   for (const Node& n : g.nodes) {
     out += "  ";
     print_node_into(out, g, n);

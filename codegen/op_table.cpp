@@ -13,7 +13,7 @@ namespace fastdyn::codegen {
 namespace {
 
 constexpr OpInfo kOps[] = {
-#define FD_OP(id, aten, overload, category, rule, twin) {#id, aten, overload, OpCategory::category, OpId::twin},
+#define FD_OP(id, aten, overload, category, rule, twin) {#id, aten, overload, OpCategory::category, OpId::twin, #rule},
 #include "codegen/ops.def"
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(OpId::kCount),

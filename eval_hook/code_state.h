@@ -13,6 +13,7 @@
 #include "codegen/backends/backend_id.h"
 #include "eval_hook/cpython_compat.h"
 #include "runtime/guards.h"
+#include "symbolic/interpreter.h"
 
 namespace fastdyn::eval_hook {
 
@@ -52,6 +53,7 @@ struct CodeState {
   int skip_span = 0;
   int skip_left = 0;
   bool eager = false;  // learned: capture failed or found no tensor op; forgotten by reset()
+  symbolic::ShapeHistory shapes;  // sizes its traces saw: automatic dynamic (symbolic/interpreter.h)
 };
 
 namespace detail {

@@ -11,7 +11,9 @@
 #include "codegen/loop/passes.h"
 #include "codegen/pass_timer.h"
 #include "eval_hook/config.h"
+#include "codegen/shapes/propagate.h"
 #include "runtime/compiled_graph.h"
+#include "runtime/dynamic_executable.h"
 #include "runtime/errors.h"
 #include "runtime/tiered_executable.h"
 #include "symbolic/assembler.h"
@@ -123,7 +125,35 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
 // (llvm_cpu) with config().background_compile compiles on the background worker and the graph
 // runs on aten until it is ready, unless it is in the disk cache and large enough that loading it
 // now beats running it op by op (a warm start: PreparedGraph::load_now).
+runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested);
+
+// A graph with live size symbols: one executable for every size, which compiles the graph
+// specialised to a call's sizes the first time it meets them (runtime/dynamic_executable.h).
+runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qualname, codegen::Backend requested) {
+  std::vector<runtime::DynamicExecutable::Symbol> symbols;
+  std::vector<size_t> ids;
+  for (size_t k = 0; k < g.symbols.size(); ++k)
+    if (!g.symbols[k].pinned) {
+      symbols.push_back({g.symbols[k].input, g.symbols[k].dim});
+      ids.push_back(k);
+    }
+  auto graph = std::make_shared<const codegen::Graph>(g);
+  std::string program = "dynamic over";
+  for (size_t k : ids) program += " s" + std::to_string(k);
+  program += " (one compile per size met)\n" + codegen::print_graph(g);
+  return std::make_shared<runtime::DynamicExecutable>(
+      std::move(symbols),
+      [graph, ids, hints = codegen::shapes::hints(g), qn = std::string(qualname), requested](const std::vector<int64_t>& sizes) {
+        std::vector<int64_t> binding = hints;
+        for (size_t i = 0; i < ids.size(); ++i) binding[ids[i]] = sizes[i];
+        stats().sizes_compiled++;
+        return compile_graph(codegen::shapes::specialize(*graph, binding), qn.c_str(), requested);
+      },
+      std::move(program));
+}
+
 runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested) {
+  if (codegen::shapes::is_dynamic(g)) return compile_dynamic(g, qualname, requested);
   const codegen::Backend backend = codegen::resolve_backend(requested, g);
   if (backend == codegen::Backend::Aten) return codegen::compile_aten(g);
   const char* name = codegen::backend_name(backend);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "codegen/backends/backend_id.h"
+#include "symbolic/dynamic_mode.h"
 
 namespace fastdyn::eval_hook {
 
@@ -60,8 +61,19 @@ struct Stats {
   uint64_t graph_breaks = 0;
   uint64_t graphs = 0;
   double compile_seconds = 0.0;
+  // Sizes a dynamic graph was specialised to (runtime/dynamic_executable.h); counted where the
+  // graph runs, which may be without the GIL.
+  std::atomic<uint64_t> sizes_compiled{0};
+  Stats() = default;
+  Stats& operator=(const Stats& o) {
+    frames_seen = o.frames_seen; frames_compiled = o.frames_compiled; cache_hits = o.cache_hits;
+    cache_misses = o.cache_misses; recompiles = o.recompiles; graph_breaks = o.graph_breaks;
+    graphs = o.graphs; compile_seconds = o.compile_seconds;
+    sizes_compiled.store(o.sizes_compiled.load());
+    return *this;
+  }
 };
-Stats& stats();  // guarded by the GIL
+Stats& stats();  // guarded by the GIL (but sizes_compiled)
 
 // What the current thread's frames get. enable() sets the process default; a jit wrapper
 // overrides it for its call on its thread; the compiler turns it off while it runs.
@@ -70,6 +82,7 @@ struct Request {
   Mode mode = Mode::Off;
   bool fullgraph = false;
   codegen::Backend backend = codegen::Backend::Native;
+  symbolic::DynamicMode dynamic = symbolic::DynamicMode::Auto;  // which sizes become symbols
 };
 struct ThreadMode {
   Request request;

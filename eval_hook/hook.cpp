@@ -144,6 +144,8 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   fi.globals = fd_frame_globals(frame);
   fi.builtins = fd_frame_builtins(frame);
   fi.closure = fn ? fn->func_closure : nullptr;
+  fi.dynamic = request.dynamic;
+  fi.shapes = &st->shapes;
 
   CompileOutcome out;
   {

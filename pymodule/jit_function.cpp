@@ -83,14 +83,14 @@ PyTypeObject* jit_type() {
 
 }  // namespace
 
-PyObject* make_jit_function(PyObject* fn, bool fullgraph, codegen::Backend backend) {
+PyObject* make_jit_function(PyObject* fn, const eval_hook::Request& request) {
   PyTypeObject* type = jit_type();
   auto* self = PyObject_GC_New(JitFunctionObject, type);
   if (!self) return nullptr;
   self->vectorcall = jit_call;
   self->fn = Py_NewRef(fn);
   self->dict = nullptr;
-  self->request = eval_hook::Request{eval_hook::Mode::Compile, fullgraph, backend};
+  self->request = request;
   eval_hook::install();
   PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
   return reinterpret_cast<PyObject*>(self);

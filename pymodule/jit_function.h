@@ -4,12 +4,13 @@
 #pragma once
 #include <Python.h>
 
-#include "codegen/backends/backend_id.h"
+#include "eval_hook/config.h"
 
 namespace fastdyn::pymodule {
 
-// New reference. `fn` borrowed.
-PyObject* make_jit_function(PyObject* fn, bool fullgraph, codegen::Backend backend);
+// New reference. `fn` borrowed. `request`: Compile, with the wrapper's fullgraph, backend and
+// dynamic setting.
+PyObject* make_jit_function(PyObject* fn, const eval_hook::Request& request);
 // Borrowed: the wrapped callable, or nullptr if `obj` is not a jit wrapper.
 PyObject* jit_function_target(PyObject* obj);
 

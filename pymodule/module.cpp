@@ -49,6 +49,13 @@ void raise_graph_break(const std::string& reason, const std::string& filename, i
 // Whether a backend with a kernel cache may be in use: the default (native) is one, so only a
 // process whose every enable()/jit() asked for aten never needs the LLVM engine for stats().
 bool g_any_request = false, g_kernel_request = false;
+// jit/enable's dynamic=: None (automatic), True (every size a symbol), False (every size static).
+symbolic::DynamicMode parse_dynamic(const py::object& v) {
+  if (v.is_none()) return symbolic::DynamicMode::Auto;
+  if (!PyBool_Check(v.ptr())) throw py::type_error("fastdyn: dynamic must be True, False or None");
+  return v.ptr() == Py_True ? symbolic::DynamicMode::Always : symbolic::DynamicMode::Never;
+}
+
 codegen::Backend parse_backend(const std::string& name) {
   std::optional<codegen::Backend> b = codegen::parse_backend(name);
   if (!b) throw py::value_error("fastdyn: unknown backend '" + name + "' (expected " + codegen::backend_choices() + ")");
@@ -109,6 +116,7 @@ py::dict stats() {
   py::dict d;
   d["frames_seen"] = s.frames_seen;
   d["frames_compiled"] = s.frames_compiled;
+  d["sizes_compiled"] = s.sizes_compiled.load();
   d["cache_hits"] = s.cache_hits;
   d["cache_misses"] = s.cache_misses;
   d["recompiles"] = s.recompiles;
@@ -148,13 +156,14 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("has_llvm_cpu") = false;
 #endif
-  m.def("enable", [](const std::string& backend, bool fullgraph) {
+  m.def("enable", [](const std::string& backend, bool fullgraph, py::object dynamic) {
     const codegen::Backend b = parse_backend(backend);
+    const symbolic::DynamicMode d = parse_dynamic(dynamic);
     if (!g_enabled) eval_hook::install();
     else eval_hook::reassert();
     g_enabled = true;
-    eval_hook::set_process_mode(eval_hook::Request{eval_hook::Mode::Compile, fullgraph, b});
-  }, py::arg("backend") = "native", py::arg("fullgraph") = false);
+    eval_hook::set_process_mode(eval_hook::Request{eval_hook::Mode::Compile, fullgraph, b, d});
+  }, py::arg("backend") = "native", py::arg("fullgraph") = false, py::arg("dynamic") = py::none());
   m.def("disable", [] {
     eval_hook::set_process_mode(eval_hook::Request{});
     if (g_enabled) eval_hook::uninstall();
@@ -162,11 +171,11 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("is_enabled", [] { return g_enabled; });
   m.def("hook_installed", [] { return eval_hook::installed(); });
-  m.def("jit", [](py::handle fn, const std::string& backend, bool fullgraph) {
-    PyObject* w = pymodule::make_jit_function(fn.ptr(), fullgraph, parse_backend(backend));
+  m.def("jit", [](py::handle fn, const std::string& backend, bool fullgraph, py::object dynamic) {
+    PyObject* w = pymodule::make_jit_function(fn.ptr(), eval_hook::Request{eval_hook::Mode::Compile, fullgraph, parse_backend(backend), parse_dynamic(dynamic)});
     if (!w) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(w);
-  }, py::arg("fn"), py::arg("backend") = "native", py::arg("fullgraph") = false);
+  }, py::arg("fn"), py::arg("backend") = "native", py::arg("fullgraph") = false, py::arg("dynamic") = py::none());
   m.def("jit_target", [](py::handle obj) -> py::object {
     PyObject* t = pymodule::jit_function_target(obj.ptr());
     return t ? py::reinterpret_borrow<py::object>(t) : py::none();

@@ -54,9 +54,17 @@ std::string repr(PyObject* o) {
 
 std::string list_str(c10::IntArrayRef v) { return int_list_str(v.data(), v.size()); }
 
+std::string sizes_str(const TensorSpec& s) {
+  std::string out = "[";
+  for (size_t d = 0; d < s.sizes.size(); ++d)
+    out += (d ? ", " : "") + (s.sizes[d] == kDynamicSize ? std::string(">=2") : std::to_string(s.sizes[d]));
+  return out + "]";
+}
+
 std::string describe_tensor(const TensorSpec& s) {
   return std::string("tensor(type=") + s.type->tp_name + ", dtype=" + c10::toString(s.dtype) +
-         ", device=" + s.device.str() + ", size=" + list_str(s.sizes) + ", stride=" + list_str(s.strides) +
+         ", device=" + s.device.str() + ", size=" + sizes_str(s) +
+         ", stride=" + (s.strides.empty() && !s.sizes.empty() ? std::string("contiguous") : list_str(s.strides)) +
          ", requires_grad=" + (s.requires_grad ? "True" : "False") + ")";
 }
 
@@ -155,11 +163,23 @@ bool tensor_matches(PyObject* obj, const TensorSpec& s, std::string* why) {
     if (why) *why = "device " + t.device().str() + " != " + s.device.str();
     return false;
   }
-  if (t.sizes() != c10::IntArrayRef(s.sizes)) {
+  if (s.strides.empty() && !s.sizes.empty()) {  // dynamic sizes, row-major
+    const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
+    bool ok = sizes.size() == s.sizes.size();
+    int64_t expected = 1;
+    for (size_t d = sizes.size(); ok && d-- > 0;) {
+      ok = s.sizes[d] == kDynamicSize ? sizes[d] >= 2 : sizes[d] == s.sizes[d];
+      if (ok && sizes[d] != 1) ok = strides[d] == expected;
+      expected *= sizes[d];
+    }
+    if (!ok) {
+      if (why) *why = "size " + list_str(sizes) + " stride " + list_str(strides) + " is not " + sizes_str(s) + " contiguous";
+      return false;
+    }
+  } else if (t.sizes() != c10::IntArrayRef(s.sizes)) {
     if (why) *why = "size " + list_str(t.sizes()) + " != " + list_str(s.sizes);
     return false;
-  }
-  if (t.strides() != c10::IntArrayRef(s.strides)) {
+  } else if (t.strides() != c10::IntArrayRef(s.strides)) {
     if (why) *why = "stride " + list_str(t.strides()) + " != " + list_str(s.strides);
     return false;
   }
@@ -393,7 +413,7 @@ void GuardTree::add_equals(GuardNode* n, PyObject* value) {
   n->checks.push_back(c);
 }
 
-int GuardTree::add_tensor(GuardNode* n, PyObject* tensor) {
+int GuardTree::add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic) {
   for (const Check& c : n->checks)
     if (c.kind == CheckKind::Tensor) return c.alias_slot;
   const at::Tensor& t = THPVariable_Unpack(tensor);
@@ -404,6 +424,8 @@ int GuardTree::add_tensor(GuardNode* n, PyObject* tensor) {
   c.tensor.device = t.device();
   c.tensor.sizes = t.sizes().vec();
   c.tensor.strides = t.strides().vec();
+  for (int64_t d : dynamic) c.tensor.sizes.at(static_cast<size_t>(d)) = kDynamicSize;
+  if (!dynamic.empty()) c.tensor.strides.clear();
   c.tensor.requires_grad = t.requires_grad();
   c.tensor.dispatch_keys = t.key_set().raw_repr();
   c.alias_slot = alias_slots_++;

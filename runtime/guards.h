@@ -42,12 +42,16 @@ struct Accessor {
                               // here; the tree keeps it alive)
 };
 
+// A dim whose size is a symbol of the compiled graph (codegen/shapes/propagate.h): any size of
+// 2 or more holds (0 and 1 stay specialised), with a row-major layout.
+constexpr int64_t kDynamicSize = -1;
+
 struct TensorSpec {
   PyTypeObject* type = nullptr;  // exact Python type (torch.Tensor, nn.Parameter, ...)
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
+  std::vector<int64_t> sizes;     // kDynamicSize: a size symbol (any size >= 2)
+  std::vector<int64_t> strides;   // empty when a size is dynamic: then row-major (contiguous)
   bool requires_grad = false;
   uint64_t dispatch_keys = 0;    // raw DispatchKeySet
 };
@@ -119,8 +123,9 @@ class GuardTree {
   void add_id_is(GuardNode* n, PyObject* obj);
   // Same value as `value` by strict_equal (a snapshot of a container's contents, say).
   void add_equals(GuardNode* n, PyObject* value);
-  // Spec read from the live tensor. Returns its alias slot.
-  int add_tensor(GuardNode* n, PyObject* tensor);
+  // Spec read from the live tensor, the dims in `dynamic` (sizes symbols) excepted. Returns its
+  // alias slot.
+  int add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic = {});
   // type(obj) is type(instance), and obj takes an alias slot (returned) like a tensor's.
   int add_instance(GuardNode* n, PyObject* instance);
   void add_same_as(GuardNode* n, int alias_slot);

@@ -221,6 +221,7 @@ SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& nam
   if (kwargs.empty()) {
     if (name == "size" || name == "stride") {
       const auto& vec = name == "size" ? m.sizes : m.strides;
+      read_sizes(self, name == "size" && !args.empty() ? wrap_dim(int_arg(0)) : -1);
       if (args.empty()) {
         if (name == "stride") {
           std::vector<SymValue> items;
@@ -233,7 +234,7 @@ SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& nam
       return int_obj(vec[static_cast<size_t>(wrap_dim(int_arg(0)))]);
     }
     if ((name == "dim" || name == "ndimension") && args.empty()) return int_obj(m.dim());
-    if ((name == "numel" || name == "nelement") && args.empty()) return int_obj(m.numel());
+    if ((name == "numel" || name == "nelement") && args.empty()) return int_obj(read_sizes(self).numel());
     if (name == "element_size" && args.empty()) return int_obj(static_cast<int64_t>(c10::elementSize(m.dtype)));
     if (name == "is_floating_point" && args.empty())
       return constant(c10::isFloatingType(m.dtype) ? Py_True : Py_False);
@@ -434,6 +435,7 @@ struct Calls {
     if (v.is_tensor()) {
       const auto& m = t.meta(v);
       if (m.dim() == 0) throw Unsupported("len() of a 0-d tensor");
+      t.read_sizes(v, 0);
       n = static_cast<Py_ssize_t>(m.sizes[0]);
     } else if (v.kind == K::Tuple || v.kind == K::List || v.kind == K::NamedTuple) {
       n = static_cast<Py_ssize_t>(v.seq().size());

@@ -11,6 +11,7 @@
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
+#include "codegen/shapes/propagate.h"
 
 namespace fastdyn::symbolic {
 namespace {
@@ -234,6 +235,45 @@ void Tracer::guard_class_attr(const SymValue& owner, const std::string& name, Py
   result_.guards.push_back(std::move(g));
 }
 
+const codegen::TensorMeta& Tracer::read_sizes(const SymValue& v, int64_t dim) {
+  codegen::shapes::pin_value(result_.graph, v.tensor, dim);
+  return meta(v);
+}
+
+std::vector<int64_t> Tracer::dynamic_dims(PyObject* obj, const at::Tensor& t, const std::string& name) {
+  std::set<int64_t> dims;
+  if (frame_.dynamic == DynamicMode::Never) return {};
+  if (frame_.dynamic == DynamicMode::Always)
+    for (int64_t d = 0; d < t.dim(); ++d) dims.insert(d);
+  // fastdyn.mark_dynamic(t, dim): a set of dims in the tensor's __dict__
+  static PyObject* marked_name = PyUnicode_InternFromString("_fastdyn_dynamic_dims");
+  PyObject** dict = _PyObject_GetDictPtr(obj);
+  if (dict && *dict) {
+    PyObject* marked = PyDict_GetItemWithError(*dict, marked_name);  // borrowed
+    if (marked && PyAnySet_Check(marked)) {
+      PyOwned it(PyObject_GetIter(marked));
+      while (it.p) {
+        PyOwned item(PyIter_Next(it.p));
+        if (!item.p) break;
+        const long long d = PyLong_AsLongLong(item.p);
+        if (d == -1 && PyErr_Occurred()) break;
+        dims.insert(d < 0 ? d + t.dim() : d);
+      }
+    }
+    PyErr_Clear();
+  }
+  if (frame_.shapes) {  // automatic dynamic: dims seen with another size than at the first trace
+    const std::vector<int64_t> now = t.sizes().vec();
+    auto [first, fresh] = frame_.shapes->first_sizes.emplace(name, now);
+    std::set<int64_t>& varying = frame_.shapes->varying[name];
+    if (!fresh && first->second.size() == now.size())
+      for (size_t d = 0; d < now.size(); ++d)
+        if (first->second[d] != now[d]) varying.insert(static_cast<int64_t>(d));
+    if (frame_.dynamic == DynamicMode::Auto) dims.insert(varying.begin(), varying.end());
+  }
+  return {dims.begin(), dims.end()};
+}
+
 void Tracer::add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj) {
   GuardSpec g;
   g.source = source;
@@ -262,6 +302,8 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       throw Unsupported("input " + source_name(*source) + " is a " + Py_TYPE(obj)->tp_name + ", a tensor subclass with __torch_function__");
     codegen::ValueId id = result_.graph.add_input(meta_of(t));
     result_.input_sources.push_back(source);
+    for (int64_t d : dynamic_dims(obj, t, source_name(*source)))
+      codegen::shapes::make_dynamic(result_.graph, result_.graph.inputs.size() - 1, d);
     // Another input in the same memory (a view passed next to its base): capture must know.
     if (t.has_storage())
       for (const auto& [other, other_id] : tensor_inputs_) {

@@ -36,6 +36,10 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
   auto tree = std::make_unique<runtime::GuardTree>();
   tree->guard_global_state();
   std::unordered_map<PyObject*, int> alias_slot;  // tensor or instance -> its alias slot
+  // Input dims that are live size symbols (codegen/shapes/propagate.h), by the input's source.
+  std::unordered_map<const Source*, std::vector<int64_t>> dynamic;
+  for (const codegen::SymbolSource& s : trace.graph.symbols)
+    if (!s.pinned) dynamic[trace.input_sources.at(static_cast<size_t>(s.input)).get()].push_back(s.dim);
   for (const GuardSpec& g : trace.guards) {
     runtime::GuardNode* n = node_for(*tree, *g.source);
     // A builtin is only what the name means while no global shadows it.
@@ -58,7 +62,10 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
       case GuardKind::Instance: {
         auto it = alias_slot.find(g.obj);
         if (it != alias_slot.end()) tree->add_same_as(n, it->second);
-        else if (g.kind == GuardKind::Tensor) alias_slot.emplace(g.obj, tree->add_tensor(n, g.obj));
+        else if (g.kind == GuardKind::Tensor) {
+          auto d = dynamic.find(g.source.get());
+          alias_slot.emplace(g.obj, tree->add_tensor(n, g.obj, d == dynamic.end() ? std::vector<int64_t>{} : d->second));
+        }
         else alias_slot.emplace(g.obj, tree->add_instance(n, g.obj));
         break;
       }

@@ -19,22 +19,34 @@
 #include <Python.h>
 
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "codegen/graph.h"
+#include "symbolic/dynamic_mode.h"
 #include "symbolic/values.h"
 
 namespace fastdyn::symbolic {
 
 // What the interpreter sees of the frame; all borrowed.
+
+// Per code object (eval_hook's CodeState): the sizes each tensor input had at its first trace,
+// by source name ("L['x']"), and the dims seen with another size since.
+struct ShapeHistory {
+  std::map<std::string, std::vector<int64_t>> first_sizes;
+  std::map<std::string, std::set<int64_t>> varying;
+};
+
 struct FrameInputs {
   PyCodeObject* code = nullptr;
   PyObject* const* localsplus = nullptr;  // argument slots are valid
   PyObject* globals = nullptr;
   PyObject* builtins = nullptr;
   PyObject* closure = nullptr;            // tuple of cells or nullptr
+  DynamicMode dynamic = DynamicMode::Auto;
+  ShapeHistory* shapes = nullptr;         // updated by the trace; nullptr: nothing is remembered
 };
 
 // Instance: a plain object of a Python class, guarded by its type and its alias slot (distinct

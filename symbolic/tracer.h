@@ -20,6 +20,10 @@
 #include "symbolic/bytecode.h"
 #include "symbolic/interpreter.h"
 
+namespace at {
+class Tensor;
+}
+
 namespace fastdyn::symbolic {
 
 // Thrown inside the trace to stop it: unsupported code, never a bug.
@@ -80,6 +84,12 @@ class Tracer {
   PyObject* materialize(const SymValue& v) const;
   SymValue from_capture(codegen::Family fam, const codegen::CaptureResult& r) const;
   const codegen::TensorMeta& meta(const SymValue& v) const { return result_.graph.meta(v.tensor); }
+  // Python code is about to see tensor v's sizes (dim `dim`, or all of them and its strides):
+  // their symbols are pinned, since the code may decide anything from the numbers.
+  const codegen::TensorMeta& read_sizes(const SymValue& v, int64_t dim = -1);
+  // The dims of input tensor `obj` (read from source `name`) that become size symbols: by the
+  // frame's DynamicMode, mark_dynamic, and the code's shape history (which this updates).
+  std::vector<int64_t> dynamic_dims(PyObject* obj, const at::Tensor& t, const std::string& name);
   void add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj);
   // Plain objects of Python classes read from outside the frame are guarded by type and alias
   // slot, not identity (GuardKind::Instance). by_type: `v` is such a read (it has its source).

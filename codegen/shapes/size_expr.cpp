@@ -222,6 +222,22 @@ std::optional<int64_t> SizeExpr::evaluate(const std::vector<int64_t>& sizes) con
   return total;
 }
 
+SizeExpr SizeExpr::substitute(const std::function<SizeExpr(SymbolId)>& by) const {
+  SizeExpr out;
+  for (const auto& [key, t] : terms_) {
+    SizeExpr term(t.coef);
+    for (const auto& [text, ae] : t.mono) {
+      const Atom& atom = ae.first;
+      const SizeExpr x = atom.kind == Atom::Kind::Symbol
+          ? by(atom.symbol)
+          : divide(atom.lhs->substitute(by), atom.rhs->substitute(by), atom.kind == Atom::Kind::Mod);
+      for (int e = 0; e < ae.second; ++e) term = term * x;
+    }
+    out = out + term;
+  }
+  return out;
+}
+
 std::vector<SymbolId> SizeExpr::symbols() const {
   std::set<SymbolId> out;
   for (const auto& [key, t] : terms_)

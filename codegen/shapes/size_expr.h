@@ -17,6 +17,7 @@
 // sizes of a call with no Python and no SymPy.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,6 +60,9 @@ class SizeExpr {
   // a division by zero, or an overflow.
   std::optional<int64_t> evaluate(const std::vector<int64_t>& sizes) const;
   std::vector<SymbolId> symbols() const;  // sorted, distinct
+  // Every symbol replaced by `by(id)` (a constant, another symbol, any expression), simplified:
+  // a size pinned to its value, or two sizes unified, through all expressions that mention it.
+  SizeExpr substitute(const std::function<SizeExpr(SymbolId)>& by) const;
   std::string str() const;                // canonical: equal expressions, equal texts
   // Whether every term has a positive coefficient over symbols only (or is a constant >= 0):
   // then the value is >= 0 for any sizes.

@@ -17,6 +17,7 @@ from .api import (
     enable,
     disable,
     jit,
+    mark_dynamic,
     explain,
     stats,
     reset,
@@ -28,7 +29,7 @@ from .api import (
 )
 
 __all__ = [
-    "GraphBreakError", "ExplainOutput", "enable", "disable", "jit", "explain", "stats",
+    "GraphBreakError", "ExplainOutput", "enable", "disable", "jit", "mark_dynamic", "explain", "stats",
     "reset", "skip", "synchronize", "set_background_compile", "set_recompile_limit", "recompile_limit",
 ]
 __version__ = "0.1.0"

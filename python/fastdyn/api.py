@@ -67,9 +67,13 @@ def _install_path_rules():
 _install_path_rules()
 
 
-def enable(backend="native", fullgraph=False):
-    """Make every Python frame of the process a compilation candidate."""
-    _C.enable(backend, bool(fullgraph))
+def enable(backend="native", fullgraph=False, dynamic=None):
+    """Make every Python frame of the process a compilation candidate.
+
+    dynamic: None (automatic: sizes are specialised at a first compile, and a dim seen with
+    another size later becomes a size symbol, so one graph serves every size), True (every dim
+    of more than one element is a symbol from the start), False (every size is specialised)."""
+    _C.enable(backend, bool(fullgraph), dynamic)
 
 
 def disable():
@@ -77,12 +81,15 @@ def disable():
     _C.disable()
 
 
-def jit(fn_or_module=None, *, backend="native", fullgraph=False):
-    """Compile a function or nn.Module on call. Usable as @jit or @jit(backend=..., fullgraph=...)."""
+def jit(fn_or_module=None, *, backend="native", fullgraph=False, dynamic=None):
+    """Compile a function or nn.Module on call. Usable as @jit or @jit(backend=..., fullgraph=...,
+    dynamic=...); dynamic as for enable()."""
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise TypeError(f"fastdyn.jit: dynamic must be True, False or None, got {dynamic!r}")
     if fn_or_module is None:
-        return functools.partial(jit, backend=backend, fullgraph=fullgraph)
+        return functools.partial(jit, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(fn_or_module, torch.nn.Module):
-        return _JitModule(fn_or_module, backend, fullgraph)
+        return _JitModule(fn_or_module, backend, fullgraph, dynamic)
     if not callable(fn_or_module):
         raise TypeError(f"fastdyn.jit: expected a function or torch.nn.Module, got {type(fn_or_module).__name__}")
     kind = _not_compiled_kind(fn_or_module)
@@ -92,12 +99,27 @@ def jit(fn_or_module=None, *, backend="native", fullgraph=False):
                       "fastdyn does not compile; it runs as written (jit accepts plain functions, methods "
                       "and nn.Modules)", UserWarning, stacklevel=2)
         return fn_or_module
-    wrapper = _C.jit(fn_or_module, backend, bool(fullgraph))
+    wrapper = _C.jit(fn_or_module, backend, bool(fullgraph), dynamic)
     try:
         functools.update_wrapper(wrapper, fn_or_module)
     except (AttributeError, TypeError):
         pass
     return wrapper
+
+
+def mark_dynamic(t, dim):
+    """Make dim `dim` (an int or a list of ints) of tensor `t` a size symbol from the first
+    compile that sees `t` as an input: one graph then serves every size of that dim (2 or more;
+    sizes 0 and 1 stay specialised). Ignored under dynamic=False."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"fastdyn.mark_dynamic: expected a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(t, "_fastdyn_dynamic_dims", ()))
+    for d in dims:
+        if not isinstance(d, int) or isinstance(d, bool) or not -t.dim() <= d < t.dim():
+            raise IndexError(f"fastdyn.mark_dynamic: dim {d!r} is out of range for a tensor of {t.dim()} dims")
+        marked.add(d % t.dim())
+    t._fastdyn_dynamic_dims = marked
 
 
 def _not_compiled_kind(fn):
@@ -114,10 +136,10 @@ def _not_compiled_kind(fn):
 class _JitModule(torch.nn.Module):
     """A module whose forward runs under fastdyn; parameters stay the original module's."""
 
-    def __init__(self, module, backend, fullgraph):
+    def __init__(self, module, backend, fullgraph, dynamic):
         super().__init__()
         self._orig_mod = module
-        self._fastdyn_call = _C.jit(module.__call__, backend, bool(fullgraph))
+        self._fastdyn_call = _C.jit(module.__call__, backend, bool(fullgraph), dynamic)
 
     def forward(self, *args, **kwargs):
         return self._fastdyn_call(*args, **kwargs)

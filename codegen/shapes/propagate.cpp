@@ -1,0 +1,568 @@
+// codegen/shapes/propagate.cpp — symbolic rules keyed by ops.def's Rule column (see propagate.h).
+//
+// A rule computes a node's symbolic output sizes (and, for views, strides) from its inputs'
+// symbolic metadata and its constant arguments, and names the symbols it must pin. Outputs that
+// are not views get dense strides in the layout capture chose (the order of the concrete
+// strides), so channels-last or permuted results stay what they were. Every rule is checked
+// against the concrete metadata of the traced call.
+#include "codegen/shapes/propagate.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "runtime/errors.h"
+
+namespace fastdyn::codegen::shapes {
+namespace {
+
+using Exprs = std::vector<SizeExpr>;
+
+// What a rule decided for one node.
+struct Outcome {
+  std::vector<Exprs> sizes;                 // per output; empty vector for an output left static
+  std::vector<std::optional<Exprs>> strides;  // per output: set by view rules, else derived
+  std::set<SymbolId> pins;                  // symbols to specialise (the rule then runs again)
+  bool pin_all = false;                     // no rule: every symbol of every input
+};
+
+void pin_expr(Outcome& o, const SizeExpr& e) {
+  for (SymbolId s : e.symbols()) o.pins.insert(s);
+}
+void pin_exprs(Outcome& o, const Exprs& es) {
+  for (const SizeExpr& e : es) pin_expr(o, e);
+}
+
+const TensorMeta& in_meta(const Graph& g, const Node& n, size_t arg) { return g.meta(n.args.at(arg).value); }
+
+bool is_value(const Node& n, size_t arg) { return arg < n.args.size() && n.args[arg].kind == Arg::Kind::Value; }
+
+int64_t wrap_dim(int64_t d, int64_t rank) {
+  const int64_t r = std::max<int64_t>(rank, 1);
+  return d < 0 ? d + r : d;
+}
+
+// Two sizes an op needs equal: equal expressions, or the symbols of both pinned.
+void require_equal(Outcome& o, const SizeExpr& a, const SizeExpr& b) {
+  if (a == b) return;
+  pin_expr(o, a);
+  pin_expr(o, b);
+}
+
+// Right-aligned broadcast of the Value arguments' shapes (ATen's rule): per dim the one size
+// that is not 1; different symbolic sizes there are pinned.
+Exprs broadcast(const Graph& g, const Node& n, Outcome& o) {
+  std::vector<Exprs> shapes;
+  for (size_t a = 0; a < n.args.size(); ++a)
+    if (is_value(n, a)) shapes.push_back(sizes_of(in_meta(g, n, a)));
+  size_t rank = 0;
+  for (const Exprs& s : shapes) rank = std::max(rank, s.size());
+  Exprs out(rank, SizeExpr(1));
+  for (size_t d = 0; d < rank; ++d) {
+    std::optional<SizeExpr> chosen;
+    for (const Exprs& s : shapes) {
+      if (d + s.size() < rank) continue;
+      const SizeExpr& e = s[d + s.size() - rank];
+      if (e == SizeExpr(1)) continue;
+      if (!chosen) chosen = e;
+      else require_equal(o, *chosen, e);
+    }
+    if (chosen) out[d] = *chosen;
+  }
+  return out;
+}
+
+void same_as(const Graph& g, const Node& n, size_t arg, Outcome& o) {
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    if (g.meta(n.outputs[k]).sizes != in_meta(g, n, arg).sizes) {
+      o.pin_all = true;
+      return;
+    }
+    o.sizes.push_back(sizes_of(in_meta(g, n, arg)));
+  }
+}
+
+// ---- rules ------------------------------------------------------------------------------
+
+void rule_pointwise(const Graph& g, const Node& n, Outcome& o) { o.sizes.push_back(broadcast(g, n, o)); }
+
+void rule_inplace(const Graph& g, const Node& n, Outcome& o) {
+  if (!is_value(n, 0)) {
+    o.pin_all = true;
+    return;
+  }
+  const Exprs self = sizes_of(in_meta(g, n, 0));
+  const Exprs all = broadcast(g, n, o);
+  if (all.size() != self.size()) {
+    o.pin_all = true;
+    return;
+  }
+  for (size_t d = 0; d < self.size(); ++d) require_equal(o, self[d], all[d]);
+  o.sizes.push_back(self);
+  o.strides.push_back(strides_of(in_meta(g, n, 0)));
+}
+
+// The dims a reduction's args name (args[1]: an int, a list, or None/absent = all).
+std::vector<bool> reduced_dims(const Node& n, int64_t rank) {
+  std::vector<bool> r(static_cast<size_t>(std::max<int64_t>(rank, 0)), false);
+  const Arg* a = n.args.size() > 1 ? &n.args[1] : nullptr;
+  auto mark = [&](int64_t d) {
+    d = wrap_dim(d, rank);
+    if (d >= 0 && d < rank) r[static_cast<size_t>(d)] = true;
+  };
+  if (a && a->kind == Arg::Kind::Int) mark(a->i);
+  else if (a && a->kind == Arg::Kind::IntList && !a->ints.empty())
+    for (int64_t d : a->ints) mark(d);
+  else std::fill(r.begin(), r.end(), true);
+  return r;
+}
+
+void rule_reduce(const Graph& g, const Node& n, Outcome& o) {
+  const TensorMeta& in = in_meta(g, n, 0);
+  const Exprs s = sizes_of(in);
+  const std::vector<bool> red = reduced_dims(n, in.dim());
+  for (ValueId out : n.outputs) {
+    const TensorMeta& m = g.meta(out);
+    if (m.sizes == in.sizes) {
+      // softmax, log_softmax, cumsum, cumprod; or a reduction over size-1 dims with keepdim
+      o.sizes.push_back(s);
+      continue;
+    }
+    const bool keepdim = m.dim() == in.dim();
+    Exprs e;
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (!red[d]) e.push_back(s[d]);
+      else if (keepdim) e.push_back(SizeExpr(1));
+    }
+    o.sizes.push_back(std::move(e));
+  }
+}
+
+void rule_norm(const Graph& g, const Node& n, Outcome& o) {
+  const TensorMeta& in = in_meta(g, n, 0);
+  const Exprs s = sizes_of(in);
+  if (n.outputs.size() != 1 || g.meta(n.outputs[0]).sizes != in.sizes) {
+    o.pin_all = true;
+    return;
+  }
+  const std::string aten = op_info(n.op).aten;
+  if ((aten == "layer_norm" || aten == "rms_norm") && n.args.size() > 1 && n.args[1].kind == Arg::Kind::IntList) {
+    // normalized_shape is numbers: the normalised dims are what they were
+    const size_t k = std::min(n.args[1].ints.size(), s.size());
+    for (size_t d = s.size() - k; d < s.size(); ++d) pin_expr(o, s[d]);
+  } else if (s.size() > 1) {
+    pin_expr(o, s[1]);  // group_norm's groups divide the channels; batch_norm's stats are per channel
+  }
+  for (size_t a = 1; a < n.args.size(); ++a)
+    if (is_value(n, a)) pin_exprs(o, sizes_of(in_meta(g, n, a)));  // weight, bias, running stats
+  o.sizes.push_back(s);
+}
+
+void rule_matmul(const Graph& g, const Node& n, Outcome& o) {
+  const std::string aten = op_info(n.op).aten;
+  const bool biased = aten == "addmm" || aten == "baddbmm";
+  const size_t ai = biased ? 1 : 0, bi = biased ? 2 : 1;
+  if (!is_value(n, ai) || !is_value(n, bi) || n.outputs.size() != 1) {
+    o.pin_all = true;
+    return;
+  }
+  const Exprs a = sizes_of(in_meta(g, n, ai)), b = sizes_of(in_meta(g, n, bi));
+  Exprs out;
+  if (aten == "linear") {  // x[..., k] @ w[n, k]^T
+    if (a.empty() || b.size() != 2) return void(o.pin_all = true);
+    require_equal(o, a.back(), b[1]);
+    out.assign(a.begin(), a.end() - 1);
+    out.push_back(b[0]);
+    if (is_value(n, 2)) pin_exprs(o, sizes_of(in_meta(g, n, 2)));  // bias
+  } else if (a.size() >= 2 && b.size() >= 2 && (aten == "mm" || aten == "bmm" || aten == "matmul" || biased)) {
+    require_equal(o, a.back(), b[b.size() - 2]);
+    // batch dims broadcast (bmm/baddbmm: equal)
+    const size_t ba = a.size() - 2, bb = b.size() - 2, rank = std::max(ba, bb);
+    for (size_t d = 0; d < rank; ++d) {
+      const SizeExpr x = d + ba >= rank ? a[d + ba - rank] : SizeExpr(1);
+      const SizeExpr y = d + bb >= rank ? b[d + bb - rank] : SizeExpr(1);
+      if (x == SizeExpr(1)) out.push_back(y);
+      else if (y == SizeExpr(1)) out.push_back(x);
+      else {
+        require_equal(o, x, y);
+        out.push_back(x);
+      }
+    }
+    out.push_back(a[a.size() - 2]);
+    out.push_back(b.back());
+    if (biased) pin_exprs(o, sizes_of(in_meta(g, n, 0)));  // the added term
+  } else {
+    o.pin_all = true;
+    return;
+  }
+  o.sizes.push_back(std::move(out));
+}
+
+void rule_embedding(const Graph& g, const Node& n, Outcome& o) {
+  if (!is_value(n, 0) || !is_value(n, 1)) return void(o.pin_all = true);
+  const Exprs w = sizes_of(in_meta(g, n, 0));
+  Exprs out = sizes_of(in_meta(g, n, 1));
+  if (w.size() != 2) return void(o.pin_all = true);
+  pin_expr(o, w[0]);
+  out.push_back(w[1]);
+  o.sizes.push_back(std::move(out));
+}
+
+void rule_same_shape(const Graph& g, const Node& n, Outcome& o) {
+  if (!is_value(n, 0)) return void(o.pin_all = true);
+  for (size_t a = 1; a < n.args.size(); ++a)
+    if (is_value(n, a)) pin_exprs(o, sizes_of(in_meta(g, n, a)));
+  same_as(g, n, 0, o);
+}
+
+void rule_factory(const Graph& g, const Node& n, Outcome& o) {
+  for (size_t a = 0; a < n.args.size(); ++a)
+    if (is_value(n, a)) return same_as(g, n, a, o);  // zeros_like & co.
+  o.pin_all = true;
+}
+
+// Views: sizes and strides. Dims whose size is static and whose stride is constant can be
+// sliced, split or selected with the traced offsets; anything else along a symbolic dim pins.
+void rule_view(const Graph& g, const Node& n, Outcome& o) {
+  if (!is_value(n, 0)) return void(o.pin_all = true);
+  const TensorMeta& in = in_meta(g, n, 0);
+  const Exprs s = sizes_of(in), st = strides_of(in);
+  const int64_t rank = in.dim();
+  const std::string aten = op_info(n.op).aten;
+  const std::string id = op_info(n.op).id;
+  auto emit = [&](Exprs sz, Exprs sd) {
+    o.sizes.push_back(std::move(sz));
+    o.strides.emplace_back(std::move(sd));
+  };
+  if (id == "alias") return emit(s, st);
+  if (id == "transpose_int") {
+    const int64_t a = wrap_dim(n.args[1].i, rank), b = wrap_dim(n.args[2].i, rank);
+    Exprs sz = s, sd = st;
+    if (rank > 0) {
+      std::swap(sz[static_cast<size_t>(a)], sz[static_cast<size_t>(b)]);
+      std::swap(sd[static_cast<size_t>(a)], sd[static_cast<size_t>(b)]);
+    }
+    return emit(sz, sd);
+  }
+  if (id == "permute") {
+    Exprs sz, sd;
+    for (int64_t d : n.args[1].ints) {
+      const auto k = static_cast<size_t>(wrap_dim(d, rank));
+      sz.push_back(s.at(k));
+      sd.push_back(st.at(k));
+    }
+    return emit(sz, sd);
+  }
+  if (id == "unsqueeze") {
+    const auto d = static_cast<size_t>(wrap_dim(n.args[1].i, rank + 1));
+    Exprs sz = s, sd = st;
+    sz.insert(sz.begin() + static_cast<std::ptrdiff_t>(d), SizeExpr(1));
+    sd.insert(sd.begin() + static_cast<std::ptrdiff_t>(d), d < s.size() ? s[d] * st[d] : SizeExpr(1));
+    return emit(sz, sd);
+  }
+  if (aten == "squeeze") {  // only size-1 dims go, and those are static
+    std::vector<bool> drop(s.size(), false);
+    for (size_t d = 0; d < s.size(); ++d) drop[d] = in.sizes[d] == 1 && s[d] == SizeExpr(1);
+    if (id == "squeeze_dim" || id == "squeeze_dims") {
+      std::vector<bool> named(s.size(), false);
+      if (n.args[1].kind == Arg::Kind::Int) named[static_cast<size_t>(wrap_dim(n.args[1].i, rank))] = rank > 0;
+      for (int64_t d : n.args[1].ints) named[static_cast<size_t>(wrap_dim(d, rank))] = true;
+      for (size_t d = 0; d < s.size(); ++d) drop[d] = drop[d] && named[d];
+    }
+    Exprs sz, sd;
+    for (size_t d = 0; d < s.size(); ++d)
+      if (!drop[d]) {
+        sz.push_back(s[d]);
+        sd.push_back(st[d]);
+      }
+    return emit(sz, sd);
+  }
+  if (id == "expand") {
+    const std::vector<int64_t>& target = n.args[1].ints;
+    const size_t shift = target.size() - s.size();
+    Exprs sz, sd;
+    for (size_t d = 0; d < target.size(); ++d) {
+      const bool old = d >= shift;
+      if (target[d] == -1 || (old && !s[d - shift].is_constant())) {
+        if (old && target[d] != -1) pin_expr(o, s[d - shift]);  // a number where a symbol was
+        sz.push_back(s[d - shift]);
+        sd.push_back(st[d - shift]);
+      } else {
+        sz.push_back(SizeExpr(target[d]));
+        sd.push_back(old && in.sizes[d - shift] == target[d] ? st[d - shift] : SizeExpr(0));
+      }
+    }
+    return emit(sz, sd);
+  }
+  if (id == "view") {
+    if (contiguous_strides(s) != st) return void(o.pin_all = true);
+    SizeExpr numel(1);
+    for (const SizeExpr& e : s) numel = numel * e;
+    SizeExpr known(1);
+    int infer = -1;
+    const std::vector<int64_t>& shape = n.args[1].ints;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == -1) infer = static_cast<int>(d);
+      else known = known * SizeExpr(shape[d]);
+    }
+    Exprs sz;
+    for (int64_t v : shape) sz.push_back(SizeExpr(v));
+    if (infer >= 0) {
+      const SizeExpr q = floordiv(numel, known);
+      if (q * known != numel) return void(o.pin_all = true);  // not an exact quotient symbolically
+      sz[static_cast<size_t>(infer)] = q;
+    } else if (known != numel) {
+      pin_expr(o, numel);  // the shape is numbers: the input's sizes are what they were
+    }
+    return emit(sz, contiguous_strides(sz));
+  }
+  // Slicing, splitting and selecting along a static dim with a constant stride keep the other
+  // dims' symbols (offsets and the sliced dim are the traced call's numbers).
+  const bool sliced = id == "slice_Tensor" || id == "select_int" || id == "split_Tensor" || id == "split_with_sizes" ||
+                      id == "unbind_int" || id == "tensor_split_sections" || id == "tensor_split_indices";
+  if (sliced && n.args.size() > 1) {
+    const Arg& dim_arg = id == "split_Tensor" || id == "split_with_sizes" || id == "tensor_split_sections" || id == "tensor_split_indices"
+                             ? n.args.at(2)
+                             : n.args.at(1);
+    const int64_t d = wrap_dim(dim_arg.kind == Arg::Kind::Int ? dim_arg.i : 0, rank);
+    if (d < 0 || d >= rank) return void(o.pin_all = true);
+    const auto k = static_cast<size_t>(d);
+    if (!s[k].is_constant() || !st[k].is_constant()) {
+      pin_expr(o, s[k]);
+      pin_expr(o, st[k]);
+    }
+    for (ValueId out : n.outputs) {
+      const TensorMeta& m = g.meta(out);
+      Exprs sz = s, sd = st;
+      if (id == "select_int" || id == "unbind_int") {
+        sz.erase(sz.begin() + d);
+        sd.erase(sd.begin() + d);
+      } else {
+        sz[k] = SizeExpr(m.sizes.at(k));
+        if (id == "slice_Tensor" && n.args.size() > 4 && n.args[4].kind == Arg::Kind::Int) sd[k] = st[k] * SizeExpr(n.args[4].i);
+      }
+      emit(sz, sd);
+    }
+    return;
+  }
+  o.pin_all = true;
+}
+
+using Rule = void (*)(const Graph&, const Node&, Outcome&);
+
+// ops.def's Rule column -> the symbolic rule. A Rule name missing here has none: its nodes pin.
+const std::unordered_map<std::string, Rule>& rules() {
+  static const std::unordered_map<std::string, Rule> table = {
+      {"Unary", rule_pointwise},     {"Binary", rule_pointwise},     {"Ternary", rule_pointwise},
+      {"Where", rule_pointwise},     {"Clamp", rule_pointwise},      {"MaskedFill", rule_pointwise},
+      {"InPlace", rule_inplace},     {"Reduce", rule_reduce},        {"Norm", rule_norm},
+      {"Matmul", rule_matmul},       {"Embedding", rule_embedding},  {"Dropout", rule_same_shape},
+      {"Layout", rule_same_shape},   {"Factory", rule_factory},      {"View", rule_view},
+  };
+  return table;
+}
+
+// Dense strides for `sizes` in the order of the concrete strides (outermost first; ties keep
+// dim order), which is the layout capture chose for the output.
+Exprs dense_like(const Exprs& sizes, const TensorMeta& m) {
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return m.strides[a] > m.strides[b]; });
+  Exprs st(sizes.size(), SizeExpr(1));
+  SizeExpr run(1);
+  for (size_t k = order.size(); k-- > 0;) {
+    st[order[k]] = run;
+    run = run * sizes[order[k]];
+  }
+  return st;
+}
+
+bool any_symbolic_input(const Graph& g, const Node& n) {
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value && a.value >= 0 && g.meta(a.value).symbolic()) return true;
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId v : a.values)
+        if (v >= 0 && g.meta(v).symbolic()) return true;
+  }
+  return false;
+}
+
+void pin_inputs(Graph& g, const Node& n) {
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value && a.value >= 0) pin_value(g, a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId v : a.values)
+        if (v >= 0) pin_value(g, v);
+  }
+}
+
+std::string exprs_text(const Exprs& es) {
+  std::string s = "[";
+  for (size_t i = 0; i < es.size(); ++i) s += (i ? ", " : "") + es[i].str();
+  return s + "]";
+}
+
+// Sets symbolic metadata on the node's outputs; false when the rule asked for pins (applied).
+bool apply_rule(Graph& g, const Node& n) {
+  if (!any_symbolic_input(g, n)) return true;
+  Outcome o;
+  const auto& table = rules();
+  auto it = table.find(op_info(n.op).rule);
+  if (it == table.end()) o.pin_all = true;
+  else it->second(g, n, o);
+  if (o.pin_all || o.sizes.size() != n.outputs.size()) {
+    pin_inputs(g, n);
+    return false;
+  }
+  if (!o.pins.empty()) {
+    for (SymbolId s : o.pins) pin(g, s);
+    return false;
+  }
+  const std::vector<int64_t> h = hints(g);
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    TensorMeta& m = g.values[static_cast<size_t>(n.outputs[k])];
+    Exprs sz = o.sizes[k];
+    Exprs sd = k < o.strides.size() && o.strides[k] ? *o.strides[k] : dense_like(sz, m);
+    bool ok = sz.size() == m.sizes.size() && sd.size() == m.sizes.size();
+    for (size_t d = 0; ok && d < sz.size(); ++d) {
+      ok = sz[d].evaluate(h) == m.sizes[d];
+      // A stride matters only along a dim of more than one element.
+      if (ok && m.sizes[d] > 1) ok = sd[d].evaluate(h) == m.strides[d];
+    }
+    if (!ok)
+      throw InternalError("symbolic shape rule " + std::string(op_info(n.op).rule) + " for " + qualified_name(n.op) + " gave sizes " +
+                          exprs_text(sz) + " strides " + exprs_text(sd) + " where the traced call has " + print_node(g, n));
+    bool symbolic = false;
+    for (const SizeExpr& e : sz) symbolic = symbolic || !e.is_constant();
+    for (const SizeExpr& e : sd) symbolic = symbolic || !e.is_constant();
+    if (symbolic) {
+      m.sym_sizes = std::move(sz);
+      m.sym_strides = std::move(sd);
+    } else {
+      m.sym_sizes.clear();
+      m.sym_strides.clear();
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<SizeExpr> sizes_of(const TensorMeta& m) {
+  if (m.symbolic()) return m.sym_sizes;
+  return Exprs(m.sizes.begin(), m.sizes.end());
+}
+
+std::vector<SizeExpr> strides_of(const TensorMeta& m) {
+  if (m.symbolic()) return m.sym_strides;
+  return Exprs(m.strides.begin(), m.strides.end());
+}
+
+std::vector<SizeExpr> contiguous_strides(const std::vector<SizeExpr>& sizes) {
+  Exprs st(sizes.size(), SizeExpr(1));
+  SizeExpr run(1);
+  for (size_t d = sizes.size(); d-- > 0;) {
+    st[d] = run;
+    run = run * sizes[d];
+  }
+  return st;
+}
+
+bool make_dynamic(Graph& g, size_t input, int64_t dim) {
+  TensorMeta& m = g.values.at(static_cast<size_t>(g.inputs.at(input)));
+  if (dim < 0 || dim >= m.dim() || m.sizes[static_cast<size_t>(dim)] < 2) return false;
+  Exprs sizes = sizes_of(m);
+  if (contiguous_strides(sizes) != strides_of(m) && !m.symbolic()) {
+    // A layout that is not row-major keeps its sizes static (its strides would be symbols too).
+    std::vector<int64_t> c(m.sizes.size(), 1);
+    for (size_t d = m.sizes.size(); d-- > 1;) c[d - 1] = c[d] * m.sizes[d];
+    for (size_t d = 0; d < c.size(); ++d)
+      if (m.sizes[d] > 1 && c[d] != m.strides[d]) return false;
+  }
+  if (!sizes[static_cast<size_t>(dim)].is_constant()) return true;
+  const auto id = static_cast<SymbolId>(g.symbols.size());
+  g.symbols.push_back(SymbolSource{static_cast<int32_t>(input), static_cast<int32_t>(dim), false});
+  sizes[static_cast<size_t>(dim)] = SizeExpr::symbol(id);
+  m.sym_sizes = sizes;
+  m.sym_strides = contiguous_strides(sizes);
+  return true;
+}
+
+void propagate(Graph& g, size_t first_node) {
+  if (!is_dynamic(g)) return;
+  for (size_t k = first_node; k < g.nodes.size(); ++k) {
+    // Each pin removes a symbol, so this loop runs at most #symbols + 1 times per node.
+    for (size_t tries = 0; tries <= g.symbols.size() && !apply_rule(g, g.nodes[k]); ++tries) {
+    }
+  }
+}
+
+void pin(Graph& g, SymbolId s) {
+  if (s < 0 || static_cast<size_t>(s) >= g.symbols.size() || g.symbols[static_cast<size_t>(s)].pinned) return;
+  const int64_t hint = hints(g)[static_cast<size_t>(s)];
+  g.symbols[static_cast<size_t>(s)].pinned = true;
+  auto by = [&](SymbolId id) { return id == s ? SizeExpr(hint) : SizeExpr::symbol(id); };
+  for (TensorMeta& m : g.values) {
+    if (!m.symbolic()) continue;
+    bool still = false;
+    for (SizeExpr& e : m.sym_sizes) {
+      e = e.substitute(by);
+      still = still || !e.is_constant();
+    }
+    for (SizeExpr& e : m.sym_strides) {
+      e = e.substitute(by);
+      still = still || !e.is_constant();
+    }
+    if (!still) {
+      m.sym_sizes.clear();
+      m.sym_strides.clear();
+    }
+  }
+}
+
+void pin_value(Graph& g, ValueId v, int64_t dim) {
+  const TensorMeta& m = g.meta(v);
+  if (!m.symbolic()) return;
+  std::set<SymbolId> found;
+  for (size_t d = 0; d < m.sym_sizes.size(); ++d) {
+    if (dim >= 0 && static_cast<int64_t>(d) != dim) continue;
+    for (SymbolId s : m.sym_sizes[d].symbols()) found.insert(s);
+    if (dim < 0)
+      for (SymbolId s : m.sym_strides[d].symbols()) found.insert(s);
+  }
+  for (SymbolId s : found) pin(g, s);
+}
+
+bool is_dynamic(const Graph& g) {
+  return std::any_of(g.symbols.begin(), g.symbols.end(), [](const SymbolSource& s) { return !s.pinned; });
+}
+
+std::vector<int64_t> hints(const Graph& g) {
+  std::vector<int64_t> h;
+  h.reserve(g.symbols.size());
+  for (const SymbolSource& s : g.symbols)
+    h.push_back(g.meta(g.inputs.at(static_cast<size_t>(s.input))).sizes.at(static_cast<size_t>(s.dim)));
+  return h;
+}
+
+Graph specialize(const Graph& g, const std::vector<int64_t>& binding) {
+  Graph out = g;
+  out.symbols.clear();
+  for (TensorMeta& m : out.values) {
+    if (!m.symbolic()) continue;
+    for (size_t d = 0; d < m.sizes.size(); ++d) {
+      const std::optional<int64_t> sz = m.sym_sizes[d].evaluate(binding), st = m.sym_strides[d].evaluate(binding);
+      if (!sz || !st) throw InternalError("specialize: size " + m.sym_sizes[d].str() + " or stride " + m.sym_strides[d].str() + " cannot be evaluated");
+      m.sizes[d] = *sz;
+      m.strides[d] = *st;
+    }
+    m.sym_sizes.clear();
+    m.sym_strides.clear();
+  }
+  return out;
+}
+
+}  // namespace fastdyn::codegen::shapes

@@ -1,0 +1,62 @@
+// runtime/dynamic_executable.h — one compiled graph serving every size of its size symbols.
+//
+// A graph whose shapes hold size symbols (codegen/shapes/propagate.h) is guarded by relations,
+// not sizes: one cache entry serves every call whose sizes satisfy them. What runs for a call is
+// the graph specialised to that call's sizes: `instantiate` (given by the layer above: the
+// graph, the backend and the compile path) builds it on the first call at those sizes, and the
+// executable keeps it, the most recently used first, up to a bound. The sizes come straight
+// from the input tensors (symbol k is inputs[input].size(dim)): no guard re-evaluation, no map of
+// strings on the call path.
+//
+// Today's backends compile the specialised graph (a tiered one runs its first calls at a new
+// size on aten while the kernels compile, and a kernel met at an earlier size comes from the
+// kernel cache); a backend whose kernels take sizes as arguments will return one executable for
+// every binding here.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/executable.h"
+
+namespace fastdyn::runtime {
+
+class DynamicExecutable final : public Executable {
+ public:
+  struct Symbol {
+    int32_t input = -1;  // position in the graph's inputs
+    int32_t dim = -1;
+  };
+  using Instantiate = std::function<ExecutablePtr(const std::vector<int64_t>& sizes)>;
+
+  // `program` describes the symbolic graph (explain); `max_sizes` bounds the bindings kept.
+  DynamicExecutable(std::vector<Symbol> symbols, Instantiate instantiate, std::string program, size_t max_sizes = 256);
+
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override;
+  std::string describe() const override;
+
+  size_t instantiated() const;  // bindings compiled so far (evicted ones included)
+
+ private:
+  using Binding = std::vector<int64_t>;
+  struct Slot {
+    Binding sizes;
+    ExecutablePtr exe;
+  };
+  ExecutablePtr find_or_build(const Binding& b);
+
+  std::vector<Symbol> symbols_;
+  Instantiate instantiate_;
+  std::string program_;
+  size_t max_sizes_;
+  mutable std::mutex mutex_;
+  std::list<Slot> lru_;  // most recently used first
+  std::map<Binding, std::list<Slot>::iterator> index_;
+  size_t built_ = 0;
+};
+
+}  // namespace fastdyn::runtime
