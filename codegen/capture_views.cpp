@@ -72,7 +72,8 @@ ValueId emit_clone(BindCall& c, ValueId self, std::optional<c10::MemoryFormat> f
 }
 
 // reshape: a view when the strides allow one, else a contiguous copy viewed to the new shape.
-CaptureResult reshape_to(BindCall& c, const char* op, ValueId self, const Ints& shape) {
+// NB: `shape` by value: it may be another value's sizes, which a clone's new value moves.
+CaptureResult reshape_to(BindCall& c, const char* op, ValueId self, Ints shape) {
   const TensorMeta& m = c.graph.meta(self);
   std::string err;
   auto sizes = meta::infer_size(shape, m.numel(), err);
@@ -84,13 +85,15 @@ CaptureResult reshape_to(BindCall& c, const char* op, ValueId self, const Ints& 
     r = meta::view(c.graph.meta(copy), *sizes);
     FD_CHECK(r.ok(), "view of a contiguous copy failed: " + r.error);
   }
-  return tensor_result(emit_view(c, self, *sizes, r.meta));
+  return tensor_result(emit_view(c, self, shape, r.meta));
 }
 
+// NB: the node keeps the shape as given, -1 included (ATen resolves it again): with sizes as
+// symbols, the -1 is what says which dim takes the rest (codegen/shapes/propagate.cpp).
 CaptureResult view_to(BindCall& c, const char* op, ValueId self, const Ints& shape) {
   MetaResult r = meta::view(c.graph.meta(self), shape);
   if (!r.ok()) return fail(op, r.error);
-  return tensor_result(emit_view(c, self, r.meta.sizes, r.meta));
+  return tensor_result(emit_view(c, self, shape, r.meta));
 }
 
 // Wraps every entry of `dims` against `ndim`.

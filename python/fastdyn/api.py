@@ -217,7 +217,8 @@ def explain(fn, *args, **kwargs):
 
 def stats():
     """Counters since the last reset(): frames_seen, frames_compiled, cache_hits, cache_misses,
-    recompiles, graph_breaks, graphs, compile_seconds (on the calling thread), backend_failures
+    recompiles, graph_breaks, graphs, compile_seconds (on the calling thread), sizes_compiled
+    (sizes that a graph with size symbols was specialised to and compiled for), backend_failures
     (graphs that ran on aten because compiling them failed: a bug; FASTDYN_STRICT=1 raises
     instead), and for tiered
     compilation background_compiles (graphs whose kernels the background thread built),

@@ -1,0 +1,173 @@
+// tests/cpp/codegen/test_shapes_propagate.cpp — sizes as symbols through capture
+// (codegen/shapes/propagate.h): which rules keep a symbol, which pin it, and that a symbolic
+// graph specialised to other sizes runs like eager at those sizes.
+#include "codegen/aten_backend.h"
+#include "codegen/capture.h"
+#include "codegen/shapes/propagate.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+namespace fastdyn::codegen {
+namespace {
+
+using shapes::SizeExpr;
+
+TensorMeta contiguous(std::vector<int64_t> sizes) {
+  TensorMeta m;
+  m.sizes = sizes;
+  m.strides.assign(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) m.strides[d - 1] = m.strides[d] * sizes[d];
+  return m;
+}
+
+// A graph with input %0 of `sizes`, dim `dim` a symbol s0.
+Graph dynamic_input(std::vector<int64_t> sizes, int64_t dim) {
+  Graph g;
+  g.add_input(contiguous(std::move(sizes)));
+  EXPECT_TRUE(shapes::make_dynamic(g, 0, dim));
+  return g;
+}
+
+ValueId record(Graph& g, Family f, std::vector<CallArg> args) {
+  CaptureResult r = record_call(g, CaptureContext{}, f, args, {});
+  EXPECT_TRUE(r.ok) << r.reason;
+  return r.ok ? r.values.at(0) : -1;
+}
+
+std::string sizes_text(const TensorMeta& m) {
+  std::string s;
+  for (const SizeExpr& e : shapes::sizes_of(m)) s += (s.empty() ? "" : ", ") + e.str();
+  return "[" + s + "]";
+}
+
+std::string strides_text(const TensorMeta& m) {
+  std::string s;
+  for (const SizeExpr& e : shapes::strides_of(m)) s += (s.empty() ? "" : ", ") + e.str();
+  return "{" + s + "}";
+}
+
+TEST(ShapesPropagate, InputDimBecomesASymbolWithRowMajorStrides) {
+  Graph g = dynamic_input({8, 4, 16}, 1);
+  EXPECT_EQ(sizes_text(g.meta(0)), "[8, s0, 16]");
+  EXPECT_EQ(strides_text(g.meta(0)), "{16*s0, 16, 1}");
+  EXPECT_EQ(shapes::hints(g), std::vector<int64_t>{4});
+  EXPECT_TRUE(shapes::is_dynamic(g));
+}
+
+TEST(ShapesPropagate, SizesZeroAndOneAndOtherLayoutsStaySpecialised) {
+  Graph g;
+  g.add_input(contiguous({1, 8}));
+  TensorMeta t = contiguous({8, 4});
+  t.strides = {1, 8};  // a transposed view
+  g.add_input(t);
+  EXPECT_FALSE(shapes::make_dynamic(g, 0, 0));
+  EXPECT_FALSE(shapes::make_dynamic(g, 1, 0));
+  EXPECT_FALSE(shapes::is_dynamic(g));
+}
+
+TEST(ShapesPropagate, PointwiseAndBroadcastKeepTheSymbol) {
+  Graph g = dynamic_input({8, 256}, 0);
+  ValueId b = g.add_input(contiguous({256}));
+  ValueId y = record(g, Family::mul, {CallArg::tensor(0), CallArg::of_double(2.0)});
+  ValueId z = record(g, Family::add, {CallArg::tensor(y), CallArg::tensor(b)});
+  ValueId w = record(g, Family::sin, {CallArg::tensor(z)});
+  EXPECT_EQ(sizes_text(g.meta(w)), "[s0, 256]");
+  EXPECT_EQ(strides_text(g.meta(w)), "{256, 1}");
+  EXPECT_TRUE(shapes::is_dynamic(g));
+}
+
+TEST(ShapesPropagate, BroadcastAgainstAStaticSizePinsTheSymbol) {
+  Graph g = dynamic_input({8, 256}, 0);
+  ValueId other = g.add_input(contiguous({8, 256}));
+  ValueId y = record(g, Family::add, {CallArg::tensor(0), CallArg::tensor(other)});
+  EXPECT_FALSE(g.meta(y).symbolic());
+  EXPECT_TRUE(g.symbols.at(0).pinned);
+  EXPECT_FALSE(g.meta(0).symbolic());  // pinned everywhere: the graph is static again
+  EXPECT_FALSE(shapes::is_dynamic(g));
+}
+
+TEST(ShapesPropagate, ReductionsAndSoftmax) {
+  Graph g = dynamic_input({8, 512}, 0);
+  ValueId s = record(g, Family::sum, {CallArg::tensor(0), CallArg::of_int(-1)});
+  EXPECT_EQ(sizes_text(g.meta(s)), "[s0]");
+  ValueId m = record(g, Family::amax, {CallArg::tensor(0), CallArg::of_int(-1), CallArg::of_bool(true)});
+  EXPECT_EQ(sizes_text(g.meta(m)), "[s0, 1]");
+  ValueId sm = record(g, Family::softmax, {CallArg::tensor(0), CallArg::of_int(0)});
+  EXPECT_EQ(sizes_text(g.meta(sm)), "[s0, 512]");
+  ValueId all = record(g, Family::sum, {CallArg::tensor(0)});
+  EXPECT_EQ(sizes_text(g.meta(all)), "[]");
+  EXPECT_TRUE(shapes::is_dynamic(g));
+}
+
+TEST(ShapesPropagate, ViewsKeepSymbolsOrPin) {
+  Graph g = dynamic_input({8, 256}, 0);
+  ValueId v = record(g, Family::view, {CallArg::tensor(0), CallArg::of_ints({-1, 64})});
+  EXPECT_EQ(sizes_text(g.meta(v)), "[4*s0, 64]");
+  ValueId t = record(g, Family::transpose, {CallArg::tensor(0), CallArg::of_int(0), CallArg::of_int(1)});
+  EXPECT_EQ(sizes_text(g.meta(t)), "[256, s0]");
+  EXPECT_EQ(strides_text(g.meta(t)), "{1, 256}");
+  ValueId u = record(g, Family::unsqueeze, {CallArg::tensor(0), CallArg::of_int(1)});
+  EXPECT_EQ(sizes_text(g.meta(u)), "[s0, 1, 256]");
+  ValueId n = record(g, Family::narrow, {CallArg::tensor(0), CallArg::of_int(1), CallArg::of_int(0), CallArg::of_int(128)});
+  EXPECT_EQ(sizes_text(g.meta(n)), "[s0, 128]");
+  EXPECT_EQ(strides_text(g.meta(n)), "{256, 1}");
+  EXPECT_TRUE(shapes::is_dynamic(g));
+  // A shape given as numbers where a symbol was: the graph is valid at the traced size only.
+  record(g, Family::view, {CallArg::tensor(0), CallArg::of_ints({2048})});
+  EXPECT_FALSE(shapes::is_dynamic(g));
+}
+
+TEST(ShapesPropagate, LayerNormOverASymbolicDimPinsIt) {
+  Graph g = dynamic_input({4, 32}, 0);
+  ValueId y = record(g, Family::layer_norm, {CallArg::tensor(0), CallArg::of_ints({32})});
+  EXPECT_EQ(sizes_text(g.meta(y)), "[s0, 32]");
+  Graph h = dynamic_input({4, 32}, 1);
+  record(h, Family::layer_norm, {CallArg::tensor(0), CallArg::of_ints({32})});
+  EXPECT_FALSE(shapes::is_dynamic(h));
+}
+
+TEST(ShapesPropagate, AnOpWithoutASymbolicRulePinsItsInputs) {
+  Graph g = dynamic_input({2, 3, 8}, 2);
+  record(g, Family::pad, {CallArg::tensor(0), CallArg::of_ints({1, 1})});
+  EXPECT_TRUE(g.symbols.at(0).pinned);
+  EXPECT_FALSE(shapes::is_dynamic(g));
+}
+
+TEST(ShapesPropagate, LinearKeepsTheBatchSymbol) {
+  Graph g = dynamic_input({8, 16}, 0);
+  ValueId w = g.add_input(contiguous({32, 16}));
+  ValueId y = record(g, Family::linear, {CallArg::tensor(0), CallArg::tensor(w)});
+  EXPECT_EQ(sizes_text(g.meta(y)), "[s0, 32]");
+}
+
+TEST(ShapesPropagate, TextFormRoundTripsSymbols) {
+  Graph g = dynamic_input({8, 256}, 0);
+  ValueId y = record(g, Family::view, {CallArg::tensor(0), CallArg::of_ints({-1, 64})});
+  g.outputs.push_back(y);
+  const std::string text = print_graph(g);
+  EXPECT_NE(text.find("symbols(s0 = %0[0])"), std::string::npos) << text;
+  EXPECT_NE(text.find("sym[4*s0, 64]{64, 1}"), std::string::npos) << text;
+  EXPECT_EQ(parse_graph(text), g);
+}
+
+// One symbolic graph, specialised to several sizes, computes what eager does at each.
+TEST(ShapesPropagate, SpecialisedGraphsRunLikeEagerAtEverySize) {
+  Graph g = dynamic_input({8, 64}, 0);
+  ValueId y = record(g, Family::mul, {CallArg::tensor(0), CallArg::of_double(2.0)});
+  ValueId s = record(g, Family::softmax, {CallArg::tensor(y), CallArg::of_int(-1)});
+  ValueId v = record(g, Family::view, {CallArg::tensor(s), CallArg::of_ints({-1, 32})});
+  g.outputs.push_back(v);
+  ASSERT_TRUE(shapes::is_dynamic(g));
+  for (int64_t n : {2, 5, 8, 37}) {
+    Graph sg = shapes::specialize(g, {n});
+    EXPECT_TRUE(sg.symbols.empty());
+    EXPECT_EQ(sg.meta(v).sizes, (std::vector<int64_t>{2 * n, 32}));
+    at::Tensor x = at::randn({n, 64});
+    std::vector<at::Tensor> out = compile_aten(sg)->run({x});
+    EXPECT_TRUE(at::allclose(out.at(0), at::softmax(x * 2, -1).view({-1, 32})));
+  }
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
