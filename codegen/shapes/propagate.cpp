@@ -105,10 +105,11 @@ void rule_inplace(const Graph& g, const Node& n, Outcome& o) {
   o.strides.push_back(strides_of(in_meta(g, n, 0)));
 }
 
-// The dims a reduction's args name (args[1]: an int, a list, or None/absent = all).
+// The dims a reduction's args name (its `dim` argument: an int, a list, or None/absent = all).
 std::vector<bool> reduced_dims(const Node& n, int64_t rank) {
   std::vector<bool> r(static_cast<size_t>(std::max<int64_t>(rank, 0)), false);
-  const Arg* a = n.args.size() > 1 ? &n.args[1] : nullptr;
+  const size_t at = std::string(op_info(n.op).aten) == "linalg_vector_norm" ? 2 : 1;  // (self, ord, dim, ...)
+  const Arg* a = n.args.size() > at ? &n.args[at] : nullptr;
   auto mark = [&](int64_t d) {
     d = wrap_dim(d, rank);
     if (d >= 0 && d < rank) r[static_cast<size_t>(d)] = true;
@@ -137,6 +138,7 @@ void rule_reduce(const Graph& g, const Node& n, Outcome& o) {
       if (!red[d]) e.push_back(s[d]);
       else if (keepdim) e.push_back(SizeExpr(1));
     }
+    if (static_cast<int64_t>(e.size()) != m.dim()) return void(o.pin_all = true);  // not this shape of reduction
     o.sizes.push_back(std::move(e));
   }
 }
@@ -425,8 +427,9 @@ bool apply_rule(Graph& g, const Node& n) {
   for (size_t k = 0; k < n.outputs.size(); ++k) {
     TensorMeta& m = g.values[static_cast<size_t>(n.outputs[k])];
     Exprs sz = o.sizes[k];
-    Exprs sd = k < o.strides.size() && o.strides[k] ? *o.strides[k] : dense_like(sz, m);
-    bool ok = sz.size() == m.sizes.size() && sd.size() == m.sizes.size();
+    bool ok = sz.size() == m.sizes.size();
+    Exprs sd = k < o.strides.size() && o.strides[k] ? *o.strides[k] : ok ? dense_like(sz, m) : Exprs();
+    ok = ok && sd.size() == m.sizes.size();
     for (size_t d = 0; ok && d < sz.size(); ++d) {
       ok = sz[d].evaluate(h) == m.sizes[d];
       // A stride matters only along a dim of more than one element.

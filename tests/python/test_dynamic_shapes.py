@@ -1,0 +1,130 @@
+"""Sizes as symbols (issue 19, Part B): automatic dynamic, mark_dynamic, jit(dynamic=...), and
+the guards of a dynamic entry. Every result is compared with eager at every size."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+fastdyn = pytest.importorskip("fastdyn")
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    fastdyn.reset()
+    fastdyn.set_background_compile(False)
+    yield
+    fastdyn.set_background_compile(True)
+    fastdyn.reset()
+
+
+def pointwise(x):
+    return ((x * 2 + 1).sin() * x).relu() - 0.5
+
+
+def reduction(x):
+    return (x * x).sum(-1) + x.amax(-1)
+
+
+def softmax_rows(x, w):
+    return torch.softmax(F.linear(x, w) * 0.5, dim=-1)
+
+
+def check_sweep(fn, make, lengths, **jit_kwargs):
+    f = fastdyn.jit(fn, **jit_kwargs)
+    for n in lengths:
+        args = make(n)
+        torch.testing.assert_close(f(*args), fn(*args))
+    return fastdyn.stats()
+
+
+def test_automatic_dynamic_compiles_twice_for_many_lengths():
+    s = check_sweep(pointwise, lambda n: (torch.randn(n, 64),), [8, 16, 3, 40, 8, 77, 2, 16])
+    assert s["frames_compiled"] == 2, s  # static first, then the dynamic entry
+    assert s["recompiles"] == 1, s
+
+
+def test_reduction_and_linear_keep_the_row_symbol():
+    s = check_sweep(reduction, lambda n: (torch.randn(n, 32),), [5, 9, 12, 30, 5])
+    assert s["frames_compiled"] == 2, s
+    w = torch.randn(16, 32)
+    fastdyn.reset()
+    s = check_sweep(softmax_rows, lambda n: (torch.randn(n, 32), w), [4, 6, 11, 2, 6])
+    assert s["frames_compiled"] == 2, s
+
+
+def test_dynamic_true_compiles_once_and_false_per_size():
+    s = check_sweep(pointwise, lambda n: (torch.randn(n, 8),), [4, 5, 6, 7], dynamic=True)
+    assert s["frames_compiled"] == 1, s
+    fastdyn.reset()
+    s = check_sweep(pointwise, lambda n: (torch.randn(n, 8),), [4, 5, 6, 7], dynamic=False)
+    assert s["frames_compiled"] == 4, s
+
+
+def test_mark_dynamic_makes_the_first_compile_dynamic():
+    f = fastdyn.jit(pointwise)
+    for n in [4, 9, 13]:
+        x = torch.randn(3, n)
+        fastdyn.mark_dynamic(x, 1)
+        torch.testing.assert_close(f(x), pointwise(x))
+    assert fastdyn.stats()["frames_compiled"] == 1
+
+
+def test_mark_dynamic_rejects_bad_arguments():
+    with pytest.raises(IndexError, match="out of range"):
+        fastdyn.mark_dynamic(torch.randn(2, 3), 2)
+    with pytest.raises(TypeError):
+        fastdyn.mark_dynamic([1, 2], 0)
+    with pytest.raises(TypeError, match="dynamic"):
+        fastdyn.jit(pointwise, dynamic="yes")
+
+
+def test_sizes_zero_and_one_stay_specialised():
+    # A size-1 dim broadcasts: an entry made dynamic at sizes >= 2 must not serve it.
+    def f(x, y):
+        return x + y
+
+    g = fastdyn.jit(f, dynamic=True)
+    y = torch.randn(5, 4)
+    for x in [torch.randn(5, 4), torch.randn(1, 4), torch.randn(5, 4)]:
+        torch.testing.assert_close(g(x, y), f(x, y))
+    assert fastdyn.stats()["frames_compiled"] == 2
+
+
+def test_reading_a_size_in_python_pins_it():
+    # The Python code decides from x.shape[0]: that size cannot be a symbol; the others can.
+    def f(x):
+        if x.shape[0] > 4:
+            return x * 2
+        return x - 1
+
+    g = fastdyn.jit(f, dynamic=True)
+    for n in [3, 6, 3, 6, 8]:
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(g(x), f(x))
+    assert fastdyn.stats()["frames_compiled"] == 3  # one entry per size that was read
+
+
+def test_a_dynamic_entry_rejects_non_contiguous_inputs():
+    g = fastdyn.jit(pointwise, dynamic=True)
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(g(x), pointwise(x))
+    xt = torch.randn(4, 6).t()
+    torch.testing.assert_close(g(xt), pointwise(xt))
+    assert fastdyn.stats()["frames_compiled"] == 2
+
+
+def test_one_entry_specialises_once_per_size_met():
+    f = fastdyn.jit(pointwise, dynamic=True)
+    for n in [5, 7, 5, 7, 9]:
+        f(torch.randn(n, 3))
+    s = fastdyn.stats()
+    assert (s["frames_compiled"], s["sizes_compiled"], s["cache_hits"]) == (1, 3, 4), s
+
+
+def test_broadcast_between_two_dynamic_inputs_pins_to_equal_sizes():
+    def f(x, y):
+        return x * y + 1
+
+    g = fastdyn.jit(f, dynamic=True)
+    for n, m in [(4, 4), (6, 6), (6, 1), (5, 5)]:
+        x, y = torch.randn(n, 3), torch.randn(m, 3)
+        torch.testing.assert_close(g(x, y), f(x, y))
