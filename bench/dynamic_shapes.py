@@ -8,7 +8,8 @@ Per (case, mode) it reports:
   sweep s      wall time of one call at each of the lengths, in a shuffled order (fixed seed),
                compiles included: what a user with varying batch or sequence sizes waits;
   compiles     graphs compiled during the sweep (fastdyn: frames_compiled; inductor: Dynamo's
-               frames compiled, from torch._dynamo.utils.counters);
+               unique graphs, from torch._dynamo.utils.counters); for fastdyn, "+N sizes": the
+               sizes its dynamic entry specialised its kernels to (stats' sizes_compiled);
   per call us  after the sweep, the median time of a call at three of the lengths (small, middle,
                large), 200 calls each: whether those lengths run compiled or fell back to eager;
   static us    the same three lengths in a process that compiled only that length (fastdyn and
@@ -86,6 +87,7 @@ else:
     out["correct"] = bool(ok)
     if mode == "fastdyn":
         out["compiles"] = fastdyn.stats()["frames_compiled"]
+        out["sizes_compiled"] = fastdyn.stats()["sizes_compiled"]
     elif mode == "inductor":
         from torch._dynamo.utils import counters
         out["compiles"] = int(counters["stats"]["unique_graphs"])
@@ -134,7 +136,8 @@ def main():
             continue
         pc = " / ".join(f"{v:.0f}" for v in r["per_call_us"].values())
         st = " / ".join("-" if v is None else f"{v:.0f}" for v in r.get("static_us", {}).values()) or "-"
-        print(f"| {case} | {mode} | {r['sweep_s']:.2f} | {r['compiles']} | {r['correct']} | {pc} | {st} |")
+        compiles = str(r["compiles"]) + (f" (+{r['sizes_compiled']} sizes)" if r.get("sizes_compiled") else "")
+        print(f"| {case} | {mode} | {r['sweep_s']:.2f} | {compiles} | {r['correct']} | {pc} | {st} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
