@@ -97,6 +97,23 @@ bool is_number(const CallArg& a) {
 }
 
 // Converts `in` to the canonical kind of one (non-union, non-optional) type; false if it does not fit.
+
+// Ints as an int[] argument, with the expressions of size-derived ones (CallArg::sym).
+bool pack_ints(const std::vector<CallArg>& items, CallArg& out) {
+  std::vector<int64_t> v;
+  std::vector<shapes::SizeExpr> sym;
+  bool symbolic = false;
+  for (const CallArg& it : items) {
+    if (it.kind != CallArg::Kind::Int) return false;
+    v.push_back(it.i);
+    sym.push_back(it.sym.empty() ? shapes::SizeExpr(it.i) : it.sym[0]);
+    symbolic = symbolic || !sym.back().is_constant();
+  }
+  out = CallArg::of_ints(std::move(v));
+  if (symbolic) out.sym = std::move(sym);
+  return true;
+}
+
 bool convert_one(const std::string& type, const CallArg& in, CallArg& out) {
   using K = CallArg::Kind;
   if (type == "Any") { out = in; return true; }
@@ -118,17 +135,9 @@ bool convert_one(const std::string& type, const CallArg& in, CallArg& out) {
   if (type == "str") { if (in.kind != K::String) return false; out = in; return true; }
   if (type == "int[]") {
     if (in.kind == K::IntList) { out = in; return true; }
-    if (in.kind == K::Int) { out = CallArg::of_ints({in.i}); return true; }
-    if (in.kind == K::Tuple || in.kind == K::TensorList) {
-      if (in.kind == K::TensorList && !in.values.empty()) return false;
-      std::vector<int64_t> v;
-      for (const auto& it : in.items) {
-        if (it.kind != K::Int) return false;
-        v.push_back(it.i);
-      }
-      out = CallArg::of_ints(std::move(v));
-      return true;
-    }
+    if (in.kind == K::Int) return pack_ints({in}, out);
+    if (in.kind == K::Tuple) return pack_ints(in.items, out);
+    if (in.kind == K::TensorList && in.values.empty()) return pack_ints({}, out);
     return false;
   }
   if (type == "Tensor[]") {
@@ -171,15 +180,7 @@ bool gather_varargs(const std::string& type, const std::vector<CallArg>& rest, C
   }
   std::string t = type;
   if (!t.empty() && t.back() == '?') t.pop_back();
-  if (t == "int[]") {
-    std::vector<int64_t> v;
-    for (const auto& a : rest) {
-      if (a.kind != CallArg::Kind::Int) return false;
-      v.push_back(a.i);
-    }
-    out = CallArg::of_ints(std::move(v));
-    return true;
-  }
+  if (t == "int[]") return pack_ints(rest, out);
   if (t == "Tensor[]") {
     std::vector<ValueId> v;
     for (const auto& a : rest) {
@@ -332,6 +333,23 @@ std::vector<int64_t> BoundArgs::ints(const std::string& name) const {
   if (a.kind == CallArg::Kind::Int) return {a.i};
   FD_CHECK(a.kind == CallArg::Kind::IntList, "parameter '" + name + "' is not an int list");
   return a.ints;
+}
+
+Arg ints_arg(std::vector<int64_t> ints, const std::vector<shapes::SizeExpr>& sym) {
+  Arg a = Arg::of_ints(std::move(ints));
+  for (const shapes::SizeExpr& e : sym)
+    if (!e.is_constant()) {
+      a.sym_ints = sym;
+      break;
+    }
+  return a;
+}
+
+std::vector<shapes::SizeExpr> BoundArgs::sym_ints(const std::string& name) const {
+  const CallArg& a = get(name);
+  std::vector<int64_t> v = ints(name);
+  if (a.sym.size() == v.size()) return a.sym;
+  return std::vector<shapes::SizeExpr>(v.begin(), v.end());
 }
 
 std::vector<ValueId> BoundArgs::tensors(const std::string& name) const {

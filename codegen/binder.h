@@ -40,6 +40,8 @@ class BoundArgs {
   double number(const std::string& name) const;                  // float/int/bool as double
   bool boolean(const std::string& name) const;
   std::vector<int64_t> ints(const std::string& name) const;      // int[] (a single int -> [i])
+  // ints(name)'s expressions over size symbols (constants for plain ints; CallArg::sym).
+  std::vector<shapes::SizeExpr> sym_ints(const std::string& name) const;
   std::vector<ValueId> tensors(const std::string& name) const;   // Tensor[]
   c10::ScalarType dtype(const std::string& name) const;          // ScalarType (not None)
   const std::string& str(const std::string& name) const;
@@ -85,6 +87,8 @@ class Signature {
 // returns the new output values in order.
 std::vector<ValueId> emit(Graph& g, OpId op, std::vector<Arg> args, std::vector<TensorMeta> outs);
 ValueId emit1(Graph& g, OpId op, std::vector<Arg> args, TensorMeta out);
+// An int[] node argument with the expressions of its ints (kept only when one is symbolic).
+Arg ints_arg(std::vector<int64_t> ints, const std::vector<shapes::SizeExpr>& sym);
 
 // Result helpers.
 CaptureResult tensor_result(ValueId v);

@@ -88,6 +88,21 @@ std::string refused_write(const Graph& g, const CaptureContext& ctx, size_t firs
   return {};
 }
 
+bool has_symbolic_ints(const CallArg& a) {
+  if (!a.sym.empty()) return true;
+  for (const CallArg& i : a.items)
+    if (has_symbolic_ints(i)) return true;
+  return false;
+}
+
+bool has_symbolic_ints(const std::vector<CallArg>& args, const std::vector<std::pair<std::string, CallArg>>& kwargs) {
+  for (const CallArg& a : args)
+    if (has_symbolic_ints(a)) return true;
+  for (const auto& kv : kwargs)
+    if (has_symbolic_ints(kv.second)) return true;
+  return false;
+}
+
 }  // namespace
 
 const char* family_name(Family f) { return row(f).name; }
@@ -103,7 +118,18 @@ CaptureResult record_call(Graph& g, const CaptureContext& ctx, Family family, co
   try {
     const FamilyRow& r = row(family);
     name = r.name;
-    BindCall call{g, ctx, family, args, kwargs};
+    // Size-derived ints reach only binders that record their expressions; for the others they
+    // are numbers, and their sizes are specialised.
+    std::vector<CallArg> plain_args;
+    std::vector<std::pair<std::string, CallArg>> plain_kwargs;
+    const bool sym_args = has_symbolic_ints(args, kwargs);
+    if (sym_args && !shapes::takes_symbolic_ints(family)) {
+      plain_args = args;
+      plain_kwargs = kwargs;
+      shapes::pin_call_args(g, plain_args, plain_kwargs);
+    }
+    const bool plain = sym_args && !shapes::takes_symbolic_ints(family);
+    BindCall call{g, ctx, family, plain ? plain_args : args, plain ? plain_kwargs : kwargs};
     result = r.bind(call);
     if (!result.ok && result.reason.empty()) result.reason = name + ": unsupported call";
     // Sizes as symbols: the new nodes' outputs get symbolic metadata, or pin what they cannot keep.

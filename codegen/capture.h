@@ -55,6 +55,10 @@ struct CallArg {
   std::string str;
   std::optional<int64_t> slice_start, slice_stop, slice_step;
   std::vector<CallArg> items;
+  // Int / IntList from size-derived Python ints (x.shape[0] along a size symbol): the expression
+  // of each int (empty: all constant). record_call passes them to binders that take symbolic
+  // sizes and specialises them for the others (codegen/shapes/propagate.h).
+  std::vector<shapes::SizeExpr> sym;
 
   static CallArg tensor(ValueId v) { CallArg a; a.kind = Kind::Tensor; a.value = v; return a; }
   static CallArg of_int(int64_t v) { CallArg a; a.kind = Kind::Int; a.i = v; return a; }

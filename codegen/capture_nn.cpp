@@ -219,7 +219,7 @@ CaptureResult bind_layer_norm(BindCall& c) {
     if (auto err = check_affine(c, "layer_norm", a, p, ns, ins)) return CaptureResult::fail(*err);
   if (!is_floating(m.dtype)) return CaptureResult::fail("layer_norm: not implemented for '" + dtype_name(m.dtype) + "'");
   return tensor_result(emit1(c.graph, OpId::layer_norm,
-                             {Arg::of_value(x), Arg::of_ints(ns), const_arg(a.get("weight")), const_arg(a.get("bias")),
+                             {Arg::of_value(x), ints_arg(ns, a.sym_ints("normalized_shape")), const_arg(a.get("weight")), const_arg(a.get("bias")),
                               Arg::of_double(a.number("eps")), Arg::of_bool(true)},
                              contiguous_out(c, m.dtype, m.device, m.sizes, ins)));
 }
@@ -239,7 +239,7 @@ CaptureResult bind_rms_norm(BindCall& c) {
     out = result_type(d, c.ctx.default_dtype);
   }
   return tensor_result(emit1(c.graph, OpId::rms_norm,
-                             {Arg::of_value(x), Arg::of_ints(ns), const_arg(a.get("weight")), const_arg(a.get("eps"))},
+                             {Arg::of_value(x), ints_arg(ns, a.sym_ints("normalized_shape")), const_arg(a.get("weight")), const_arg(a.get("eps"))},
                              contiguous_out(c, out, m.device, m.sizes, ins)));
 }
 

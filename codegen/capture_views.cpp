@@ -8,6 +8,7 @@
 // (`flatten(d, d)`, `contiguous()` on a contiguous tensor) emit nothing and return the input's
 // value, so the result aliases as it does in eager.
 #include "codegen/binder.h"
+#include "codegen/shapes/propagate.h"
 #include "codegen/meta_views.h"
 #include "codegen/view_helpers.h"
 #include "runtime/errors.h"
@@ -40,8 +41,9 @@ Arg memory_format_arg(c10::MemoryFormat f) { return Arg::of_int(static_cast<int6
 
 // ---- emitters shared by several families -------------------------------------------------
 
-ValueId emit_view(BindCall& c, ValueId self, const Ints& shape, const TensorMeta& out) {
-  return emit1(c.graph, OpId::view, {Arg::of_value(self), Arg::of_ints(shape)}, out);
+// `sym`: the shape's expressions over size symbols, when some are symbolic (else empty).
+ValueId emit_view(BindCall& c, ValueId self, const Ints& shape, const TensorMeta& out, const std::vector<shapes::SizeExpr>& sym = {}) {
+  return emit1(c.graph, OpId::view, {Arg::of_value(self), ints_arg(shape, sym)}, out);
 }
 
 ValueId emit_permute(BindCall& c, ValueId self, const Ints& dims) {
@@ -73,7 +75,7 @@ ValueId emit_clone(BindCall& c, ValueId self, std::optional<c10::MemoryFormat> f
 
 // reshape: a view when the strides allow one, else a contiguous copy viewed to the new shape.
 // NB: `shape` by value: it may be another value's sizes, which a clone's new value moves.
-CaptureResult reshape_to(BindCall& c, const char* op, ValueId self, Ints shape) {
+CaptureResult reshape_to(BindCall& c, const char* op, ValueId self, Ints shape, std::vector<shapes::SizeExpr> sym = {}) {
   const TensorMeta& m = c.graph.meta(self);
   std::string err;
   auto sizes = meta::infer_size(shape, m.numel(), err);
@@ -85,15 +87,15 @@ CaptureResult reshape_to(BindCall& c, const char* op, ValueId self, Ints shape) 
     r = meta::view(c.graph.meta(copy), *sizes);
     FD_CHECK(r.ok(), "view of a contiguous copy failed: " + r.error);
   }
-  return tensor_result(emit_view(c, self, shape, r.meta));
+  return tensor_result(emit_view(c, self, shape, r.meta, sym));
 }
 
 // NB: the node keeps the shape as given, -1 included (ATen resolves it again): with sizes as
 // symbols, the -1 is what says which dim takes the rest (codegen/shapes/propagate.cpp).
-CaptureResult view_to(BindCall& c, const char* op, ValueId self, const Ints& shape) {
+CaptureResult view_to(BindCall& c, const char* op, ValueId self, const Ints& shape, const std::vector<shapes::SizeExpr>& sym = {}) {
   MetaResult r = meta::view(c.graph.meta(self), shape);
   if (!r.ok()) return fail(op, r.error);
-  return tensor_result(emit_view(c, self, shape, r.meta));
+  return tensor_result(emit_view(c, self, shape, r.meta, sym));
 }
 
 // Wraps every entry of `dims` against `ndim`.
@@ -130,22 +132,24 @@ CaptureResult bind_view(BindCall& call) {
     return tensor_result(emit1(call.graph, OpId::view_dtype, {Arg::of_value(self), Arg::of_dtype(to)}, r.meta));
   }
   FD_BIND_OR_RETURN(call, a, "view(Tensor input, int[] *size)");
-  return view_to(call, "view", a.tensor("input"), a.ints("size"));
+  return view_to(call, "view", a.tensor("input"), a.ints("size"), a.sym_ints("size"));
 }
 
 CaptureResult bind_view_as(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "view_as(Tensor input, Tensor other)");
-  return view_to(call, "view_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
+  const TensorMeta& other = call.graph.meta(a.tensor("other"));
+  return view_to(call, "view_as", a.tensor("input"), other.sizes, shapes::sizes_of(other));
 }
 
 CaptureResult bind_reshape(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "reshape(Tensor input, int[] *shape)");
-  return reshape_to(call, "reshape", a.tensor("input"), a.ints("shape"));
+  return reshape_to(call, "reshape", a.tensor("input"), a.ints("shape"), a.sym_ints("shape"));
 }
 
 CaptureResult bind_reshape_as(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "reshape_as(Tensor input, Tensor other)");
-  return reshape_to(call, "reshape_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
+  const TensorMeta& other = call.graph.meta(a.tensor("other"));
+  return reshape_to(call, "reshape_as", a.tensor("input"), other.sizes, shapes::sizes_of(other));
 }
 
 CaptureResult bind_flatten(BindCall& call) {
@@ -161,7 +165,14 @@ CaptureResult bind_flatten(BindCall& call) {
   Ints shape(m.sizes.begin(), m.sizes.begin() + s);
   shape.push_back(std::accumulate(m.sizes.begin() + s, m.sizes.begin() + e + 1, int64_t{1}, std::multiplies<>()));
   shape.insert(shape.end(), m.sizes.begin() + e + 1, m.sizes.end());
-  return reshape_to(call, "flatten", self, shape);
+  // The same shape over size symbols: flatten keeps them (the product of the flattened dims).
+  const std::vector<shapes::SizeExpr> dims = shapes::sizes_of(m);
+  std::vector<shapes::SizeExpr> sym(dims.begin(), dims.begin() + s);
+  shapes::SizeExpr prod(1);
+  for (int64_t d = s; d <= e; ++d) prod = prod * dims[static_cast<size_t>(d)];
+  sym.push_back(prod);
+  sym.insert(sym.end(), dims.begin() + e + 1, dims.end());
+  return reshape_to(call, "flatten", self, shape, sym);
 }
 
 CaptureResult bind_unflatten(BindCall& call) {

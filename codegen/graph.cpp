@@ -45,7 +45,7 @@ bool Arg::operator==(const Arg& o) const {
     case Kind::Int: return i == o.i;
     case Kind::Double: return same_double(d, o.d);
     case Kind::Bool: return b == o.b;
-    case Kind::IntList: return ints == o.ints;
+    case Kind::IntList: return ints == o.ints && sym_ints == o.sym_ints;
     case Kind::DType: return dtype == o.dtype;
     case Kind::Device: return device == o.device;
     case Kind::String: return str == o.str;

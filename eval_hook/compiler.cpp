@@ -2,6 +2,7 @@
 #include "runtime/tensor_check.h"
 #include "eval_hook/compiler.h"
 
+#include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <chrono>
@@ -47,6 +48,15 @@ bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplat
       return true;
     case SymValue::Kind::Tuple:
     case SymValue::Kind::List: {
+      if (v.torch_size) {  // built as torch.Size(tuple of items), as a struct sequence is
+        static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
+        SymValue items = v;
+        items.torch_size = false;
+        if (!build_template(items, g, t, why)) return false;
+        t.kind = runtime::OutputTemplate::Kind::NamedTuple;
+        t.constant = Py_NewRef(size_type);
+        return true;
+      }
       if (v.kind == SymValue::Kind::List && v.source) {
         why = "returning a list the caller passed";  // identity matters: bytecode reloads it
         return false;

@@ -419,7 +419,8 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
 }
 
 SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
-  const codegen::TensorMeta& m = name == "shape" ? read_sizes(t) : meta(t);
+  const codegen::TensorMeta& m = meta(t);
+  if (name == "shape" && m.symbolic()) return symbolic_shape(t);
   if (name == "shape") {
     // NB: THPSize_NewFromSizes is not exported by libtorch_python; build torch.Size(tuple).
     static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);

@@ -221,7 +221,12 @@ SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& nam
   if (kwargs.empty()) {
     if (name == "size" || name == "stride") {
       const auto& vec = name == "size" ? m.sizes : m.strides;
-      read_sizes(self, name == "size" && !args.empty() ? wrap_dim(int_arg(0)) : -1);
+      if (name == "size" && m.symbolic()) {  // size-derived ints keep their expressions
+        if (args.empty()) return symbolic_shape(self);
+        const SymValue shape = symbolic_shape(self);
+        return shape.items[static_cast<size_t>(wrap_dim(int_arg(0)))];
+      }
+      if (name == "stride") read_sizes(self);
       if (args.empty()) {
         if (name == "stride") {
           std::vector<SymValue> items;

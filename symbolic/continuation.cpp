@@ -1,6 +1,8 @@
 // symbolic/continuation.cpp — see continuation.h.
 #include "symbolic/continuation.h"
 
+#include <torch/csrc/Size.h>
+
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -381,8 +383,14 @@ struct Rebuilder {
       }
       case K::Tuple:  // one read from outside the frame is that very object (`is` holds)
         if (v.source) return load_sourced(v);
+        if (v.torch_size) {  // torch.Size(tuple)
+          static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(size_type);
+        }
         for (const SymValue& i : v.items) push(i);
         b.emit(op::BUILD_TUPLE, static_cast<int>(v.items.size()));
+        if (v.torch_size) b.call(1);
         return;
       case K::List:
         if (v.source) return load_sourced(v);

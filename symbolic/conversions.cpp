@@ -240,6 +240,21 @@ const codegen::TensorMeta& Tracer::read_sizes(const SymValue& v, int64_t dim) {
   return meta(v);
 }
 
+SymValue Tracer::symbolic_shape(const SymValue& t) {
+  const codegen::TensorMeta& m = meta(t);
+  std::vector<SymValue> items;
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    PyOwned n(PyLong_FromLongLong(m.sizes[d]));
+    SymValue item = constant(n.p);
+    if (m.symbolic() && !m.sym_sizes[d].is_constant())
+      item.size = std::make_shared<const codegen::shapes::SizeExpr>(m.sym_sizes[d]);
+    items.push_back(std::move(item));
+  }
+  SymValue shape = SymValue::tuple(std::move(items));
+  shape.torch_size = true;
+  return shape;
+}
+
 std::vector<int64_t> Tracer::dynamic_dims(PyObject* obj, const at::Tensor& t, const std::string& name) {
   std::set<int64_t> dims;
   if (frame_.dynamic == DynamicMode::Never) return {};
@@ -461,6 +476,11 @@ codegen::CallArg Tracer::to_call_arg(const SymValue& v) const {
     case SymValue::Kind::Tensor: return CallArg::tensor(v.tensor);
     case SymValue::Kind::Constant: {
       PyObject* o = v.obj;
+      if (v.size) {  // a size-derived int: the binder gets its expression too (record_call)
+        CallArg a = CallArg::of_int(PyLong_AsLongLong(o));
+        a.sym = {codegen::shapes::live(result_.graph, *v.size)};
+        return a;
+      }
       if (o == Py_None) return CallArg::none();
       if (o == Py_Ellipsis) return CallArg::ellipsis();
       if (PyBool_Check(o)) return CallArg::of_bool(o == Py_True);
@@ -505,8 +525,16 @@ codegen::CallArg Tracer::to_call_arg(const SymValue& v) const {
       }
       if (all_ints) {
         std::vector<int64_t> ints;
-        for (const CallArg& a : items) ints.push_back(a.i);
-        return CallArg::of_ints(std::move(ints));
+        std::vector<codegen::shapes::SizeExpr> sym;
+        bool symbolic = false;
+        for (const CallArg& a : items) {
+          ints.push_back(a.i);
+          sym.push_back(a.sym.empty() ? codegen::shapes::SizeExpr(a.i) : a.sym[0]);
+          symbolic = symbolic || !sym.back().is_constant();
+        }
+        CallArg out = CallArg::of_ints(std::move(ints));
+        if (symbolic) out.sym = std::move(sym);
+        return out;
       }
       if (all_tensors) {
         std::vector<codegen::ValueId> ids;
@@ -575,6 +603,13 @@ PyObject* Tracer::materialize(const SymValue& v) const {
       for (Py_ssize_t i = 0; i < n; ++i) {
         if (v.kind == SymValue::Kind::Tuple) PyTuple_SET_ITEM(out, i, objs[i]);
         else PyList_SET_ITEM(out, i, objs[i]);
+      }
+      if (v.torch_size) {  // torch.Size(tuple)
+        static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
+        PyObject* size = PyObject_CallOneArg(size_type, out);
+        Py_DECREF(out);
+        if (!size) PyErr_Clear();
+        return size;
       }
       return out;
     }

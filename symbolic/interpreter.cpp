@@ -11,8 +11,10 @@
 
 #include <array>
 #include <cstring>
+#include <set>
 
 #include "runtime/errors.h"
+#include "codegen/shapes/propagate.h"
 #include "runtime/guards.h"
 #include "symbolic/assembler.h"
 #include "symbolic/continuation.h"
@@ -965,7 +967,35 @@ void Tracer::run_frame() {
   }
 }
 
+namespace {
+
+// Size-derived ints that outlive the trace (returned, left on the stack or in locals at a break,
+// stored by a side effect) reach Python as numbers: their sizes are specialised.
+void read_every_size(const SymValue& v, std::set<const SymBox*>& seen) {
+  size_read(v);
+  for (const SymValue& i : v.items) read_every_size(i, seen);
+  if (v.box && seen.insert(v.box.get()).second) {
+    for (const SymValue& i : v.box->items) read_every_size(i, seen);
+    for (const SymValue& k : v.box->keys) read_every_size(k, seen);
+    for (const SymValue& c : v.box->closure) read_every_size(c, seen);
+  }
+}
+
+}  // namespace
+
 void Tracer::run() {
+  // While this trace runs on this thread, reading a size-derived int specialises its sizes.
+  struct HookScope {
+    SizeReadHook saved;
+    explicit HookScope(Tracer* t) : saved(size_read_hook()) {
+      size_read_hook() = SizeReadHook{[](void* ctx, const codegen::shapes::SizeExpr& e) {
+                                        for (codegen::shapes::SymbolId s : e.symbols())
+                                          codegen::shapes::pin(static_cast<Tracer*>(ctx)->result_.graph, s);
+                                      },
+                                      t};
+    }
+    ~HookScope() { size_read_hook() = saved; }
+  } hook(this);
   run_frame();
   FrameState& root = *frames_.front();
   if (result_.stopped) {
@@ -982,6 +1012,15 @@ void Tracer::run() {
     }
   } else {
     result_.return_value = root.return_value;
+  }
+  std::set<const SymBox*> seen;
+  read_every_size(result_.return_value, seen);
+  for (const SymValue& v : result_.stack) read_every_size(v, seen);
+  for (const auto& l : result_.locals)
+    if (l) read_every_size(*l, seen);
+  for (const auto& e : result_.effects) {
+    read_every_size(e.target, seen);
+    read_every_size(e.value, seen);
   }
   if (grad_mode_changed_) {
     for (const codegen::TensorMeta& m : result_.graph.values)

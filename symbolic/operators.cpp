@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
+#include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
@@ -21,10 +23,57 @@ using codegen::Family;
 // ---------------------------------------------------------------------------------------------
 // Operators, subscripts, iteration
 
+namespace {
+
+bool is_plain_int(const SymValue& v) {
+  return v.kind == SymValue::Kind::Constant && PyLong_Check(v.obj) && !PyBool_Check(v.obj);
+}
+
+// Whether v is, or is a tuple/list holding, a size-derived int (values.h's SizeReadHook).
+bool holds_size(const SymValue& v) {
+  if (v.size) return true;
+  if (v.kind != SymValue::Kind::Tuple && v.kind != SymValue::Kind::List) return false;
+  for (const SymValue& i : v.seq())
+    if (i.size) return true;
+  return false;
+}
+
+}  // namespace
+
+// +, -, * of size-derived ints (with each other or with ints), and // and % by a positive int:
+// the result keeps its expression. Anything else reads the numbers (binary() below).
+std::optional<SymValue> Tracer::size_arithmetic(const std::string& sym, const SymValue& a, const SymValue& b) {
+  if (!is_plain_int(a) || !is_plain_int(b)) return std::nullopt;
+  std::string op = sym;
+  if (op.size() > 1 && op.back() == '=' && op != "==" && op != "<=" && op != ">=" && op != "!=") op.pop_back();  // +=
+  using codegen::shapes::SizeExpr;
+  auto expr = [&](const SymValue& v) { return v.size ? codegen::shapes::live(result_.graph, *v.size) : SizeExpr(PyLong_AsLongLong(v.obj)); };
+  SizeExpr e;
+  if (op == "+") e = expr(a) + expr(b);
+  else if (op == "-") e = expr(a) - expr(b);
+  else if (op == "*") e = expr(a) * expr(b);
+  else if ((op == "//" || op == "%") && !b.size && PyLong_AsLongLong(b.obj) > 0)
+    e = op == "//" ? floordiv(expr(a), expr(b)) : mod(expr(a), expr(b));
+  else return std::nullopt;
+  PyOwned r(fold_binary(op, a.obj, b.obj));
+  if (!r.p) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  SymValue out = constant(r.p);
+  if (!e.is_constant()) out.size = std::make_shared<const SizeExpr>(std::move(e));
+  return out;
+}
+
 SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
   using K = SymValue::Kind;
   const std::string sym = symbol;
-  if (a.is_python_constant() && b.is_python_constant()) {
+  if (a.size || b.size)
+    if (auto r = size_arithmetic(sym, a, b)) return *r;
+  // Tuples holding size-derived ints concatenate item by item below (folding would read them).
+  const bool sized_concat = (sym == "+" || sym == "+=") && (holds_size(a) || holds_size(b)) &&
+                            (a.kind == K::Tuple || a.kind == K::List || b.kind == K::Tuple || b.kind == K::List);
+  if (!sized_concat && a.is_python_constant() && b.is_python_constant()) {
     PyOwned x(materialize(a)), y(materialize(b));
     // Keys views (of dicts whose keys compare in C) fold too: set operations on them.
     auto foldable = [](PyObject* o) { return foldable_constant(o) || THPSize_Check(o) || PyDictKeys_Check(o); };
@@ -68,7 +117,10 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
       a.box->items = items;
       return a;
     }
-    return a.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+    if (a.kind == K::List) return SymValue::list(std::move(items));
+    SymValue t = SymValue::tuple(std::move(items));
+    t.torch_size = a.torch_size || b.torch_size;  // torch.Size + tuple and tuple + torch.Size are sizes
+    return t;
   }
   if ((sym == "*" || sym == "*=") && (a_seq || b_seq) && (a.is_constant() || b.is_constant())) {
     const SymValue& seq = a_seq ? a : b;
@@ -163,7 +215,10 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
       Py_ssize_t len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(seq.size()), &start, &stop, step);
       std::vector<SymValue> items;
       for (Py_ssize_t k = 0; k < len; ++k) items.push_back(seq[static_cast<size_t>(start + k * step)]);
-      return container.kind == K::List ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+      if (container.kind == K::List) return SymValue::list(std::move(items));
+      SymValue t = SymValue::tuple(std::move(items));
+      t.torch_size = container.torch_size;  // a torch.Size's slice is one
+      return t;
     }
   }
   if (container.is_constant() && index.is_constant()) {

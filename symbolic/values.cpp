@@ -5,7 +5,7 @@ namespace fastdyn::symbolic {
 
 SymValue::SymValue(const SymValue& o)
     : kind(o.kind), obj(o.obj), tensor(o.tensor), items(o.items), name(o.name),
-      field_names(o.field_names), source(o.source), box(o.box) {
+      field_names(o.field_names), source(o.source), box(o.box), size(o.size), torch_size(o.torch_size) {
   Py_XINCREF(obj);
 }
 
@@ -21,13 +21,16 @@ SymValue& SymValue::operator=(const SymValue& o) {
     field_names = o.field_names;
     source = o.source;
     box = o.box;
+    size = o.size;
+    torch_size = o.torch_size;
   }
   return *this;
 }
 
 SymValue::SymValue(SymValue&& o) noexcept
     : kind(o.kind), obj(o.obj), tensor(o.tensor), items(std::move(o.items)), name(std::move(o.name)),
-      field_names(std::move(o.field_names)), source(std::move(o.source)), box(std::move(o.box)) {
+      field_names(std::move(o.field_names)), source(std::move(o.source)), box(std::move(o.box)),
+      size(std::move(o.size)), torch_size(o.torch_size) {
   o.obj = nullptr;
 }
 
@@ -43,6 +46,8 @@ SymValue& SymValue::operator=(SymValue&& o) noexcept {
     field_names = std::move(o.field_names);
     source = std::move(o.source);
     box = std::move(o.box);
+    size = std::move(o.size);
+    torch_size = o.torch_size;
   }
   return *this;
 }
@@ -84,9 +89,21 @@ bool SymValue::holds_box(const SymBox* b, int depth) const {
   return false;
 }
 
+SizeReadHook& size_read_hook() {
+  thread_local SizeReadHook hook;
+  return hook;
+}
+
+void size_read(const SymValue& v) {
+  const SizeReadHook& h = size_read_hook();
+  if (v.size && h.fn) h.fn(h.ctx, *v.size);
+}
+
 bool SymValue::is_python_constant() const {
   switch (kind) {
-    case Kind::Constant: return true;
+    case Kind::Constant:
+      if (size) size_read(*this);
+      return true;
     case Kind::BoundMethod: return obj && !items.empty() && items[0].is_constant();
     case Kind::Tuple:
     case Kind::List:

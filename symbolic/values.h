@@ -39,6 +39,20 @@ struct Source {
 using SourcePtr = std::shared_ptr<Source>;
 
 struct SymBox;
+struct SymValue;
+
+// A size-derived int (x.shape[0] where that dim is a size symbol, and arithmetic on such ints)
+// is a Constant holding the traced call's value, tagged with its expression (SymValue::size).
+// Ops that understand sizes (tensor calls whose binders take symbolic ints, int arithmetic,
+// tuples holding it) keep the expression; any other use reads the number, and reading it
+// specialises the size: is_constant() and is_python_constant() call the hook below, which pins
+// the symbols (codegen/shapes/propagate.h). Set by the tracer for its thread while it runs.
+struct SizeReadHook {
+  void (*fn)(void* ctx, const codegen::shapes::SizeExpr& e) = nullptr;
+  void* ctx = nullptr;
+};
+SizeReadHook& size_read_hook();  // this thread's
+void size_read(const SymValue& v);  // calls the hook when v is a size-derived int
 
 struct SymValue {
   enum class Kind : uint8_t {
@@ -67,6 +81,8 @@ struct SymValue {
   std::vector<std::string> field_names;
   SourcePtr source;               // non-null for values read from outside the frame
   std::shared_ptr<SymBox> box;  // List, Dict, Iterator, Function, Cell, Record
+  std::shared_ptr<const codegen::shapes::SizeExpr> size;  // a size-derived int (see SizeReadHook)
+  bool torch_size = false;  // a Tuple that is a torch.Size (x.shape with size-derived ints)
 
   SymValue() = default;
   SymValue(const SymValue& o);
@@ -82,7 +98,12 @@ struct SymValue {
   static SymValue list(std::vector<SymValue> items);
   static SymValue boxed(Kind kind);  // a fresh List/Dict/Iterator/Function/Cell with an empty box
 
-  bool is_constant() const { return kind == Kind::Constant; }
+  // NB: a size-derived int answers true and is specialised (size_read): a caller that keeps its
+  // expression must test `size` first.
+  bool is_constant() const {
+    if (size) size_read(*this);
+    return kind == Kind::Constant;
+  }
   bool is_tensor() const { return kind == Kind::Tensor; }
   // True if this value (recursively) contains no tensor and can be materialised as a Python
   // object.

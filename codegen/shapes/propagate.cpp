@@ -152,9 +152,10 @@ void rule_norm(const Graph& g, const Node& n, Outcome& o) {
   }
   const std::string aten = op_info(n.op).aten;
   if ((aten == "layer_norm" || aten == "rms_norm") && n.args.size() > 1 && n.args[1].kind == Arg::Kind::IntList) {
-    // normalized_shape is numbers: the normalised dims are what they were
-    const size_t k = std::min(n.args[1].ints.size(), s.size());
-    for (size_t d = s.size() - k; d < s.size(); ++d) pin_expr(o, s[d]);
+    // normalized_shape must be the trailing sizes: numbers pin them, x.shape[-1] keeps them
+    const Exprs ns = ints_of(g, n.args[1]);
+    const size_t k = std::min(ns.size(), s.size());
+    for (size_t i = 0; i < k; ++i) require_equal(o, s[s.size() - k + i], ns[ns.size() - k + i]);
   } else if (s.size() > 1) {
     pin_expr(o, s[1]);  // group_norm's groups divide the channels; batch_norm's stats are per channel
   }
@@ -306,18 +307,19 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
     SizeExpr known(1);
     int infer = -1;
     const std::vector<int64_t>& shape = n.args[1].ints;
+    Exprs sz = ints_of(g, n.args[1]);
     for (size_t d = 0; d < shape.size(); ++d) {
-      if (shape[d] == -1) infer = static_cast<int>(d);
-      else known = known * SizeExpr(shape[d]);
+      if (shape[d] == -1 && sz[d] == SizeExpr(-1)) infer = static_cast<int>(d);
+      else known = known * sz[d];
     }
-    Exprs sz;
-    for (int64_t v : shape) sz.push_back(SizeExpr(v));
     if (infer >= 0) {
       const SizeExpr q = floordiv(numel, known);
       if (q * known != numel) return void(o.pin_all = true);  // not an exact quotient symbolically
       sz[static_cast<size_t>(infer)] = q;
     } else if (known != numel) {
-      pin_expr(o, numel);  // the shape is numbers: the input's sizes are what they were
+      // the shape is numbers (or other symbols): the sizes of both are what they were
+      pin_expr(o, numel);
+      pin_expr(o, known);
     }
     return emit(sz, contiguous_strides(sz));
   }
@@ -420,7 +422,12 @@ bool apply_rule(Graph& g, const Node& n) {
     return false;
   }
   if (!o.pins.empty()) {
-    for (SymbolId s : o.pins) pin(g, s);
+    bool any = false;
+    for (SymbolId s : o.pins) {
+      any = any || !g.symbols.at(static_cast<size_t>(s)).pinned;
+      pin(g, s);
+    }
+    if (!any) throw InternalError("symbolic rule " + std::string(op_info(n.op).rule) + " for " + qualified_name(n.op) + " named only pinned sizes");
     return false;
   }
   const std::vector<int64_t> h = hints(g);
@@ -453,6 +460,50 @@ bool apply_rule(Graph& g, const Node& n) {
 }
 
 }  // namespace
+
+SizeExpr live(const Graph& g, const SizeExpr& e) {
+  if (e.is_constant()) return e;
+  bool any_pinned = false;
+  for (SymbolId s : e.symbols()) any_pinned = any_pinned || g.symbols.at(static_cast<size_t>(s)).pinned;
+  if (!any_pinned) return e;
+  const std::vector<int64_t> h = hints(g);
+  return e.substitute([&](SymbolId s) {
+    return g.symbols.at(static_cast<size_t>(s)).pinned ? SizeExpr(h.at(static_cast<size_t>(s))) : SizeExpr::symbol(s);
+  });
+}
+
+std::vector<SizeExpr> ints_of(const Graph& g, const Arg& a) {
+  if (a.sym_ints.size() != a.ints.size()) return Exprs(a.ints.begin(), a.ints.end());
+  Exprs out;
+  for (const SizeExpr& e : a.sym_ints) out.push_back(live(g, e));
+  return out;
+}
+
+bool takes_symbolic_ints(Family f) {
+  switch (f) {
+    case Family::view:
+    case Family::reshape:
+    case Family::layer_norm:
+    case Family::rms_norm:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+void pin_call_arg(Graph& g, CallArg& a) {
+  for (const SizeExpr& e : a.sym)
+    for (SymbolId s : e.symbols()) pin(g, s);
+  a.sym.clear();
+  for (CallArg& i : a.items) pin_call_arg(g, i);
+}
+}  // namespace
+
+void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs) {
+  for (CallArg& a : args) pin_call_arg(g, a);
+  for (auto& [name, a] : kwargs) pin_call_arg(g, a);
+}
 
 std::vector<SizeExpr> sizes_of(const TensorMeta& m) {
   if (m.symbolic()) return m.sym_sizes;

@@ -16,6 +16,7 @@
 //
 // Backends compile a symbolic graph through specialize(): the graph at the sizes of a call.
 #pragma once
+#include "codegen/capture.h"
 #include "codegen/graph.h"
 
 #include <cstdint>
@@ -42,6 +43,16 @@ void propagate(Graph& g, size_t first_node);
 // the hint replaces it everywhere; values left with constant sizes only become static again.
 void pin(Graph& g, SymbolId s);
 void pin_value(Graph& g, ValueId v, int64_t dim = -1);
+
+// e with every pinned symbol replaced by its hint.
+SizeExpr live(const Graph& g, const SizeExpr& e);
+// An IntList argument's expressions: its sym_ints (pinned symbols replaced) or its constants.
+std::vector<SizeExpr> ints_of(const Graph& g, const Arg& a);
+// The families whose binders take symbolic ints (CallArg::sym) and record them in their nodes
+// (Arg::sym_ints); record_call specialises the symbolic ints passed to any other family.
+bool takes_symbolic_ints(Family f);
+// Specialises every symbolic int in the call's arguments (and drops their expressions).
+void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs);
 
 // Whether some symbol of g is still live (not pinned): the graph compiles once for every size.
 bool is_dynamic(const Graph& g);

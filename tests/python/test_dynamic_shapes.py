@@ -128,3 +128,50 @@ def test_broadcast_between_two_dynamic_inputs_pins_to_equal_sizes():
     for n, m in [(4, 4), (6, 6), (6, 1), (5, 5)]:
         x, y = torch.randn(n, 3), torch.randn(m, 3)
         torch.testing.assert_close(g(x, y), f(x, y))
+
+
+def softmax_ln(x):
+    h = F.layer_norm(x, (x.shape[-1],))
+    return torch.softmax(h * 2, dim=-1)
+
+
+def heads(x, w):
+    b, t, c = x.shape
+    q = F.linear(x, w).view(b, t, 4, c // 4).transpose(1, 2)
+    a = torch.softmax(q @ q.transpose(-1, -2) * 0.1, dim=-1) @ q
+    return a.transpose(1, 2).reshape(b, t, c).flatten(1)
+
+
+def test_sizes_read_as_ints_and_passed_to_ops_stay_symbolic():
+    # x.shape[-1] into layer_norm's normalized_shape: the normalised dim stays a symbol.
+    s = check_sweep(softmax_ln, lambda n: (torch.randn(4, n),), [8, 12, 20, 9, 31, 8])
+    assert s["frames_compiled"] == 2, s
+
+
+def test_shape_unpacking_arithmetic_view_reshape_flatten():
+    w = torch.randn(32, 32)
+    s = check_sweep(heads, lambda t: (torch.randn(2, t, 32), w), [5, 9, 17, 33, 9, 2])
+    assert s["frames_compiled"] == 2, s
+
+
+def test_a_size_used_as_a_number_is_specialised():
+    # torch.arange(n) takes no symbolic sizes today: n is read as a number, so the dim is
+    # specialised and each length gets its own entry; results stay right.
+    def f(x):
+        n = x.shape[0]
+        return x * torch.arange(n, dtype=x.dtype).unsqueeze(1)
+
+    s = check_sweep(f, lambda n: (torch.randn(n, 3),), [4, 6, 8], dynamic=True)
+    assert s["frames_compiled"] == 3, s
+
+
+def test_a_size_returned_to_python_is_specialised():
+    def f(x):
+        return x.sin(), x.shape[0] * 2
+
+    g = fastdyn.jit(f, dynamic=True)
+    for n in [3, 5, 3]:
+        x = torch.randn(n, 2)
+        y, m = g(x)
+        torch.testing.assert_close(y, x.sin())
+        assert m == n * 2
