@@ -42,7 +42,7 @@ bool Arg::operator==(const Arg& o) const {
     case Kind::Value: return value == o.value;
     case Kind::ValueList: return values == o.values;
     case Kind::None: return true;
-    case Kind::Int: return i == o.i;
+    case Kind::Int: return i == o.i && sym_ints == o.sym_ints;
     case Kind::Double: return same_double(d, o.d);
     case Kind::Bool: return b == o.b;
     case Kind::IntList: return ints == o.ints && sym_ints == o.sym_ints;

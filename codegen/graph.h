@@ -87,8 +87,9 @@ struct Arg {
   double d = 0.0;
   bool b = false;
   std::vector<int64_t> ints;
-  std::vector<shapes::SizeExpr> sym_ints;  // IntList: each int's expression over size symbols
-                                           // (empty: all constant; `ints` holds their values)
+  std::vector<shapes::SizeExpr> sym_ints;  // IntList: each int's expression over size symbols;
+                                           // Int: one, for `i` (empty: constant; ints/i hold
+                                           // the traced call's values)
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   std::string str;

@@ -42,6 +42,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -192,10 +193,18 @@ void print_arg(std::string& out, const Arg& a) {
       out += ']';
       return;
     case Arg::Kind::None: out += "None"; return;
-    case Arg::Kind::Int: out += std::to_string(a.i); return;
+    case Arg::Kind::Int: out += a.sym_ints.size() == 1 ? a.sym_ints[0].str() : std::to_string(a.i); return;
     case Arg::Kind::Double: out += format_double(a.d); return;
     case Arg::Kind::Bool: out += a.b ? "True" : "False"; return;
-    case Arg::Kind::IntList: print_ints(out, a.ints, '[', ']'); return;
+    case Arg::Kind::IntList:
+      if (a.sym_ints.size() == a.ints.size() && !a.ints.empty()) {  // over size symbols
+        out += '[';
+        for (size_t i = 0; i < a.sym_ints.size(); ++i) out += (i ? ", " : "") + a.sym_ints[i].str();
+        out += ']';
+        return;
+      }
+      print_ints(out, a.ints, '[', ']');
+      return;
     case Arg::Kind::DType: out += dtype_torch(a.dtype); return;
     case Arg::Kind::Device: out += "device(" + quote(a.device.str()) + ")"; return;
     case Arg::Kind::String: out += quote(a.str); return;
@@ -351,7 +360,7 @@ std::vector<Token> lex_line(std::string_view s, int line) {
       if (!closed) fail_at(line, "unterminated string", std::string(s.substr(start)));
       t.kind = Token::Kind::String;
       t.text = std::move(value);
-    } else if (std::strchr("()[]{},:=+@*", c) != nullptr) {
+    } else if (std::strchr("()[]{},:=+@*", c) != nullptr || (c == '-' && (p + 1 >= s.size() || s[p + 1] == ' '))) {
       ++p;
       t.kind = Token::Kind::Punct;
       t.text = std::string(1, c);
@@ -544,15 +553,29 @@ class Parser {
 
   shapes::SizeExpr parse_expr() {
     shapes::SizeExpr sum;
+    bool negate = false;
     do {
-      shapes::SizeExpr term(1);
+      shapes::SizeExpr term(negate ? -1 : 1);
       do {
         if (auto s = accept_symbol()) term = term * shapes::SizeExpr::symbol(*s);
         else term = term * shapes::SizeExpr(expect_int());
       } while (accept_punct("*"));
       sum = sum + term;
-    } while (accept_punct("+"));
+      negate = at_punct("-");
+    } while (accept_punct("+") || accept_punct("-"));
     return sum;
+  }
+
+  // An expression's value at the sizes of the graph's inputs (the symbols line came first).
+  int64_t value_at_hints(const shapes::SizeExpr& e) {
+    std::vector<int64_t> h;
+    for (const SymbolSource& src : g_.symbols) {
+      const TensorMeta& m = g_.values.at(static_cast<size_t>(g_.inputs.at(static_cast<size_t>(src.input))));
+      h.push_back(m.sizes.at(static_cast<size_t>(src.dim)));
+    }
+    const std::optional<int64_t> v = e.evaluate(h);
+    if (!v) fail("an expression over unknown size symbols");
+    return *v;
   }
 
   std::vector<shapes::SizeExpr> parse_expr_list(const char* open, const char* close) {
@@ -617,11 +640,18 @@ class Parser {
     if (accept_punct("]")) return Arg::of_ints({});
     bool tensors = peek().kind == Token::Kind::Value || (peek().kind == Token::Kind::Ident && peek().text == "None");
     if (!tensors) {
-      std::vector<int64_t> ints;
-      do ints.push_back(expect_int());
-      while (accept_punct(","));
+      std::vector<shapes::SizeExpr> exprs;
+      bool symbolic = false;
+      do {
+        exprs.push_back(parse_expr());
+        symbolic = symbolic || !exprs.back().is_constant();
+      } while (accept_punct(","));
       expect_punct("]");
-      return Arg::of_ints(std::move(ints));
+      std::vector<int64_t> ints;
+      for (const shapes::SizeExpr& e : exprs) ints.push_back(value_at_hints(e));
+      Arg a = Arg::of_ints(std::move(ints));
+      if (symbolic) a.sym_ints = std::move(exprs);
+      return a;
     }
     std::vector<ValueId> values;
     do {
@@ -640,14 +670,22 @@ class Parser {
     const Token& t = peek();
     switch (t.kind) {
       case Token::Kind::Value: return Arg::of_value(parse_use());
-      case Token::Kind::Int: return Arg::of_int(next().i);
+      case Token::Kind::Int:
+      case Token::Kind::Ident:
+        if (t.kind == Token::Kind::Int ||
+            (t.text.size() > 1 && t.text[0] == 's' && std::isdigit(static_cast<unsigned char>(t.text[1])))) {
+          shapes::SizeExpr e = parse_expr();  // an int, maybe over size symbols
+          Arg a = Arg::of_int(value_at_hints(e));
+          if (!e.is_constant()) a.sym_ints = {std::move(e)};
+          return a;
+        }
+        break;
       case Token::Kind::Double: return Arg::of_double(next().d);
       case Token::Kind::String: return Arg::of_string(next().text);
       case Token::Kind::Punct:
         if (t.text == "[") return parse_list_arg();
         fail("expected an argument");
       case Token::Kind::End: fail("expected an argument");
-      case Token::Kind::Ident: break;
     }
     std::string word = t.text;
     if (word == "None") return ++pos_, Arg::none();

@@ -616,6 +616,18 @@ Graph specialize(const Graph& g, const std::vector<int64_t>& binding) {
     m.sym_sizes.clear();
     m.sym_strides.clear();
   }
+  // Size arguments (a view's shape from x.shape, arange's end...) take the call's values too.
+  for (Node& n : out.nodes)
+    for (Arg& a : n.args) {
+      if (a.sym_ints.empty()) continue;
+      for (size_t i = 0; i < a.sym_ints.size(); ++i) {
+        const std::optional<int64_t> v = a.sym_ints[i].evaluate(binding);
+        if (!v) throw InternalError("specialize: size argument " + a.sym_ints[i].str() + " cannot be evaluated");
+        if (a.kind == Arg::Kind::Int) a.i = *v;
+        else a.ints.at(i) = *v;
+      }
+      a.sym_ints.clear();
+    }
   return out;
 }
 

@@ -171,3 +171,35 @@ TEST(ShapesPropagate, SpecialisedGraphsRunLikeEagerAtEverySize) {
 
 }  // namespace
 }  // namespace fastdyn::codegen
+
+namespace fastdyn::codegen {
+namespace {
+
+// x.view(n, -1) with n = x.shape[0]: the node records n's expression; specialising the graph
+// evaluates it, so an op-by-op backend runs the view at the call's size.
+TEST(ShapesPropagate, SymbolicIntArgumentsAreRecordedPrintedAndSpecialised) {
+  Graph g = dynamic_input({6, 4, 8}, 0);
+  CallArg n = CallArg::of_int(6);
+  n.sym = {SizeExpr::symbol(0)};
+  CallArg shape = CallArg::of_ints({6, -1});
+  shape.sym = {SizeExpr::symbol(0), SizeExpr(-1)};
+  ValueId v = record(g, Family::view, {CallArg::tensor(0), shape});
+  EXPECT_EQ(sizes_text(g.meta(v)), "[s0, 32]");
+  ValueId w = record(g, Family::layer_norm, {CallArg::tensor(v), CallArg::of_ints({32})});
+  g.outputs.push_back(w);
+  ASSERT_TRUE(shapes::is_dynamic(g));
+  const std::string text = print_graph(g);
+  EXPECT_NE(text.find("aten::view(%0, [s0, -1])"), std::string::npos) << text;
+  EXPECT_EQ(parse_graph(text), g);
+  Graph sg = shapes::specialize(g, {3});
+  EXPECT_EQ(sg.nodes.at(0).args.at(1).ints, (std::vector<int64_t>{3, -1}));
+  at::Tensor x = at::randn({3, 4, 8});
+  at::Tensor out = compile_aten(sg)->run({x}).at(0);
+  EXPECT_TRUE(at::allclose(out, at::layer_norm(x.view({3, -1}), {32})));
+  // A symbolic int passed where no binder takes one is read as a number: its size is pinned.
+  record(g, Family::narrow, {CallArg::tensor(0), CallArg::of_int(0), CallArg::of_int(0), n});
+  EXPECT_FALSE(shapes::is_dynamic(g));
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
