@@ -126,7 +126,7 @@ CaptureResult record_call(Graph& g, const CaptureContext& ctx, Family family, co
     if (sym_args && !shapes::takes_symbolic_ints(family)) {
       plain_args = args;
       plain_kwargs = kwargs;
-      shapes::pin_call_args(g, plain_args, plain_kwargs);
+      shapes::pin_call_args(g, plain_args, plain_kwargs, std::string(row(family).name) + "() takes it as a number");
     }
     const bool plain = sym_args && !shapes::takes_symbolic_ints(family);
     BindCall call{g, ctx, family, plain ? plain_args : args, plain ? plain_kwargs : kwargs};

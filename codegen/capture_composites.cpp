@@ -7,6 +7,8 @@
 // values match eager's bit for bit, and the graph stays made of primitive ops that the codegen
 // backends lower and fuse like any other.
 #include "codegen/binder.h"
+#include "codegen/view_helpers.h"
+#include "codegen/shapes/propagate.h"
 #include "codegen/meta_rules.h"
 
 #include <algorithm>
@@ -58,14 +60,16 @@ CaptureResult bind_diff(BindCall& c) {
     x = CallArg::tensor(joined.values[0]);
   }
   const int64_t len = c.graph.meta(x.value).sizes[static_cast<size_t>(*dim)];
+  if (n > 2)  // min(n, len) steps: with len a symbol (2 or more) only n <= 2 is known
+    shapes::pin_value(c.graph, x.value, *dim, "diff() with n > 2 takes the length as a number");
   const Family step = m.dtype == c10::ScalarType::Bool ? Family::logical_xor : Family::sub;
   CaptureResult result = tensor_result(x.value);
-  for (int64_t i = 0, out_len = len - 1; i < std::min(n, len); ++i, --out_len) {
-    CaptureResult hi = sub_call(c, "diff", Family::narrow, {x, CallArg::of_int(*dim), CallArg::of_int(1), CallArg::of_int(out_len)});
-    if (!hi.ok) return hi;
-    CaptureResult lo = sub_call(c, "diff", Family::narrow, {x, CallArg::of_int(*dim), CallArg::of_int(0), CallArg::of_int(out_len)});
-    if (!lo.ok) return lo;
-    result = sub_call(c, "diff", step, {CallArg::tensor(hi.values[0]), CallArg::tensor(lo.values[0])});
+  // NB: x[1:] and x[:-1] as open-ended slices, not narrows of a computed length: with sizes as
+  // symbols they keep the length symbolic (codegen/shapes/propagate.cpp).
+  for (int64_t i = 0; i < std::min(n, len); ++i) {
+    const ValueId hi = views::emit_slice(c, x.value, *dim, 1, std::nullopt, 1);
+    const ValueId lo = views::emit_slice(c, x.value, *dim, 0, -1, 1);
+    result = sub_call(c, "diff", step, {CallArg::tensor(hi), CallArg::tensor(lo)});
     if (!result.ok) return result;
     x = CallArg::tensor(result.values[0]);
   }

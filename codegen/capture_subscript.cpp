@@ -238,8 +238,11 @@ std::optional<CaptureResult> apply_index(BindCall& call, const char* op, ValueId
         if (step < 0) return fail(op, "step must be greater than zero");
         // `:` keeps the whole dim: eager's slice there is a no-op view, so skip the node (an
         // index of only such slices still gets its alias below).
+        // NB: a stop past a symbolic size is not "the whole dim" at every size: the node stays.
+        const TensorMeta& cm = call.graph.meta(cur);
+        const bool static_dim = !cm.symbolic() || cm.sym_sizes[static_cast<size_t>(dim)].is_constant();
         const bool whole = step == 1 && it.slice_start.value_or(0) == 0 &&
-                           (!it.slice_stop || *it.slice_stop >= call.graph.meta(cur).sizes[dim]);
+                           (!it.slice_stop || (static_dim && *it.slice_stop >= cm.sizes[static_cast<size_t>(dim)]));
         if (!whole) {
           cur = emit_slice(call, cur, dim, it.slice_start, it.slice_stop, step);
           emitted = true;

@@ -121,6 +121,7 @@ struct SymbolSource {
   int32_t input = -1;
   int32_t dim = -1;
   bool pinned = false;
+  std::string why;  // what pinned it, for FASTDYN_LOG=recompiles ("aten::arange takes it as a number")
   bool operator==(const SymbolSource& o) const { return input == o.input && dim == o.dim && pinned == o.pinned; }
 };
 

@@ -114,9 +114,20 @@ void return_through_bytecode(Prepared& p) {
   p.bytecode_return = true;
 }
 
+// FASTDYN_LOG=recompiles: which sizes the trace could not keep symbolic, and why.
+void log_pins(const symbolic::FrameInputs& frame, const symbolic::TraceResult& trace) {
+  if (!config().log_recompiles || trace.graph.symbols.empty()) return;
+  std::vector<std::string> names;
+  for (const symbolic::SourcePtr& s : trace.input_sources) names.push_back(symbolic::source_name(*s));
+  const char* q = PyUnicode_AsUTF8(frame.code->co_qualname);
+  for (const std::string& line : codegen::shapes::describe_pins(trace.graph, names))
+    log_event("recompile", std::string(q ? q : "?") + ": " + line);
+}
+
 Prepared prepare(const symbolic::FrameInputs& frame) {
   Prepared p;
   p.trace = symbolic::trace_frame(frame);
+  log_pins(frame, p.trace);
   if (!p.trace.ok) {
     p.why = p.trace.reason;
     return p;

@@ -236,7 +236,7 @@ void Tracer::guard_class_attr(const SymValue& owner, const std::string& name, Py
 }
 
 const codegen::TensorMeta& Tracer::read_sizes(const SymValue& v, int64_t dim) {
-  codegen::shapes::pin_value(result_.graph, v.tensor, dim);
+  codegen::shapes::pin_value(result_.graph, v.tensor, dim, where() + ": Python code reads the tensor's sizes");
   return meta(v);
 }
 
@@ -258,7 +258,11 @@ SymValue Tracer::symbolic_shape(const SymValue& t) {
 std::vector<int64_t> Tracer::dynamic_dims(PyObject* obj, const at::Tensor& t, const std::string& name) {
   std::set<int64_t> dims;
   if (frame_.dynamic == DynamicMode::Never) return {};
-  if (frame_.dynamic == DynamicMode::Always)
+  // Parameters keep static sizes under dynamic=True (a model's weights do not vary; their sizes
+  // as symbols would only cost guards and pins). mark_dynamic still applies to them.
+  static PyObject* parameter_type = resolve_python_name("torch.nn.Parameter");
+  const bool parameter = parameter_type && PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(parameter_type));
+  if (frame_.dynamic == DynamicMode::Always && !parameter)
     for (int64_t d = 0; d < t.dim(); ++d) dims.insert(d);
   // fastdyn.mark_dynamic(t, dim): a set of dims in the tensor's __dict__
   static PyObject* marked_name = PyUnicode_InternFromString("_fastdyn_dynamic_dims");

@@ -983,14 +983,26 @@ void read_every_size(const SymValue& v, std::set<const SymBox*>& seen) {
 
 }  // namespace
 
+std::string Tracer::where() const {
+  if (frames_.empty()) return "?";
+  const FrameState& f = *frames_.back();
+  const char* file = PyUnicode_AsUTF8(f.code->co_filename);
+  std::string name = file ? file : "?";
+  const size_t slash = name.rfind('/');
+  if (slash != std::string::npos) name = name.substr(slash + 1);
+  const int line = f.pc < f.insts.size() ? f.insts[f.pc].line : -1;
+  return name + ":" + std::to_string(line);
+}
+
 void Tracer::run() {
   // While this trace runs on this thread, reading a size-derived int specialises its sizes.
   struct HookScope {
     SizeReadHook saved;
     explicit HookScope(Tracer* t) : saved(size_read_hook()) {
       size_read_hook() = SizeReadHook{[](void* ctx, const codegen::shapes::SizeExpr& e) {
+                                        Tracer* tr = static_cast<Tracer*>(ctx);
                                         for (codegen::shapes::SymbolId s : e.symbols())
-                                          codegen::shapes::pin(static_cast<Tracer*>(ctx)->result_.graph, s);
+                                          codegen::shapes::pin(tr->result_.graph, s, tr->where() + ": Python code uses it as a number");
                                       },
                                       t};
     }

@@ -65,11 +65,48 @@ std::optional<SymValue> Tracer::size_arithmetic(const std::string& sym, const Sy
   return out;
 }
 
+// A comparison of size-derived ints that holds, or fails, at every size the guards admit (each
+// live symbol is 2 or more): s0 == s0, s0 + 1 > s0, s0 == 1, s0 >= 2 fold without reading a
+// number. The difference's terms over symbols all positive (or all negative) make it monotone,
+// so its value with every symbol at 2 bounds it. Anything else: nullopt (the numbers are read).
+std::optional<SymValue> Tracer::size_comparison(const std::string& op, const SymValue& a, const SymValue& b) {
+  if (!is_plain_int(a) || !is_plain_int(b)) return std::nullopt;
+  static const char* const ops[] = {"==", "!=", "<", "<=", ">", ">="};
+  if (std::find_if(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; }) == std::end(ops)) return std::nullopt;
+  using codegen::shapes::SizeExpr;
+  auto expr = [&](const SymValue& v) { return v.size ? codegen::shapes::live(result_.graph, *v.size) : SizeExpr(PyLong_AsLongLong(v.obj)); };
+  const SizeExpr d = expr(a) - expr(b);
+  const SizeExpr rest = d - SizeExpr(d.substitute([](codegen::shapes::SymbolId) { return SizeExpr(0); }));
+  const std::optional<int64_t> at_two = d.evaluate(std::vector<int64_t>(result_.graph.symbols.size(), 2));
+  std::optional<int64_t> lo, hi;  // bounds of d over every admitted size
+  if (d.is_constant()) lo = hi = d.constant();
+  else if (at_two && rest.nonnegative()) lo = at_two;
+  else if (at_two && (-rest).nonnegative()) hi = at_two;
+  std::optional<bool> r;
+  if (op == "==" || op == "!=") {
+    if ((lo && *lo > 0) || (hi && *hi < 0)) r = false;
+    else if (lo && hi && *lo == 0 && *hi == 0) r = true;
+    if (r && op == "!=") r = !*r;
+  } else if (op == "<") {
+    if (hi && *hi < 0) r = true; else if (lo && *lo >= 0) r = false;
+  } else if (op == "<=") {
+    if (hi && *hi <= 0) r = true; else if (lo && *lo > 0) r = false;
+  } else if (op == ">") {
+    if (lo && *lo > 0) r = true; else if (hi && *hi <= 0) r = false;
+  } else {
+    if (lo && *lo >= 0) r = true; else if (hi && *hi < 0) r = false;
+  }
+  if (!r) return std::nullopt;
+  return constant(*r ? Py_True : Py_False);
+}
+
 SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
   using K = SymValue::Kind;
   const std::string sym = symbol;
-  if (a.size || b.size)
+  if (a.size || b.size) {
     if (auto r = size_arithmetic(sym, a, b)) return *r;
+    if (auto r = size_comparison(sym, a, b)) return *r;
+  }
   // Tuples holding size-derived ints concatenate item by item below (folding would read them).
   const bool sized_concat = (sym == "+" || sym == "+=") && (holds_size(a) || holds_size(b)) &&
                             (a.kind == K::Tuple || a.kind == K::List || b.kind == K::Tuple || b.kind == K::List);

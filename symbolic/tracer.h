@@ -87,11 +87,13 @@ class Tracer {
   // Python code is about to see tensor v's sizes (dim `dim`, or all of them and its strides):
   // their symbols are pinned, since the code may decide anything from the numbers.
   const codegen::TensorMeta& read_sizes(const SymValue& v, int64_t dim = -1);
+  std::string where() const;  // "file.py:123" of the instruction being traced
   // x.shape / x.size() of a tensor with size symbols: a tuple of ints, the symbolic ones tagged
   // with their expressions (SymValue::size; values.h says what reading them does).
   SymValue symbolic_shape(const SymValue& t);
   // Int arithmetic that keeps size expressions (operators.cpp); nullopt: not such a case.
   std::optional<SymValue> size_arithmetic(const std::string& op, const SymValue& a, const SymValue& b);
+  std::optional<SymValue> size_comparison(const std::string& op, const SymValue& a, const SymValue& b);
   // The dims of input tensor `obj` (read from source `name`) that become size symbols: by the
   // frame's DynamicMode, mark_dynamic, and the code's shape history (which this updates).
   std::vector<int64_t> dynamic_dims(PyObject* obj, const at::Tensor& t, const std::string& name);

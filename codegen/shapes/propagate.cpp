@@ -204,6 +204,60 @@ void rule_matmul(const Graph& g, const Node& n, Outcome& o) {
   o.sizes.push_back(std::move(out));
 }
 
+// scaled_dot_product_attention(q, k, v, attn_mask, ...): q's sizes with v's last; the head dims
+// of q and k, the key lengths of k and v, and the batch dims agree; a mask broadcasts to
+// [..., L, S].
+void rule_attention(const Graph& g, const Node& n, Outcome& o) {
+  if (!is_value(n, 0) || !is_value(n, 1) || !is_value(n, 2) || n.outputs.size() != 1) return void(o.pin_all = true);
+  const Exprs q = sizes_of(in_meta(g, n, 0)), k = sizes_of(in_meta(g, n, 1)), v = sizes_of(in_meta(g, n, 2));
+  if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return void(o.pin_all = true);
+  const size_t r = q.size();
+  require_equal(o, q[r - 1], k[r - 1]);
+  require_equal(o, k[r - 2], v[r - 2]);
+  for (size_t d = 0; d + 2 < r; ++d) {
+    require_equal(o, q[d], k[d]);
+    require_equal(o, k[d], v[d]);
+  }
+  if (is_value(n, 3)) {
+    const Exprs m = sizes_of(in_meta(g, n, 3));
+    Exprs target(q.begin(), q.end() - 1);
+    target.push_back(k[r - 2]);
+    for (size_t d = 0; d < m.size() && d < target.size(); ++d) {
+      const SizeExpr& md = m[m.size() - 1 - d];
+      if (md != SizeExpr(1)) require_equal(o, md, target[target.size() - 1 - d]);
+    }
+  }
+  Exprs out(q.begin(), q.end() - 1);
+  out.push_back(v[r - 1]);
+  o.sizes.push_back(std::move(out));
+}
+
+// cat(tensors, dim): the sizes along dim add up, the others agree; stack(tensors, dim): a new
+// dim of the number of tensors. Legacy empty 1-d inputs ([0]) are skipped, as ATen does.
+void rule_join(const Graph& g, const Node& n, Outcome& o) {
+  if (n.args.empty() || n.args[0].kind != Arg::Kind::ValueList || n.outputs.size() != 1) return void(o.pin_all = true);
+  const bool stack = std::string(op_info(n.op).aten) == "stack";
+  std::vector<Exprs> parts;
+  for (ValueId v : n.args[0].values) {
+    const TensorMeta& m = g.meta(v);
+    if (!stack && m.dim() == 1 && m.sizes[0] == 0) continue;
+    parts.push_back(sizes_of(m));
+  }
+  if (parts.empty()) return void(o.pin_all = true);
+  const size_t rank = parts[0].size();
+  const int64_t dim = n.args.size() > 1 && n.args[1].kind == Arg::Kind::Int ? wrap_dim(n.args[1].i, static_cast<int64_t>(rank) + (stack ? 1 : 0)) : 0;
+  Exprs out = parts[0];
+  for (size_t p = 1; p < parts.size(); ++p) {
+    if (parts[p].size() != rank) return void(o.pin_all = true);
+    for (size_t d = 0; d < rank; ++d) {
+      if (!stack && static_cast<int64_t>(d) == dim) out[d] = out[d] + parts[p][d];
+      else require_equal(o, out[d], parts[p][d]);
+    }
+  }
+  if (stack) out.insert(out.begin() + dim, SizeExpr(static_cast<int64_t>(parts.size())));
+  o.sizes.push_back(std::move(out));
+}
+
 void rule_embedding(const Graph& g, const Node& n, Outcome& o) {
   if (!is_value(n, 0) || !is_value(n, 1)) return void(o.pin_all = true);
   const Exprs w = sizes_of(in_meta(g, n, 0));
@@ -334,6 +388,34 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
     const int64_t d = wrap_dim(dim_arg.kind == Arg::Kind::Int ? dim_arg.i : 0, rank);
     if (d < 0 || d >= rank) return void(o.pin_all = true);
     const auto k = static_cast<size_t>(d);
+    // x[:, 0:] / x[:, :] along a symbolic dim (logits_to_keep=0): the whole dim, the same sizes.
+    auto whole = [&]() {
+      if (id != "slice_Tensor" || n.args.size() < 5) return false;
+      const Arg &b = n.args[2], &e = n.args[3], &step = n.args[4];
+      const bool from_start = b.kind == Arg::Kind::None || (b.kind == Arg::Kind::Int && b.i == 0 && b.sym_ints.empty());
+      const bool to_end = e.kind == Arg::Kind::None || (e.kind == Arg::Kind::Int && e.i >= (int64_t{1} << 62) && e.sym_ints.empty());
+      return from_start && to_end && step.kind == Arg::Kind::Int && step.i == 1;
+    };
+    if (!s[k].is_constant() && whole()) return emit(s, st);
+    // A slice with step 1 along a symbolic dim: bounds that clamp alike at every admitted size
+    // (each symbol is 2 or more) give a symbolic length: x[:, 1:], x[:, :-1], x[:, :1].
+    if (id == "slice_Tensor" && !s[k].is_constant() && n.args.size() >= 5 && n.args[4].kind == Arg::Kind::Int &&
+        n.args[4].i == 1 && n.args[2].sym_ints.empty() && n.args[3].sym_ints.empty()) {
+      constexpr int64_t kMin = 2;  // the least size a symbol takes (guards)
+      const Arg &b = n.args[2], &e = n.args[3];
+      std::optional<SizeExpr> begin, end;
+      if (b.kind == Arg::Kind::None) begin = SizeExpr(0);
+      else if (b.kind == Arg::Kind::Int && b.i >= 0 && b.i <= kMin) begin = SizeExpr(b.i);
+      if (e.kind == Arg::Kind::None || (e.kind == Arg::Kind::Int && e.i >= (int64_t{1} << 62))) end = s[k];
+      else if (e.kind == Arg::Kind::Int && e.i >= 0 && e.i <= kMin) end = SizeExpr(e.i);
+      else if (e.kind == Arg::Kind::Int && e.i < 0 && -e.i <= kMin) end = s[k] + SizeExpr(e.i);
+      // the offset is begin * stride: a number only when the stride is one
+      if (begin && end && (begin->constant() == 0 || st[k].is_constant())) {
+        Exprs sz = s;
+        sz[k] = *end - *begin;
+        return emit(sz, st);
+      }
+    }
     if (!s[k].is_constant() || !st[k].is_constant()) {
       pin_expr(o, s[k]);
       pin_expr(o, st[k]);
@@ -365,6 +447,7 @@ const std::unordered_map<std::string, Rule>& rules() {
       {"InPlace", rule_inplace},     {"Reduce", rule_reduce},        {"Norm", rule_norm},
       {"Matmul", rule_matmul},       {"Embedding", rule_embedding},  {"Dropout", rule_same_shape},
       {"Layout", rule_same_shape},   {"Factory", rule_factory},      {"View", rule_view},
+      {"Attention", rule_attention}, {"Join", rule_join},
   };
   return table;
 }
@@ -394,12 +477,12 @@ bool any_symbolic_input(const Graph& g, const Node& n) {
   return false;
 }
 
-void pin_inputs(Graph& g, const Node& n) {
+void pin_inputs(Graph& g, const Node& n, const std::string& why) {
   for (const Arg& a : n.args) {
-    if (a.kind == Arg::Kind::Value && a.value >= 0) pin_value(g, a.value);
+    if (a.kind == Arg::Kind::Value && a.value >= 0) pin_value(g, a.value, -1, why);
     if (a.kind == Arg::Kind::ValueList)
       for (ValueId v : a.values)
-        if (v >= 0) pin_value(g, v);
+        if (v >= 0) pin_value(g, v, -1, why);
   }
 }
 
@@ -417,15 +500,16 @@ bool apply_rule(Graph& g, const Node& n) {
   auto it = table.find(op_info(n.op).rule);
   if (it == table.end()) o.pin_all = true;
   else it->second(g, n, o);
+  const std::string why = qualified_name(n.op) + (o.pin_all ? " has no symbolic rule for these inputs" : " needs these sizes equal or as numbers");
   if (o.pin_all || o.sizes.size() != n.outputs.size()) {
-    pin_inputs(g, n);
+    pin_inputs(g, n, why);
     return false;
   }
   if (!o.pins.empty()) {
     bool any = false;
     for (SymbolId s : o.pins) {
       any = any || !g.symbols.at(static_cast<size_t>(s)).pinned;
-      pin(g, s);
+      pin(g, s, why);
     }
     if (!any) throw InternalError("symbolic rule " + std::string(op_info(n.op).rule) + " for " + qualified_name(n.op) + " named only pinned sizes");
     return false;
@@ -485,6 +569,7 @@ bool takes_symbolic_ints(Family f) {
     case Family::reshape:
     case Family::layer_norm:
     case Family::rms_norm:
+    case Family::arange:
       return true;
     default:
       return false;
@@ -492,17 +577,18 @@ bool takes_symbolic_ints(Family f) {
 }
 
 namespace {
-void pin_call_arg(Graph& g, CallArg& a) {
+void pin_call_arg(Graph& g, CallArg& a, const std::string& why) {
   for (const SizeExpr& e : a.sym)
-    for (SymbolId s : e.symbols()) pin(g, s);
+    for (SymbolId s : e.symbols()) pin(g, s, why);
   a.sym.clear();
-  for (CallArg& i : a.items) pin_call_arg(g, i);
+  for (CallArg& i : a.items) pin_call_arg(g, i, why);
 }
 }  // namespace
 
-void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs) {
-  for (CallArg& a : args) pin_call_arg(g, a);
-  for (auto& [name, a] : kwargs) pin_call_arg(g, a);
+void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs,
+                   const std::string& why) {
+  for (CallArg& a : args) pin_call_arg(g, a, why);
+  for (auto& [name, a] : kwargs) pin_call_arg(g, a, why);
 }
 
 std::vector<SizeExpr> sizes_of(const TensorMeta& m) {
@@ -554,10 +640,11 @@ void propagate(Graph& g, size_t first_node) {
   }
 }
 
-void pin(Graph& g, SymbolId s) {
+void pin(Graph& g, SymbolId s, const std::string& why) {
   if (s < 0 || static_cast<size_t>(s) >= g.symbols.size() || g.symbols[static_cast<size_t>(s)].pinned) return;
   const int64_t hint = hints(g)[static_cast<size_t>(s)];
   g.symbols[static_cast<size_t>(s)].pinned = true;
+  g.symbols[static_cast<size_t>(s)].why = why;
   auto by = [&](SymbolId id) { return id == s ? SizeExpr(hint) : SizeExpr::symbol(id); };
   for (TensorMeta& m : g.values) {
     if (!m.symbolic()) continue;
@@ -577,7 +664,7 @@ void pin(Graph& g, SymbolId s) {
   }
 }
 
-void pin_value(Graph& g, ValueId v, int64_t dim) {
+void pin_value(Graph& g, ValueId v, int64_t dim, const std::string& why) {
   const TensorMeta& m = g.meta(v);
   if (!m.symbolic()) return;
   std::set<SymbolId> found;
@@ -587,7 +674,18 @@ void pin_value(Graph& g, ValueId v, int64_t dim) {
     if (dim < 0)
       for (SymbolId s : m.sym_strides[d].symbols()) found.insert(s);
   }
-  for (SymbolId s : found) pin(g, s);
+  for (SymbolId s : found) pin(g, s, why);
+}
+
+std::vector<std::string> describe_pins(const Graph& g, const std::vector<std::string>& input_names) {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < g.symbols.size(); ++k) {
+    const SymbolSource& s = g.symbols[k];
+    if (!s.pinned) continue;
+    const std::string name = static_cast<size_t>(s.input) < input_names.size() ? input_names[static_cast<size_t>(s.input)] : "input " + std::to_string(s.input);
+    out.push_back(name + " dim " + std::to_string(s.dim) + " (s" + std::to_string(k) + ") is specialised: " + (s.why.empty() ? "?" : s.why));
+  }
+  return out;
 }
 
 bool is_dynamic(const Graph& g) {

@@ -41,8 +41,11 @@ void propagate(Graph& g, size_t first_node);
 
 // Specialises symbol s (or every symbol in value v's sizes, or in its dim `dim` when dim >= 0):
 // the hint replaces it everywhere; values left with constant sizes only become static again.
-void pin(Graph& g, SymbolId s);
-void pin_value(Graph& g, ValueId v, int64_t dim = -1);
+// `why` says what needed the number (kept for the first pin of each symbol).
+void pin(Graph& g, SymbolId s, const std::string& why = "");
+void pin_value(Graph& g, ValueId v, int64_t dim = -1, const std::string& why = "");
+// "L['x'] dim 1 (s0): <why>" for every pinned symbol whose input is named in `input_names`.
+std::vector<std::string> describe_pins(const Graph& g, const std::vector<std::string>& input_names);
 
 // e with every pinned symbol replaced by its hint.
 SizeExpr live(const Graph& g, const SizeExpr& e);
@@ -52,7 +55,8 @@ std::vector<SizeExpr> ints_of(const Graph& g, const Arg& a);
 // (Arg::sym_ints); record_call specialises the symbolic ints passed to any other family.
 bool takes_symbolic_ints(Family f);
 // Specialises every symbolic int in the call's arguments (and drops their expressions).
-void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs);
+void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs,
+                   const std::string& why);
 
 // Whether some symbol of g is still live (not pinned): the graph compiles once for every size.
 bool is_dynamic(const Graph& g);
