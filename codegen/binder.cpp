@@ -8,6 +8,7 @@
 // TensorList), so binders read one canonical kind per type. Errors name the function and the
 // parameter, as CPython's and PyTorch's own messages do.
 #include "codegen/binder.h"
+#include "codegen/shapes/propagate.h"
 
 #include "runtime/errors.h"
 
@@ -376,8 +377,17 @@ std::vector<ValueId> emit(Graph& g, OpId op, std::vector<Arg> args, std::vector<
   Node n;
   n.op = op;
   n.args = std::move(args);
-  for (auto& m : outs) n.outputs.push_back(g.add_value(std::move(m)));
+  for (auto& m : outs) {
+    // NB: a meta rule that started from a copy of its input carries the input's symbolic sizes:
+    // only the symbolic rules below say what they are.
+    m.sym_sizes.clear();
+    m.sym_strides.clear();
+    n.outputs.push_back(g.add_value(std::move(m)));
+  }
   g.nodes.push_back(std::move(n));
+  // Sizes as symbols: this node's outputs now, so that the next node a binder records (and a
+  // nested call) reads them.
+  shapes::propagate(g, g.nodes.size() - 1);
   return g.nodes.back().outputs;
 }
 

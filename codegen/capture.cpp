@@ -132,8 +132,6 @@ CaptureResult record_call(Graph& g, const CaptureContext& ctx, Family family, co
     BindCall call{g, ctx, family, plain ? plain_args : args, plain ? plain_kwargs : kwargs};
     result = r.bind(call);
     if (!result.ok && result.reason.empty()) result.reason = name + ": unsupported call";
-    // Sizes as symbols: the new nodes' outputs get symbolic metadata, or pin what they cannot keep.
-    if (result.ok) shapes::propagate(g, n_nodes);
     if (result.ok) {
       const std::string refused = refused_write(g, ctx, n_nodes);
       if (!refused.empty()) result = CaptureResult::fail(name + ": " + refused);

@@ -332,23 +332,6 @@ CaptureResult bind_arange(BindCall& call) {
   TensorMeta out;
   Ints sizes{static_cast<int64_t>(n)};
   if (!factory_meta("arange", o, dtype, o.device.value_or(kCpu), sizes, {1}, out, err)) return err;
-  // Bounds from sizes (torch.arange(x.shape[1])): the length is their difference over the step.
-  const bool sym_bounds = !start.sym.empty() || !end.sym.empty() || !step.sym.empty();
-  if (sym_bounds && all_int && step.sym.empty() && step.i > 0) {
-    const shapes::SizeExpr b0 = start.sym.empty() ? shapes::SizeExpr(start.i) : start.sym[0];
-    const shapes::SizeExpr e0 = end.sym.empty() ? shapes::SizeExpr(end.i) : end.sym[0];
-    const shapes::SizeExpr len = floordiv(e0 - b0 + shapes::SizeExpr(step.i - 1), shapes::SizeExpr(step.i));
-    if (!len.is_constant() && len.evaluate(shapes::hints(call.graph)) == sizes[0]) {
-      out.sym_sizes = {len};
-      out.sym_strides = {shapes::SizeExpr(1)};
-    }
-  }
-  if (sym_bounds && !out.symbolic())  // a length that is not their difference: numbers
-    for (CallArg* bound : {&start, &end, &step}) {
-      for (const shapes::SizeExpr& e : bound->sym)
-        for (shapes::SymbolId k : e.symbols()) shapes::pin(call.graph, k, "arange() with these bounds takes them as numbers");
-      bound->sym.clear();
-    }
   std::vector<Arg> args{number_arg(start), number_arg(end), number_arg(step)};
   push_tail(args, dtype, o.device);
   return emit_factory(call, OpId::arange_start_step, std::move(args), out, o.requires_grad);

@@ -278,6 +278,16 @@ void rule_same_shape(const Graph& g, const Node& n, Outcome& o) {
 void rule_factory(const Graph& g, const Node& n, Outcome& o) {
   for (size_t a = 0; a < n.args.size(); ++a)
     if (is_value(n, a)) return same_as(g, n, a, o);  // zeros_like & co.
+  // arange(start, end, step) over sizes (torch.arange(x.shape[1])): ints with a positive step
+  // have ceil((end - start) / step) elements.
+  if (std::string(op_info(n.op).id) == "arange_start_step" && n.args.size() >= 3) {
+    const Arg &b = n.args[0], &e = n.args[1], &st = n.args[2];
+    if (b.kind == Arg::Kind::Int && e.kind == Arg::Kind::Int && st.kind == Arg::Kind::Int && st.sym_ints.empty() && st.i > 0) {
+      auto expr = [&](const Arg& a) { return a.sym_ints.size() == 1 ? live(g, a.sym_ints[0]) : SizeExpr(a.i); };
+      o.sizes.push_back({floordiv(expr(e) - expr(b) + SizeExpr(st.i - 1), SizeExpr(st.i))});
+      return;
+    }
+  }
   o.pin_all = true;
 }
 
@@ -469,6 +479,8 @@ Exprs dense_like(const Exprs& sizes, const TensorMeta& m) {
 
 bool any_symbolic_input(const Graph& g, const Node& n) {
   for (const Arg& a : n.args) {
+    for (const SizeExpr& e : a.sym_ints)
+      if (!live(g, e).is_constant()) return true;
     if (a.kind == Arg::Kind::Value && a.value >= 0 && g.meta(a.value).symbolic()) return true;
     if (a.kind == Arg::Kind::ValueList)
       for (ValueId v : a.values)
@@ -479,6 +491,8 @@ bool any_symbolic_input(const Graph& g, const Node& n) {
 
 void pin_inputs(Graph& g, const Node& n, const std::string& why) {
   for (const Arg& a : n.args) {
+    for (const SizeExpr& e : a.sym_ints)
+      for (SymbolId s : e.symbols()) pin(g, s, why);
     if (a.kind == Arg::Kind::Value && a.value >= 0) pin_value(g, a.value, -1, why);
     if (a.kind == Arg::Kind::ValueList)
       for (ValueId v : a.values)

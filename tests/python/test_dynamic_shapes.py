@@ -154,12 +154,21 @@ def test_shape_unpacking_arithmetic_view_reshape_flatten():
     assert s["frames_compiled"] == 2, s
 
 
-def test_a_size_used_as_a_number_is_specialised():
-    # torch.arange(n) takes no symbolic sizes today: n is read as a number, so the dim is
-    # specialised and each length gets its own entry; results stay right.
+def test_arange_over_a_size_keeps_the_symbol():
     def f(x):
         n = x.shape[0]
         return x * torch.arange(n, dtype=x.dtype).unsqueeze(1)
+
+    s = check_sweep(f, lambda n: (torch.randn(n, 3),), [4, 6, 8, 13], dynamic=True)
+    assert s["frames_compiled"] == 1, s
+
+
+def test_a_size_used_as_a_number_is_specialised():
+    # n as a tensor op's scalar operand is a number in the graph: the dim is specialised, and each
+    # length gets its own entry; results stay right.
+    def f(x):
+        n = x.shape[0]
+        return x + n
 
     s = check_sweep(f, lambda n: (torch.randn(n, 3),), [4, 6, 8], dynamic=True)
     assert s["frames_compiled"] == 3, s
