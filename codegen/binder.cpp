@@ -382,6 +382,7 @@ std::vector<ValueId> emit(Graph& g, OpId op, std::vector<Arg> args, std::vector<
     // only the symbolic rules below say what they are.
     m.sym_sizes.clear();
     m.sym_strides.clear();
+    m.sym_offset.clear();
     n.outputs.push_back(g.add_value(std::move(m)));
   }
   g.nodes.push_back(std::move(n));

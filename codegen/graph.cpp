@@ -32,7 +32,7 @@ int64_t TensorMeta::nbytes() const { return numel() * static_cast<int64_t>(c10::
 bool TensorMeta::operator==(const TensorMeta& o) const {
   return dtype == o.dtype && device == o.device && sizes == o.sizes && strides == o.strides &&
          storage_offset == o.storage_offset && requires_grad == o.requires_grad && sym_sizes == o.sym_sizes &&
-         sym_strides == o.sym_strides;
+         sym_strides == o.sym_strides && sym_offset == o.sym_offset;
 }
 
 bool Arg::operator==(const Arg& o) const {

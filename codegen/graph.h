@@ -58,6 +58,9 @@ struct TensorMeta {
   // `sizes`/`strides` then hold their values for the call that was traced (the hints).
   std::vector<shapes::SizeExpr> sym_sizes;
   std::vector<shapes::SizeExpr> sym_strides;
+  // A view's storage offset over size symbols (x[:, -1:] of a [b, s0] tensor: s0 - 1), set only
+  // when it is not a number, and then with sym_sizes/sym_strides set too (possibly constants).
+  std::vector<shapes::SizeExpr> sym_offset;  // empty, or one expression
 
   bool symbolic() const { return !sym_sizes.empty(); }
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
@@ -122,7 +125,12 @@ struct SymbolSource {
   int32_t dim = -1;
   bool pinned = false;
   std::string why;  // what pinned it, for FASTDYN_LOG=recompiles ("aten::arange takes it as a number")
-  bool operator==(const SymbolSource& o) const { return input == o.input && dim == o.dim && pinned == o.pinned; }
+  // Unified with an earlier symbol (an op needed the two sizes equal, and they were): it is that
+  // symbol everywhere, and guards check the two dims equal. -1: its own symbol.
+  int32_t same_as = -1;
+  bool operator==(const SymbolSource& o) const {
+    return input == o.input && dim == o.dim && pinned == o.pinned && same_as == o.same_as;
+  }
 };
 
 struct Graph {

@@ -17,7 +17,7 @@
 //                                                  -- symbolic sizes and strides, when symbolic
 //   EXPR    := term {'+' term}, term := factor {'*' factor}, factor := INT | 's' INT
 //   symbols := 'symbols' '(' SYM {',' SYM} ')'     -- after the header, when the graph has any:
-//   SYM     := 's' INT '=' VALUE '[' INT ']' ['pinned']   (input value, dim)
+//   SYM     := 's' INT '=' VALUE '[' INT ']' ['pinned'] ['same' SYMBOL]   (input value, dim)
 //   arg     := VALUE                               -- Arg::Value
 //            | '[' VALUE-or-None {',' ...} ']'     -- Arg::ValueList; None = ValueId -1, the
 //                                                     absent entries of a Tensor?[] (index.Tensor)
@@ -164,6 +164,7 @@ void print_meta(std::string& out, const TensorMeta& m) {
     out += " sym";
     exprs(m.sym_sizes, '[', ']');
     exprs(m.sym_strides, '{', '}');
+    if (!m.sym_offset.empty()) exprs(m.sym_offset, '<', '>');
   }
 }
 
@@ -360,7 +361,7 @@ std::vector<Token> lex_line(std::string_view s, int line) {
       if (!closed) fail_at(line, "unterminated string", std::string(s.substr(start)));
       t.kind = Token::Kind::String;
       t.text = std::move(value);
-    } else if (std::strchr("()[]{},:=+@*", c) != nullptr || (c == '-' && (p + 1 >= s.size() || s[p + 1] == ' '))) {
+    } else if (std::strchr("()[]{},:=+@*<>", c) != nullptr || (c == '-' && (p + 1 >= s.size() || s[p + 1] == ' '))) {
       ++p;
       t.kind = Token::Kind::Punct;
       t.text = std::string(1, c);
@@ -537,6 +538,10 @@ class Parser {
       m.sym_strides = parse_expr_list("{", "}");
       if (m.sym_sizes.size() != m.sizes.size() || m.sym_strides.size() != m.sizes.size())
         fail("symbolic sizes or strides differ in rank from sizes");
+      if (peek().kind == Token::Kind::Punct && peek().text == "<") {
+        m.sym_offset = parse_expr_list("<", ">");
+        if (m.sym_offset.size() != 1) fail("a symbolic storage offset is one expression");
+      }
     }
     return m;
   }
@@ -606,6 +611,12 @@ class Parser {
       if (peek().kind == Token::Kind::Ident && peek().text == "pinned") {
         ++pos_;
         src.pinned = true;
+      }
+      if (peek().kind == Token::Kind::Ident && peek().text == "same") {
+        ++pos_;
+        auto t = accept_symbol();
+        if (!t || *t < 0 || static_cast<size_t>(*t) >= g_.symbols.size()) fail("'same' names an earlier symbol");
+        src.same_as = *t;
       }
       g_.symbols.push_back(src);
     } while (accept_punct(","));
@@ -774,7 +785,8 @@ std::string print_graph(const Graph& g) {
       const SymbolSource& s = g.symbols[k];
       out += (k ? ", s" : "s") + std::to_string(k) + " = %" +
              std::to_string(s.input >= 0 && static_cast<size_t>(s.input) < g.inputs.size() ? g.inputs[static_cast<size_t>(s.input)] : -1) +
-             "[" + std::to_string(s.dim) + "]" + (s.pinned ? " pinned" : "");
+             "[" + std::to_string(s.dim) + "]" + (s.pinned ? " pinned" : "") +
+             (s.same_as >= 0 ? " same s" + std::to_string(s.same_as) : "");
     }
     out += ")\n";
   }

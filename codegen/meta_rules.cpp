@@ -326,7 +326,14 @@ TensorMeta contiguous_meta(c10::ScalarType dtype, c10::Device device, std::vecto
 
 Arg scalar_arg(const CallArg& a) {
   switch (a.kind) {
-    case CallArg::Kind::Int: return Arg::of_int(a.i);
+    case CallArg::Kind::Int: {
+      Arg out = Arg::of_int(a.i);
+      // A size-derived int (x + x.shape[1]) keeps its expression: specialize() gives the node each
+      // call's value. Only families whose binders pass the number through take one
+      // (shapes::takes_symbolic_ints); the others see it pinned, with sym empty.
+      if (a.sym.size() == 1 && !a.sym[0].is_constant()) out.sym_ints = a.sym;
+      return out;
+    }
     case CallArg::Kind::Double: return Arg::of_double(a.d);
     case CallArg::Kind::Bool: return Arg::of_bool(a.b);
     default: break;

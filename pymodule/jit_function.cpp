@@ -58,6 +58,13 @@ PyObject* jit_repr(PyObject* self_obj) {
   return PyUnicode_FromFormat("<fastdyn.jit of %R>", self->fn);
 }
 
+// __dict__ itself, so that functools.update_wrapper can fill it (and set __wrapped__, which
+// inspect.signature follows: transformers' generate() reads the signature of a jit-wrapped forward).
+PyGetSetDef jit_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
 PyTypeObject* jit_type() {
   static PyTypeObject type = [] {
     PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -74,6 +81,7 @@ PyTypeObject* jit_type() {
     t.tp_repr = jit_repr;
     t.tp_getattro = PyObject_GenericGetAttr;
     t.tp_setattro = PyObject_GenericSetAttr;
+    t.tp_getset = jit_getset;
     return t;
   }();
   static bool ready = PyType_Ready(&type) == 0;

@@ -1,5 +1,6 @@
 // runtime/guards.cpp — guard tree construction and evaluation (see guards.h).
 #include "runtime/guards.h"
+#include "runtime/errors.h"
 
 #include "runtime/format.h"
 
@@ -56,10 +57,16 @@ std::string list_str(c10::IntArrayRef v) { return int_list_str(v.data(), v.size(
 
 std::string sizes_str(const TensorSpec& s) {
   std::string out = "[";
-  for (size_t d = 0; d < s.sizes.size(); ++d)
-    out += (d ? ", " : "") + (s.sizes[d] == kDynamicSize ? std::string(">=2") : std::to_string(s.sizes[d]));
+  for (size_t d = 0; d < s.sizes.size(); ++d) {
+    std::string dim = s.sizes[d] == kDynamicSize ? std::string(">=2") : std::to_string(s.sizes[d]);
+    if (s.sizes[d] == kDynamicSize && d < s.symbols.size() && s.symbols[d] >= 0) dim = "s" + std::to_string(s.symbols[d]) + dim;
+    out += (d ? ", " : "") + dim;
+  }
   return out + "]";
 }
+
+// A symbol's size in this check, or kUnbound.
+constexpr int64_t kUnbound = -1;
 
 std::string describe_tensor(const TensorSpec& s) {
   return std::string("tensor(type=") + s.type->tp_name + ", dtype=" + c10::toString(s.dtype) +
@@ -149,7 +156,7 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
   return nullptr;
 }
 
-bool tensor_matches(PyObject* obj, const TensorSpec& s, std::string* why) {
+bool tensor_matches(PyObject* obj, const TensorSpec& s, int64_t* symbol_sizes, std::string* why) {
   if (Py_TYPE(obj) != s.type) {
     if (why) *why = std::string("expected ") + s.type->tp_name + ", got " + Py_TYPE(obj)->tp_name;
     return false;
@@ -171,6 +178,15 @@ bool tensor_matches(PyObject* obj, const TensorSpec& s, std::string* why) {
       ok = s.sizes[d] == kDynamicSize ? sizes[d] >= 2 : sizes[d] == s.sizes[d];
       if (ok && sizes[d] != 1) ok = strides[d] == expected;
       expected *= sizes[d];
+      const int32_t sym = d < s.symbols.size() ? s.symbols[d] : -1;
+      if (ok && sym >= 0) {  // bound by the first dim that names it; the others must agree
+        int64_t& bound = symbol_sizes[sym];
+        if (bound != kUnbound && bound != sizes[d]) {
+          if (why) *why = "size " + list_str(sizes) + ": dim " + std::to_string(d) + " must equal s" + std::to_string(sym) + " = " + std::to_string(bound);
+          return false;
+        }
+        bound = sizes[d];
+      }
     }
     if (!ok) {
       if (why) *why = "size " + list_str(sizes) + " stride " + list_str(strides) + " is not " + sizes_str(s) + " contiguous";
@@ -209,7 +225,7 @@ bool function_parts_match(PyObject* fn, PyObject* parts) {
          (f->func_kwdefaults ? f->func_kwdefaults : Py_None) == PyTuple_GET_ITEM(parts, 2);
 }
 
-bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std::string* why) {
+bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, int64_t* symbol_sizes, std::string* why) {
   switch (c.kind) {
     case CheckKind::TypeIs:
     case CheckKind::Instance:
@@ -242,7 +258,7 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
       return false;
     }
     case CheckKind::Tensor:
-      return tensor_matches(obj, c.tensor, why);
+      return tensor_matches(obj, c.tensor, symbol_sizes, why);
     case CheckKind::SameAs:  // the object is compared in eval_node, whichever path comes first
       (void)alias_table;
       return true;
@@ -291,10 +307,27 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, std:
   return false;
 }
 
+// constant + sum coef * size, compared with 0; false when a symbol is unbound or it overflows.
+bool relation_holds(const SizeRelation& r, const int64_t* sizes, int symbols) {
+  int64_t v = r.constant;
+  for (const auto& [s, coef] : r.terms) {
+    if (s >= symbols || sizes[s] == kUnbound) return false;
+    int64_t t = 0;
+    if (__builtin_mul_overflow(coef, sizes[s], &t) || __builtin_add_overflow(v, t, &v)) return false;
+  }
+  switch (r.kind) {
+    case SizeRelation::Kind::Ge: return v >= 0;
+    case SizeRelation::Kind::Eq: return v == 0;
+    case SizeRelation::Kind::Ne: return v != 0;
+  }
+  return false;
+}
+
 struct EvalState {
   const GuardFrame& frame;
   GuardFailure* why;
   PyObject** alias_table;  // borrowed tensors and instances by alias slot
+  int64_t* symbol_sizes;   // by size symbol: its size in this call, or kUnbound
 };
 
 bool eval_node(const GuardNode& n, PyObject* parent, const PathLink* parent_link, EvalState& st) {
@@ -307,7 +340,7 @@ bool eval_node(const GuardNode& n, PyObject* parent, const PathLink* parent_link
   bool ok = true;
   for (const Check& c : n.checks) {
     std::string detail;
-    if (!check_one(c, obj, st.alias_table, st.why ? &detail : nullptr)) {
+    if (!check_one(c, obj, st.alias_table, st.symbol_sizes, st.why ? &detail : nullptr)) {
       if (st.why) st.why->description = format_path(&link) + " " + describe_check(c) + ": " + detail;
       ok = false;
       break;
@@ -413,7 +446,7 @@ void GuardTree::add_equals(GuardNode* n, PyObject* value) {
   n->checks.push_back(c);
 }
 
-int GuardTree::add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic) {
+int GuardTree::add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic, const std::vector<int32_t>& symbols) {
   for (const Check& c : n->checks)
     if (c.kind == CheckKind::Tensor) return c.alias_slot;
   const at::Tensor& t = THPVariable_Unpack(tensor);
@@ -426,6 +459,14 @@ int GuardTree::add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int6
   c.tensor.strides = t.strides().vec();
   for (int64_t d : dynamic) c.tensor.sizes.at(static_cast<size_t>(d)) = kDynamicSize;
   if (!dynamic.empty()) c.tensor.strides.clear();
+  if (!symbols.empty()) {
+    if (symbols.size() != dynamic.size()) throw InternalError("add_tensor: one symbol per dynamic dim");
+    c.tensor.symbols.assign(c.tensor.sizes.size(), -1);
+    for (size_t i = 0; i < dynamic.size(); ++i) {
+      c.tensor.symbols.at(static_cast<size_t>(dynamic[i])) = symbols[i];
+      symbols_ = std::max(symbols_, symbols[i] + 1);
+    }
+  }
   c.tensor.requires_grad = t.requires_grad();
   c.tensor.dispatch_keys = t.key_set().raw_repr();
   c.alias_slot = alias_slots_++;
@@ -633,9 +674,26 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
     table = heap_table.data();
   }
   std::fill(table, table + alias_slots_, nullptr);
-  EvalState st{frame, why, table};
+  int64_t inline_sizes[kInline];
+  std::vector<int64_t> heap_sizes;
+  int64_t* sizes = inline_sizes;
+  if (symbols_ > kInline) {
+    heap_sizes.resize(symbols_);
+    sizes = heap_sizes.data();
+  }
+  std::fill(sizes, sizes + symbols_, kUnbound);
+  EvalState st{frame, why, table, sizes};
   for (const auto& r : roots_)
     if (!eval_node(*r, nullptr, nullptr, st)) return false;
+  for (const SizeRelation& rel : relations_)
+    if (!relation_holds(rel, sizes, symbols_)) {
+      if (why) {
+        why->description = rel.str() + ":";
+        for (const auto& [s, coef] : rel.terms)
+          why->description += " s" + std::to_string(s) + " = " + (s < symbols_ && sizes[s] != kUnbound ? std::to_string(sizes[s]) : "?");
+      }
+      return false;
+    }
   // Aliasing: tensors and instances that were distinct objects at compile time must still be.
   for (int i = 0; i < alias_slots_; ++i)
     for (int j = i + 1; j < alias_slots_; ++j)
@@ -644,6 +702,27 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
         return false;
       }
   return true;
+}
+
+void GuardTree::add_relation(SizeRelation r) {
+  for (const auto& [s, coef] : r.terms) symbols_ = std::max(symbols_, s + 1);
+  relations_.push_back(std::move(r));
+}
+
+std::string SizeRelation::str() const {
+  // Written with positive coefficients where they all have one sign: "s0 <= 20", not "-s0 + 20 >= 0".
+  bool all_negative = !terms.empty();
+  for (const auto& t : terms) all_negative = all_negative && t.second < 0;
+  const int64_t sign = all_negative ? -1 : 1;
+  std::string lhs;
+  for (const auto& [s, coef] : terms) {
+    const int64_t c = coef * sign;
+    lhs += lhs.empty() ? (c < 0 ? "-" : "") : (c < 0 ? " - " : " + ");
+    if (c != 1 && c != -1) lhs += std::to_string(c < 0 ? -c : c) + "*";
+    lhs += "s" + std::to_string(s);
+  }
+  const char* op = kind == Kind::Eq ? " == " : kind == Kind::Ne ? " != " : all_negative ? " <= " : " >= ";
+  return lhs + op + std::to_string(-constant * sign);
 }
 
 std::vector<std::string> GuardTree::describe() const {
@@ -656,13 +735,14 @@ std::vector<std::string> GuardTree::describe() const {
   for (PyObject* n : absent_globals_) out.push_back(std::string("G['") + PyUnicode_AsUTF8(n) + "'] is absent");
   for (const auto& r : roots_) describe_node(*r, nullptr, out);
   if (alias_slots_ > 1) out.push_back("the " + std::to_string(alias_slots_) + " inputs are distinct objects");
+  for (const SizeRelation& r : relations_) out.push_back(r.str());
   return out;
 }
 
 size_t GuardTree::size() const {
   size_t k = has_global_state_ ? 3 : 0;
   for (const auto& r : roots_) k += count_node(*r);
-  return k;
+  return k + relations_.size();
 }
 
 }  // namespace fastdyn::runtime

@@ -46,11 +46,24 @@ struct Accessor {
 // 2 or more holds (0 and 1 stay specialised), with a row-major layout.
 constexpr int64_t kDynamicSize = -1;
 
+// What a trace relied on about its size symbols, beyond each being 2 or more:
+//   constant + sum coef * s<id>  (>= | == | !=)  0
+// (s0 >= 21 after `if x.shape[1] >= 21`, s0 + 1 != s1, ...). Symbols are bound by the dynamic
+// dims of the tensor checks (TensorSpec::symbols) during the same check; two dims bound to one
+// symbol must agree (sizes an op needed equal), which is the equality relation between inputs.
+struct SizeRelation {
+  enum class Kind : uint8_t { Ge, Eq, Ne } kind = Kind::Ge;
+  int64_t constant = 0;
+  std::vector<std::pair<int32_t, int64_t>> terms;  // (symbol, coefficient)
+  std::string str() const;                         // "s0 >= 21", "s0 <= 20", "s0 - s1 != 0"
+};
+
 struct TensorSpec {
   PyTypeObject* type = nullptr;  // exact Python type (torch.Tensor, nn.Parameter, ...)
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   std::vector<int64_t> sizes;     // kDynamicSize: a size symbol (any size >= 2)
+  std::vector<int32_t> symbols;   // per dim: the symbol a kDynamicSize dim binds, or -1
   std::vector<int64_t> strides;   // empty when a size is dynamic: then row-major (contiguous)
   bool requires_grad = false;
   uint64_t dispatch_keys = 0;    // raw DispatchKeySet
@@ -125,7 +138,12 @@ class GuardTree {
   void add_equals(GuardNode* n, PyObject* value);
   // Spec read from the live tensor, the dims in `dynamic` (sizes symbols) excepted. Returns its
   // alias slot.
-  int add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic = {});
+  // `symbols`, when given, names the size symbol of each dim in `dynamic` (same order): a dim
+  // bound to a symbol that another dim bound first must have its size.
+  int add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic = {},
+                 const std::vector<int32_t>& symbols = {});
+  // A relation between size symbols (bound by add_tensor's dims), checked after the tree.
+  void add_relation(SizeRelation r);
   // type(obj) is type(instance), and obj takes an alias slot (returned) like a tensor's.
   int add_instance(GuardNode* n, PyObject* instance);
   void add_same_as(GuardNode* n, int alias_slot);
@@ -152,6 +170,8 @@ class GuardTree {
   bool grad_enabled_ = true;
   c10::ScalarType default_dtype_ = c10::ScalarType::Float;
   int alias_slots_ = 0;
+  int symbols_ = 0;  // size symbols bound by tensor checks (ids 0..symbols_-1)
+  std::vector<SizeRelation> relations_;
   std::vector<PyObject*> absent_globals_;  // interned names (strong)
 };
 

@@ -239,7 +239,16 @@ SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& nam
       return int_obj(vec[static_cast<size_t>(wrap_dim(int_arg(0)))]);
     }
     if ((name == "dim" || name == "ndimension") && args.empty()) return int_obj(m.dim());
-    if ((name == "numel" || name == "nelement") && args.empty()) return int_obj(read_sizes(self).numel());
+    if ((name == "numel" || name == "nelement") && args.empty()) {
+      if (m.symbolic()) {  // the product of the sizes, a size-derived int (x.numel() == 0 folds)
+        codegen::shapes::SizeExpr n(1);
+        for (const codegen::shapes::SizeExpr& e : m.sym_sizes) n = n * e;
+        SymValue out = int_obj(m.numel());
+        if (!n.is_constant()) out.size = std::make_shared<const codegen::shapes::SizeExpr>(std::move(n));
+        return out;
+      }
+      return int_obj(read_sizes(self).numel());
+    }
     if (name == "element_size" && args.empty()) return int_obj(static_cast<int64_t>(c10::elementSize(m.dtype)));
     if (name == "is_floating_point" && args.empty())
       return constant(c10::isFloatingType(m.dtype) ? Py_True : Py_False);
@@ -469,7 +478,9 @@ struct Calls {
     auto is = [&](const char* name) { return fn == builtin(name); };
     const size_t n = args.size();
     if (is("len") && n == 1 && kwargs.empty()) { out = length(t, args[0]); return true; }
-    if (is("type") && n == 1 && args[0].is_constant()) {
+    // type() and isinstance() of a size-derived int read its type, not its number: no pin.
+    const bool typed_constant = n >= 1 && args[0].kind == SymValue::Kind::Constant;
+    if (is("type") && n == 1 && typed_constant) {
       out = Tracer::constant(reinterpret_cast<PyObject*>(Py_TYPE(args[0].obj)));
       return true;
     }
@@ -477,10 +488,10 @@ struct Calls {
       PyOwned cls(t.materialize(args[1]));
       // Beyond the type's own MRO, isinstance asks the object's __class__: through a custom
       // __getattribute__ that is user code, which the compiled code would never run again.
-      if (args[0].is_constant() && PyType_Check(cls.p) && !PyObject_TypeCheck(args[0].obj, reinterpret_cast<PyTypeObject*>(cls.p)) &&
+      if (typed_constant && PyType_Check(cls.p) && !PyObject_TypeCheck(args[0].obj, reinterpret_cast<PyTypeObject*>(cls.p)) &&
           !has_standard_getattribute(Py_TYPE(args[0].obj)))
         throw Unsupported(std::string("isinstance() on a ") + Py_TYPE(args[0].obj)->tp_name + " with its own __getattribute__");
-      int r = args[0].is_constant() ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
+      int r = typed_constant ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
       if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
       out = Tracer::constant(r ? Py_True : Py_False);
       return true;
@@ -847,10 +858,11 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   if (PyFunction_Check(fn)) {
     // Pure library functions called on constants are answered for real rather than inlined.
     static PyObject* signature = resolve_python_name("inspect.signature");
-    bool consts = true;
+    // NB: is_python_constant() reads size-derived ints (pins them): asked only of signature's.
+    bool consts = fn == signature;
     for (const SymValue& a : args) consts = consts && a.is_python_constant();
     for (const auto& kv : kwargs) consts = consts && kv.second.is_python_constant();
-    if (!(consts && fn == signature))
+    if (!consts)
       return Calls::inline_call(*this, Calls::target_of_function(*this, fn), std::move(args), std::move(kwargs));
   }
   if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {

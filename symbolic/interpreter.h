@@ -75,6 +75,9 @@ struct TraceResult {
   codegen::Graph graph;
   std::vector<SourcePtr> input_sources;  // graph input i is loaded from input_sources[i]
   std::vector<GuardSpec> guards;
+  // Comparisons of size-derived ints the trace decided at its sizes (s0 >= 21 was false): the
+  // guards check each still holds (codegen/shapes/size_expr.h's Relation, over graph.symbols).
+  std::vector<codegen::shapes::Relation> size_relations;
   SymValue return_value;  // when the frame was traced to its return
 
   // Attribute writes on objects that outlive the frame, in program order: the transformed code

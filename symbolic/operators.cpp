@@ -83,6 +83,7 @@ std::optional<SymValue> Tracer::size_comparison(const std::string& op, const Sym
   else if (at_two && rest.nonnegative()) lo = at_two;
   else if (at_two && (-rest).nonnegative()) hi = at_two;
   std::optional<bool> r;
+  using codegen::shapes::Relation;
   if (op == "==" || op == "!=") {
     if ((lo && *lo > 0) || (hi && *hi < 0)) r = false;
     else if (lo && hi && *lo == 0 && *hi == 0) r = true;
@@ -95,6 +96,21 @@ std::optional<SymValue> Tracer::size_comparison(const std::string& op, const Sym
     if (lo && *lo > 0) r = true; else if (hi && *hi <= 0) r = false;
   } else {
     if (lo && *lo >= 0) r = true; else if (hi && *hi < 0) r = false;
+  }
+  if (!r && d.linear()) {
+    // Not decided by the admitted sizes, but linear: the answer at the traced sizes holds for
+    // the sizes where the relation that gives it holds, and the guards check that relation
+    // (s0 >= 21 false: s0 <= 20), so the sizes stay symbols. Dynamo's range guards, in C++.
+    const std::optional<int64_t> at = d.evaluate(codegen::shapes::hints(result_.graph));
+    if (!at) return std::nullopt;
+    const int64_t v = *at;
+    r = op == "==" ? v == 0 : op == "!=" ? v != 0 : op == "<" ? v < 0 : op == "<=" ? v <= 0 : op == ">" ? v > 0 : v >= 0;
+    // The relation that decides this comparison, as it came out here.
+    Relation rel;
+    if (op == "==" || op == "!=") rel = v == 0 ? Relation::eq(d, 0) : Relation::ne(d, 0);
+    else if (op == "<" || op == ">=") rel = v >= 0 ? Relation::ge(d, 0) : Relation::ge(-d - SizeExpr(1), 0);
+    else rel = v > 0 ? Relation::ge(d - SizeExpr(1), 0) : Relation::ge(-d, 0);  // <=, >
+    result_.size_relations.push_back(std::move(rel));
   }
   if (!r) return std::nullopt;
   return constant(*r ? Py_True : Py_False);

@@ -25,7 +25,9 @@ using Exprs = std::vector<SizeExpr>;
 struct Outcome {
   std::vector<Exprs> sizes;                 // per output; empty vector for an output left static
   std::vector<std::optional<Exprs>> strides;  // per output: set by view rules, else derived
+  std::vector<std::optional<SizeExpr>> offsets;  // per output: a view's offset where a rule computes it
   std::set<SymbolId> pins;                  // symbols to specialise (the rule then runs again)
+  std::vector<std::pair<SymbolId, SymbolId>> unify;  // symbols to make one (the rule then runs again)
   bool pin_all = false;                     // no rule: every symbol of every input
 };
 
@@ -45,9 +47,33 @@ int64_t wrap_dim(int64_t d, int64_t rank) {
   return d < 0 ? d + r : d;
 }
 
-// Two sizes an op needs equal: equal expressions, or the symbols of both pinned.
-void require_equal(Outcome& o, const SizeExpr& a, const SizeExpr& b) {
+// The symbol e is, alone (s3; not 2*s3 or s3 + 1), or -1.
+SymbolId lone_symbol(const SizeExpr& e) {
+  const std::optional<SizeExpr::Linear> l = e.linear();
+  return l && l->constant == 0 && l->terms.size() == 1 && l->terms[0].second == 1 ? l->terms[0].first : -1;
+}
+
+// Two sizes an op needs equal: equal expressions; two symbols of equal hints, unified (the keys
+// and values of a KV cache, two inputs of one length: the guards then check them equal), also
+// where the sizes differ from them by one same term (s0 + 1 and s1 + 1); or else the symbols of
+// both pinned.
+void require_equal(const Graph& g, Outcome& o, const SizeExpr& a, const SizeExpr& b) {
   if (a == b) return;
+  SymbolId sa = lone_symbol(a), sb = lone_symbol(b);
+  // s0 + 1 against s1 + 1 (two caches grown by one token each): the same as s0 against s1.
+  if (const std::optional<SizeExpr::Linear> d = (a - b).linear();
+      d && d->constant == 0 && d->terms.size() == 2 && d->terms[0].second == -d->terms[1].second &&
+      (d->terms[0].second == 1 || d->terms[0].second == -1)) {
+    sa = d->terms[0].first;
+    sb = d->terms[1].first;
+  }
+  if (sa >= 0 && sb >= 0) {
+    const std::vector<int64_t> h = hints(g);
+    if (h.at(static_cast<size_t>(sa)) == h.at(static_cast<size_t>(sb))) {
+      o.unify.emplace_back(sa, sb);
+      return;
+    }
+  }
   pin_expr(o, a);
   pin_expr(o, b);
 }
@@ -68,7 +94,7 @@ Exprs broadcast(const Graph& g, const Node& n, Outcome& o) {
       const SizeExpr& e = s[d + s.size() - rank];
       if (e == SizeExpr(1)) continue;
       if (!chosen) chosen = e;
-      else require_equal(o, *chosen, e);
+      else require_equal(g, o, *chosen, e);
     }
     if (chosen) out[d] = *chosen;
   }
@@ -85,6 +111,9 @@ void same_as(const Graph& g, const Node& n, size_t arg, Outcome& o) {
   }
 }
 
+// A value's storage offset as an expression.
+SizeExpr offset_of(const TensorMeta& m) { return m.sym_offset.empty() ? SizeExpr(m.storage_offset) : m.sym_offset[0]; }
+
 // ---- rules ------------------------------------------------------------------------------
 
 void rule_pointwise(const Graph& g, const Node& n, Outcome& o) { o.sizes.push_back(broadcast(g, n, o)); }
@@ -100,7 +129,7 @@ void rule_inplace(const Graph& g, const Node& n, Outcome& o) {
     o.pin_all = true;
     return;
   }
-  for (size_t d = 0; d < self.size(); ++d) require_equal(o, self[d], all[d]);
+  for (size_t d = 0; d < self.size(); ++d) require_equal(g, o, self[d], all[d]);
   o.sizes.push_back(self);
   o.strides.push_back(strides_of(in_meta(g, n, 0)));
 }
@@ -155,7 +184,7 @@ void rule_norm(const Graph& g, const Node& n, Outcome& o) {
     // normalized_shape must be the trailing sizes: numbers pin them, x.shape[-1] keeps them
     const Exprs ns = ints_of(g, n.args[1]);
     const size_t k = std::min(ns.size(), s.size());
-    for (size_t i = 0; i < k; ++i) require_equal(o, s[s.size() - k + i], ns[ns.size() - k + i]);
+    for (size_t i = 0; i < k; ++i) require_equal(g, o, s[s.size() - k + i], ns[ns.size() - k + i]);
   } else if (s.size() > 1) {
     pin_expr(o, s[1]);  // group_norm's groups divide the channels; batch_norm's stats are per channel
   }
@@ -176,12 +205,12 @@ void rule_matmul(const Graph& g, const Node& n, Outcome& o) {
   Exprs out;
   if (aten == "linear") {  // x[..., k] @ w[n, k]^T
     if (a.empty() || b.size() != 2) return void(o.pin_all = true);
-    require_equal(o, a.back(), b[1]);
+    require_equal(g, o, a.back(), b[1]);
     out.assign(a.begin(), a.end() - 1);
     out.push_back(b[0]);
     if (is_value(n, 2)) pin_exprs(o, sizes_of(in_meta(g, n, 2)));  // bias
   } else if (a.size() >= 2 && b.size() >= 2 && (aten == "mm" || aten == "bmm" || aten == "matmul" || biased)) {
-    require_equal(o, a.back(), b[b.size() - 2]);
+    require_equal(g, o, a.back(), b[b.size() - 2]);
     // batch dims broadcast (bmm/baddbmm: equal)
     const size_t ba = a.size() - 2, bb = b.size() - 2, rank = std::max(ba, bb);
     for (size_t d = 0; d < rank; ++d) {
@@ -190,7 +219,7 @@ void rule_matmul(const Graph& g, const Node& n, Outcome& o) {
       if (x == SizeExpr(1)) out.push_back(y);
       else if (y == SizeExpr(1)) out.push_back(x);
       else {
-        require_equal(o, x, y);
+        require_equal(g, o, x, y);
         out.push_back(x);
       }
     }
@@ -212,11 +241,11 @@ void rule_attention(const Graph& g, const Node& n, Outcome& o) {
   const Exprs q = sizes_of(in_meta(g, n, 0)), k = sizes_of(in_meta(g, n, 1)), v = sizes_of(in_meta(g, n, 2));
   if (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) return void(o.pin_all = true);
   const size_t r = q.size();
-  require_equal(o, q[r - 1], k[r - 1]);
-  require_equal(o, k[r - 2], v[r - 2]);
+  require_equal(g, o, q[r - 1], k[r - 1]);
+  require_equal(g, o, k[r - 2], v[r - 2]);
   for (size_t d = 0; d + 2 < r; ++d) {
-    require_equal(o, q[d], k[d]);
-    require_equal(o, k[d], v[d]);
+    require_equal(g, o, q[d], k[d]);
+    require_equal(g, o, k[d], v[d]);
   }
   if (is_value(n, 3)) {
     const Exprs m = sizes_of(in_meta(g, n, 3));
@@ -224,7 +253,7 @@ void rule_attention(const Graph& g, const Node& n, Outcome& o) {
     target.push_back(k[r - 2]);
     for (size_t d = 0; d < m.size() && d < target.size(); ++d) {
       const SizeExpr& md = m[m.size() - 1 - d];
-      if (md != SizeExpr(1)) require_equal(o, md, target[target.size() - 1 - d]);
+      if (md != SizeExpr(1)) require_equal(g, o, md, target[target.size() - 1 - d]);
     }
   }
   Exprs out(q.begin(), q.end() - 1);
@@ -251,7 +280,7 @@ void rule_join(const Graph& g, const Node& n, Outcome& o) {
     if (parts[p].size() != rank) return void(o.pin_all = true);
     for (size_t d = 0; d < rank; ++d) {
       if (!stack && static_cast<int64_t>(d) == dim) out[d] = out[d] + parts[p][d];
-      else require_equal(o, out[d], parts[p][d]);
+      else require_equal(g, o, out[d], parts[p][d]);
     }
   }
   if (stack) out.insert(out.begin() + dim, SizeExpr(static_cast<int64_t>(parts.size())));
@@ -416,15 +445,31 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
       std::optional<SizeExpr> begin, end;
       if (b.kind == Arg::Kind::None) begin = SizeExpr(0);
       else if (b.kind == Arg::Kind::Int && b.i >= 0 && b.i <= kMin) begin = SizeExpr(b.i);
+      else if (b.kind == Arg::Kind::Int && b.i < 0 && -b.i <= kMin) begin = s[k] + SizeExpr(b.i);  // x[:, -1:]
       if (e.kind == Arg::Kind::None || (e.kind == Arg::Kind::Int && e.i >= (int64_t{1} << 62))) end = s[k];
       else if (e.kind == Arg::Kind::Int && e.i >= 0 && e.i <= kMin) end = SizeExpr(e.i);
       else if (e.kind == Arg::Kind::Int && e.i < 0 && -e.i <= kMin) end = s[k] + SizeExpr(e.i);
-      // the offset is begin * stride: a number only when the stride is one
-      if (begin && end && (begin->constant() == 0 || st[k].is_constant())) {
+      if (begin && end) {
         Exprs sz = s;
         sz[k] = *end - *begin;
-        return emit(sz, st);
+        emit(sz, st);
+        o.offsets.resize(1);
+        o.offsets[0] = offset_of(in) + *begin * st[k];  // a symbol when begin or the stride is one
+        return;
       }
+    }
+    // x[:, -1] (the last token) and x[:, 0] along a symbolic dim: the index is in range at every
+    // admitted size; the offset follows it.
+    if (id == "select_int" && !s[k].is_constant() && n.args.size() > 2 && n.args[2].kind == Arg::Kind::Int &&
+        n.args[2].sym_ints.empty() && n.args[2].i >= -2 && n.args[2].i < 2) {
+      const SizeExpr index = n.args[2].i < 0 ? s[k] + SizeExpr(n.args[2].i) : SizeExpr(n.args[2].i);
+      Exprs sz = s, sd = st;
+      sz.erase(sz.begin() + d);
+      sd.erase(sd.begin() + d);
+      emit(sz, sd);
+      o.offsets.resize(1);
+      o.offsets[0] = offset_of(in) + index * st[k];
+      return;
     }
     if (!s[k].is_constant() || !st[k].is_constant()) {
       pin_expr(o, s[k]);
@@ -519,6 +564,10 @@ bool apply_rule(Graph& g, const Node& n) {
     pin_inputs(g, n, why);
     return false;
   }
+  if (!o.unify.empty() && o.pins.empty()) {
+    for (const auto& [a, b] : o.unify) unify(g, a, b);
+    return false;
+  }
   if (!o.pins.empty()) {
     bool any = false;
     for (SymbolId s : o.pins) {
@@ -540,15 +589,25 @@ bool apply_rule(Graph& g, const Node& n) {
       // A stride matters only along a dim of more than one element.
       if (ok && m.sizes[d] > 1) ok = sd[d].evaluate(h) == m.strides[d];
     }
+    // The storage offset: the rule's, or for a view (and an in-place op's result) its base's
+    // moved by what the traced call moved it (a number: rules that move it by a size say so).
+    SizeExpr off(m.storage_offset);
+    if (k < o.offsets.size() && o.offsets[k]) off = *o.offsets[k];
+    else if ((op_info(n.op).category == OpCategory::View || op_info(n.op).category == OpCategory::InPlace) && is_value(n, 0))
+      off = offset_of(in_meta(g, n, 0)) + SizeExpr(m.storage_offset - in_meta(g, n, 0).storage_offset);
+    ok = ok && off.evaluate(h) == m.storage_offset;
     if (!ok)
       throw InternalError("symbolic shape rule " + std::string(op_info(n.op).rule) + " for " + qualified_name(n.op) + " gave sizes " +
-                          exprs_text(sz) + " strides " + exprs_text(sd) + " where the traced call has " + print_node(g, n));
-    bool symbolic = false;
+                          exprs_text(sz) + " strides " + exprs_text(sd) + " offset " + off.str() + " where the traced call has " +
+                          print_node(g, n));
+    bool symbolic = !off.is_constant();
     for (const SizeExpr& e : sz) symbolic = symbolic || !e.is_constant();
     for (const SizeExpr& e : sd) symbolic = symbolic || !e.is_constant();
+    m.sym_offset.clear();
     if (symbolic) {
       m.sym_sizes = std::move(sz);
       m.sym_strides = std::move(sd);
+      if (!off.is_constant()) m.sym_offset = {std::move(off)};
     } else {
       m.sym_sizes.clear();
       m.sym_strides.clear();
@@ -559,14 +618,23 @@ bool apply_rule(Graph& g, const Node& n) {
 
 }  // namespace
 
+SymbolId root(const Graph& g, SymbolId s) {
+  while (g.symbols.at(static_cast<size_t>(s)).same_as >= 0) s = g.symbols[static_cast<size_t>(s)].same_as;
+  return s;
+}
+
 SizeExpr live(const Graph& g, const SizeExpr& e) {
   if (e.is_constant()) return e;
-  bool any_pinned = false;
-  for (SymbolId s : e.symbols()) any_pinned = any_pinned || g.symbols.at(static_cast<size_t>(s)).pinned;
-  if (!any_pinned) return e;
+  bool changes = false;
+  for (SymbolId s : e.symbols()) {
+    const SymbolSource& src = g.symbols.at(static_cast<size_t>(s));
+    changes = changes || src.pinned || src.same_as >= 0;
+  }
+  if (!changes) return e;
   const std::vector<int64_t> h = hints(g);
   return e.substitute([&](SymbolId s) {
-    return g.symbols.at(static_cast<size_t>(s)).pinned ? SizeExpr(h.at(static_cast<size_t>(s))) : SizeExpr::symbol(s);
+    const SymbolId r = root(g, s);
+    return g.symbols.at(static_cast<size_t>(r)).pinned ? SizeExpr(h.at(static_cast<size_t>(r))) : SizeExpr::symbol(r);
   });
 }
 
@@ -584,6 +652,32 @@ bool takes_symbolic_ints(Family f) {
     case Family::layer_norm:
     case Family::rms_norm:
     case Family::arange:
+    // A scalar operand passes through to the node (meta_rules.h's scalar_arg): its value does
+    // not shape the output, and these binders decide nothing from it.
+    case Family::add:
+    case Family::sub:
+    case Family::mul:
+    case Family::rsub:
+    case Family::div:
+    case Family::true_divide:
+    case Family::truediv:
+    case Family::floor_divide:
+    case Family::remainder:
+    case Family::op_eq:
+    case Family::op_ne:
+    case Family::op_lt:
+    case Family::op_le:
+    case Family::op_gt:
+    case Family::op_ge:
+    case Family::eq:
+    case Family::ne:
+    case Family::lt:
+    case Family::le:
+    case Family::gt:
+    case Family::ge:
+    case Family::add_:
+    case Family::sub_:
+    case Family::mul_:
       return true;
     default:
       return false;
@@ -654,12 +748,9 @@ void propagate(Graph& g, size_t first_node) {
   }
 }
 
-void pin(Graph& g, SymbolId s, const std::string& why) {
-  if (s < 0 || static_cast<size_t>(s) >= g.symbols.size() || g.symbols[static_cast<size_t>(s)].pinned) return;
-  const int64_t hint = hints(g)[static_cast<size_t>(s)];
-  g.symbols[static_cast<size_t>(s)].pinned = true;
-  g.symbols[static_cast<size_t>(s)].why = why;
-  auto by = [&](SymbolId id) { return id == s ? SizeExpr(hint) : SizeExpr::symbol(id); };
+namespace {
+// Every symbolic meta of g with `by` applied; metas left with constants only become static.
+void substitute_metas(Graph& g, const std::function<SizeExpr(SymbolId)>& by) {
   for (TensorMeta& m : g.values) {
     if (!m.symbolic()) continue;
     bool still = false;
@@ -671,11 +762,40 @@ void pin(Graph& g, SymbolId s, const std::string& why) {
       e = e.substitute(by);
       still = still || !e.is_constant();
     }
+    for (SizeExpr& e : m.sym_offset) e = e.substitute(by);
+    if (!m.sym_offset.empty() && m.sym_offset[0].is_constant()) m.sym_offset.clear();
+    still = still || !m.sym_offset.empty();
     if (!still) {
       m.sym_sizes.clear();
       m.sym_strides.clear();
     }
   }
+}
+}  // namespace
+
+void pin(Graph& g, SymbolId s, const std::string& why) {
+  if (s < 0 || static_cast<size_t>(s) >= g.symbols.size()) return;
+  if (g.symbols[static_cast<size_t>(s)].same_as >= 0 && g.symbols[static_cast<size_t>(s)].why.empty())
+    g.symbols[static_cast<size_t>(s)].why = why;
+  s = root(g, s);  // a unified symbol is its root: pinning it pins the root
+  if (g.symbols[static_cast<size_t>(s)].pinned) return;
+  const int64_t hint = hints(g)[static_cast<size_t>(s)];
+  g.symbols[static_cast<size_t>(s)].pinned = true;
+  g.symbols[static_cast<size_t>(s)].why = why;
+  substitute_metas(g, [&](SymbolId id) { return id == s ? SizeExpr(hint) : SizeExpr::symbol(id); });
+}
+
+void unify(Graph& g, SymbolId a, SymbolId b) {
+  a = root(g, a);
+  b = root(g, b);
+  if (a == b) return;
+  const std::vector<int64_t> h = hints(g);
+  if (g.symbols[static_cast<size_t>(a)].pinned || g.symbols[static_cast<size_t>(b)].pinned ||
+      h.at(static_cast<size_t>(a)) != h.at(static_cast<size_t>(b)))
+    throw InternalError("unify: s" + std::to_string(a) + " and s" + std::to_string(b) + " are not two live symbols of one size");
+  const SymbolId keep = std::min(a, b), drop = std::max(a, b);
+  g.symbols[static_cast<size_t>(drop)].same_as = keep;
+  substitute_metas(g, [&](SymbolId id) { return SizeExpr::symbol(id == drop ? keep : id); });
 }
 
 void pin_value(Graph& g, ValueId v, int64_t dim, const std::string& why) {
@@ -695,7 +815,7 @@ std::vector<std::string> describe_pins(const Graph& g, const std::vector<std::st
   std::vector<std::string> out;
   for (size_t k = 0; k < g.symbols.size(); ++k) {
     const SymbolSource& s = g.symbols[k];
-    if (!s.pinned) continue;
+    if (!g.symbols.at(static_cast<size_t>(root(g, static_cast<SymbolId>(k)))).pinned) continue;
     const std::string name = static_cast<size_t>(s.input) < input_names.size() ? input_names[static_cast<size_t>(s.input)] : "input " + std::to_string(s.input);
     out.push_back(name + " dim " + std::to_string(s.dim) + " (s" + std::to_string(k) + ") is specialised: " + (s.why.empty() ? "?" : s.why));
   }
@@ -703,7 +823,7 @@ std::vector<std::string> describe_pins(const Graph& g, const std::vector<std::st
 }
 
 bool is_dynamic(const Graph& g) {
-  return std::any_of(g.symbols.begin(), g.symbols.end(), [](const SymbolSource& s) { return !s.pinned; });
+  return std::any_of(g.symbols.begin(), g.symbols.end(), [](const SymbolSource& s) { return !s.pinned && s.same_as < 0; });
 }
 
 std::vector<int64_t> hints(const Graph& g) {
@@ -725,15 +845,21 @@ Graph specialize(const Graph& g, const std::vector<int64_t>& binding) {
       m.sizes[d] = *sz;
       m.strides[d] = *st;
     }
+    if (!m.sym_offset.empty()) {
+      const std::optional<int64_t> off = m.sym_offset[0].evaluate(binding);
+      if (!off) throw InternalError("specialize: storage offset " + m.sym_offset[0].str() + " cannot be evaluated");
+      m.storage_offset = *off;
+    }
     m.sym_sizes.clear();
     m.sym_strides.clear();
+    m.sym_offset.clear();
   }
   // Size arguments (a view's shape from x.shape, arange's end...) take the call's values too.
   for (Node& n : out.nodes)
     for (Arg& a : n.args) {
       if (a.sym_ints.empty()) continue;
       for (size_t i = 0; i < a.sym_ints.size(); ++i) {
-        const std::optional<int64_t> v = a.sym_ints[i].evaluate(binding);
+        const std::optional<int64_t> v = live(g, a.sym_ints[i]).evaluate(binding);
         if (!v) throw InternalError("specialize: size argument " + a.sym_ints[i].str() + " cannot be evaluated");
         if (a.kind == Arg::Kind::Int) a.i = *v;
         else a.ints.at(i) = *v;

@@ -44,6 +44,12 @@ void propagate(Graph& g, size_t first_node);
 // `why` says what needed the number (kept for the first pin of each symbol).
 void pin(Graph& g, SymbolId s, const std::string& why = "");
 void pin_value(Graph& g, ValueId v, int64_t dim = -1, const std::string& why = "");
+// Makes two live symbols of equal hints one (the later becomes the earlier everywhere; its
+// SymbolSource::same_as says so): where an op needs two sizes equal, the graph keeps one symbol
+// and the guards check the two input dims equal, instead of specialising both.
+void unify(Graph& g, SymbolId a, SymbolId b);
+// The symbol s stands for: itself, or the symbol it was unified with.
+SymbolId root(const Graph& g, SymbolId s);
 // "L['x'] dim 1 (s0): <why>" for every pinned symbol whose input is named in `input_names`.
 std::vector<std::string> describe_pins(const Graph& g, const std::vector<std::string>& input_names);
 
@@ -58,7 +64,8 @@ bool takes_symbolic_ints(Family f);
 void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs,
                    const std::string& why);
 
-// Whether some symbol of g is still live (not pinned): the graph compiles once for every size.
+// Whether some symbol of g is still live (neither pinned nor unified into another): the graph
+// compiles once for every size.
 bool is_dynamic(const Graph& g);
 // The traced call's value of every symbol (pinned ones too), by symbol id.
 std::vector<int64_t> hints(const Graph& g);

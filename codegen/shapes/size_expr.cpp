@@ -86,6 +86,22 @@ void SizeExpr::add_term(const Monomial& m, int64_t c) {
   if (it->second.coef == 0) terms_.erase(it);
 }
 
+std::optional<SizeExpr::Linear> SizeExpr::linear() const {
+  Linear l;
+  for (const auto& [key, t] : terms_) {
+    if (t.mono.empty()) {
+      l.constant = t.coef;
+      continue;
+    }
+    if (t.mono.size() != 1) return std::nullopt;
+    const auto& [atom, exponent] = t.mono.begin()->second;
+    if (atom.kind != Atom::Kind::Symbol || exponent != 1) return std::nullopt;
+    l.terms.emplace_back(atom.symbol, t.coef);
+  }
+  std::sort(l.terms.begin(), l.terms.end());
+  return l;
+}
+
 bool SizeExpr::operator==(const SizeExpr& o) const {
   if (terms_.size() != o.terms_.size()) return false;
   for (auto a = terms_.begin(), b = o.terms_.begin(); a != terms_.end(); ++a, ++b)

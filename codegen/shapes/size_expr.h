@@ -67,6 +67,13 @@ class SizeExpr {
   // Whether every term has a positive coefficient over symbols only (or is a constant >= 0):
   // then the value is >= 0 for any sizes.
   bool nonnegative() const;
+  // constant + sum coef * s<id>, when the expression is that (every term a constant or one
+  // symbol to the first power, no // or %): what a guard's linear relation can hold.
+  struct Linear {
+    int64_t constant = 0;
+    std::vector<std::pair<SymbolId, int64_t>> terms;  // (symbol, coefficient), by symbol
+  };
+  std::optional<Linear> linear() const;
 
   bool operator==(const SizeExpr& o) const;
   bool operator!=(const SizeExpr& o) const { return !(*this == o); }

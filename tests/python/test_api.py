@@ -346,3 +346,22 @@ def test_unbuilt_backend_runs_on_aten():
     x = torch.randn(16)
     assert_same(fastdyn.jit(doubled_sin, backend="llvm_cpu")(x), doubled_sin(x))
     assert fastdyn._C.code_text(doubled_sin).startswith("backend aten")
+
+
+def test_jit_keeps_the_wrapped_signature_and_metadata():
+    # transformers' generate() reads inspect.signature(model.forward): a jit-wrapped forward must
+    # answer it like the function it wraps.
+    import inspect
+
+    class M(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, **kwargs):
+            """doc"""
+            return input_ids * 2
+
+    m = M()
+    f = fastdyn.jit(m.forward)
+    assert list(inspect.signature(f).parameters) == ["input_ids", "past_key_values", "kwargs"]
+    assert f.__wrapped__ == m.forward
+    assert f.__name__ == "forward" and f.__doc__ == "doc"
+    x = torch.arange(3)
+    torch.testing.assert_close(f(x), x * 2)

@@ -89,18 +89,87 @@ def test_sizes_zero_and_one_stay_specialised():
     assert fastdyn.stats()["frames_compiled"] == 2
 
 
-def test_reading_a_size_in_python_pins_it():
-    # The Python code decides from x.shape[0]: that size cannot be a symbol; the others can.
+def test_a_size_compared_in_python_is_a_range_guard():
+    # The Python code decides from x.shape[0] > 4: the entry keeps the size a symbol and guards
+    # the range that decided the branch (s0 <= 4, then s0 >= 5), as Dynamo does.
     def f(x):
         if x.shape[0] > 4:
             return x * 2
         return x - 1
 
     g = fastdyn.jit(f, dynamic=True)
-    for n in [3, 6, 3, 6, 8]:
+    for n in [3, 2, 4, 6, 8, 5, 3, 9]:
         x = torch.randn(n, 5)
         torch.testing.assert_close(g(x), f(x))
-    assert fastdyn.stats()["frames_compiled"] == 3  # one entry per size that was read
+    assert fastdyn.stats()["frames_compiled"] == 2  # one entry per side of the comparison
+
+
+def test_a_range_guard_fails_exactly_at_its_bound():
+    def f(x, limit):
+        if x.shape[1] >= limit:  # MaxLengthCriteria's test
+            return x.sum(-1)
+        return x.mean(-1)
+
+    g = fastdyn.jit(f, dynamic=True)
+    for n in [3, 9, 10, 11, 12, 2, 10]:
+        x = torch.randn(2, n)
+        torch.testing.assert_close(g(x, 10), f(x, 10))
+    assert fastdyn.stats()["frames_compiled"] == 2
+
+
+def test_sizes_an_op_needs_equal_are_unified_and_guarded_equal():
+    # k and v of a KV cache have one length: one symbol for both, and a guard that they agree.
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    g = fastdyn.jit(attend, dynamic=True)
+    q = torch.randn(1, 2, 1, 8)
+    for n in [4, 7, 12]:
+        k, v = torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)
+        torch.testing.assert_close(g(q, k, v), attend(q, k, v))
+    assert fastdyn.stats()["frames_compiled"] == 1
+    # Two lengths an op needs equal: one symbol and an equality guard; lengths that differ miss
+    # it, and the call raises eager's error.
+    add = fastdyn.jit(lambda x, y: x + y, dynamic=True)
+    for n in [4, 7]:
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(add(x, y), x + y)
+    compiled = fastdyn.stats()["frames_compiled"]
+    with pytest.raises(RuntimeError, match="must match the size"):
+        add(torch.randn(5), torch.randn(6))
+    assert fastdyn.stats()["frames_compiled"] >= compiled  # the equality guard missed
+
+
+def test_grown_caches_unify_through_one_added_token():
+    def step(k_cache, v_cache, k_new, v_new, q):
+        k = torch.cat([k_cache, k_new], dim=-2)
+        v = torch.cat([v_cache, v_new], dim=-2)
+        return F.scaled_dot_product_attention(q, k, v), k.numel() == 0
+
+    g = fastdyn.jit(step)
+    q, kn, vn = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)
+    for n in [3, 4, 5, 6, 7, 8]:
+        kc, vc = torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)
+        out, empty = g(kc, vc, kn, vn, q)
+        ref, ref_empty = step(kc, vc, kn, vn, q)
+        torch.testing.assert_close(out, ref)
+        assert empty is ref_empty
+    assert fastdyn.stats()["frames_compiled"] == 2  # static first, then one symbolic entry
+
+
+def test_a_size_as_a_scalar_operand_and_the_last_index_stay_symbolic():
+    def f(ids, pos):
+        last = ids[:, -1]          # select at -1: a symbolic offset
+        tail = ids[:, -1:]         # slice from -1
+        return pos + ids.shape[1], last * 2, tail + 1   # a size as add's scalar
+
+    g = fastdyn.jit(f)
+    pos = torch.arange(4)
+    for n in [5, 6, 9, 13]:
+        ids = torch.randint(0, 100, (2, n))
+        for got, want in zip(g(ids, pos), f(ids, pos)):
+            torch.testing.assert_close(got, want)
+    assert fastdyn.stats()["frames_compiled"] == 2
 
 
 def test_a_dynamic_entry_rejects_non_contiguous_inputs():
@@ -164,11 +233,11 @@ def test_arange_over_a_size_keeps_the_symbol():
 
 
 def test_a_size_used_as_a_number_is_specialised():
-    # n as a tensor op's scalar operand is a number in the graph: the dim is specialised, and each
-    # length gets its own entry; results stay right.
+    # n as clamp's bound is a number in the graph (only arithmetic and comparisons take a size
+    # as a scalar operand): the dim is specialised, each length gets its own entry; results stay right.
     def f(x):
         n = x.shape[0]
-        return x + n
+        return torch.clamp(x * 10, max=n)
 
     s = check_sweep(f, lambda n: (torch.randn(n, 3),), [4, 6, 8], dynamic=True)
     assert s["frames_compiled"] == 3, s

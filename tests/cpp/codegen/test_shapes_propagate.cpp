@@ -151,6 +151,64 @@ TEST(ShapesPropagate, TextFormRoundTripsSymbols) {
   EXPECT_EQ(parse_graph(text), g);
 }
 
+// x + y with both lengths symbols of one size: one symbol (the later unified into the earlier),
+// which the text form keeps; pinning either pins both.
+TEST(ShapesPropagate, SizesAnOpNeedsEqualAreUnified) {
+  Graph g = dynamic_input({6, 4}, 0);
+  g.add_input(contiguous({6, 4}));
+  ASSERT_TRUE(shapes::make_dynamic(g, 1, 0));
+  ValueId y = record(g, Family::add, {CallArg::tensor(0), CallArg::tensor(1)});
+  EXPECT_EQ(sizes_text(g.meta(y)), "[s0, 4]");
+  EXPECT_EQ(g.symbols.at(1).same_as, 0);
+  EXPECT_FALSE(g.symbols.at(1).pinned);
+  EXPECT_EQ(shapes::root(g, 1), 0);
+  EXPECT_TRUE(shapes::is_dynamic(g));
+  g.outputs.push_back(y);
+  const std::string text = print_graph(g);
+  EXPECT_NE(text.find("s1 = %1[0] same s0"), std::string::npos) << text;
+  EXPECT_EQ(parse_graph(text), g);
+  shapes::pin(g, 1, "test");
+  EXPECT_TRUE(g.symbols.at(0).pinned);
+  EXPECT_FALSE(shapes::is_dynamic(g));
+}
+
+// Different sizes at the traced call cannot be one symbol: both pin, as before.
+TEST(ShapesPropagate, SizesOfDifferentHintsPinInsteadOfUnifying) {
+  Graph g = dynamic_input({6, 4}, 0);
+  g.add_input(contiguous({1, 4}));
+  ValueId y = record(g, Family::add, {CallArg::tensor(0), CallArg::tensor(1)});
+  EXPECT_EQ(sizes_text(g.meta(y)), "[s0, 4]");  // broadcasting against 1 keeps it
+  Graph h = dynamic_input({6, 4}, 0);
+  h.add_input(contiguous({5, 4}));
+  ASSERT_TRUE(shapes::make_dynamic(h, 1, 0));
+  CaptureResult r = record_call(h, CaptureContext{}, Family::add, {CallArg::tensor(0), CallArg::tensor(1)}, {});
+  EXPECT_FALSE(r.ok);  // eager raises: 6 vs 5
+}
+
+// x[:, -1:] and x[:, -1] along a symbolic dim: the views' storage offsets are symbolic, and the
+// specialised graphs read the last column at every size.
+TEST(ShapesPropagate, TheLastIndexGivesASymbolicOffset) {
+  Graph g = dynamic_input({3, 8}, 1);
+  ValueId tail = record(g, Family::getitem, {CallArg::tensor(0), CallArg::tuple({CallArg::slice(std::nullopt, std::nullopt, std::nullopt),
+                                                                                   CallArg::slice(-1, std::nullopt, std::nullopt)})});
+  ValueId last = record(g, Family::select, {CallArg::tensor(0), CallArg::of_int(1), CallArg::of_int(-1)});
+  ASSERT_TRUE(shapes::is_dynamic(g));
+  ASSERT_EQ(g.meta(last).sym_offset.size(), 1u);
+  EXPECT_EQ(g.meta(last).sym_offset[0].str(), "s0 - 1");
+  ValueId a = record(g, Family::mul, {CallArg::tensor(tail), CallArg::of_double(2.0)});
+  ValueId b = record(g, Family::add, {CallArg::tensor(last), CallArg::of_double(1.0)});
+  g.outputs = {a, b};
+  EXPECT_EQ(parse_graph(print_graph(g)), g);
+  for (int64_t n : {2, 5, 11}) {
+    Graph sg = shapes::specialize(g, {n});
+    EXPECT_EQ(sg.meta(last).storage_offset, n - 1);
+    at::Tensor x = at::randn({3, n});
+    std::vector<at::Tensor> out = compile_aten(sg)->run({x});
+    EXPECT_TRUE(at::equal(out.at(0), x.narrow(1, -1, 1) * 2));
+    EXPECT_TRUE(at::equal(out.at(1), x.select(1, -1) + 1));
+  }
+}
+
 // One symbolic graph, specialised to several sizes, computes what eager does at each.
 TEST(ShapesPropagate, SpecialisedGraphsRunLikeEagerAtEverySize) {
   Graph g = dynamic_input({8, 64}, 0);

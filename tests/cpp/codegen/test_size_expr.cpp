@@ -115,5 +115,20 @@ TEST(Relation, DecidedOnceAtCompileTime) {
   EXPECT_FALSE(simplify({Relation::eq(s0, s1), Relation::ne(s0 + 1, s0 + 1)}).has_value()) << "a contradiction";
 }
 
+// The linear view guards use: constant + sum coef * symbol, or nothing for // % and products.
+TEST(SizeExpr, LinearFormIsWhatGuardRelationsHold) {
+  const SizeExpr s0 = SizeExpr::symbol(0), s1 = SizeExpr::symbol(1);
+  const auto l = (SizeExpr(3) * s1 - s0 + SizeExpr(-21)).linear();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->constant, -21);
+  ASSERT_EQ(l->terms.size(), 2u);
+  EXPECT_EQ(l->terms[0], (std::pair<SymbolId, int64_t>{0, -1}));
+  EXPECT_EQ(l->terms[1], (std::pair<SymbolId, int64_t>{1, 3}));
+  EXPECT_TRUE(SizeExpr(7).linear());
+  EXPECT_FALSE((s0 * s1).linear());
+  EXPECT_FALSE((s0 * s0).linear());
+  EXPECT_FALSE(floordiv(s0, SizeExpr(4)).linear());
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen::shapes

@@ -1,0 +1,122 @@
+"""What sizes as symbols cost (issue 19's targets): compile time and per-call guard time.
+
+    python3 bench/dynamic_overhead.py
+
+compile: for each case, the first call of a function compiled with static sizes
+  (jit(dynamic=False)) against the first call of the same function with size symbols
+  (jit(dynamic=True)), each in its own fresh process with a cold kernel cache and compiling on
+  the calling thread, median of 3 processes; also each process's stats()['compile_seconds']
+  (trace, symbolic propagation, guards and bytecode: the entry's own compile) separately from
+  the first call's total (which adds lowering and LLVM for the kernels at that size).
+guards: a graph of 10 tensor inputs (one op each), called with 1-element-per-row tensors so
+  that the work is negligible: median per-call time with every dim static, with every dim a
+  size symbol, and eager, interleaved in one process (steady state; the difference between the
+  first two is the extra guard work of symbolic dims).
+Also compared with torch.compile on the compile side (dynamic=False and dynamic=True first
+call, in fresh processes).
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = r"""
+import json, sys, time
+import torch
+import torch.nn.functional as F
+torch.set_num_threads(2)
+
+def pointwise(x):
+    return ((x * 2 + 1).sin() * x).relu() - 0.5
+
+def reduction(x):
+    return (x * x).sum(-1) + x.amax(-1)
+
+def softmax_ln(x):
+    h = F.layer_norm(x, (x.shape[-1],))
+    return torch.softmax(h * 2, dim=-1)
+
+CASES = {"pointwise": (pointwise, (64, 256)), "reduction": (reduction, (64, 512)), "softmax_ln": (softmax_ln, (8, 384))}
+case, mode, dynamic = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+fn, shape = CASES[case]
+x = torch.randn(*shape)
+if mode == "fastdyn":
+    import fastdyn
+    fastdyn.set_background_compile(False)
+    run = fastdyn.jit(fn, dynamic=dynamic)
+else:
+    run = torch.compile(fn, dynamic=dynamic)
+t = time.perf_counter()
+run(x)
+first = time.perf_counter() - t
+out = {"first_call_ms": first * 1e3}
+if mode == "fastdyn":
+    out["compile_ms"] = fastdyn.stats()["compile_seconds"] * 1e3
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run_child(case, mode, dynamic):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["FASTDYN_CACHE_DIR"] = tempfile.mkdtemp(prefix="fd_dyn_compile_")
+    env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_dyn_compile_")  # cold, like fastdyn's
+    p = subprocess.run([sys.executable, "-c", CHILD, case, mode, "1" if dynamic else "0"],
+                       capture_output=True, text=True, env=env, timeout=900)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError((p.stderr.strip().splitlines() or ["no output"])[-1])
+
+
+def compile_table():
+    print("| case | mode | first call, static sizes (ms) | first call, size symbols (ms) | ratio | fastdyn entry compile static / symbolic (ms) |")
+    print("|---|---|---:|---:|---:|---|")
+    for case in ["pointwise", "reduction", "softmax_ln"]:
+        for mode in ["fastdyn", "inductor"]:
+            res = {}
+            for dynamic in (False, True):
+                runs = [run_child(case, mode, dynamic) for _ in range(3)]
+                res[dynamic] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            s, d = res[False]["first_call_ms"], res[True]["first_call_ms"]
+            entry = (f"{res[False]['compile_ms']:.2f} / {res[True]['compile_ms']:.2f}" if mode == "fastdyn" else "-")
+            print(f"| {case} | {mode} | {s:.1f} | {d:.1f} | {d / s:.2f} | {entry} |", flush=True)
+
+
+def guard_table():
+    import time
+    import torch
+    import fastdyn
+    fastdyn.set_background_compile(False)
+
+    def ten(a, b, c, d, e, f, g, h, i, j):
+        return a + b + c + d + e + f + g + h + i + j
+
+    xs = [torch.randn(4, 1) for _ in range(10)]
+    modes = {"eager": ten, "static": fastdyn.jit(ten, dynamic=False), "symbolic": fastdyn.jit(ten, dynamic=True)}
+    for f in modes.values():
+        for _ in range(20):
+            f(*xs)
+    samples = {m: [] for m in modes}
+    for _ in range(30):  # interleaved rounds
+        for m, f in modes.items():
+            t = time.perf_counter_ns()
+            for _ in range(200):
+                f(*xs)
+            samples[m].append((time.perf_counter_ns() - t) / 200 / 1e3)
+    med = {m: statistics.median(v) for m, v in samples.items()}
+    print()
+    print("| 10-input graph, per call (us) | eager | static sizes | size symbols | symbols - static |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| median of 30 interleaved rounds | {med['eager']:.2f} | {med['static']:.2f} | {med['symbolic']:.2f} | "
+          f"{med['symbolic'] - med['static']:+.2f} |")
+    s = fastdyn.stats()
+    print(f"\n(frames compiled {s['frames_compiled']}, sizes compiled {s['sizes_compiled']})")
+
+
+if __name__ == "__main__":
+    compile_table()
+    guard_table()
