@@ -146,7 +146,11 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
 // (llvm_cpu) with config().background_compile compiles on the background worker and the graph
 // runs on aten until it is ready, unless it is in the disk cache and large enough that loading it
 // now beats running it op by op (a warm start: PreparedGraph::load_now).
-runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested);
+// `reuse_kernels`: first try the executable from kernels already built (a dynamic entry at a new
+// size: most of its kernels do not depend on that size and were built for an earlier one), which
+// then runs compiled from its first call instead of on aten.
+runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
+                                     bool reuse_kernels = false);
 
 // A graph with live size symbols: one executable for every size, which compiles the graph
 // specialised to a call's sizes the first time it meets them (runtime/dynamic_executable.h).
@@ -168,12 +172,13 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
         std::vector<int64_t> binding = hints;
         for (size_t i = 0; i < ids.size(); ++i) binding[ids[i]] = sizes[i];
         stats().sizes_compiled++;
-        return compile_graph(codegen::shapes::specialize(*graph, binding), qn.c_str(), requested);
+        return compile_graph(codegen::shapes::specialize(*graph, binding), qn.c_str(), requested, /*reuse_kernels=*/true);
       },
       std::move(program));
 }
 
-runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested) {
+runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
+                                     bool reuse_kernels) {
   if (codegen::shapes::is_dynamic(g)) return compile_dynamic(g, qualname, requested);
   const codegen::Backend backend = codegen::resolve_backend(requested, g);
   if (backend == codegen::Backend::Aten) return codegen::compile_aten(g);
@@ -184,7 +189,9 @@ runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualna
       throw InternalError("injected backend failure (test hook) at " + (g.nodes.empty() ? std::string("an empty graph") : codegen::print_node(g, g.nodes.front())));
     codegen::PreparedGraph prepared = codegen::prepare_graph(g, backend);
     runtime::ExecutablePtr exe;
-    if (prepared.load_now && (exe = prepared.load_now())) {
+    if (reuse_kernels && prepared.from_cache && (exe = prepared.from_cache())) {
+      if (log_code) log_event("code", std::string(qualname) + ": every kernel was built before: compiled from the first call at these sizes");
+    } else if (prepared.load_now && (exe = prepared.load_now())) {
       if (log_code) log_event("code", std::string(qualname) + ": kernels loaded from the disk cache for the first call (a warm start)");
     } else if (prepared.tiered && config().background_compile) {
       std::string pending = prepared.program;

@@ -81,6 +81,7 @@ PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
     p.program = std::move(llvm.program);
     p.finish = std::move(llvm.finish);
     p.load_now = std::move(llvm.load_now);
+    p.from_cache = std::move(llvm.from_cache);
     return p;
   }
 #endif

@@ -44,6 +44,8 @@ struct PreparedGraph {
   std::string program;
   std::function<runtime::ExecutablePtr()> finish;
   std::function<runtime::ExecutablePtr()> load_now;
+  // The executable from kernels already built, or nullptr (codegen/llvm/backend.h's from_cache).
+  std::function<runtime::ExecutablePtr()> from_cache;
 };
 // Throws the backend's refusal (loop::Unsupported: the graph runs on aten, by design) or its
 // failure (any other exception: a compiler bug the caller reports).

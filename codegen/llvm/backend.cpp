@@ -324,6 +324,7 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
     return std::make_shared<LlvmExecutable>(std::move(*p), text, std::move(calls), std::move(*externs), aliased, constants);
   };
   prepared.finish = [build] { return build(true); };
+  prepared.from_cache = [build] { return build(false); };
   const double load_ms = double(p->kernels.size()) * kLoadMsPerKernel + (llvm_jit::engine_ready() ? 0.0 : kEngineBuildMs);
   if (!p->kernels.empty() && kernel_bytes(*p) / kAtenBytesPerMs > load_ms + kMinGainMs && llvm_jit::program_recorded(text))
     prepared.load_now = [build] { return build(false); };

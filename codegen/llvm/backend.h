@@ -35,6 +35,10 @@ struct PreparedLlvm {
   std::string program;  // what the finished executable's describe() will say
   std::function<runtime::ExecutablePtr()> finish;  // throws BackendError/InternalError
   std::function<runtime::ExecutablePtr()> load_now;  // may be empty; throws what finish throws
+  // The executable from kernels built before (the memory cache, then the disk), or nullptr having
+  // compiled nothing: for a caller that expects them built (a dynamic entry at a new size, whose
+  // kernels mostly do not depend on it). Not gated like load_now; at most one of the three succeeds.
+  std::function<runtime::ExecutablePtr()> from_cache;
 };
 PreparedLlvm prepare_llvm_cpu(const Graph& g);  // rewrite_graph(g), then the overload below
 // From the graph-level passes' result (codegen/graph_passes.h): the loop pipeline and the rest.

@@ -253,3 +253,26 @@ def test_a_size_returned_to_python_is_specialised():
         y, m = g(x)
         torch.testing.assert_close(y, x.sin())
         assert m == n * 2
+
+
+def test_a_new_size_whose_kernels_were_built_runs_compiled_at_once():
+    # A decode step: the KV length varies, the kernels over the one new token do not. At a new
+    # length the entry's graph is specialised again; its kernels are all in the cache, so the
+    # first call at that length runs them (no background compile, no aten detour).
+    def step(q, k):
+        scores = q @ k.transpose(-1, -2)  # extern: the only op over the varying length
+        return scores, (q * 2).relu().sin()
+
+    fastdyn.set_background_compile(True)
+    g = fastdyn.jit(step, dynamic=True)
+    q = torch.randn(1, 16)
+    g(q, torch.randn(5, 16))
+    fastdyn.synchronize()
+    before = fastdyn.stats()["background_compiles"]
+    for n in [6, 9, 17]:
+        k = torch.randn(n, 16)
+        for got, want in zip(g(q, k), step(q, k)):
+            torch.testing.assert_close(got, want)
+    s = fastdyn.stats()
+    assert s["background_compiles"] == before, s
+    assert s["sizes_compiled"] == 4, s
