@@ -166,7 +166,7 @@ CaptureResult sized_factory(BindCall& call, const Signature& sig, const SizedFac
   Ints sizes = a.ints("size");
   TensorMeta out;
   if (!factory_meta(f.name, o, dtype, o.device.value_or(kCpu), sizes, contiguous_strides(sizes), out, err)) return err;
-  std::vector<Arg> args{Arg::of_ints(sizes)};
+  std::vector<Arg> args{ints_arg(sizes, a.sym_ints("size"))};  // sizes from x.shape stay symbols
   if (fill) args.push_back(number_arg(a.get("fill_value")));
   push_tail(args, dtype, o.device);
   if (f.memory_format) args.push_back(Arg::none());
@@ -217,7 +217,7 @@ CaptureResult new_factory(BindCall& call, const Signature& sig, const char* name
   TensorMeta out;
   if (!factory_meta(name, o, dtype, o.device.value_or(m.device), sizes, contiguous_strides(sizes), out, err))
     return err;
-  std::vector<Arg> args{Arg::of_value(self), Arg::of_ints(sizes)};
+  std::vector<Arg> args{Arg::of_value(self), ints_arg(sizes, a.sym_ints("size"))};
   if (fill) args.push_back(number_arg(a.get("fill_value")));
   push_tail(args, dtype, o.device);
   return emit_factory(call, op, std::move(args), out, o.requires_grad);

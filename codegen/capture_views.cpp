@@ -59,10 +59,11 @@ ValueId emit_transpose(BindCall& c, ValueId self, int64_t d0, int64_t d1) {
 }
 
 // expand(self, sizes) after validation; `sizes` as the user gave them (-1 allowed).
-CaptureResult expand_to(BindCall& c, const char* op, ValueId self, const Ints& sizes) {
+// `sym`: the sizes' expressions where they come from sizes (x.expand(b, t) with t = y.shape[1]).
+CaptureResult expand_to(BindCall& c, const char* op, ValueId self, const Ints& sizes, const std::vector<shapes::SizeExpr>& sym = {}) {
   MetaResult r = meta::expand(c.graph.meta(self), sizes);
   if (!r.ok()) return fail(op, r.error);
-  return tensor_result(emit1(c.graph, OpId::expand, {Arg::of_value(self), Arg::of_ints(sizes), Arg::of_bool(false)},
+  return tensor_result(emit1(c.graph, OpId::expand, {Arg::of_value(self), ints_arg(sizes, sym), Arg::of_bool(false)},
                              r.meta));
 }
 
@@ -334,17 +335,19 @@ CaptureResult bind_squeeze(BindCall& call) {
 
 CaptureResult bind_expand(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "expand(Tensor input, int[] *size)");
-  return expand_to(call, "expand", a.tensor("input"), a.ints("size"));
+  return expand_to(call, "expand", a.tensor("input"), a.ints("size"), a.sym_ints("size"));
 }
 
 CaptureResult bind_expand_as(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "expand_as(Tensor input, Tensor other)");
-  return expand_to(call, "expand_as", a.tensor("input"), call.graph.meta(a.tensor("other")).sizes);
+  const TensorMeta& other = call.graph.meta(a.tensor("other"));
+  const Ints sizes = other.sizes;  // NB: a copy: emitting the node grows the graph's values
+  return expand_to(call, "expand_as", a.tensor("input"), sizes, shapes::sizes_of(other));
 }
 
 CaptureResult bind_broadcast_to(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "broadcast_to(Tensor input, int[] size)");
-  return expand_to(call, "broadcast_to", a.tensor("input"), a.ints("size"));
+  return expand_to(call, "broadcast_to", a.tensor("input"), a.ints("size"), a.sym_ints("size"));
 }
 
 // ---- copies ----------------------------------------------------------------------------------

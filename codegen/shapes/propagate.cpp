@@ -60,10 +60,10 @@ SymbolId lone_symbol(const SizeExpr& e) {
 void require_equal(const Graph& g, Outcome& o, const SizeExpr& a, const SizeExpr& b) {
   if (a == b) return;
   SymbolId sa = lone_symbol(a), sb = lone_symbol(b);
-  // s0 + 1 against s1 + 1 (two caches grown by one token each): the same as s0 against s1.
+  // s0 + 1 against s1 + 1 (two caches grown by one token each), 64*s0 against 64*s1 (a view's
+  // element count): the same as s0 against s1.
   if (const std::optional<SizeExpr::Linear> d = (a - b).linear();
-      d && d->constant == 0 && d->terms.size() == 2 && d->terms[0].second == -d->terms[1].second &&
-      (d->terms[0].second == 1 || d->terms[0].second == -1)) {
+      d && d->constant == 0 && d->terms.size() == 2 && d->terms[0].second == -d->terms[1].second) {
     sa = d->terms[0].first;
     sb = d->terms[1].first;
   }
@@ -80,10 +80,7 @@ void require_equal(const Graph& g, Outcome& o, const SizeExpr& a, const SizeExpr
 
 // Right-aligned broadcast of the Value arguments' shapes (ATen's rule): per dim the one size
 // that is not 1; different symbolic sizes there are pinned.
-Exprs broadcast(const Graph& g, const Node& n, Outcome& o) {
-  std::vector<Exprs> shapes;
-  for (size_t a = 0; a < n.args.size(); ++a)
-    if (is_value(n, a)) shapes.push_back(sizes_of(in_meta(g, n, a)));
+Exprs broadcast_shapes(const Graph& g, const std::vector<Exprs>& shapes, Outcome& o) {
   size_t rank = 0;
   for (const Exprs& s : shapes) rank = std::max(rank, s.size());
   Exprs out(rank, SizeExpr(1));
@@ -99,6 +96,13 @@ Exprs broadcast(const Graph& g, const Node& n, Outcome& o) {
     if (chosen) out[d] = *chosen;
   }
   return out;
+}
+
+Exprs broadcast(const Graph& g, const Node& n, Outcome& o) {
+  std::vector<Exprs> shapes;
+  for (size_t a = 0; a < n.args.size(); ++a)
+    if (is_value(n, a)) shapes.push_back(sizes_of(in_meta(g, n, a)));
+  return broadcast_shapes(g, shapes, o);
 }
 
 void same_as(const Graph& g, const Node& n, size_t arg, Outcome& o) {
@@ -297,6 +301,40 @@ void rule_embedding(const Graph& g, const Node& n, Outcome& o) {
   o.sizes.push_back(std::move(out));
 }
 
+// x[i, j] with integer index tensors (aten::index.Tensor; -1 in the list is a None, a full dim):
+// the indices broadcast together; their shape replaces the indexed dims where those are adjacent,
+// and leads otherwise (ATen's rule). Boolean masks give data-dependent sizes: pinned.
+void rule_index(const Graph& g, const Node& n, Outcome& o) {
+  if (!is_value(n, 0) || n.args.size() < 2 || n.args[1].kind != Arg::Kind::ValueList) return void(o.pin_all = true);
+  const Exprs self = sizes_of(in_meta(g, n, 0));
+  const std::vector<ValueId>& idx = n.args[1].values;
+  std::vector<Exprs> shapes;
+  int64_t first = -1, last = -1;
+  for (size_t k = 0; k < idx.size(); ++k) {
+    if (idx[k] < 0) continue;
+    const c10::ScalarType t = g.meta(idx[k]).dtype;
+    if (t == c10::ScalarType::Bool || t == c10::ScalarType::Byte) return void(o.pin_all = true);
+    shapes.push_back(sizes_of(g.meta(idx[k])));
+    if (first < 0) first = static_cast<int64_t>(k);
+    last = static_cast<int64_t>(k);
+  }
+  if (first < 0 || idx.size() > self.size()) return void(o.pin_all = true);
+  bool adjacent = true;
+  for (int64_t k = first; k <= last; ++k) adjacent = adjacent && idx[static_cast<size_t>(k)] >= 0;
+  const Exprs b = broadcast_shapes(g, shapes, o);
+  Exprs out;
+  if (adjacent) {
+    out.insert(out.end(), self.begin(), self.begin() + first);
+    out.insert(out.end(), b.begin(), b.end());
+    out.insert(out.end(), self.begin() + last + 1, self.end());
+  } else {
+    out = b;
+    for (size_t k = 0; k < self.size(); ++k)
+      if (k >= idx.size() || idx[k] < 0) out.push_back(self[k]);
+  }
+  o.sizes.push_back(std::move(out));
+}
+
 void rule_same_shape(const Graph& g, const Node& n, Outcome& o) {
   if (!is_value(n, 0)) return void(o.pin_all = true);
   for (size_t a = 1; a < n.args.size(); ++a)
@@ -305,6 +343,14 @@ void rule_same_shape(const Graph& g, const Node& n, Outcome& o) {
 }
 
 void rule_factory(const Graph& g, const Node& n, Outcome& o) {
+  // zeros(size), full(size, v), new_ones(self, size) & co.: the sizes given, row-major. (No
+  // other factory row takes an int[].)
+  for (const Arg& a : n.args)
+    if (a.kind == Arg::Kind::IntList) {
+      o.sizes.push_back(ints_of(g, a));
+      o.strides.emplace_back(contiguous_strides(o.sizes.back()));
+      return;
+    }
   for (size_t a = 0; a < n.args.size(); ++a)
     if (is_value(n, a)) return same_as(g, n, a, o);  // zeros_like & co.
   // arange(start, end, step) over sizes (torch.arange(x.shape[1])): ints with a positive step
@@ -322,6 +368,40 @@ void rule_factory(const Graph& g, const Node& n, Outcome& o) {
 
 // Views: sizes and strides. Dims whose size is static and whose stride is constant can be
 // sliced, split or selected with the traced offsets; anything else along a symbolic dim pins.
+// ATen's computeStride over expressions: the strides of a view of `sizes` to `shape` over a
+// tensor of `strides`, or nullopt where the dims cannot be regrouped at every size. Chunks of
+// input dims that are row-major among themselves (decided structurally, so at every size) map to
+// runs of view dims of the same element count (checked structurally at each chunk's end); how
+// many view dims a chunk takes is read at the traced sizes, and the count check makes it right
+// at any other.
+std::optional<Exprs> view_strides(const Graph& g, const Exprs& sizes, const Exprs& strides, const Exprs& shape) {
+  const std::vector<int64_t> h = hints(g);
+  auto at = [&](const SizeExpr& e) { return e.evaluate(h).value_or(-1); };
+  Exprs out(shape.size(), SizeExpr(0));
+  if (sizes.empty()) return std::nullopt;
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  SizeExpr chunk_base = strides.back(), tensor_numel(1), view_numel(1);
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    tensor_numel = tensor_numel * sizes[static_cast<size_t>(d)];
+    const bool chunk_ends = d == 0 || (sizes[static_cast<size_t>(d - 1)] != SizeExpr(1) &&
+                                       strides[static_cast<size_t>(d - 1)] != tensor_numel * chunk_base);
+    if (!chunk_ends) continue;
+    while (view_d >= 0 && (at(view_numel) < at(tensor_numel) || shape[static_cast<size_t>(view_d)] == SizeExpr(1))) {
+      out[static_cast<size_t>(view_d)] = view_numel * chunk_base;
+      view_numel = view_numel * shape[static_cast<size_t>(view_d)];
+      --view_d;
+    }
+    if (view_numel != tensor_numel) return std::nullopt;
+    if (d > 0) {
+      chunk_base = strides[static_cast<size_t>(d - 1)];
+      tensor_numel = SizeExpr(1);
+      view_numel = SizeExpr(1);
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
 void rule_view(const Graph& g, const Node& n, Outcome& o) {
   if (!is_value(n, 0)) return void(o.pin_all = true);
   const TensorMeta& in = in_meta(g, n, 0);
@@ -378,23 +458,26 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
   }
   if (id == "expand") {
     const std::vector<int64_t>& target = n.args[1].ints;
+    const Exprs t = ints_of(g, n.args[1]);  // the target's expressions (numbers or sizes)
     const size_t shift = target.size() - s.size();
     Exprs sz, sd;
     for (size_t d = 0; d < target.size(); ++d) {
       const bool old = d >= shift;
-      if (target[d] == -1 || (old && !s[d - shift].is_constant())) {
-        if (old && target[d] != -1) pin_expr(o, s[d - shift]);  // a number where a symbol was
+      if (target[d] == -1) {
         sz.push_back(s[d - shift]);
         sd.push_back(st[d - shift]);
-      } else {
-        sz.push_back(SizeExpr(target[d]));
+      } else if (old && s[d - shift] != SizeExpr(1)) {  // kept: it must be the target's size
+        require_equal(g, o, s[d - shift], t[d]);
+        sz.push_back(s[d - shift]);
+        sd.push_back(st[d - shift]);
+      } else {  // a new dim, or a dim of 1 broadcast to the target
+        sz.push_back(t[d]);
         sd.push_back(old && in.sizes[d - shift] == target[d] ? st[d - shift] : SizeExpr(0));
       }
     }
     return emit(sz, sd);
   }
   if (id == "view") {
-    if (contiguous_strides(s) != st) return void(o.pin_all = true);
     SizeExpr numel(1);
     for (const SizeExpr& e : s) numel = numel * e;
     SizeExpr known(1);
@@ -410,11 +493,16 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
       if (q * known != numel) return void(o.pin_all = true);  // not an exact quotient symbolically
       sz[static_cast<size_t>(infer)] = q;
     } else if (known != numel) {
-      // the shape is numbers (or other symbols): the sizes of both are what they were
-      pin_expr(o, numel);
-      pin_expr(o, known);
+      // the shape is numbers or other symbols: one symbol for both where that makes them equal,
+      // else the sizes of both are what they were
+      require_equal(g, o, numel, known);
+      return emit(sz, contiguous_strides(sz));
     }
-    return emit(sz, contiguous_strides(sz));
+    if (contiguous_strides(s) == st) return emit(sz, contiguous_strides(sz));
+    // A strided input (one part of a split, a transposed tensor): the view regroups its dims
+    // chunk by chunk, as ATen's computeStride does, where each chunk is row-major within.
+    if (std::optional<Exprs> vs = view_strides(g, s, st, sz)) return emit(sz, *vs);
+    return void(o.pin_all = true);
   }
   // Slicing, splitting and selecting along a static dim with a constant stride keep the other
   // dims' symbols (offsets and the sliced dim are the traced call's numbers).
@@ -502,7 +590,7 @@ const std::unordered_map<std::string, Rule>& rules() {
       {"InPlace", rule_inplace},     {"Reduce", rule_reduce},        {"Norm", rule_norm},
       {"Matmul", rule_matmul},       {"Embedding", rule_embedding},  {"Dropout", rule_same_shape},
       {"Layout", rule_same_shape},   {"Factory", rule_factory},      {"View", rule_view},
-      {"Attention", rule_attention}, {"Join", rule_join},
+      {"Attention", rule_attention}, {"Join", rule_join},           {"Index", rule_index},
   };
   return table;
 }
@@ -559,7 +647,9 @@ bool apply_rule(Graph& g, const Node& n) {
   auto it = table.find(op_info(n.op).rule);
   if (it == table.end()) o.pin_all = true;
   else it->second(g, n, o);
-  const std::string why = qualified_name(n.op) + (o.pin_all ? " has no symbolic rule for these inputs" : " needs these sizes equal or as numbers");
+  std::string why = qualified_name(n.op) + (o.pin_all ? " has no symbolic rule for these inputs" : " needs these sizes equal or as numbers");
+  if (is_value(n, 0))  // what it was given: the first input's sizes and strides
+    why += " (" + exprs_text(sizes_of(in_meta(g, n, 0))) + "{" + exprs_text(strides_of(in_meta(g, n, 0))).substr(1) + ")";
   if (o.pin_all || o.sizes.size() != n.outputs.size()) {
     pin_inputs(g, n, why);
     return false;
@@ -652,6 +742,16 @@ bool takes_symbolic_ints(Family f) {
     case Family::layer_norm:
     case Family::rms_norm:
     case Family::arange:
+    case Family::zeros:
+    case Family::ones:
+    case Family::empty:
+    case Family::full:
+    case Family::new_zeros:
+    case Family::new_ones:
+    case Family::new_empty:
+    case Family::new_full:
+    case Family::expand:
+    case Family::broadcast_to:
     // A scalar operand passes through to the node (meta_rules.h's scalar_arg): its value does
     // not shape the output, and these binders decide nothing from it.
     case Family::add:

@@ -276,3 +276,28 @@ def test_a_new_size_whose_kernels_were_built_runs_compiled_at_once():
     s = fastdyn.stats()
     assert s["background_compiles"] == before, s
     assert s["sizes_compiled"] == 4, s
+
+
+def test_model_patterns_keep_the_sequence_symbol():
+    # What GPT-2 and Llama do with the sequence length: a view of one part of a split (strided),
+    # new_ones / expand / arange over sizes, and advanced indexing with index tensors built from
+    # them (the attention mask): one dynamic entry serves every length.
+    w = torch.randn(96, 32)
+
+    def f(x, ids):
+        b, t = ids.shape
+        q, k, v = F.linear(x, w).split(32, dim=-1)
+        q = q.view(b, t, 4, 8).transpose(1, 2)
+        mask = ids.new_ones((b, t)).bool()
+        pos = torch.arange(t).unsqueeze(0).expand(b, t)
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        rows = torch.arange(t)
+        picked = causal[rows[:, None], rows[None, :]]
+        return q.sum(-1), mask, pos * 2, picked, k.expand_as(v) + v
+
+    g = fastdyn.jit(f)
+    for t in [5, 9, 17, 6, 33]:
+        x, ids = torch.randn(2, t, 32), torch.randint(0, 10, (2, t))
+        for got, want in zip(g(x, ids), f(x, ids)):
+            torch.testing.assert_close(got, want)
+    assert fastdyn.stats()["frames_compiled"] == 2
