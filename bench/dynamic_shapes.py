@@ -33,18 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = r"""
 import json, random, statistics, sys, time
 import torch
-import torch.nn.functional as F
 torch.set_num_threads(2)
-
-def pointwise(x):
-    return ((x * 2 + 1).sin() * x).relu() - 0.5
-
-def reduction(x):
-    return (x * x).sum(-1) + x.amax(-1)
-
-def softmax_ln(x):
-    h = F.layer_norm(x, (x.shape[-1],))
-    return torch.softmax(h * 2, dim=-1)
+from dynamic_cases import pointwise, reduction, softmax_ln
 
 CASES = {"pointwise": (pointwise, lambda n: (n, 256)), "reduction": (reduction, lambda n: (n, 512)),
          "softmax_ln": (softmax_ln, lambda n: (8, n))}
@@ -99,7 +89,7 @@ print("RESULT " + json.dumps(out))
 
 
 def run_child(case, mode, lengths, static=False):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.path.join(ROOT, "bench")]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.setdefault("FASTDYN_CACHE_DIR", tempfile.mkdtemp(prefix="fd_dyn_cache_"))  # a cold kernel cache
     p = subprocess.run([sys.executable, "-c", CHILD, case, mode, json.dumps(lengths), "1" if static else "0"],
                        capture_output=True, text=True, env=env, timeout=1800)
