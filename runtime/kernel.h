@@ -1,0 +1,34 @@
+// runtime/kernel.h — a compiled kernel, ready to launch: the interface every backend's kernels
+// implement (runtime/ layer; no backend, no compiler here).
+//
+// A runtime::Program (program.h) launches its kernels through this interface alone, so the
+// executor never knows which backend built them. ARCHITECTURE.md calls the seam a
+// "KernelLauncher"; it is one object per compiled kernel that launches itself, rather than a
+// per-backend launcher handed an opaque kernel handle, because everything a launch needs is per
+// kernel and fixed at compile time: the entry point, what keeps its code loaded, its launch
+// geometry. A launcher object apart would hold no state and would need the same type-erased
+// handle back on every call.
+//
+// Implementations: HostKernel (host_kernel.h), a host function called directly on the calling
+// thread (llvm_cpu's kernels take ATen's thread pool from inside, runtime/parallel.h). A CUDA
+// kernel will hold its CUfunction, its module and grid, and the device it was built for, and
+// launch on PyTorch's current stream of that device (c10::cuda::getCurrentCUDAStream(device)),
+// asynchronously; its error status would then live in device memory, checked where the program
+// synchronises anyway, not by a copy back on every launch.
+#pragma once
+
+namespace fastdyn::runtime {
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // args[i] is the data pointer of the kernel's i-th tensor argument (nullptr for an undefined
+  // tensor), in the order the backend fixed when it compiled the kernel (Program's KernelLaunch).
+  // Throws fastdyn::BackendError when the kernel reports a failure (an index out of range).
+  // NB: kernels whose sizes are symbols (ARCHITECTURE "Sizes are symbols") will take the call's
+  // sizes as a second argument here: `launch(void** args, const int64_t* sizes)`, the sizes read
+  // once per call by the executor from its inputs.
+  virtual void launch(void** args) const = 0;
+};
+
+}  // namespace fastdyn::runtime

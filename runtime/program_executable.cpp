@@ -1,0 +1,115 @@
+// runtime/program_executable.cpp — see program_executable.h.
+#include "runtime/program_executable.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "runtime/errors.h"
+
+namespace fastdyn::runtime {
+namespace {
+
+// The bytes a tensor's elements can touch: [lo, hi).
+std::pair<uintptr_t, uintptr_t> extent(const at::Tensor& t) {
+  const auto base = reinterpret_cast<uintptr_t>(t.data_ptr());
+  int64_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t span = (t.size(d) - 1) * t.stride(d);
+    (span < 0 ? lo : hi) += span;
+  }
+  const auto item = static_cast<int64_t>(t.element_size());
+  return {base + static_cast<uintptr_t>(lo * item), base + static_cast<uintptr_t>((hi + 1) * item)};
+}
+
+at::Tensor materialise(const SlotTensor& s, const std::vector<at::Tensor>& slots) {
+  const at::Tensor& t = slots[static_cast<size_t>(s.slot)];
+  if (!s.view) return t;
+  return t.as_strided(s.sizes, s.strides, t.storage_offset() + s.offset_delta);
+}
+
+}  // namespace
+
+ProgramExecutable::ProgramExecutable(Program p) : p_(std::move(p)) {
+  check_program(p_);
+  for (const Step& step : p_.steps)
+    if (const auto* launch = std::get_if<KernelLaunch>(&step)) max_kernel_args_ = std::max(max_kernel_args_, launch->args.size());
+}
+
+std::vector<at::Tensor> ProgramExecutable::run(const std::vector<at::Tensor>& inputs) {
+  if (inputs.size() != p_.input_slots.size())
+    throw UserError(p_.backend + " backend: graph takes " + std::to_string(p_.input_slots.size()) + " inputs, got " +
+                    std::to_string(inputs.size()));
+  if (p_.mutated_inputs.empty()) return run_steps(inputs);
+  if (overlaps_another_input(inputs)) return p_.aliased->run(inputs);
+  std::vector<at::Tensor> outputs;
+  try {
+    outputs = run_steps(inputs);
+  } catch (const std::exception&) {
+    // The write-backs are the kernels' last stores and cannot fail: the inputs are untouched.
+    return p_.aliased->run(inputs);
+  }
+  // NB: after the writes, as eager: for an inference tensor outside inference mode this throws
+  // eager's error with the data already written.
+  for (const MutatedInput& m : p_.mutated_inputs)
+    for (int32_t k = 0; k < m.version_bumps; ++k) inputs[static_cast<size_t>(m.input)].unsafeGetTensorImpl()->bump_version();
+  return outputs;
+}
+
+std::string ProgramExecutable::describe() const { return "backend " + p_.backend + "\n" + p_.text; }
+
+std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tensor>& inputs) const {
+  std::vector<at::Tensor> slots(static_cast<size_t>(p_.num_slots));
+  for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.input_slots[i])] = inputs[i];
+  for (const Constant& c : p_.constants) slots[static_cast<size_t>(c.slot)] = c.value;
+  for (const Buffer& b : p_.buffers) slots[static_cast<size_t>(b.slot)] = at::empty_strided(b.sizes, b.strides, b.options);
+  std::vector<void*> args(max_kernel_args_, nullptr);
+  for (const Step& step : p_.steps) {
+    if (const auto* launch = std::get_if<KernelLaunch>(&step)) {
+      for (size_t i = 0; i < launch->args.size(); ++i) {
+        const at::Tensor& t = slots[static_cast<size_t>(launch->args[i])];
+        args[i] = t.defined() ? t.data_ptr() : nullptr;
+      }
+      launch->kernel->launch(args.data());
+      continue;
+    }
+    const auto& call = *std::get_if<ExternCall>(&step);
+    std::vector<at::Tensor> ins;
+    ins.reserve(call.inputs.size());
+    for (const SlotTensor& s : call.inputs) ins.push_back(materialise(s, slots));
+    std::vector<at::Tensor> outs = call.exe->run(ins);
+    for (size_t o = 0; o < call.outputs.size(); ++o) {
+      const ExternResult& r = call.outputs[o];
+      if (r.slot < 0) continue;
+      at::Tensor t = std::move(outs[o]);
+      // Kernels address extern results with the graph's strides: keep that promise.
+      if (t.defined() && t.strides() != c10::IntArrayRef(r.strides) && t.numel() > 1) {
+        at::Tensor fixed = at::empty_strided(r.sizes, r.strides, t.options());
+        fixed.copy_(t);
+        t = fixed;
+      }
+      slots[static_cast<size_t>(r.slot)] = std::move(t);
+    }
+  }
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(p_.outputs.size());
+  for (const SlotTensor& s : p_.outputs) outputs.push_back(materialise(s, slots));
+  return outputs;
+}
+
+bool ProgramExecutable::overlaps_another_input(const std::vector<at::Tensor>& inputs) const {
+  for (const MutatedInput& m : p_.mutated_inputs) {
+    const at::Tensor& t = inputs[static_cast<size_t>(m.input)];
+    if (t.numel() == 0) continue;
+    const auto [lo, hi] = extent(t);
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (j == static_cast<size_t>(m.input) || !inputs[j].defined() || inputs[j].numel() == 0) continue;
+      const auto [olo, ohi] = extent(inputs[j]);
+      if (olo < hi && lo < ohi) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace fastdyn::runtime

@@ -1,0 +1,41 @@
+// runtime/program_executable.h — the executor of a runtime::Program (program.h), for every
+// backend that compiles to kernels (runtime/ layer).
+//
+// A call places the inputs and constants in their slots, allocates the buffers, runs the steps in
+// order (kernel launches through runtime::Kernel, extern ATen calls with their results brought to
+// the layout the kernels expect), and returns the outputs. Its path builds no string and reads no
+// map: a vector of slots, one of kernel arguments, and per extern call one of its inputs.
+//
+// In-place updates of the caller's tensors: the kernels read every input as it was and write the
+// mutated ones last, which is right only when no other input shares a mutated one's memory
+// (f(x, x), f(x, x[1:])); such calls run the program's `aliased` fallback, the recorded graph op by
+// op on ATen, which mutates exactly as eager. So do calls where a step throws (x.add_(1);
+// x[bad_index]): eager raises with x already written, and ATen replays the ops, mutation and
+// error included. After a successful call the mutated inputs' version counters are bumped.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "runtime/executable.h"
+#include "runtime/program.h"
+
+namespace fastdyn::runtime {
+
+class ProgramExecutable final : public Executable {
+ public:
+  explicit ProgramExecutable(Program p);  // throws InternalError on an inconsistent program
+
+  // UserError when the number of inputs is not the program's; what the steps throw otherwise
+  // (BackendError from a kernel, c10::Error from ATen), unless the aliased fallback runs instead.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override;
+  std::string describe() const override;  // "backend <name>\n" + the program text
+
+ private:
+  std::vector<at::Tensor> run_steps(const std::vector<at::Tensor>& inputs) const;
+  bool overlaps_another_input(const std::vector<at::Tensor>& inputs) const;
+
+  Program p_;
+  size_t max_kernel_args_ = 0;
+};
+
+}  // namespace fastdyn::runtime
