@@ -1,4 +1,5 @@
-// codegen/llvm/backend.cpp — compile_llvm_cpu and its Executable.
+// codegen/llvm/backend.cpp — compile_llvm_cpu: the loop Program's kernels compiled by LLVM, run
+// as a runtime::Program (runtime/program.h).
 #include "codegen/llvm/backend.h"
 
 #include "codegen/aten_backend.h"
@@ -10,6 +11,8 @@
 #include "codegen/llvm/perf_map.h"
 #include "codegen/loop/passes.h"
 #include "runtime/errors.h"
+#include "runtime/host_kernel.h"
+#include "runtime/program_executable.h"
 
 #include <ATen/ATen.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
@@ -24,178 +27,17 @@ namespace fastdyn::codegen {
 namespace {
 
 using loop::ValuePlan;
-using KernelFn = void (*)(void**, int32_t*);
+using KernelFn = runtime::HostKernel::Function;
 
-class LlvmExecutable final : public runtime::Executable {
- public:
-  struct Extern {
-    runtime::ExecutablePtr exe;
-    std::vector<ValueId> inputs, outputs;
-    bool prepacked = false;  // prepacked_linear.h rather than the aten backend
-  };
-  struct Call {
-    KernelFn fn;
-    std::vector<int32_t> slots;  // the kernel's argument array, as slot numbers (kernel_slots)
-    std::shared_ptr<void> hold;  // keeps fn's module linked (the kernel cache may evict it)
-  };
-  struct Run {
-    bool is_kernel;
-    int32_t index;  // calls_ or externs_
-  };
-
-  LlvmExecutable(loop::Program p, std::string text, std::vector<Call> calls, std::vector<Extern> externs,
-                 runtime::ExecutablePtr aliased, std::vector<at::Tensor> constants)
-      : p_(std::move(p)), text_(std::move(text)), calls_(std::move(calls)), externs_(std::move(externs)),
-        aliased_(std::move(aliased)), constants_(std::move(constants)) {
-    for (const loop::WriteBack& w : p_.writebacks) {
-      size_t i = 0;
-      while (p_.graph.inputs.at(i) != w.input) ++i;
-      mutated_.push_back({i, w.bumps});
-    }
-    int32_t e = 0;
-    for (const loop::Step& s : p_.steps)
-      runs_.push_back(s.kind == loop::Step::Kind::Kernel ? Run{true, s.index} : Run{false, e++});
-    for (size_t s = 0; s < p_.slot_owner.size(); ++s) {
-      ValueId v = p_.slot_owner[s];
-      if (p_.plans[static_cast<size_t>(v)].kind == ValuePlan::Kind::Buffer) buffers_.push_back(static_cast<int32_t>(s));
-    }
-  }
-
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
-    const Graph& g = p_.graph;
-    if (inputs.size() + constants_.size() != g.inputs.size())
-      throw UserError("llvm_cpu backend: graph takes " + std::to_string(g.inputs.size() - constants_.size()) +
-                      " inputs, got " + std::to_string(inputs.size()));
-    if (mutated_.empty()) return run_steps(inputs);
-    if (overlaps_another_input(inputs)) return aliased_->run(inputs);
-    std::vector<at::Tensor> outputs;
-    try {
-      outputs = run_steps(inputs);
-    } catch (const std::exception&) {
-      // An op failed (x.add_(1); x[bad_index]): eager raises with x already written. The
-      // write-backs come last and cannot fail, so the inputs are untouched: ATen replays the
-      // recorded ops, mutation and error included, exactly as eager.
-      return aliased_->run(inputs);
-    }
-    // NB: after the writes, as eager: for an inference tensor outside inference mode this throws
-    // eager's error with the data already written.
-    for (const Mutated& m : mutated_)
-      for (int32_t k = 0; k < m.bumps; ++k) inputs[m.input].unsafeGetTensorImpl()->bump_version();
-    return outputs;
-  }
-
-  std::string describe() const override { return "backend llvm_cpu\n" + text_; }
-
- private:
-  std::vector<at::Tensor> run_steps(const std::vector<at::Tensor>& inputs) const {
-    const Graph& g = p_.graph;
-    std::vector<at::Tensor> slots(p_.slot_owner.size());
-    for (size_t i = 0; i < g.inputs.size(); ++i)
-      slots[static_cast<size_t>(p_.plans[static_cast<size_t>(g.inputs[i])].slot)] =
-          i < inputs.size() ? inputs[i] : constants_[i - inputs.size()];
-    for (int32_t s : buffers_) {
-      const TensorMeta& m = g.meta(p_.slot_owner[static_cast<size_t>(s)]);
-      slots[static_cast<size_t>(s)] = at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype));
-    }
-    std::vector<void*> ptrs(slots.size(), nullptr);
-    for (const Run& r : runs_) {
-      if (r.is_kernel) {
-        const Call& c = calls_[static_cast<size_t>(r.index)];
-        for (size_t i = 0; i < c.slots.size(); ++i) {
-          const at::Tensor& t = slots[static_cast<size_t>(c.slots[i])];
-          ptrs[i] = t.defined() ? t.data_ptr() : nullptr;
-        }
-        int32_t status = 0;
-        c.fn(ptrs.data(), &status);
-        if (status != 0) throw BackendError("llvm_cpu: index out of range in self (embedding / index_select)");
-        continue;
-      }
-      const Extern& e = externs_[static_cast<size_t>(r.index)];
-      std::vector<at::Tensor> ins;
-      ins.reserve(e.inputs.size());
-      for (ValueId v : e.inputs) ins.push_back(tensor_of(v, slots));
-      std::vector<at::Tensor> outs = e.exe->run(ins);
-      for (size_t o = 0; o < e.outputs.size(); ++o) {
-        const ValuePlan& pl = p_.plans[static_cast<size_t>(e.outputs[o])];
-        if (pl.slot < 0) continue;
-        const TensorMeta& m = g.meta(e.outputs[o]);
-        at::Tensor t = std::move(outs[o]);
-        // Kernels address extern results with the graph's strides: keep that promise.
-        if (t.defined() && t.strides() != c10::IntArrayRef(m.strides) && t.numel() > 1) {
-          at::Tensor fixed = at::empty_strided(m.sizes, m.strides, t.options());
-          fixed.copy_(t);
-          t = fixed;
-        }
-        slots[static_cast<size_t>(pl.slot)] = std::move(t);
-      }
-    }
-    std::vector<at::Tensor> outputs;
-    outputs.reserve(g.outputs.size());
-    for (ValueId v : g.outputs) outputs.push_back(tensor_of(v, slots));
-    return outputs;
-  }
-
-  struct Mutated {
-    size_t input;   // position in the graph's inputs
-    int32_t bumps;  // in-place ops on it: version counter increments
-  };
-
-  // The bytes a tensor's elements can touch: [lo, hi).
-  static std::pair<uintptr_t, uintptr_t> extent(const at::Tensor& t) {
-    const auto base = reinterpret_cast<uintptr_t>(t.data_ptr());
-    int64_t lo = 0, hi = 0;
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      const int64_t span = (t.size(d) - 1) * t.stride(d);
-      (span < 0 ? lo : hi) += span;
-    }
-    const auto item = static_cast<int64_t>(t.element_size());
-    return {base + static_cast<uintptr_t>(lo * item), base + static_cast<uintptr_t>((hi + 1) * item)};
-  }
-
-  // The kernels read every input as it was and write the mutated ones last: right only when no
-  // other input shares a mutated one's memory (f(x, x), f(x, x[1:])). Such calls run the recorded
-  // graph op by op on ATen, which mutates exactly as eager.
-  bool overlaps_another_input(const std::vector<at::Tensor>& inputs) const {
-    for (const Mutated& m : mutated_) {
-      const at::Tensor& t = inputs[m.input];
-      if (t.numel() == 0) continue;
-      const auto [lo, hi] = extent(t);
-      for (size_t j = 0; j < inputs.size(); ++j) {
-        if (j == m.input || !inputs[j].defined() || inputs[j].numel() == 0) continue;
-        const auto [olo, ohi] = extent(inputs[j]);
-        if (olo < hi && lo < ohi) return true;
-      }
-    }
-    return false;
-  }
-
-  at::Tensor tensor_of(ValueId v, const std::vector<at::Tensor>& slots) const {
-    const ValuePlan& pl = p_.plans[static_cast<size_t>(v)];
-    const TensorMeta& m = p_.graph.meta(v);
-    if (pl.slot < 0) throw InternalError("llvm_cpu backend: v" + std::to_string(v) + " was never materialised");
-    const at::Tensor& t = slots[static_cast<size_t>(pl.slot)];
-    if (pl.kind == ValuePlan::Kind::Alias) {
-      int64_t off = t.storage_offset() + m.storage_offset - p_.graph.meta(pl.root).storage_offset;
-      return t.as_strided(m.sizes, m.strides, off);
-    }
-    if (pl.kind == ValuePlan::Kind::Buffer && (t.sizes() != c10::IntArrayRef(m.sizes) || t.strides() != c10::IntArrayRef(m.strides)))
-      return t.as_strided(m.sizes, m.strides, t.storage_offset());  // a reused slot
-    return t;
-  }
-
-  loop::Program p_;
-  std::string text_;
-  std::vector<Call> calls_;
-  std::vector<Extern> externs_;
-  std::vector<Run> runs_;
-  std::vector<int32_t> buffers_;
-  runtime::ExecutablePtr aliased_;  // the original graph on ATen (only when it mutates inputs)
-  std::vector<at::Tensor> constants_;  // folded values (constant_fold.h): the last graph inputs
-  std::vector<Mutated> mutated_;
+// An op the kernels do not compute: the aten backend (or prepacked_linear.h) runs its node.
+struct Extern {
+  runtime::ExecutablePtr exe;
+  std::vector<ValueId> inputs;
+  bool prepacked = false;  // prepacked_linear.h rather than the aten backend
 };
 
-LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
-  LlvmExecutable::Extern e;
+Extern compile_extern(const Graph& g, const Node& n) {
+  Extern e;
   auto add_input = [&](ValueId v) {
     if (v < 0) return;
     for (ValueId u : e.inputs)
@@ -207,7 +49,6 @@ LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
     if (a.kind == Arg::Kind::ValueList)
       for (ValueId v : a.values) add_input(v);
   }
-  e.outputs = n.outputs;
   e.exe = compile_prepacked_linear(g, n);
   e.prepacked = e.exe != nullptr;
   if (e.prepacked) return e;
@@ -218,6 +59,81 @@ LlvmExecutable::Extern compile_extern(const Graph& g, const Node& n) {
   sub.outputs = n.outputs;
   e.exe = compile_aten(sub);
   return e;
+}
+
+// How the runtime makes value v from the slots: its slot's tensor, or a view of it (an alias of
+// its root; a buffer in a slot first allocated for a value of another shape).
+runtime::SlotTensor slot_tensor(const loop::Program& p, ValueId v) {
+  const ValuePlan& pl = p.plans[static_cast<size_t>(v)];
+  const TensorMeta& m = p.graph.meta(v);
+  if (pl.slot < 0) throw InternalError("llvm_cpu backend: v" + std::to_string(v) + " was never materialised");
+  runtime::SlotTensor t;
+  t.slot = pl.slot;
+  if (pl.kind == ValuePlan::Kind::Alias) {
+    t.view = true;
+    t.offset_delta = m.storage_offset - p.graph.meta(pl.root).storage_offset;
+  } else if (pl.kind == ValuePlan::Kind::Buffer) {
+    // The slot holds the buffer allocated for its owner's metadata (plan_memory reuses buffer
+    // slots only among buffers).
+    const TensorMeta& owner = p.graph.meta(p.slot_owner[static_cast<size_t>(pl.slot)]);
+    t.view = owner.sizes != m.sizes || owner.strides != m.strides;
+  }
+  if (t.view) {
+    t.sizes = m.sizes;
+    t.strides = m.strides;
+  }
+  return t;
+}
+
+// The runtime program of `p`, one step for each of p.steps, but for the kernels: each launch's
+// kernel is left null, for the caller to set once the kernels are compiled.
+runtime::Program runtime_program(const loop::Program& p, std::string text, std::vector<Extern> externs,
+                                 std::vector<at::Tensor> constants, runtime::ExecutablePtr aliased) {
+  const Graph& g = p.graph;
+  runtime::Program r;
+  r.backend = "llvm_cpu";
+  r.text = std::move(text);
+  r.num_slots = static_cast<int32_t>(p.slot_owner.size());
+  FD_CHECK(constants.size() <= g.inputs.size(), "more folded constants than graph inputs");
+  const size_t n_inputs = g.inputs.size() - constants.size();  // folded constants come last
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const int32_t slot = p.plans[static_cast<size_t>(g.inputs[i])].slot;
+    if (i < n_inputs)
+      r.input_slots.push_back(slot);
+    else
+      r.constants.push_back({slot, std::move(constants[i - n_inputs])});
+  }
+  for (size_t s = 0; s < p.slot_owner.size(); ++s) {
+    const ValueId v = p.slot_owner[s];
+    if (p.plans[static_cast<size_t>(v)].kind != ValuePlan::Kind::Buffer) continue;
+    const TensorMeta& m = g.meta(v);
+    r.buffers.push_back({static_cast<int32_t>(s), m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device)});
+  }
+  size_t e = 0;
+  for (const loop::Step& s : p.steps) {
+    if (s.kind == loop::Step::Kind::Kernel) {
+      r.steps.emplace_back(runtime::KernelLaunch{nullptr, llvm_emit::kernel_slots(p, p.kernels[static_cast<size_t>(s.index)])});
+      continue;
+    }
+    runtime::ExternCall call;
+    call.exe = std::move(externs.at(e).exe);
+    for (ValueId v : externs[e].inputs) call.inputs.push_back(slot_tensor(p, v));
+    for (ValueId v : g.nodes[static_cast<size_t>(s.index)].outputs) {
+      const int32_t slot = p.plans[static_cast<size_t>(v)].slot;
+      const TensorMeta& m = g.meta(v);
+      call.outputs.push_back(slot < 0 ? runtime::ExternResult{} : runtime::ExternResult{slot, m.sizes, m.strides});
+    }
+    r.steps.emplace_back(std::move(call));
+    ++e;
+  }
+  for (ValueId v : g.outputs) r.outputs.push_back(slot_tensor(p, v));
+  for (const loop::WriteBack& w : p.writebacks) {
+    size_t i = 0;
+    while (g.inputs.at(i) != w.input) ++i;
+    r.mutated_inputs.push_back({static_cast<int32_t>(i), w.bumps});
+  }
+  r.aliased = std::move(aliased);
+  return r;
 }
 
 // One kernel: its module is keyed by its own IR (emit_kernel makes that independent of the graph,
@@ -299,29 +215,34 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   auto p = std::make_shared<loop::Program>(loop::build_program(g));
   PassTimer timer;
   std::string text = loop::print_program(*p);
-  auto externs = std::make_shared<std::vector<LlvmExecutable::Extern>>();
+  std::vector<Extern> externs;
   for (const loop::Step& s : p->steps)
     if (s.kind == loop::Step::Kind::Extern) {
       const Node& n = p->graph.nodes[static_cast<size_t>(s.index)];
-      externs->push_back(compile_extern(p->graph, n));
-      if (externs->back().prepacked) text += "extern " + print_node(p->graph, n) + " runs as " + externs->back().exe->describe() + "\n";
+      externs.push_back(compile_extern(p->graph, n));
+      if (externs.back().prepacked) text += "extern " + print_node(p->graph, n) + " runs as " + externs.back().exe->describe() + "\n";
     }
   runtime::ExecutablePtr aliased = p->writebacks.empty() ? nullptr : compile_aten(original);
   timer.lap("externs");
+  auto program = std::make_shared<runtime::Program>(runtime_program(*p, text, std::move(externs), std::move(constants), std::move(aliased)));
+  timer.lap("runtime_program");
   PreparedLlvm prepared;
   prepared.program = "backend llvm_cpu\n" + text;
   // NB: LLVM only from here (emission, the kernel cache, compilation): no ATen op runs, no Python.
-  // `build` runs once with success (the header's contract): the program and externs move out.
-  auto build = [p, text, externs, aliased, constants = std::move(constants)](bool compile_missing) -> runtime::ExecutablePtr {
-    std::vector<LlvmExecutable::Call> calls;
+  // `build` runs once with success (the header's contract): the program moves out.
+  auto build = [p, text, program](bool compile_missing) -> runtime::ExecutablePtr {
+    std::vector<std::shared_ptr<const runtime::Kernel>> kernels;
     for (const loop::Kernel& k : p->kernels) {
       std::shared_ptr<void> hold;
       KernelFn fn = kernel_fn(*p, k, compile_missing, &hold);
       if (!fn) return nullptr;
-      calls.push_back({fn, llvm_emit::kernel_slots(*p, k), std::move(hold)});
+      kernels.push_back(std::make_shared<runtime::HostKernel>(fn, std::move(hold), "llvm_cpu"));
     }
     llvm_jit::record_program(text);
-    return std::make_shared<LlvmExecutable>(std::move(*p), text, std::move(calls), std::move(*externs), aliased, constants);
+    for (size_t i = 0; i < p->steps.size(); ++i)  // the runtime's steps are p's, one for one
+      if (p->steps[i].kind == loop::Step::Kind::Kernel)
+        std::get<runtime::KernelLaunch>(program->steps[i]).kernel = kernels.at(static_cast<size_t>(p->steps[i].index));
+    return std::make_shared<runtime::ProgramExecutable>(std::move(*program));
   };
   prepared.finish = [build] { return build(true); };
   prepared.from_cache = [build] { return build(false); };

@@ -2,10 +2,12 @@
 // kernels (codegen/ layer; built only with LLVM 19).
 //
 // compile_llvm_cpu runs the loop pipeline (codegen/loop/passes.h), looks the printed Program up in
-// the kernel cache (memory, then disk) and only on a miss emits and compiles LLVM IR. The
-// Executable it returns allocates the planned buffers, calls the kernels in order with extern
-// ATen calls (through the aten backend, one node each) between them, and returns the outputs;
-// its run path has no strings and no maps. describe() is the Program text (explain, FASTDYN_LOG).
+// the kernel cache (memory, then disk) and only on a miss emits and compiles LLVM IR. It then
+// translates the loop Program into a runtime::Program (runtime/program.h: slots, buffers, kernel
+// launches, and extern ATen calls through the aten backend, one node each) whose kernels are
+// runtime::HostKernels, and returns the runtime's executor of it (runtime/program_executable.h),
+// whose run path has no strings and no maps. describe() is "backend llvm_cpu\n" and the loop
+// Program text (explain, FASTDYN_LOG).
 #pragma once
 #include "codegen/graph.h"
 #include "codegen/graph_passes.h"

@@ -2,8 +2,8 @@
 // (codegen/ layer; LLVM types only by forward declaration here).
 //
 // ABI: every kernel of the Program becomes `void <symbol>(void** slots, int32_t* status)`, where
-// slots[i] is the data pointer of the i-th buffer slot the kernel uses (kernel_slots). The
-// executable calls the kernels in step order from C++, with the extern ATen calls between them:
+// slots[i] is the data pointer of the i-th buffer slot the kernel uses (kernel_slots): the ABI of
+// runtime::HostKernel (runtime/host_kernel.h). The runtime calls the kernels in step order from C++, with the extern ATen calls between them:
 // the tensors of an extern step are C++ objects anyway, so a callback ABI would buy nothing. Each
 // kernel is its own module and cache entry (emit_kernel). *status is set to 1 when a gathered
 // index (embedding / index_select) is out of range; the kernel then reads row 0 instead.
