@@ -1,8 +1,10 @@
 // runtime/executable.h — what runs on every call of a compiled graph.
 //
 // An Executable takes the graph inputs (tensors, in Graph::inputs order) and returns the graph
-// outputs (in Graph::outputs order). Backends in codegen/ build them; the eval hook calls them
-// through the Python callable of runtime/compiled_graph.h, with no Python per op.
+// outputs (in Graph::outputs order). Backends in codegen/ build them: op by op on ATen, or, for a
+// backend that compiles kernels, a runtime::Program run by ProgramExecutable
+// (program_executable.h). The eval hook calls them through the Python callable of
+// runtime/compiled_graph.h, with no Python per op.
 #pragma once
 #include <ATen/core/Tensor.h>
 
