@@ -8,10 +8,10 @@
 // from the input tensors (symbol k is inputs[input].size(dim)): no guard re-evaluation, no map of
 // strings on the call path.
 //
-// Today's backends compile the specialised graph (a tiered one runs its first calls at a new
-// size on aten while the kernels compile, and a kernel met at an earlier size comes from the
-// kernel cache); a backend whose kernels take sizes as arguments will return one executable for
-// every binding here.
+// Today's backends compile the specialised graph: when every kernel of it was built before (a
+// decode step's kernels over its one new token), it runs compiled from its first call at that
+// size; otherwise a tiered one runs on aten while the missing kernels compile. A backend whose
+// kernels take sizes as arguments will return one executable for every binding here.
 #pragma once
 #include <cstdint>
 #include <functional>

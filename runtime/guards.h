@@ -7,6 +7,9 @@
 // distinct, and one object reached by two paths must stay one). It is
 // evaluated in C++ directly on the frame's fast locals: no dict or Python object is built on the
 // hit path, and shared accessor prefixes are evaluated once.
+// Size symbols (codegen/shapes): a tensor check's dynamic dims admit any size >= 2 and bind a
+// symbol (two dims binding one symbol must agree), and SizeRelations over the bound symbols are
+// checked after the tree (the ranges and equalities a trace's comparisons relied on).
 // One evaluator serves both the fast boolean check and the "why did this miss" report: pass a
 // non-null GuardFailure to get the first failing guard described.
 // Ownership: the tree holds strong references to every object it compares against.

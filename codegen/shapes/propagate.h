@@ -12,7 +12,11 @@
 // numbers — the symbols it touches are pinned: replaced by their hints everywhere in the graph,
 // so that the graph is exactly today's static graph along those dims and the guards check them
 // exactly (SymbolSource::pinned). Pinning is always safe; keeping a symbol is what rules earn.
-// The tracer pins too, wherever Python code reads a size (x.shape, len(x), iteration).
+// The tracer pins too, wherever Python code reads a size as a number (returns it, indexes a
+// list with it); a comparison of sizes instead leaves a relation for the guards (interpreter.h's
+// TraceResult::size_relations). Where an op needs two sizes equal and both are live symbols of
+// one hint, they are unified rather than pinned (unify(): one symbol; the guards check the two
+// input dims equal).
 //
 // Backends compile a symbolic graph through specialize(): the graph at the sizes of a call.
 #pragma once
