@@ -1,4 +1,4 @@
-// codegen/shapes/propagate.h — sizes as symbols through a recorded graph (issue 19, Part B).
+// codegen/shapes/propagate.h — sizes as symbols through a recorded graph.
 //
 // A graph input's dim becomes a size symbol (s<k>, Graph::symbols) when the tracer is told it
 // varies (automatic dynamic, mark_dynamic, jit(dynamic=True)). From there, every node that

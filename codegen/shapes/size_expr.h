@@ -1,4 +1,4 @@
-// codegen/shapes/size_expr.h — sizes as symbols (issue 19, Part B's first brick): integer
+// codegen/shapes/size_expr.h — sizes as symbols: integer
 // expressions over size symbols in one canonical form, relations between them, evaluated in C++.
 //
 // A SizeExpr is a polynomial with integer coefficients over atoms, kept as a sorted sum of terms
