@@ -158,7 +158,7 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
   std::vector<runtime::DynamicExecutable::Symbol> symbols;
   std::vector<size_t> ids;
   for (size_t k = 0; k < g.symbols.size(); ++k)
-    if (!g.symbols[k].pinned && g.symbols[k].same_as < 0) {  // unified ones are their root
+    if (codegen::shapes::is_live(g, static_cast<codegen::shapes::SymbolId>(k))) {  // unified ones are their root
       symbols.push_back({g.symbols[k].input, g.symbols[k].dim});
       ids.push_back(k);
     }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
@@ -241,8 +242,7 @@ SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& nam
     if ((name == "dim" || name == "ndimension") && args.empty()) return int_obj(m.dim());
     if ((name == "numel" || name == "nelement") && args.empty()) {
       if (m.symbolic()) {  // the product of the sizes, a size-derived int (x.numel() == 0 folds)
-        codegen::shapes::SizeExpr n(1);
-        for (const codegen::shapes::SizeExpr& e : m.sym_sizes) n = n * e;
+        codegen::shapes::SizeExpr n = codegen::shapes::numel_of(m.sym_sizes);
         SymValue out = int_obj(m.numel());
         if (!n.is_constant()) out.size = std::make_shared<const codegen::shapes::SizeExpr>(std::move(n));
         return out;

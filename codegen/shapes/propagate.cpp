@@ -478,8 +478,7 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
     return emit(sz, sd);
   }
   if (id == "view") {
-    SizeExpr numel(1);
-    for (const SizeExpr& e : s) numel = numel * e;
+    const SizeExpr numel = numel_of(s);
     SizeExpr known(1);
     int infer = -1;
     const std::vector<int64_t>& shape = n.args[1].ints;
@@ -809,6 +808,12 @@ std::vector<SizeExpr> strides_of(const TensorMeta& m) {
   return Exprs(m.strides.begin(), m.strides.end());
 }
 
+SizeExpr numel_of(const std::vector<SizeExpr>& sizes) {
+  SizeExpr n(1);
+  for (const SizeExpr& e : sizes) n = n * e;
+  return n;
+}
+
 std::vector<SizeExpr> contiguous_strides(const std::vector<SizeExpr>& sizes) {
   Exprs st(sizes.size(), SizeExpr(1));
   SizeExpr run(1);
@@ -922,8 +927,15 @@ std::vector<std::string> describe_pins(const Graph& g, const std::vector<std::st
   return out;
 }
 
+bool is_live(const Graph& g, SymbolId s) {
+  const SymbolSource& src = g.symbols.at(static_cast<size_t>(s));
+  return !src.pinned && src.same_as < 0;
+}
+
 bool is_dynamic(const Graph& g) {
-  return std::any_of(g.symbols.begin(), g.symbols.end(), [](const SymbolSource& s) { return !s.pinned && s.same_as < 0; });
+  for (size_t k = 0; k < g.symbols.size(); ++k)
+    if (is_live(g, static_cast<SymbolId>(k))) return true;
+  return false;
 }
 
 std::vector<int64_t> hints(const Graph& g) {

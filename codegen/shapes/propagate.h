@@ -31,6 +31,8 @@ namespace fastdyn::codegen::shapes {
 // The symbolic sizes/strides of a value: its sym_* when symbolic, else its constants.
 std::vector<SizeExpr> sizes_of(const TensorMeta& m);
 std::vector<SizeExpr> strides_of(const TensorMeta& m);
+// The product of `sizes`: a tensor's element count.
+SizeExpr numel_of(const std::vector<SizeExpr>& sizes);
 // Row-major strides of `sizes` (the layout of a contiguous tensor).
 std::vector<SizeExpr> contiguous_strides(const std::vector<SizeExpr>& sizes);
 
@@ -68,6 +70,8 @@ bool takes_symbolic_ints(Family f);
 void pin_call_args(Graph& g, std::vector<CallArg>& args, std::vector<std::pair<std::string, CallArg>>& kwargs,
                    const std::string& why);
 
+// Whether symbol s is live: neither pinned nor unified into another (it has its own value).
+bool is_live(const Graph& g, SymbolId s);
 // Whether some symbol of g is still live (neither pinned nor unified into another): the graph
 // compiles once for every size.
 bool is_dynamic(const Graph& g);
