@@ -117,6 +117,7 @@ void write_out(Graph& out, const Node& n, double scale) {
 Graph decompose_small_attention(const Graph& g) {
   Graph out;
   out.values = g.values;
+  out.binding = g.binding;
   out.inputs = g.inputs;
   out.outputs = g.outputs;
   bool any = false;

@@ -88,6 +88,7 @@ ConstantFolding fold_constants(const Graph& g) {
   }
   f.constants.values = g.values;
   f.rest.values = g.values;
+  f.rest.binding = g.binding;
   f.rest.inputs = g.inputs;
   std::vector<bool> meta_input(nv, false);
   for (size_t i = 0; i < g.nodes.size(); ++i) {

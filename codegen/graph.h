@@ -139,6 +139,13 @@ struct Graph {
   std::vector<Node> nodes;         // execution order
   std::vector<ValueId> outputs;    // may repeat values or name inputs
   std::vector<SymbolSource> symbols;           // size symbols (empty: every shape is static)
+  // A graph specialised to one call's sizes (shapes::specialize): the value of every size symbol
+  // of the symbolic graph it came from, by id. Its metas keep their sym_* expressions over those
+  // symbols next to the numbers, so that a backend can compile code that reads a size at run
+  // time instead of baking it in (an expression is used only where it evaluates, at `binding`,
+  // to the number: a pass that copied a meta and changed its sizes leaves a stale expression,
+  // which then is ignored). Empty for a graph that was never symbolic.
+  std::vector<int64_t> binding;
 
   ValueId add_value(TensorMeta meta) {
     values.push_back(std::move(meta));

@@ -10,9 +10,9 @@ HostKernel::HostKernel(Function fn, std::shared_ptr<void> hold, std::string back
   FD_CHECK(fn_ != nullptr, "host kernel without a function");
 }
 
-void HostKernel::launch(void** args) const {
+void HostKernel::launch(void** args, const int64_t* sizes) const {
   int32_t status = 0;
-  fn_(args, &status);
+  fn_(args, &status, sizes);
   if (status != 0) throw BackendError(backend_ + ": index out of range in self (embedding / index_select)");
 }
 

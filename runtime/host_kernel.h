@@ -1,5 +1,6 @@
 // runtime/host_kernel.h — a kernel that is a host function of the C ABI
-// `void fn(void** args, int32_t* status)` (runtime/ layer): what llvm_cpu compiles.
+// `void fn(void** args, int32_t* status, const int64_t* sizes)` (runtime/ layer): what llvm_cpu
+// compiles.
 //
 // launch() calls it directly on the calling thread; the function takes threads from ATen's pool
 // itself (runtime/parallel.h). The function sets *status non-zero when a gathered index was out
@@ -17,12 +18,12 @@ namespace fastdyn::runtime {
 
 class HostKernel final : public Kernel {
  public:
-  using Function = void (*)(void** args, int32_t* status);
+  using Function = void (*)(void** args, int32_t* status, const int64_t* sizes);
 
   // `backend` names the backend in the error message ("llvm_cpu").
   HostKernel(Function fn, std::shared_ptr<void> hold, std::string backend);
 
-  void launch(void** args) const override;
+  void launch(void** args, const int64_t* sizes) const override;
 
  private:
   Function fn_;

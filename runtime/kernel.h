@@ -16,6 +16,7 @@
 // asynchronously; its error status would then live in device memory, checked where the program
 // synchronises anyway, not by a copy back on every launch.
 #pragma once
+#include <cstdint>
 
 namespace fastdyn::runtime {
 
@@ -24,11 +25,11 @@ class Kernel {
   virtual ~Kernel() = default;
   // args[i] is the data pointer of the kernel's i-th tensor argument (nullptr for an undefined
   // tensor), in the order the backend fixed when it compiled the kernel (Program's KernelLaunch).
+  // `sizes` are the values of the kernel's size parameters (ARCHITECTURE "Sizes are symbols"): a
+  // kernel compiled once for a symbolic size reads the size of this launch from here, in the
+  // order the backend fixed (KernelLaunch::sizes); nullptr when it has none.
   // Throws fastdyn::BackendError when the kernel reports a failure (an index out of range).
-  // NB: kernels whose sizes are symbols (ARCHITECTURE "Sizes are symbols") will take the call's
-  // sizes as a second argument here: `launch(void** args, const int64_t* sizes)`, the sizes read
-  // once per call by the executor from its inputs.
-  virtual void launch(void** args) const = 0;
+  virtual void launch(void** args, const int64_t* sizes) const = 0;
 };
 
 }  // namespace fastdyn::runtime

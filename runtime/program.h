@@ -48,10 +48,13 @@ struct Buffer {
   at::TensorOptions options;  // dtype and device
 };
 
-// A kernel launch: args[i] is the slot whose data pointer is the kernel's i-th argument.
+// A kernel launch: args[i] is the slot whose data pointer is the kernel's i-th argument, sizes[j]
+// the value of its j-th size parameter at the sizes this program was built for (empty: a kernel
+// whose sizes are all constants). One compiled kernel serves programs of many sizes.
 struct KernelLaunch {
   std::shared_ptr<const Kernel> kernel;
   std::vector<int32_t> args;
+  std::vector<int64_t> sizes;
 };
 
 // Where an extern call's result goes, and the layout the kernels that read it expect. A result

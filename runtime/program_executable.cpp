@@ -71,7 +71,7 @@ std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tenso
         const at::Tensor& t = slots[static_cast<size_t>(launch->args[i])];
         args[i] = t.defined() ? t.data_ptr() : nullptr;
       }
-      launch->kernel->launch(args.data());
+      launch->kernel->launch(args.data(), launch->sizes.empty() ? nullptr : launch->sizes.data());
       continue;
     }
     const auto& call = *std::get_if<ExternCall>(&step);

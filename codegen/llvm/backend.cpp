@@ -153,19 +153,22 @@ std::string kernel_label(const loop::Kernel& k) {
 }
 
 // The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
-// when it is in neither cache and compile_missing is false.
-KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_missing, std::shared_ptr<void>* hold) {
+// when it is in neither cache and compile_missing is false. `sizes` gets the values of its size
+// parameters at p's binding.
+KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_missing, std::shared_ptr<void>* hold,
+                   std::vector<int64_t>* sizes) {
   static const char* const kSymbol = "fastdyn_kernel";
   const int bits = llvm_jit::host_target().vector_bits;
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
-  llvm_emit::emit_kernel(p, k, *mb.module, bits, kSymbol);
+  sizes->clear();
+  for (int32_t s : llvm_emit::emit_kernel(p, k, *mb.module, bits, kSymbol)) sizes->push_back(p.graph.binding.at(static_cast<size_t>(s)));
   if (loop::dump_enabled("llvm")) {
     std::string ir;
     llvm::raw_string_ostream os(ir);
     mb.module->print(os, nullptr);
     std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), os.str().c_str());
   }
-  std::string key = "llvm_cpu 3 vector_bits=" + std::to_string(bits) + "\n";
+  std::string key = "llvm_cpu 4 vector_bits=" + std::to_string(bits) + "\n";
   llvm::raw_string_ostream key_os(key);
   llvm::WriteBitcodeToFile(*mb.module, key_os);
   key_os.flush();
@@ -232,16 +235,20 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   // `build` runs once with success (the header's contract): the program moves out.
   auto build = [p, text, program](bool compile_missing) -> runtime::ExecutablePtr {
     std::vector<std::shared_ptr<const runtime::Kernel>> kernels;
-    for (const loop::Kernel& k : p->kernels) {
+    std::vector<std::vector<int64_t>> sizes(p->kernels.size());
+    for (size_t i = 0; i < p->kernels.size(); ++i) {
       std::shared_ptr<void> hold;
-      KernelFn fn = kernel_fn(*p, k, compile_missing, &hold);
+      KernelFn fn = kernel_fn(*p, p->kernels[i], compile_missing, &hold, &sizes[i]);
       if (!fn) return nullptr;
       kernels.push_back(std::make_shared<runtime::HostKernel>(fn, std::move(hold), "llvm_cpu"));
     }
     llvm_jit::record_program(text);
     for (size_t i = 0; i < p->steps.size(); ++i)  // the runtime's steps are p's, one for one
-      if (p->steps[i].kind == loop::Step::Kind::Kernel)
-        std::get<runtime::KernelLaunch>(program->steps[i]).kernel = kernels.at(static_cast<size_t>(p->steps[i].index));
+      if (p->steps[i].kind == loop::Step::Kind::Kernel) {
+        auto& launch = std::get<runtime::KernelLaunch>(program->steps[i]);
+        launch.kernel = kernels.at(static_cast<size_t>(p->steps[i].index));
+        launch.sizes = sizes.at(static_cast<size_t>(p->steps[i].index));
+      }
     return std::make_shared<runtime::ProgramExecutable>(std::move(*program));
   };
   prepared.finish = [build] { return build(true); };

@@ -34,6 +34,8 @@ namespace fastdyn::codegen::llvm_emit {
 namespace detail {
 namespace {
 
+using shapes::SizeExpr;
+
 // The last-level cache in bytes: sysfs (what the kernel reports for this CPU), else sysconf (NB:
 // glibc's figure is ten times too large under some hypervisors, hence second), else 32 MiB.
 int64_t last_level_cache_bytes() {
@@ -75,16 +77,29 @@ Addr address_of(const Program& p, const Kernel& k, const Access& a) {
   r.slot = pl.slot;
   r.storage = m.dtype;
   r.stride.assign(static_cast<size_t>(k.dims()), 0);
-  if (pl.kind == loop::ValuePlan::Kind::Alias) r.base = m.storage_offset - p.graph.meta(pl.root).storage_offset;
+  r.sym_stride.assign(static_cast<size_t>(k.dims()), 0);
+  auto offset_of = [](const TensorMeta& t) { return t.sym_offset.empty() ? SizeExpr(t.storage_offset) : t.sym_offset[0]; };
+  if (pl.kind == loop::ValuePlan::Kind::Alias) {
+    const TensorMeta& root = p.graph.meta(pl.root);
+    r.base = m.storage_offset - root.storage_offset;
+    r.sym_base = offset_of(m) - offset_of(root);
+  }
   for (size_t row = 0; row < a.index.size(); ++row) {
     const loop::AffineIndex& ix = a.index[row];
     const int64_t s = m.strides[row];
+    const SizeExpr sym_s = m.symbolic() ? m.sym_strides[row] : SizeExpr(s);
     r.base += ix.constant * s;
-    for (size_t d = 0; d < ix.coef.size(); ++d) r.stride[d] += ix.coef[d] * s;
+    r.sym_base = r.sym_base + SizeExpr(ix.constant) * sym_s;
+    for (size_t d = 0; d < ix.coef.size(); ++d) {
+      r.stride[d] += ix.coef[d] * s;
+      if (ix.coef[d] != 0) r.sym_stride[d] = r.sym_stride[d] + SizeExpr(ix.coef[d]) * sym_s;
+    }
     if (ix.dynamic >= 0) {
       r.dynamic = ix.dynamic;
       r.dyn_stride = s;
       r.dyn_size = m.sizes[row];
+      r.sym_dyn_stride = sym_s;
+      r.sym_dyn_size = m.symbolic() ? m.sym_sizes[row] : SizeExpr(m.sizes[row]);
     }
   }
   return r;
@@ -105,39 +120,147 @@ void KernelEmitter::emit() {
   if (nt_store_ >= 0 && llvm::Triple(m_.getTargetTriple()).isX86())
     b_.CreateCall(llvm::Intrinsic::getDeclaration(&m_, llvm::Intrinsic::x86_sse_sfence));
   b_.CreateRetVoid();
-  // The entry point: (slots, status) become the body's ctx.
+  // The entry point: (slots, status, sizes) become the body's ctx.
   llvm::Function* f = begin_entry();
   auto* ptr = llvm::PointerType::get(ctx_, 0);
-  llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(2));
-  b_.CreateStore(f->getArg(0), pack);
-  b_.CreateStore(f->getArg(1), b_.CreateGEP(ptr, pack, {b_.getInt64(1)}));
-  b_.CreateCall(parallel_for(), {b_.getInt64(tasks_), b_.getInt64(grain_), body_, pack});
+  llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(3));
+  for (unsigned i = 0; i < 3; ++i) b_.CreateStore(f->getArg(i), b_.CreateGEP(ptr, pack, {b_.getInt64(i)}));
+  b_.CreateCall(parallel_for(), {tasks_v(), grain_v(), body_, pack});
   b_.CreateRetVoid();
 }
 
+// Makes f the function being emitted: its first block holds the size computations (size()) and
+// branches to the block "entry", where the builder is left.
+void KernelEmitter::begin_function(llvm::Function* f) {
+  fn_ = f;
+  size_block_ = llvm::BasicBlock::Create(ctx_, "sizes", f);
+  auto* entry = llvm::BasicBlock::Create(ctx_, "entry", f);
+  llvm::BranchInst::Create(entry, size_block_);
+  size_cache_.clear();
+  b_.SetInsertPoint(entry);
+}
+
+llvm::Value* KernelEmitter::size(const SizeExpr& e, int64_t value) {
+  const std::vector<int64_t>& binding = p_.graph.binding;
+  if (binding.empty() || e.is_constant() || e.evaluate(binding) != value) return b_.getInt64(value);
+  const std::string text = e.str();
+  if (auto it = size_cache_.find(text); it != size_cache_.end()) return it->second;
+  const std::vector<SizeExpr::TermView> terms = e.terms();
+  for (const SizeExpr::TermView& t : terms)
+    for (const auto& atom : t.atoms)
+      if (atom.first->kind != shapes::Atom::Kind::Symbol) return b_.getInt64(value);  // // and %: baked
+  llvm::IRBuilder<> sb(size_block_->getTerminator());
+  auto* i64 = sb.getInt64Ty();
+  auto param = [&](shapes::SymbolId s) -> llvm::Value* {
+    auto pos = std::find(params_.begin(), params_.end(), s);
+    if (pos == params_.end()) pos = params_.insert(params_.end(), s);
+    const std::string key = "$" + std::to_string(s);
+    if (auto it = size_cache_.find(key); it != size_cache_.end()) return it->second;
+    llvm::LoadInst* v = sb.CreateLoad(i64, sb.CreateGEP(i64, sizes_, {sb.getInt64(pos - params_.begin())}));
+    v->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
+    return size_cache_[key] = v;
+  };
+  llvm::Value* total = nullptr;
+  for (const SizeExpr::TermView& t : terms) {
+    llvm::Value* term = nullptr;
+    for (const auto& [atom, exponent] : t.atoms)
+      for (int i = 0; i < exponent; ++i) term = term ? sb.CreateMul(term, param(atom->symbol)) : param(atom->symbol);
+    term = !term ? sb.getInt64(t.coef) : t.coef == 1 ? term : sb.CreateMul(term, sb.getInt64(t.coef));
+    total = total ? sb.CreateAdd(total, term) : term;
+  }
+  return size_cache_[text] = total;
+}
+
+// The size of each kernel dim over size symbols: the size of a value dim that an access walks
+// one for one along it (a load or store whose index there is exactly that dim), where it is
+// symbolic and equal to the dim's size at the binding; else the number.
+std::vector<SizeExpr> KernelEmitter::domain_exprs() const {
+  std::vector<int64_t> sizes = k_.outer;
+  sizes.insert(sizes.end(), k_.inner.begin(), k_.inner.end());
+  std::vector<SizeExpr> out(sizes.begin(), sizes.end());
+  if (p_.graph.binding.empty()) return out;
+  auto visit = [&](const Access& a) {
+    const TensorMeta& m = p_.graph.meta(a.value);
+    if (!m.symbolic()) return;
+    for (size_t row = 0; row < a.index.size(); ++row) {
+      const loop::AffineIndex& ix = a.index[row];
+      if (ix.constant != 0 || ix.dynamic >= 0) continue;
+      int64_t dim = -1;
+      for (size_t d = 0; d < ix.coef.size(); ++d) {
+        if (ix.coef[d] == 0) continue;
+        dim = dim < 0 && ix.coef[d] == 1 ? static_cast<int64_t>(d) : -2;
+      }
+      if (dim < 0 || !out[static_cast<size_t>(dim)].is_constant()) continue;
+      const SizeExpr& e = m.sym_sizes[row];
+      if (!e.is_constant() && e.evaluate(p_.graph.binding) == sizes[static_cast<size_t>(dim)]) out[static_cast<size_t>(dim)] = e;
+    }
+  };
+  for (const Stage& s : k_.stages) {
+    for (const loop::Store& st : s.stores) visit(st.dst);
+    for (const Access& a : s.loads) visit(a);
+  }
+  return out;
+}
+
+// Pure pointwise: the blocks a row is cut into (1 unless blocked_).
+llvm::Value* KernelEmitter::blocks_v() {
+  if (!blocked_) return b_.getInt64(1);
+  return b_.CreateUDiv(b_.CreateAdd(loop_len(loop_size_.size() - 1), b_.getInt64(kRowBlock - 1)), b_.getInt64(kRowBlock));
+}
+
+// Tasks of the parallel loop: outer points (column mode: groups of the lane loop) times blocks.
+llvm::Value* KernelEmitter::tasks_v() {
+  if (split_) return b_.getInt64(split_chunks_);
+  if (pure_ && !blocked_ && inner_numel_ == 0) return b_.getInt64(0);
+  llvm::Value* t = b_.getInt64(1);
+  for (size_t l = 0; l < n_outer_; ++l) {
+    llvm::Value* n = loop_len(l);
+    if (column_ && l + 1 == n_outer_) n = b_.CreateUDiv(b_.CreateAdd(n, b_.getInt64(col_width_ - 1)), b_.getInt64(col_width_));
+    t = b_.CreateMul(t, n);
+  }
+  return b_.CreateMul(t, blocks_v());
+}
+
+// Tasks per thread at least: small work stays on the calling thread (kGrainElements).
+llvm::Value* KernelEmitter::grain_v() {
+  if (split_) return b_.getInt64(1);
+  auto min = [&](llvm::Value* x, llvm::Value* y) { return b_.CreateSelect(b_.CreateICmpSLT(x, y), x, y); };
+  auto max = [&](llvm::Value* x, llvm::Value* y) { return b_.CreateSelect(b_.CreateICmpSGT(x, y), x, y); };
+  llvm::Value* work = b_.getInt64(1);
+  if (pure_) {
+    if (loop_size_.size() > n_outer_) work = min(loop_len(loop_size_.size() - 1), b_.getInt64(kRowBlock));
+  } else {
+    for (size_t l = n_outer_; l < loop_size_.size(); ++l) work = b_.CreateMul(work, loop_len(l));
+    work = b_.CreateMul(work, b_.getInt64(static_cast<int64_t>(k_.stages.size())));
+  }
+  if (column_) work = b_.CreateMul(work, b_.getInt64(col_width_));
+  return max(b_.getInt64(1), b_.CreateSDiv(b_.getInt64(kGrainElements), max(work, b_.getInt64(1))));
+}
+
 // A parallel body `void name(ctx, begin, end)`, internal to the module: becomes body_ and fn_, and
-// leaves the builder in its entry block with slots_ and status_ loaded from ctx[0] and ctx[1].
+// leaves the builder in its entry block with slots_, status_ and sizes_ loaded from ctx[0..2].
 llvm::Function* KernelEmitter::begin_body(const std::string& name) {
   auto* ptr = llvm::PointerType::get(ctx_, 0);
   auto* i64 = b_.getInt64Ty();
   auto* body_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
   body_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name, m_);
-  fn_ = body_;
-  b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", body_));
+  begin_function(body_);
   llvm::Value* ctxp = body_->getArg(0);
   slots_ = b_.CreateLoad(ptr, ctxp);
   status_ = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(1)}));
+  llvm::IRBuilder<> sb(size_block_->getTerminator());
+  sizes_ = sb.CreateLoad(ptr, sb.CreateGEP(ptr, ctxp, {sb.getInt64(2)}));
   return body_;
 }
 
-// The kernel's entry point `void symbol(slots, status)` (see emit.h): becomes fn_, and leaves the
-// builder in its entry block.
+// The kernel's entry point `void symbol(slots, status, sizes)` (see emit.h): becomes fn_, and
+// leaves the builder in its entry block.
 llvm::Function* KernelEmitter::begin_entry() {
   auto* ptr = llvm::PointerType::get(ctx_, 0);
-  auto* fn_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
+  auto* fn_ty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr}, false);
   auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, symbol_, m_);
-  fn_ = f;
-  b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", f));
+  begin_function(f);
+  sizes_ = f->getArg(2);
   return f;
 }
 
@@ -209,10 +332,16 @@ void KernelEmitter::prepare() {
   } else {
     n_outer_ = groups.empty() ? 0 : groups.size() - 1;  // the last merged dim is the row
   }
+  const std::vector<SizeExpr> dim_sym = domain_exprs();
   for (auto& grp : groups) {
     int64_t size = 1;
-    for (int32_t d : grp) size *= sizes[static_cast<size_t>(d)];
+    SizeExpr sym = 1;
+    for (int32_t d : grp) {
+      size *= sizes[static_cast<size_t>(d)];
+      sym = sym * dim_sym[static_cast<size_t>(d)];
+    }
     loop_size_.push_back(size);
+    loop_sym_.push_back(sym);
     loop_dim_.push_back(grp.back());  // the innermost kernel dim carries the stride
   }
   outer_numel_ = 1;
@@ -222,21 +351,14 @@ void KernelEmitter::prepare() {
   if (pure_ && loop_size_.size() > n_outer_) {
     row_ = loop_size_.back();
     blocks_ = row_ > kRowBlock ? (row_ + kRowBlock - 1) / kRowBlock : 1;
+    // A row of symbolic length is always cut into blocks (one block when short): the same code
+    // then serves every length.
+    blocked_ = blocks_ > 1 || !loop_sym_.back().is_constant();
   }
-  tasks_ = outer_numel_ * blocks_;
-  int64_t work = pure_ ? std::min(row_, kRowBlock) : inner_numel_ * static_cast<int64_t>(k_.stages.size());
+  // The task count and grain are code (tasks_v, grain_v): with symbolic sizes they are too.
   choose_column_mode();
-  if (column_) {
-    const int64_t lane_size = loop_size_[n_outer_ - 1];
-    col_groups_ = (lane_size + col_width_ - 1) / col_width_;
-    tasks_ = outer_numel_ / lane_size * col_groups_;
-    work *= col_width_;
-  }
-  grain_ = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(work, 1));
   choose_streaming_store();
   choose_split_mode();
-  // An empty reduction still stores its identity at every outer point.
-  if (outer_numel_ == 0 || (pure_ && inner_numel_ == 0)) tasks_ = 0;
 }
 
 // Row mode (the default) vectorises along the innermost loop. Column mode vectorises along the
@@ -313,14 +435,18 @@ llvm::Value* KernelEmitter::entry_alloca(llvm::Type* t) {
 void KernelEmitter::emit_task(llvm::Value* task) {
   llvm::Value* o = task;
   llvm::Value* block = b_.getInt64(0);
-  if (blocks_ > 1) {
-    o = b_.CreateUDiv(task, b_.getInt64(blocks_));
-    block = b_.CreateURem(task, b_.getInt64(blocks_));
+  if (blocked_) {
+    llvm::Value* blocks = blocks_v();
+    o = b_.CreateUDiv(task, blocks);
+    block = b_.CreateURem(task, blocks);
   }
   llvm::Value* group = nullptr;
+  const size_t lane = n_outer_ - 1;
+  llvm::Value* lane_size = column_ ? loop_len(lane) : nullptr;
   if (column_) {
-    group = b_.CreateURem(o, b_.getInt64(col_groups_));
-    o = b_.CreateUDiv(o, b_.getInt64(col_groups_));
+    llvm::Value* groups = b_.CreateUDiv(b_.CreateAdd(lane_size, b_.getInt64(col_width_ - 1)), b_.getInt64(col_width_));
+    group = b_.CreateURem(o, groups);
+    o = b_.CreateUDiv(o, groups);
   }
   // Outer multi-index, innermost fastest (column mode: the lane loop's first point of the group).
   std::vector<llvm::Value*> oidx(n_outer_);
@@ -329,16 +455,15 @@ void KernelEmitter::emit_task(llvm::Value* task) {
       oidx[l] = b_.CreateMul(group, b_.getInt64(col_width_));
       continue;
     }
-    oidx[l] = b_.CreateURem(o, b_.getInt64(loop_size_[l]));
-    o = b_.CreateUDiv(o, b_.getInt64(loop_size_[l]));
+    llvm::Value* n = loop_len(l);
+    oidx[l] = b_.CreateURem(o, n);
+    o = b_.CreateUDiv(o, n);
   }
   if (!column_) {
     run_stages(oidx, block, 0);
     return;
   }
-  const size_t lane = n_outer_ - 1;
-  const int64_t lane_size = loop_size_[lane];
-  if (lane_size % col_width_ == 0) {
+  if (llvm::isa<llvm::ConstantInt>(lane_size) && loop_size_[lane] % col_width_ == 0) {
     run_stages(oidx, nullptr, static_cast<int>(col_width_));
     return;
   }
@@ -347,19 +472,19 @@ void KernelEmitter::emit_task(llvm::Value* task) {
   auto* full = llvm::BasicBlock::Create(ctx_, "group.full", fn_);
   auto* part = llvm::BasicBlock::Create(ctx_, "group.part", fn_);
   auto* done = llvm::BasicBlock::Create(ctx_, "group.done", fn_);
-  b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(col_width_)), b_.getInt64(lane_size)), full, part);
+  b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(col_width_)), lane_size), full, part);
   b_.SetInsertPoint(full);
   run_stages(oidx, nullptr, static_cast<int>(col_width_));
   b_.CreateBr(done);
   b_.SetInsertPoint(part);
-  llvm::Value* rest = b_.CreateSub(b_.getInt64(lane_size), j0);
+  llvm::Value* rest = b_.CreateSub(lane_size, j0);
   llvm::Value* vec_end = b_.CreateAdd(j0, b_.CreateMul(b_.CreateSDiv(rest, b_.getInt64(vf_)), b_.getInt64(vf_)));
   if (col_width_ > vf_)
     for_loop(j0, vec_end, b_.getInt64(vf_), [&](llvm::Value* j) {
       oidx[lane] = j;
       run_stages(oidx, nullptr, vf_);
     });
-  for_loop(vec_end, b_.getInt64(lane_size), b_.getInt64(1), [&](llvm::Value* j) {
+  for_loop(vec_end, lane_size, b_.getInt64(1), [&](llvm::Value* j) {
     oidx[lane] = j;
     run_stages(oidx, nullptr, 1);
   });
@@ -388,9 +513,9 @@ void KernelEmitter::compute_bases(const std::vector<llvm::Value*>& oidx) {
     for (auto& v : addrs) {
       std::vector<llvm::Value*> row;
       for (const Addr& a : v) {
-        llvm::Value* off = b_.getInt64(a.base);
+        llvm::Value* off = size(a.sym_base, a.base);
         for (size_t l = 0; l < n_outer_; ++l)
-          if (stride(a, l) != 0) off = b_.CreateAdd(off, b_.CreateMul(oidx[l], b_.getInt64(stride(a, l))));
+          if (stride(a, l) != 0) off = b_.CreateAdd(off, b_.CreateMul(oidx[l], stride_v(a, l)));
         row.push_back(off);
       }
       out.push_back(row);
@@ -415,9 +540,11 @@ std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k)
   return used;
 }
 
-void emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
-                 const std::string& symbol) {
-  detail::KernelEmitter(p, k, m, vector_bits, symbol).emit();
+std::vector<int32_t> emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
+                                 const std::string& symbol) {
+  detail::KernelEmitter e(p, k, m, vector_bits, symbol);
+  e.emit();
+  return e.size_params();
 }
 
 std::vector<std::string> emit_program(const loop::Program& p, llvm::Module& m, int vector_bits) {

@@ -1,9 +1,19 @@
 // codegen/llvm/emit.h — the llvm_cpu kernel emitter: a planned loop Program -> LLVM IR functions
 // (codegen/ layer; LLVM types only by forward declaration here).
 //
-// ABI: every kernel of the Program becomes `void <symbol>(void** slots, int32_t* status)`, where
-// slots[i] is the data pointer of the i-th buffer slot the kernel uses (kernel_slots): the ABI of
-// runtime::HostKernel (runtime/host_kernel.h). The runtime calls the kernels in step order from C++, with the extern ATen calls between them:
+// ABI: every kernel of the Program becomes
+// `void <symbol>(void** slots, int32_t* status, const int64_t* sizes)`, where slots[i] is the data
+// pointer of the i-th buffer slot the kernel uses (kernel_slots) and sizes[j] the value of its
+// j-th size parameter (emit_kernel's result): the ABI of runtime::HostKernel
+// (runtime/host_kernel.h).
+//
+// Sizes as parameters: in a graph specialised to one call's sizes (Graph::binding set), a loop
+// bound, stride or offset whose expression over size symbols gives its number at the binding is
+// computed from the sizes argument instead of being a constant. Every decision (loop order, dims
+// merged, modes, vector paths) is still made from the numbers, and the module is the cache key:
+// code emitted at two sizes is the same code, compiled once, exactly when every decision came
+// out the same; and code emitted at sizes B, run with B's sizes, computes with B's numbers. So a
+// kernel reused across sizes is correct by construction, whatever the decisions were. The runtime calls the kernels in step order from C++, with the extern ATen calls between them:
 // the tensors of an extern step are C++ objects anyway, so a callback ABI would buy nothing. Each
 // kernel is its own module and cache entry (emit_kernel). *status is set to 1 when a gathered
 // index (embedding / index_select) is out of range; the kernel then reads row 0 instead.
@@ -45,9 +55,10 @@ std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k)
 // computes and on the layouts of its buffers, not on its graph, name or slot numbers (given the
 // same symbol): compile_llvm_cpu compiles and caches each kernel by that IR, so the same kernel in
 // another layer, graph or process is compiled once. Throws BackendError when an instr has no code
-// for its type (a lowering bug, reported by name).
-void emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
-                 const std::string& symbol);
+// for its type (a lowering bug, reported by name). Returns the kernel's size parameters: the
+// symbols (of p.graph.binding) it reads, in parameter order.
+std::vector<int32_t> emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
+                                 const std::string& symbol);
 
 // Every kernel of `p` into `m`, each under its own name (tests); returns the names in
 // Program::kernels order.

@@ -21,6 +21,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,8 @@ inline bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
 inline bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
 // Strides of one access, after the plan: element offset = base + sum_d stride[d] * i_d (+ dyn).
+// The numbers are the sizes of the graph's binding (what every decision reads); the sym_* are the
+// same over size symbols (what the code computes, where KernelEmitter::size accepts them).
 struct Addr {
   int32_t slot = -1;
   ST storage = ST::Float;
@@ -71,6 +74,9 @@ struct Addr {
   std::vector<int64_t> stride;  // per kernel dim
   int32_t dynamic = -1;          // instr id in the stage
   int64_t dyn_stride = 0, dyn_size = 0;
+  shapes::SizeExpr sym_base;
+  std::vector<shapes::SizeExpr> sym_stride;
+  shapes::SizeExpr sym_dyn_stride, sym_dyn_size;
 };
 
 // Combines `parts` pairwise, left to right, level after level (an odd one out moves up as is)
@@ -93,6 +99,8 @@ class KernelEmitter {
         symbol_(std::move(symbol)) {}
 
   void emit();
+  // The symbols the kernel reads as size parameters, in parameter order (after emit()).
+  const std::vector<shapes::SymbolId>& size_params() const { return params_; }
 
  private:
   // One reduction's accumulators in the current inner stage (allocas).
@@ -111,7 +119,21 @@ class KernelEmitter {
   void choose_column_mode();
   void choose_streaming_store();
   int64_t stride(const Addr& a, size_t loop) const { return a.stride[static_cast<size_t>(loop_dim_[loop])]; }
+  // Sizes as code: `value` (a number of this binding) as the run-time value of `e` when e is a
+  // polynomial over size symbols that gives `value` at the binding, else as the constant. The
+  // code lives in the current function's first block, so it dominates every use.
+  llvm::Value* size(const shapes::SizeExpr& e, int64_t value);
+  llvm::Value* loop_len(size_t loop) { return size(loop_sym_[loop], loop_size_[loop]); }
+  llvm::Value* stride_v(const Addr& a, size_t loop) {
+    const size_t d = static_cast<size_t>(loop_dim_[loop]);
+    return size(a.sym_stride[d], a.stride[d]);
+  }
+  std::vector<shapes::SizeExpr> domain_exprs() const;
+  llvm::Value* blocks_v();
+  llvm::Value* tasks_v();
+  llvm::Value* grain_v();
   llvm::Function* begin_body(const std::string& name);
+  void begin_function(llvm::Function* f);
   llvm::Function* begin_entry();
   llvm::FunctionCallee parallel_for();
   void for_loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step, const std::function<void(llvm::Value*)>& body);
@@ -182,11 +204,17 @@ class KernelEmitter {
   bool pure_ = false;
   size_t n_outer_ = 0;
   std::vector<int64_t> loop_size_;
+  std::vector<shapes::SizeExpr> loop_sym_;  // loop_size_ over size symbols (see size())
   std::vector<int32_t> loop_dim_;
-  int64_t outer_numel_ = 1, inner_numel_ = 1, row_ = 1, blocks_ = 1, tasks_ = 1, grain_ = 1;
+  int64_t outer_numel_ = 1, inner_numel_ = 1, row_ = 1, blocks_ = 1;
+  bool blocked_ = false;      // pure pointwise: rows cut into blocks (blocks_ > 1, or a symbolic row)
+  // Size parameters: the symbols read, in order, and per function the values made of them.
+  std::vector<shapes::SymbolId> params_;
+  llvm::Value* sizes_ = nullptr;                    // the current function's `const int64_t* sizes`
+  llvm::BasicBlock* size_block_ = nullptr;          // the current function's first block
+  std::map<std::string, llvm::Value*> size_cache_;  // per current function: expression text -> value
   bool column_ = false;       // lanes run along the innermost outer loop (choose_column_mode)
   int64_t col_width_ = 1;     // column mode: outer points per task (a multiple of vf_)
-  int64_t col_groups_ = 1;    // column mode: tasks along the innermost outer loop
   int32_t nt_store_ = -1;     // stage 0's store that streams, or -1
   int64_t nt_align_ = 1;      // bytes its vector stores are aligned to
   bool nt_active_ = false;    // emitting the aligned vector loop, where that store streams

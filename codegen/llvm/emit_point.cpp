@@ -128,10 +128,14 @@ llvm::Value* KernelEmitter::element_offset(const Addr& a, llvm::Value* base, con
   // Lanes are consecutive points of the innermost loop (row mode) or of the lane loop, the
   // innermost outer loop (column mode; its index is in `base`).
   int64_t lane_stride = column_ ? stride(a, n_outer_ - 1) : 0;
+  llvm::Value* lane_stride_v = column_ ? stride_v(a, n_outer_ - 1) : nullptr;
   for (size_t l = 0; l < n_inner; ++l) {
     int64_t s = stride(a, n_outer_ + l);
-    if (s != 0) off = b_.CreateAdd(off, b_.CreateMul(idx[l], b_.getInt64(s)));
-    if (l + 1 == n_inner && !column_) lane_stride = s;
+    if (s != 0) off = b_.CreateAdd(off, b_.CreateMul(idx[l], stride_v(a, n_outer_ + l)));
+    if (l + 1 == n_inner && !column_) {
+      lane_stride = s;
+      lane_stride_v = stride_v(a, n_outer_ + l);
+    }
   }
   llvm::Value* dyn = nullptr;
   bool dyn_uniform = false;
@@ -145,19 +149,22 @@ llvm::Value* KernelEmitter::element_offset(const Addr& a, llvm::Value* base, con
     }
     const int dyn_lanes = dyn_uniform ? 1 : lanes;
     // Out-of-range gathered indices read row 0 and raise the status flag.
-    llvm::Value* size = splat(b_.getInt64(a.dyn_size), dyn_lanes);
+    llvm::Value* size = splat(this->size(a.sym_dyn_size, a.dyn_size), dyn_lanes);
     llvm::Value* bad = b_.CreateICmpUGE(dyn, size);
     llvm::Value* any = dyn_lanes == 1 ? bad : b_.CreateOrReduce(bad);
     llvm::Value* old = b_.CreateLoad(b_.getInt32Ty(), status_);
     b_.CreateStore(b_.CreateSelect(any, b_.getInt32(1), old), status_);
     dyn = b_.CreateSelect(bad, splat(b_.getInt64(0), dyn_lanes), dyn);
-    dyn = b_.CreateMul(dyn, splat(b_.getInt64(a.dyn_stride), dyn_lanes));
+    dyn = b_.CreateMul(dyn, splat(this->size(a.sym_dyn_stride, a.dyn_stride), dyn_lanes));
   }
   contiguous = lanes > 1 && lane_stride == 1 && (!dyn || dyn_uniform);
   uniform = lanes > 1 && lane_stride == 0 && (!dyn || dyn_uniform);
   if (lanes == 1 || contiguous || uniform) return dyn ? b_.CreateAdd(off, dyn) : off;
   if (dyn_uniform) dyn = splat(dyn, lanes);
-  llvm::Value* v = b_.CreateAdd(splat(off, lanes), lane_steps(lanes, lane_stride));
+  // Lane i is i strides along: a constant vector, or the run-time stride times 0, 1, 2, ...
+  llvm::Value* steps = !lane_stride_v || llvm::isa<llvm::ConstantInt>(lane_stride_v) ? lane_steps(lanes, lane_stride)
+                                                                  : b_.CreateMul(splat(lane_stride_v, lanes), lane_steps(lanes, 1));
+  llvm::Value* v = b_.CreateAdd(splat(off, lanes), steps);
   return dyn ? b_.CreateAdd(v, dyn) : v;
 }
 

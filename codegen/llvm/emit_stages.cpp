@@ -37,8 +37,6 @@ void KernelEmitter::choose_split_mode() {
   split_chunks_ = std::min<int64_t>({kSplitMaxChunks, loop_size_[0], std::max<int64_t>(2, inner_numel_ / kSplitChunkElements)});
   if (split_chunks_ < 2) return;
   split_ = true;
-  tasks_ = split_chunks_;
-  grain_ = 1;
 }
 
 void KernelEmitter::emit_split() {
@@ -71,15 +69,14 @@ void KernelEmitter::emit_split() {
     llvm::Function* body = begin_body(symbol_ + ".stage" + std::to_string(s));
     bodies[s] = body;
     llvm::Value* ctxp = body->getArg(0);
-    llvm::Value* partials = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(2)}));
-    llvm::Value* reduced = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(3)}));
+    llvm::Value* partials = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(3)}));
+    llvm::Value* reduced = b_.CreateLoad(ptr, b_.CreateGEP(ptr, ctxp, {b_.getInt64(4)}));
     for_loop(body->getArg(1), body->getArg(2), b_.getInt64(1), [&](llvm::Value* chunk) {
       compute_bases({});
       load_reduced(reduced, first_red[s]);
       stage_values_.assign(k_.stages.size(), {});
-      split_lo_ = b_.CreateSDiv(b_.CreateMul(chunk, b_.getInt64(loop_size_[0])), b_.getInt64(split_chunks_));
-      split_hi_ = b_.CreateSDiv(b_.CreateMul(b_.CreateAdd(chunk, b_.getInt64(1)), b_.getInt64(loop_size_[0])),
-                                b_.getInt64(split_chunks_));
+      split_lo_ = b_.CreateSDiv(b_.CreateMul(chunk, loop_len(0)), b_.getInt64(split_chunks_));
+      split_hi_ = b_.CreateSDiv(b_.CreateMul(b_.CreateAdd(chunk, b_.getInt64(1)), loop_len(0)), b_.getInt64(split_chunks_));
       emit_inner_stage(s, nullptr, 0);
       split_lo_ = split_hi_ = nullptr;
       for (size_t r = 0; r < st.reductions.size(); ++r) {
@@ -98,8 +95,8 @@ void KernelEmitter::emit_split() {
   status_ = f->getArg(1);
   llvm::Value* partials = b_.CreateAlloca(i64, b_.getInt64(split_chunks_ * max_red * 2));
   llvm::Value* reduced = b_.CreateAlloca(i64, b_.getInt64(std::max<int64_t>(total_red, 1)));
-  llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(4));
-  const std::array<llvm::Value*, 4> fields{slots_, status_, partials, reduced};
+  llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(5));
+  const std::array<llvm::Value*, 5> fields{slots_, status_, sizes_, partials, reduced};
   for (size_t i = 0; i < fields.size(); ++i) b_.CreateStore(fields[i], b_.CreateGEP(ptr, pack, {b_.getInt64(static_cast<int64_t>(i))}));
   llvm::FunctionCallee pf = parallel_for();
   compute_bases({});
@@ -189,17 +186,17 @@ void KernelEmitter::emit_inner_stage(size_t s, llvm::Value* block, int col_lanes
       const size_t loop = n_outer_ + l;
       // Split mode: this chunk's part of the first loop.
       llvm::Value* first_lo = l == 0 && split_lo_ ? split_lo_ : b_.getInt64(0);
-      llvm::Value* first_hi = l == 0 && split_hi_ ? split_hi_ : b_.getInt64(loop_size_[loop]);
+      llvm::Value* first_hi = l == 0 && split_hi_ ? split_hi_ : loop_len(loop);
       if (l + 1 < n_inner_loops) {
         for_loop(first_lo, first_hi, b_.getInt64(1), [&](llvm::Value* i) {
           idx[l] = i;
-          nest(l + 1, b_.CreateMul(b_.CreateAdd(flat, i), b_.getInt64(loop_size_[loop + 1])));
+          nest(l + 1, b_.CreateMul(b_.CreateAdd(flat, i), loop_len(loop + 1)));
         });
         return;
       }
       llvm::Value* lo = first_lo;
       llvm::Value* hi = first_hi;
-      if (blocks_ > 1) {
+      if (blocked_) {
         lo = b_.CreateMul(block, b_.getInt64(kRowBlock));
         hi = b_.CreateSelect(b_.CreateICmpSLT(b_.CreateAdd(lo, b_.getInt64(kRowBlock)), hi),
                              b_.CreateAdd(lo, b_.getInt64(kRowBlock)), hi);

@@ -77,6 +77,7 @@ class Functionalizer {
     check_views();
     check_returned_views();
     f.graph.values = g_.values;
+    f.graph.binding = g_.binding;
     f.graph.inputs = g_.inputs;
     current_.clear();
     for (size_t i = 0; i < g_.nodes.size(); ++i) rewrite(g_.nodes[i], f.graph);

@@ -962,10 +962,8 @@ Graph specialize(const Graph& g, const std::vector<int64_t>& binding) {
       if (!off) throw InternalError("specialize: storage offset " + m.sym_offset[0].str() + " cannot be evaluated");
       m.storage_offset = *off;
     }
-    m.sym_sizes.clear();
-    m.sym_strides.clear();
-    m.sym_offset.clear();
   }
+  out.binding = binding;
   // Size arguments (a view's shape from x.shape, arange's end...) take the call's values too.
   for (Node& n : out.nodes)
     for (Arg& a : n.args) {

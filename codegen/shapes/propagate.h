@@ -77,7 +77,8 @@ bool is_live(const Graph& g, SymbolId s);
 bool is_dynamic(const Graph& g);
 // The traced call's value of every symbol (pinned ones too), by symbol id.
 std::vector<int64_t> hints(const Graph& g);
-// g at the sizes `binding` (one value per symbol, by id): every meta concrete, no symbols. The
+// g at the sizes `binding` (one value per symbol, by id): every meta's numbers are the call's, and
+// it keeps its expressions (Graph::binding says over which values); the graph has no symbols. The
 // binding must satisfy the guards (sizes >= 2 for live symbols); values are checked for
 // overflow, and a meta that cannot be evaluated throws InternalError.
 Graph specialize(const Graph& g, const std::vector<int64_t>& binding);

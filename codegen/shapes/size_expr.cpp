@@ -359,4 +359,15 @@ std::optional<std::vector<Relation>> simplify(const std::vector<Relation>& relat
   return out;
 }
 
+std::vector<SizeExpr::TermView> SizeExpr::terms() const {
+  std::vector<TermView> out;
+  for (const auto& [text, t] : terms_) {
+    TermView v;
+    v.coef = t.coef;
+    for (const auto& [atom_text, ae] : t.mono) v.atoms.emplace_back(&ae.first, ae.second);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 }  // namespace fastdyn::codegen::shapes

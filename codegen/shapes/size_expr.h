@@ -74,6 +74,13 @@ class SizeExpr {
     std::vector<std::pair<SymbolId, int64_t>> terms;  // (symbol, coefficient), by symbol
   };
   std::optional<Linear> linear() const;
+  // The terms in canonical order, each a coefficient times a product of atoms with exponents
+  // (none: the constant term): what a code generator walks to compute the value at run time.
+  struct TermView {
+    int64_t coef = 0;
+    std::vector<std::pair<const Atom*, int>> atoms;
+  };
+  std::vector<TermView> terms() const;
 
   bool operator==(const SizeExpr& o) const;
   bool operator!=(const SizeExpr& o) const { return !(*this == o); }

@@ -17,17 +17,19 @@ namespace {
 constexpr int64_t kN = 4;  // the fake kernels work on kN floats
 int kernel_calls = 0;
 
-// args: a, b, out — out[i] = a[i] + b[i]. `out` may be `a` (an in-place update).
-void add_kernel(void** args, int32_t* /*status*/) {
+// args: a, b, out — out[i] = a[i] + b[i] over sizes[0] elements (kN without size parameters).
+// `out` may be `a` (an in-place update).
+void add_kernel(void** args, int32_t* /*status*/, const int64_t* sizes) {
   ++kernel_calls;
   const auto* a = static_cast<const float*>(args[0]);
   const auto* b = static_cast<const float*>(args[1]);
   auto* out = static_cast<float*>(args[2]);
-  for (int64_t i = 0; i < kN; ++i) out[i] = a[i] + b[i];
+  const int64_t n = sizes ? sizes[0] : kN;
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 // What an embedding kernel does with an index out of range.
-void out_of_range_kernel(void** /*args*/, int32_t* status) { *status = 1; }
+void out_of_range_kernel(void** /*args*/, int32_t* status, const int64_t* /*sizes*/) { *status = 1; }
 
 std::shared_ptr<const Kernel> host(HostKernel::Function fn) {
   return std::make_shared<HostKernel>(fn, nullptr, "llvm_cpu");
@@ -87,6 +89,24 @@ Program add_then_double(std::shared_ptr<FakeExecutable> doubler) {
 
 std::shared_ptr<FakeExecutable> doubler() {
   return std::make_shared<FakeExecutable>([](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{in.at(0) * 2}; });
+}
+
+// One kernel object in two programs built for different sizes: each launch passes its program's
+// size parameters, so the kernel runs at the size of the program that launches it.
+TEST(ProgramExecutable, OneKernelServesProgramsOfSeveralSizesThroughItsSizeArguments) {
+  auto kernel = host(add_kernel);
+  for (int64_t n : {3, 7, 64}) {
+    Program p;
+    p.backend = "llvm_cpu";
+    p.num_slots = 3;
+    p.input_slots = {0, 1};
+    p.buffers = {{2, {n}, {1}, f32()}};
+    p.steps.emplace_back(KernelLaunch{kernel, {0, 1, 2}, {n}});
+    p.outputs = {slot(2)};
+    ProgramExecutable exe(std::move(p));
+    const at::Tensor a = at::arange(n, f32()), b = at::full({n}, 10, f32());
+    EXPECT_TRUE(at::equal(exe.run({a, b}).at(0), a + b)) << n;
+  }
 }
 
 TEST(ProgramExecutable, RunsAKernelThenAnExternCallAndMakesAnAliasOutput) {

@@ -1,0 +1,123 @@
+// tests/cpp/llvm/test_symbolic_kernels.cpp — kernels that take sizes as arguments: one symbolic
+// graph, specialised to several sizes and compiled by llvm_cpu at each, computes what eager does
+// at every size, and its kernels compile once (later sizes find them in the kernel cache because
+// the emitted code reads the symbolic sizes from its `sizes` argument instead of baking them in).
+#include "codegen/aten_backend.h"
+#include "codegen/capture.h"
+#include "codegen/llvm/backend.h"
+#include "codegen/llvm/jit_engine.h"
+#include "codegen/shapes/propagate.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+
+namespace fastdyn::codegen {
+namespace {
+
+TensorMeta contiguous(std::vector<int64_t> sizes) {
+  TensorMeta m;
+  m.sizes = sizes;
+  m.strides.assign(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) m.strides[d - 1] = m.strides[d] * sizes[d];
+  return m;
+}
+
+ValueId record(Graph& g, Family f, std::vector<CallArg> args) {
+  CaptureResult r = record_call(g, CaptureContext{}, f, args, {});
+  EXPECT_TRUE(r.ok) << r.reason;
+  return r.ok ? r.values.at(0) : -1;
+}
+
+// A graph over input %0 of `sizes` whose dim `dim` is the symbol s0; `body` records its nodes
+// and returns the outputs.
+Graph symbolic_graph(std::vector<int64_t> sizes, int64_t dim, const std::function<std::vector<ValueId>(Graph&)>& body) {
+  Graph g;
+  g.add_input(contiguous(std::move(sizes)));
+  EXPECT_TRUE(shapes::make_dynamic(g, 0, dim));
+  g.outputs = body(g);
+  EXPECT_TRUE(shapes::is_dynamic(g)) << print_graph(g);
+  return g;
+}
+
+// Runs g at each size of s0 (dim `dim` of the input) on llvm_cpu and on aten, compares, and
+// returns the kernels each size did not find in the memory cache (compiled, or read from disk:
+// a kernel emitted with its sizes baked in would be another module at every size).
+std::vector<int64_t> compiles_per_size(const Graph& g, std::vector<int64_t> shape, int64_t dim, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> compiles;
+  for (int64_t n : sizes) {
+    const Graph sg = shapes::specialize(g, {n});
+    shape[static_cast<size_t>(dim)] = n;
+    const at::Tensor x = at::randn(shape);
+    auto misses = [] { return llvm_jit::cache_stats().compiles + llvm_jit::cache_stats().disk_hits; };
+    const int64_t before = misses();
+    const std::vector<at::Tensor> got = compile_llvm_cpu(sg)->run({x});
+    compiles.push_back(misses() - before);
+    const std::vector<at::Tensor> want = compile_aten(sg)->run({x});
+    EXPECT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+      EXPECT_EQ(got[i].sizes(), want[i].sizes()) << "size " << n << " output " << i;
+      EXPECT_TRUE(at::allclose(got[i], want[i], 1e-5, 1e-5)) << "size " << n << " output " << i;
+    }
+  }
+  return compiles;
+}
+
+const std::vector<int64_t> kSizes = {9, 5, 37, 100, 1000};
+
+TEST(SymbolicKernels, PointwiseChainCompilesOnceForEveryLength) {
+  Graph g = symbolic_graph({9, 64}, 0, [](Graph& g) {
+    ValueId y = record(g, Family::mul, {CallArg::tensor(0), CallArg::of_double(2.0)});
+    ValueId z = record(g, Family::tanh, {CallArg::tensor(y)});
+    return std::vector<ValueId>{record(g, Family::add, {CallArg::tensor(z), CallArg::of_double(1.0)})};
+  });
+  std::vector<int64_t> c = compiles_per_size(g, {9, 64}, 0, kSizes);
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
+// The symbolic dim is the reduced (and vectorised) one: loop bounds and the scalar tail at run time.
+TEST(SymbolicKernels, SoftmaxAndSumOverASymbolicRow) {
+  Graph g = symbolic_graph({4, 9}, 1, [](Graph& g) {
+    ValueId s = record(g, Family::softmax, {CallArg::tensor(0), CallArg::of_int(-1)});
+    ValueId t = record(g, Family::sum, {CallArg::tensor(0), CallArg::of_int(-1)});
+    return std::vector<ValueId>{s, t};
+  });
+  std::vector<int64_t> c = compiles_per_size(g, {4, 9}, 1, kSizes);
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
+// Column mode (x.sum(0) over a symbolic number of rows) and a transposed read, whose strides are
+// the symbol: strides and lane offsets computed at run time.
+TEST(SymbolicKernels, SymbolicStridesColumnSumAndTranspose) {
+  Graph g = symbolic_graph({9, 24}, 0, [](Graph& g) {
+    ValueId s = record(g, Family::sum, {CallArg::tensor(0), CallArg::of_int(0)});
+    ValueId t = record(g, Family::transpose, {CallArg::tensor(0), CallArg::of_int(0), CallArg::of_int(1)});
+    ValueId e = record(g, Family::exp, {CallArg::tensor(t)});
+    return std::vector<ValueId>{s, e};
+  });
+  std::vector<int64_t> c = compiles_per_size(g, {9, 24}, 0, kSizes);
+  for (size_t i = 2; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
+TEST(SymbolicKernels, LayerNormRowsOfASymbolicBatch) {
+  Graph g = symbolic_graph({9, 32}, 0, [](Graph& g) {
+    return std::vector<ValueId>{record(g, Family::layer_norm, {CallArg::tensor(0), CallArg::of_ints({32})})};
+  });
+  std::vector<int64_t> c = compiles_per_size(g, {9, 32}, 0, kSizes);
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
+// A graph that was never symbolic emits exactly what it did: no size parameters.
+TEST(SymbolicKernels, StaticGraphsHaveNoSizeParameters) {
+  Graph g;
+  g.add_input(contiguous({8, 64}));
+  ValueId y = record(g, Family::mul, {CallArg::tensor(0), CallArg::of_double(2.0)});
+  g.outputs = {y};
+  EXPECT_TRUE(g.binding.empty());
+  const at::Tensor x = at::randn({8, 64});
+  EXPECT_TRUE(at::allclose(compile_llvm_cpu(g)->run({x}).at(0), x * 2));
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
