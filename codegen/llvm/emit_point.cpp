@@ -292,6 +292,12 @@ llvm::Value* KernelEmitter::instr(size_t s, const Instr& in, int lanes, const st
     case Op::Load:
       return load(load_addr_[s][static_cast<size_t>(in.a)], load_base_[s][static_cast<size_t>(in.a)], idx, lanes, vals, t);
     case Op::Const: return constant(in.value, t, lanes);
+    case Op::Count: {
+      shapes::SizeExpr e = 1;
+      for (size_t l = n_outer_; l < loop_sym_.size(); ++l) e = e * loop_sym_[l];
+      llvm::Value* n = size(e, static_cast<int64_t>(in.value));
+      return splat(fp ? b_.CreateSIToFP(n, scalar_type(t)) : b_.CreateSExtOrTrunc(n, scalar_type(t)), lanes);
+    }
     case Op::Reduced: return splat(reduced_.at(static_cast<size_t>(in.a)), lanes);
     case Op::StageValue: return splat(stage_values_.at(static_cast<size_t>(in.a)).at(static_cast<size_t>(in.b)), lanes);
     case Op::Cast: return cast(arg(in.a), k_.stages[s].instrs[static_cast<size_t>(in.a)].type, t, lanes);

@@ -175,7 +175,7 @@ class Fuser {
       int work = 0;
       bool expensive = false;
       for (const Instr& in : l.body.instrs) {
-        if (in.op == Op::Load || in.op == Op::Const || in.op == Op::Cast) continue;
+        if (in.op == Op::Load || in.op == Op::Const || in.op == Op::Count || in.op == Op::Cast) continue;
         ++work;
         expensive |= is_transcendental(in.op);
       }
@@ -289,7 +289,7 @@ class Fuser {
           in.a += sc.stage_base;
           break;
         default:
-          if (in.a >= 0 && in.op != Op::Const) in.a = map[static_cast<size_t>(in.a)];
+          if (in.a >= 0 && in.op != Op::Const && in.op != Op::Count) in.a = map[static_cast<size_t>(in.a)];
           if (in.b >= 0) in.b = map[static_cast<size_t>(in.b)];
           if (in.c >= 0) in.c = map[static_cast<size_t>(in.c)];
       }

@@ -97,7 +97,8 @@ void print_kernel_into(std::ostringstream& os, const Kernel& k) {
       os << "    %" << i << " = " << op_name(in.op) << " " << type_name(in.type);
       switch (in.op) {
         case Op::Load: os << " "; print_access(os, st.loads.at(static_cast<size_t>(in.a)), n_outer); break;
-        case Op::Const: {
+        case Op::Const:
+        case Op::Count: {
           std::ostringstream v;
           v.precision(17);
           v << in.value;

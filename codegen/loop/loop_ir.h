@@ -46,12 +46,15 @@ namespace fastdyn::codegen::loop {
 // the sign fill (Shr, arithmetic).
 // Fma(a, b, c) = a * b + c rounded once (floats only): lowerings use it inside polynomials that
 // ATen's own vectorised code evaluates with fused multiply-adds (the float32 erf of GELU).
+// Count is the number of points of the kernel's inner domain, `value` (mean's and layer_norm's
+// divisor): a constant, except that an emitter may compute it from the sizes at run time where
+// they are symbols (a kernel then serves every length of the rows it reduces).
 // CumSum is a scan: the running sum of its operand over the inner points of its stage so far, in
 // loop order, this point included (cumsum along the kernel's one inner dim). Its stage is never
 // vectorised along that dim, and a kernel with one is never pure pointwise (its points depend on
 // each other).
 #define FD_LOOP_OPS(X)                                                                        \
-  X(Load, 0) X(Const, 0) X(Reduced, 0) X(StageValue, 0)                                        \
+  X(Load, 0) X(Const, 0) X(Count, 0) X(Reduced, 0) X(StageValue, 0)                             \
   X(Cast, 1) X(Neg, 1) X(Abs, 1) X(Exp, 1) X(Expm1, 1) X(Log, 1) X(Log1p, 1) X(Log2, 1)       \
   X(Log10, 1) X(Sqrt, 1) X(Rsqrt, 1) X(Sin, 1) X(Cos, 1) X(Tan, 1) X(Tanh, 1) X(Sinh, 1)      \
   X(Cosh, 1) X(Asin, 1) X(Acos, 1) X(Atan, 1) X(Erf, 1) X(Erfc, 1) X(Floor, 1) X(Ceil, 1)     \
@@ -98,7 +101,7 @@ struct Instr {
   c10::ScalarType type = c10::ScalarType::Float;  // compute type of the result
   int32_t a = -1, b = -1, c = -1;  // operands (instr ids); Load: access id; Reduced: reduction id;
                                    // StageValue: a = stage, b = instr
-  double value = 0.0;              // Const (integers are exact up to 2^53)
+  double value = 0.0;              // Const, Count (integers are exact up to 2^53)
 };
 
 struct Store {

@@ -112,7 +112,7 @@ bool lower_simple_reduction(const Ctx& c, NodeLowering& out, ReduceOp op, bool m
   finish(dom, b0);
   Builder b1 = begin(dom, true);
   int32_t r = b1.emit(Op::Reduced, acc, 0);
-  if (mean) r = b1.div(r, b1.cnst(static_cast<double>(dom.inner_numel), acc));
+  if (mean) r = b1.div(r, b1.count(dom.inner_numel, acc));
   b1.st.stores.push_back({rounded(b1, r, res.dtype), dom.reduced_access(c.n.outputs[0], res)});
   finish(dom, b1);
   out.kind = NodeLowering::Kind::Kernels;
@@ -208,7 +208,7 @@ bool lower_variance(const Ctx& c, NodeLowering& out, bool is_std, bool with_mean
   finish(dom, b0);
   Builder b1 = begin(dom, false);
   int32_t x1 = b1.load(dom.full_access(c.n.args[0].value, in.sizes), t);
-  int32_t mean1 = b1.div(b1.emit(Op::Reduced, t, 0), b1.cnst(n, t));
+  int32_t mean1 = b1.div(b1.emit(Op::Reduced, t, 0), b1.count(dom.inner_numel, t));
   int32_t d = b1.sub(x1, mean1);
   b1.st.reductions.push_back({ReduceOp::Sum, b1.mul(d, d), t});
   finish(dom, b1);
@@ -217,7 +217,7 @@ bool lower_variance(const Ctx& c, NodeLowering& out, bool is_std, bool with_mean
   if (is_std) var = b2.un(Op::Sqrt, var);
   b2.st.stores.push_back({rounded(b2, var, c.out().dtype), dom.reduced_access(c.n.outputs[0], c.g.meta(c.n.outputs[0]))});
   if (with_mean) {
-    int32_t mean = b2.div(b2.emit(Op::Reduced, t, 0), b2.cnst(n, t));
+    int32_t mean = b2.div(b2.emit(Op::Reduced, t, 0), b2.count(dom.inner_numel, t));
     b2.st.stores.push_back({rounded(b2, mean, c.g.meta(c.n.outputs[1]).dtype), dom.reduced_access(c.n.outputs[1], c.g.meta(c.n.outputs[1]))});
   }
   finish(dom, b2);
@@ -302,8 +302,7 @@ bool lower_norm(const Ctx& c, NodeLowering& out, bool rms) {
   std::vector<bool> mask(in.sizes.size(), false);
   for (size_t d = in.sizes.size() - k; d < in.sizes.size(); ++d) mask[d] = true;
   Domain dom(in.sizes, mask);
-  const double n = static_cast<double>(dom.inner_numel);
-  ValueId x = c.n.args[0].value;
+    ValueId x = c.n.args[0].value;
   const size_t eps_arg = rms ? 3 : 4;
   double eps = c.is_none(eps_arg) ? (in.dtype == ST::Double ? std::numeric_limits<double>::epsilon()
                                      : in.dtype == ST::BFloat16 ? 0.0078125
@@ -321,7 +320,7 @@ bool lower_norm(const Ctx& c, NodeLowering& out, bool rms) {
     b0.st.reductions.push_back({ReduceOp::Sum, b0.mul(x0, x0), t});
     finish(dom, b0);
     Builder b1 = begin(dom, false);
-    int32_t scale = b1.un(Op::Rsqrt, b1.add(b1.div(b1.emit(Op::Reduced, t, 0), b1.cnst(n, t)), b1.cnst(eps, t)));
+    int32_t scale = b1.un(Op::Rsqrt, b1.add(b1.div(b1.emit(Op::Reduced, t, 0), b1.count(dom.inner_numel, t)), b1.cnst(eps, t)));
     b1.st.stores.push_back({rounded(b1, affine(b1, b1.mul(ld(b1, x), scale)), res.dtype), dom.full_access(c.n.outputs[0], res.sizes)});
     finish(dom, b1);
   } else {
@@ -329,12 +328,12 @@ bool lower_norm(const Ctx& c, NodeLowering& out, bool rms) {
     b0.st.reductions.push_back({ReduceOp::Sum, ld(b0, x), t});
     finish(dom, b0);
     Builder b1 = begin(dom, false);
-    int32_t d = b1.sub(ld(b1, x), b1.div(b1.emit(Op::Reduced, t, 0), b1.cnst(n, t)));
+    int32_t d = b1.sub(ld(b1, x), b1.div(b1.emit(Op::Reduced, t, 0), b1.count(dom.inner_numel, t)));
     b1.st.reductions.push_back({ReduceOp::Sum, b1.mul(d, d), t});
     finish(dom, b1);
     Builder b2 = begin(dom, false);
-    int32_t d2 = b2.sub(ld(b2, x), b2.div(b2.emit(Op::Reduced, t, 0), b2.cnst(n, t)));
-    int32_t rstd = b2.un(Op::Rsqrt, b2.add(b2.div(b2.emit(Op::Reduced, t, 1), b2.cnst(n, t)), b2.cnst(eps, t)));
+    int32_t d2 = b2.sub(ld(b2, x), b2.div(b2.emit(Op::Reduced, t, 0), b2.count(dom.inner_numel, t)));
+    int32_t rstd = b2.un(Op::Rsqrt, b2.add(b2.div(b2.emit(Op::Reduced, t, 1), b2.count(dom.inner_numel, t)), b2.cnst(eps, t)));
     b2.st.stores.push_back({rounded(b2, affine(b2, b2.mul(d2, rstd)), res.dtype), dom.full_access(c.n.outputs[0], res.sizes)});
     finish(dom, b2);
   }

@@ -41,6 +41,7 @@ class Builder {
     return emit(Op::Load, t, static_cast<int32_t>(st.loads.size() - 1));
   }
   int32_t cnst(double v, ST t) { return emit(Op::Const, t, -1, -1, -1, v); }
+  int32_t count(int64_t n, ST t) { return emit(Op::Count, t, -1, -1, -1, static_cast<double>(n)); }  // see Op::Count
   int32_t cast(int32_t x, ST t) { return type(x) == t ? x : emit(Op::Cast, t, x); }
   int32_t un(Op op, int32_t x) { return emit(op, op == Op::IsNan ? ST::Bool : type(x), x); }  // IsNan: a predicate
   int32_t bin(Op op, int32_t x, int32_t y) {

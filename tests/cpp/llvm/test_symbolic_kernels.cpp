@@ -108,6 +108,20 @@ TEST(SymbolicKernels, LayerNormRowsOfASymbolicBatch) {
   for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
 }
 
+// The divisor of a mean over a symbolic row is the run-time row length (Op::Count), not a
+// constant: layer_norm(x, (x.shape[-1],)) and mean(-1) compile once for every row length.
+TEST(SymbolicKernels, MeanAndLayerNormOverASymbolicRow) {
+  Graph g = symbolic_graph({4, 9}, 1, [](Graph& g) {
+    CallArg shape = CallArg::of_ints({9});
+    shape.sym = {shapes::SizeExpr::symbol(0)};
+    ValueId ln = record(g, Family::layer_norm, {CallArg::tensor(0), shape});
+    ValueId m = record(g, Family::mean, {CallArg::tensor(0), CallArg::of_ints({-1})});
+    return std::vector<ValueId>{ln, m};
+  });
+  std::vector<int64_t> c = compiles_per_size(g, {4, 9}, 1, kSizes);
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
 // A graph that was never symbolic emits exactly what it did: no size parameters.
 TEST(SymbolicKernels, StaticGraphsHaveNoSizeParameters) {
   Graph g;
