@@ -89,7 +89,7 @@ Addr address_of(const Program& p, const Kernel& k, const Access& a) {
     const int64_t s = m.strides[row];
     const SizeExpr sym_s = m.symbolic() ? m.sym_strides[row] : SizeExpr(s);
     r.base += ix.constant * s;
-    r.sym_base = r.sym_base + SizeExpr(ix.constant) * sym_s;
+    r.sym_base = r.sym_base + ix.constant_expr() * sym_s;
     for (size_t d = 0; d < ix.coef.size(); ++d) {
       r.stride[d] += ix.coef[d] * s;
       if (ix.coef[d] != 0) r.sym_stride[d] = r.sym_stride[d] + SizeExpr(ix.coef[d]) * sym_s;

@@ -209,6 +209,8 @@ class Fuser {
     for (const AffineIndex& row : m) {
       AffineIndex r = zero_index(kdims);
       r.constant = row.constant;
+      shapes::SizeExpr sym = row.constant_expr();
+      bool symbolic = !row.sym_constant.empty();
       if (row.dynamic >= 0) r.dynamic = remap ? (*remap)[static_cast<size_t>(row.dynamic)] : row.dynamic;
       for (size_t x = 0; x < row.coef.size(); ++x) {
         int64_t c = row.coef[x];
@@ -216,11 +218,14 @@ class Fuser {
         const AffineIndex& dx = d.at(x);
         for (size_t k = 0; k < kdims; ++k) r.coef[k] += c * dx.coef[k];
         r.constant += c * dx.constant;
+        sym = sym + shapes::SizeExpr(c) * dx.constant_expr();
+        symbolic |= !dx.sym_constant.empty();
         if (dx.dynamic >= 0) {
           if (c != 1 || r.dynamic >= 0) throw Unsupported("a gathered index is scaled or combined");
           r.dynamic = dx.dynamic;
         }
       }
+      if (symbolic && !sym.is_constant()) r.sym_constant = {sym};
       out.push_back(std::move(r));
     }
     return out;

@@ -81,13 +81,19 @@ enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, MaxLoose };
 const char* reduce_name(ReduceOp r);
 
 // index = constant + sum_d coef[d] * i_d (+ the value of instr `dynamic` when >= 0).
+// sym_constant is `constant` over size symbols where it came from sizes (cat's offset past an
+// input of symbolic length, a negative index into a symbolic dim): an emitter may compute it at
+// run time where it gives `constant` at the graph's binding (codegen/llvm/emit.h), so it never
+// changes what an index is, and == ignores it.
 struct AffineIndex {
   std::vector<int64_t> coef;  // one per kernel dim (outer then inner)
   int64_t constant = 0;
   int32_t dynamic = -1;       // an integer instr of the same stage
+  std::vector<shapes::SizeExpr> sym_constant;  // empty (the number), or one expression
   bool operator==(const AffineIndex& o) const {
     return coef == o.coef && constant == o.constant && dynamic == o.dynamic;
   }
+  shapes::SizeExpr constant_expr() const { return sym_constant.empty() ? shapes::SizeExpr(constant) : sym_constant[0]; }
 };
 
 struct Access {

@@ -349,6 +349,7 @@ bool lower_cat(const Ctx& c, NodeLowering& out) {
   const int64_t rank = res.dim();
   int64_t dim = *wrap_dim(c.n.args.size() > 1 ? c.n.args[1].i : 0, rank);
   int64_t offset = 0;
+  shapes::SizeExpr sym_offset = 0;  // the offset over size symbols (AffineIndex::sym_constant)
   for (ValueId v : c.n.args.at(0).values) {
     const TensorMeta& m = c.g.meta(v);
     if (compute_type(m.dtype) == ST::Undefined) return false;
@@ -365,11 +366,14 @@ bool lower_cat(const Ctx& c, NodeLowering& out) {
     Builder b = begin(dom, false);
     int32_t x = b.cast(b.load(dom.full_access(v, m.sizes), compute_type(m.dtype)), compute_type(res.dtype));
     Access dst = dom.full_access(c.n.outputs[0], m.sizes);
-    dst.index[static_cast<size_t>(dim)].constant += offset;
+    AffineIndex& at = dst.index[static_cast<size_t>(dim)];
+    if (!sym_offset.is_constant()) at.sym_constant = {at.constant_expr() + sym_offset};
+    at.constant += offset;
     b.st.stores.push_back({x, dst});
     finish(dom, b);
     out.kernels.push_back(std::move(dom.def));
     offset += m.sizes[static_cast<size_t>(dim)];
+    sym_offset = sym_offset + sym_size(m, static_cast<size_t>(dim));
   }
   out.kind = NodeLowering::Kind::Kernels;
   return true;

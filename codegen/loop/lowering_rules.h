@@ -77,6 +77,9 @@ inline AffineIndex dim_index(int64_t dims, int64_t d, int64_t coef = 1, int64_t 
   return ix;
 }
 
+// Size `d` of `m` over size symbols (codegen/shapes): its expression, or the number.
+inline shapes::SizeExpr sym_size(const TensorMeta& m, size_t d) { return m.symbolic() ? m.sym_sizes.at(d) : shapes::SizeExpr(m.sizes.at(d)); }
+
 // ---- per-node context ------------------------------------------------------------------------
 
 struct Ctx {

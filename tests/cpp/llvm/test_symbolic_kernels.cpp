@@ -122,6 +122,20 @@ TEST(SymbolicKernels, MeanAndLayerNormOverASymbolicRow) {
   for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
 }
 
+// Offsets that are sizes: cat's second input lands past the first's symbolic length (a KV cache
+// growing by one token), and x.select(0, -1) reads the last row of a symbolic count of rows.
+TEST(SymbolicKernels, CatOffsetAndIndexFromTheEndAreSizeExpressions) {
+  Graph g = symbolic_graph({9, 16}, 0, [](Graph& g) {
+    ValueId y = record(g, Family::mul, {CallArg::tensor(0), CallArg::of_double(2.0)});
+    ValueId c = record(g, Family::cat, {CallArg::of_tensors({0, y}), CallArg::of_int(0)});
+    ValueId last = record(g, Family::select, {CallArg::tensor(y), CallArg::of_int(0), CallArg::of_int(-1)});
+    ValueId e = record(g, Family::exp, {CallArg::tensor(last)});
+    return std::vector<ValueId>{c, e};
+  });
+  std::vector<int64_t> c = compiles_per_size(g, {9, 16}, 0, kSizes);
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
 // A graph that was never symbolic emits exactly what it did: no size parameters.
 TEST(SymbolicKernels, StaticGraphsHaveNoSizeParameters) {
   Graph g;
