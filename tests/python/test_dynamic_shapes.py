@@ -301,3 +301,37 @@ def test_model_patterns_keep_the_sequence_symbol():
         for got, want in zip(g(x, ids), f(x, ids)):
             torch.testing.assert_close(got, want)
     assert fastdyn.stats()["frames_compiled"] == 2
+
+
+def _kernels_missed():
+    s = fastdyn.stats()
+    return s["kernel_compiles"] + s["kernel_disk_hits"]
+
+
+@pytest.mark.parametrize("name", ["pointwise", "reduction", "layer_norm_softmax", "kv_cache_cat"])
+def test_kernels_take_sizes_as_arguments_one_build_serves_every_length(name):
+    # Kernels read their symbolic sizes from an argument: after the dynamic entry's first size,
+    # no length builds (or reloads) a kernel; every new length finds its kernels in memory.
+    def layer_norm_softmax(x):
+        return torch.softmax(F.layer_norm(x, (x.shape[-1],)) * 2, dim=-1)
+
+    def kv_cache_cat(past, new):
+        cache = torch.cat([past, new * 0.5], dim=-2)
+        return cache, (cache * 2).sum(-1), cache[..., -1, :].exp()
+
+    fns = {"pointwise": (pointwise, lambda n: (torch.randn(n, 64),)),
+           "reduction": (reduction, lambda n: (torch.randn(n, 48),)),
+           "layer_norm_softmax": (layer_norm_softmax, lambda n: (torch.randn(8, n),)),
+           "kv_cache_cat": (kv_cache_cat, lambda n: (torch.randn(1, 2, n, 16), torch.randn(1, 2, 1, 16)))}
+    fn, make = fns[name]
+    f = fastdyn.jit(fn)
+    lengths = [5, 9, 13, 6, 31, 100, 257, 1000]
+    missed = []
+    for n in lengths:
+        args = make(n)
+        before = _kernels_missed()
+        torch.testing.assert_close(f(*args), fn(*args))
+        missed.append(_kernels_missed() - before)
+    s = fastdyn.stats()
+    assert s["frames_compiled"] == 2 and s["sizes_compiled"] == len(lengths) - 1, s
+    assert missed[2:] == [0] * (len(lengths) - 2), missed
