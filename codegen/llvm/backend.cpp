@@ -234,6 +234,7 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   // NB: LLVM only from here (emission, the kernel cache, compilation): no ATen op runs, no Python.
   // `build` runs once with success (the header's contract): the program moves out.
   auto build = [p, text, program](bool compile_missing) -> runtime::ExecutablePtr {
+    PassTimer kernel_timer;
     std::vector<std::shared_ptr<const runtime::Kernel>> kernels;
     std::vector<std::vector<int64_t>> sizes(p->kernels.size());
     for (size_t i = 0; i < p->kernels.size(); ++i) {
@@ -242,6 +243,7 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
       if (!fn) return nullptr;
       kernels.push_back(std::make_shared<runtime::HostKernel>(fn, std::move(hold), "llvm_cpu"));
     }
+    kernel_timer.lap(compile_missing ? "kernels (emit, find or compile)" : "kernels (emit, find)");
     llvm_jit::record_program(text);
     for (size_t i = 0; i < p->steps.size(); ++i)  // the runtime's steps are p's, one for one
       if (p->steps[i].kind == loop::Step::Kind::Kernel) {
