@@ -8,10 +8,13 @@
 // from the input tensors (symbol k is inputs[input].size(dim)): no guard re-evaluation, no map of
 // strings on the call path.
 //
-// Today's backends compile the specialised graph: when every kernel of it was built before (a
-// decode step's kernels over its one new token), it runs compiled from its first call at that
-// size; otherwise a tiered one runs on aten while the missing kernels compile. A backend whose
-// kernels take sizes as arguments will return one executable for every binding here.
+// llvm_cpu's kernels take their symbolic sizes as arguments (codegen/llvm/emit.h), so the graph
+// specialised to a new binding finds its kernels in the cache, built at an earlier size, and runs
+// compiled from its first call at that size (a kernel whose code came out different at this size,
+// e.g. another vector path, compiles: then a tiered executable runs on aten meanwhile). What a new
+// binding still costs is the passes and the kernels' emission (their cache keys): about 7 ms for a
+// 2-layer transformer. A runtime program whose buffers, views and extern arguments are size
+// expressions would serve every binding from one executable here (not built yet).
 #pragma once
 #include <cstdint>
 #include <functional>

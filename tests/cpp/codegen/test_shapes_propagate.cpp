@@ -3,6 +3,7 @@
 // graph specialised to other sizes runs like eager at those sizes.
 #include "codegen/aten_backend.h"
 #include "codegen/capture.h"
+#include "tests/cpp/codegen/recorded_graphs.h"
 #include "codegen/shapes/propagate.h"
 
 #include <ATen/ATen.h>
@@ -13,13 +14,8 @@ namespace {
 
 using shapes::SizeExpr;
 
-TensorMeta contiguous(std::vector<int64_t> sizes) {
-  TensorMeta m;
-  m.sizes = sizes;
-  m.strides.assign(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;) m.strides[d - 1] = m.strides[d] * sizes[d];
-  return m;
-}
+using recorded::contiguous;
+using recorded::record;
 
 // A graph with input %0 of `sizes`, dim `dim` a symbol s0.
 Graph dynamic_input(std::vector<int64_t> sizes, int64_t dim) {
@@ -29,11 +25,6 @@ Graph dynamic_input(std::vector<int64_t> sizes, int64_t dim) {
   return g;
 }
 
-ValueId record(Graph& g, Family f, std::vector<CallArg> args) {
-  CaptureResult r = record_call(g, CaptureContext{}, f, args, {});
-  EXPECT_TRUE(r.ok) << r.reason;
-  return r.ok ? r.values.at(0) : -1;
-}
 
 std::string sizes_text(const TensorMeta& m) {
   std::string s;

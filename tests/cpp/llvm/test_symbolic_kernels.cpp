@@ -4,6 +4,7 @@
 // the emitted code reads the symbolic sizes from its `sizes` argument instead of baking them in).
 #include "codegen/aten_backend.h"
 #include "codegen/capture.h"
+#include "tests/cpp/codegen/recorded_graphs.h"
 #include "codegen/llvm/backend.h"
 #include "codegen/llvm/jit_engine.h"
 #include "codegen/shapes/propagate.h"
@@ -16,19 +17,9 @@
 namespace fastdyn::codegen {
 namespace {
 
-TensorMeta contiguous(std::vector<int64_t> sizes) {
-  TensorMeta m;
-  m.sizes = sizes;
-  m.strides.assign(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;) m.strides[d - 1] = m.strides[d] * sizes[d];
-  return m;
-}
+using recorded::contiguous;
+using recorded::record;
 
-ValueId record(Graph& g, Family f, std::vector<CallArg> args) {
-  CaptureResult r = record_call(g, CaptureContext{}, f, args, {});
-  EXPECT_TRUE(r.ok) << r.reason;
-  return r.ok ? r.values.at(0) : -1;
-}
 
 // A graph over input %0 of `sizes` whose dim `dim` is the symbol s0; `body` records its nodes
 // and returns the outputs.
