@@ -63,6 +63,11 @@ struct TensorMeta {
   std::vector<shapes::SizeExpr> sym_offset;  // empty, or one expression
 
   bool symbolic() const { return !sym_sizes.empty(); }
+  // Dim d's size and stride, and the storage offset, over size symbols: the expression where the
+  // meta has one, else the number.
+  shapes::SizeExpr size_expr(size_t d) const { return symbolic() ? sym_sizes.at(d) : shapes::SizeExpr(sizes.at(d)); }
+  shapes::SizeExpr stride_expr(size_t d) const { return symbolic() ? sym_strides.at(d) : shapes::SizeExpr(strides.at(d)); }
+  shapes::SizeExpr offset_expr() const { return sym_offset.empty() ? shapes::SizeExpr(storage_offset) : sym_offset[0]; }
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   int64_t numel() const;
   int64_t nbytes() const;  // numel() * the dtype's element size

@@ -78,16 +78,15 @@ Addr address_of(const Program& p, const Kernel& k, const Access& a) {
   r.storage = m.dtype;
   r.stride.assign(static_cast<size_t>(k.dims()), 0);
   r.sym_stride.assign(static_cast<size_t>(k.dims()), 0);
-  auto offset_of = [](const TensorMeta& t) { return t.sym_offset.empty() ? SizeExpr(t.storage_offset) : t.sym_offset[0]; };
   if (pl.kind == loop::ValuePlan::Kind::Alias) {
     const TensorMeta& root = p.graph.meta(pl.root);
     r.base = m.storage_offset - root.storage_offset;
-    r.sym_base = offset_of(m) - offset_of(root);
+    r.sym_base = m.offset_expr() - root.offset_expr();
   }
   for (size_t row = 0; row < a.index.size(); ++row) {
     const loop::AffineIndex& ix = a.index[row];
     const int64_t s = m.strides[row];
-    const SizeExpr sym_s = m.symbolic() ? m.sym_strides[row] : SizeExpr(s);
+    const SizeExpr sym_s = m.stride_expr(row);
     r.base += ix.constant * s;
     r.sym_base = r.sym_base + ix.constant_expr() * sym_s;
     for (size_t d = 0; d < ix.coef.size(); ++d) {
@@ -99,7 +98,7 @@ Addr address_of(const Program& p, const Kernel& k, const Access& a) {
       r.dyn_stride = s;
       r.dyn_size = m.sizes[row];
       r.sym_dyn_stride = sym_s;
-      r.sym_dyn_size = m.symbolic() ? m.sym_sizes[row] : SizeExpr(m.sizes[row]);
+      r.sym_dyn_size = m.size_expr(row);
     }
   }
   return r;
@@ -202,11 +201,16 @@ std::vector<SizeExpr> KernelEmitter::domain_exprs() const {
   return out;
 }
 
-// Pure pointwise: the blocks a row is cut into (1 unless blocked_).
-llvm::Value* KernelEmitter::blocks_v() {
-  if (!blocked_) return b_.getInt64(1);
-  return b_.CreateUDiv(b_.CreateAdd(loop_len(loop_size_.size() - 1), b_.getInt64(kRowBlock - 1)), b_.getInt64(kRowBlock));
+// ceil(n / k), n >= 0.
+llvm::Value* KernelEmitter::ceil_div(llvm::Value* n, int64_t k) {
+  return b_.CreateUDiv(b_.CreateAdd(n, b_.getInt64(k - 1)), b_.getInt64(k));
 }
+
+// Pure pointwise: the blocks a row is cut into (1 unless blocked_).
+llvm::Value* KernelEmitter::blocks_v() { return blocked_ ? ceil_div(loop_len(loop_size_.size() - 1), kRowBlock) : b_.getInt64(1); }
+
+// Column mode: the tasks along the lane loop (groups of col_width_ of its points).
+llvm::Value* KernelEmitter::col_groups_v() { return ceil_div(loop_len(n_outer_ - 1), col_width_); }
 
 // Tasks of the parallel loop: outer points (column mode: groups of the lane loop) times blocks.
 llvm::Value* KernelEmitter::tasks_v() {
@@ -214,9 +218,7 @@ llvm::Value* KernelEmitter::tasks_v() {
   if (pure_ && !blocked_ && inner_numel_ == 0) return b_.getInt64(0);
   llvm::Value* t = b_.getInt64(1);
   for (size_t l = 0; l < n_outer_; ++l) {
-    llvm::Value* n = loop_len(l);
-    if (column_ && l + 1 == n_outer_) n = b_.CreateUDiv(b_.CreateAdd(n, b_.getInt64(col_width_ - 1)), b_.getInt64(col_width_));
-    t = b_.CreateMul(t, n);
+    t = b_.CreateMul(t, column_ && l + 1 == n_outer_ ? col_groups_v() : loop_len(l));
   }
   return b_.CreateMul(t, blocks_v());
 }
@@ -344,17 +346,11 @@ void KernelEmitter::prepare() {
     loop_sym_.push_back(sym);
     loop_dim_.push_back(grp.back());  // the innermost kernel dim carries the stride
   }
-  outer_numel_ = 1;
-  for (size_t l = 0; l < n_outer_; ++l) outer_numel_ *= loop_size_[l];
   inner_numel_ = 1;
   for (size_t l = n_outer_; l < loop_size_.size(); ++l) inner_numel_ *= loop_size_[l];
-  if (pure_ && loop_size_.size() > n_outer_) {
-    row_ = loop_size_.back();
-    blocks_ = row_ > kRowBlock ? (row_ + kRowBlock - 1) / kRowBlock : 1;
-    // A row of symbolic length is always cut into blocks (one block when short): the same code
-    // then serves every length.
-    blocked_ = blocks_ > 1 || !loop_sym_.back().is_constant();
-  }
+  // Rows longer than a block are cut into blocks; so is a row of symbolic length, always (one
+  // block when short): the same code then serves every length.
+  blocked_ = pure_ && loop_size_.size() > n_outer_ && (loop_size_.back() > kRowBlock || !loop_sym_.back().is_constant());
   // The task count and grain are code (tasks_v, grain_v): with symbolic sizes they are too.
   choose_column_mode();
   choose_streaming_store();
@@ -444,7 +440,7 @@ void KernelEmitter::emit_task(llvm::Value* task) {
   const size_t lane = n_outer_ - 1;
   llvm::Value* lane_size = column_ ? loop_len(lane) : nullptr;
   if (column_) {
-    llvm::Value* groups = b_.CreateUDiv(b_.CreateAdd(lane_size, b_.getInt64(col_width_ - 1)), b_.getInt64(col_width_));
+    llvm::Value* groups = col_groups_v();
     group = b_.CreateURem(o, groups);
     o = b_.CreateUDiv(o, groups);
   }

@@ -129,7 +129,9 @@ class KernelEmitter {
     return size(a.sym_stride[d], a.stride[d]);
   }
   std::vector<shapes::SizeExpr> domain_exprs() const;
+  llvm::Value* ceil_div(llvm::Value* n, int64_t k);
   llvm::Value* blocks_v();
+  llvm::Value* col_groups_v();
   llvm::Value* tasks_v();
   llvm::Value* grain_v();
   llvm::Function* begin_body(const std::string& name);
@@ -206,8 +208,8 @@ class KernelEmitter {
   std::vector<int64_t> loop_size_;
   std::vector<shapes::SizeExpr> loop_sym_;  // loop_size_ over size symbols (see size())
   std::vector<int32_t> loop_dim_;
-  int64_t outer_numel_ = 1, inner_numel_ = 1, row_ = 1, blocks_ = 1;
-  bool blocked_ = false;      // pure pointwise: rows cut into blocks (blocks_ > 1, or a symbolic row)
+  int64_t inner_numel_ = 1;
+  bool blocked_ = false;      // pure pointwise: rows cut into blocks (long, or of symbolic length)
   // Size parameters: the symbols read, in order, and per function the values made of them.
   std::vector<shapes::SymbolId> params_;
   llvm::Value* sizes_ = nullptr;                    // the current function's `const int64_t* sizes`

@@ -302,7 +302,7 @@ bool lower_norm(const Ctx& c, NodeLowering& out, bool rms) {
   std::vector<bool> mask(in.sizes.size(), false);
   for (size_t d = in.sizes.size() - k; d < in.sizes.size(); ++d) mask[d] = true;
   Domain dom(in.sizes, mask);
-    ValueId x = c.n.args[0].value;
+  ValueId x = c.n.args[0].value;
   const size_t eps_arg = rms ? 3 : 4;
   double eps = c.is_none(eps_arg) ? (in.dtype == ST::Double ? std::numeric_limits<double>::epsilon()
                                      : in.dtype == ST::BFloat16 ? 0.0078125
@@ -367,13 +367,13 @@ bool lower_cat(const Ctx& c, NodeLowering& out) {
     int32_t x = b.cast(b.load(dom.full_access(v, m.sizes), compute_type(m.dtype)), compute_type(res.dtype));
     Access dst = dom.full_access(c.n.outputs[0], m.sizes);
     AffineIndex& at = dst.index[static_cast<size_t>(dim)];
-    if (!sym_offset.is_constant()) at.sym_constant = {at.constant_expr() + sym_offset};
+    set_sym_constant(at, at.constant_expr() + sym_offset);
     at.constant += offset;
     b.st.stores.push_back({x, dst});
     finish(dom, b);
     out.kernels.push_back(std::move(dom.def));
     offset += m.sizes[static_cast<size_t>(dim)];
-    sym_offset = sym_offset + sym_size(m, static_cast<size_t>(dim));
+    sym_offset = sym_offset + m.size_expr(static_cast<size_t>(dim));
   }
   out.kind = NodeLowering::Kind::Kernels;
   return true;

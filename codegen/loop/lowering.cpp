@@ -18,11 +18,6 @@ using namespace lowering;
 
 // ---- views -----------------------------------------------------------------------------------
 
-// ix's constant as `e` too, when e is symbolic (AffineIndex::sym_constant).
-void set_sym_constant(AffineIndex& ix, const shapes::SizeExpr& e) {
-  if (!e.is_constant()) ix.sym_constant = {e};
-}
-
 // Base index as affine over view dims, for the view ops that are affine; nullopt otherwise.
 std::optional<std::vector<AffineIndex>> view_map(const Graph& g, const Node& n, size_t out_index) {
   const TensorMeta& base = g.meta(n.args.at(0).value);
@@ -88,7 +83,7 @@ std::optional<std::vector<AffineIndex>> view_map(const Graph& g, const Node& n, 
       if (from_end) i += base.sizes[static_cast<size_t>(d)];
       for (int64_t k = 0; k < br; ++k)
         m.push_back(k == d ? dim_index(vr, -1, 0, i) : dim_index(vr, k < d ? k : k - 1));
-      if (from_end) set_sym_constant(m[static_cast<size_t>(d)], arg_int(2, 0) + sym_size(base, static_cast<size_t>(d)));
+      if (from_end) set_sym_constant(m[static_cast<size_t>(d)], arg_int(2, 0) + base.size_expr(static_cast<size_t>(d)));
       return m;
     }
     case OpId::slice_Tensor: {
@@ -99,7 +94,7 @@ std::optional<std::vector<AffineIndex>> view_map(const Graph& g, const Node& n, 
       if (start < 0) start += size;
       start = std::min(std::max<int64_t>(start, 0), size);
       for (int64_t k = 0; k < br; ++k) m.push_back(k == d ? dim_index(vr, k, step, start) : dim_index(vr, k));
-      if (from_end) set_sym_constant(m[static_cast<size_t>(d)], arg_int(2, 0) + sym_size(base, static_cast<size_t>(d)));
+      if (from_end) set_sym_constant(m[static_cast<size_t>(d)], arg_int(2, 0) + base.size_expr(static_cast<size_t>(d)));
       return m;
     }
     case OpId::split_Tensor:

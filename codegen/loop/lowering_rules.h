@@ -77,8 +77,10 @@ inline AffineIndex dim_index(int64_t dims, int64_t d, int64_t coef = 1, int64_t 
   return ix;
 }
 
-// Size `d` of `m` over size symbols (codegen/shapes): its expression, or the number.
-inline shapes::SizeExpr sym_size(const TensorMeta& m, size_t d) { return m.symbolic() ? m.sym_sizes.at(d) : shapes::SizeExpr(m.sizes.at(d)); }
+// ix's constant as `e` too, when e is symbolic (AffineIndex::sym_constant).
+inline void set_sym_constant(AffineIndex& ix, const shapes::SizeExpr& e) {
+  if (!e.is_constant()) ix.sym_constant = {e};
+}
 
 // ---- per-node context ------------------------------------------------------------------------
 

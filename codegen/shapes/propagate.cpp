@@ -116,8 +116,6 @@ void same_as(const Graph& g, const Node& n, size_t arg, Outcome& o) {
 }
 
 // A value's storage offset as an expression.
-SizeExpr offset_of(const TensorMeta& m) { return m.sym_offset.empty() ? SizeExpr(m.storage_offset) : m.sym_offset[0]; }
-
 // ---- rules ------------------------------------------------------------------------------
 
 void rule_pointwise(const Graph& g, const Node& n, Outcome& o) { o.sizes.push_back(broadcast(g, n, o)); }
@@ -541,7 +539,7 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
         sz[k] = *end - *begin;
         emit(sz, st);
         o.offsets.resize(1);
-        o.offsets[0] = offset_of(in) + *begin * st[k];  // a symbol when begin or the stride is one
+        o.offsets[0] = in.offset_expr() + *begin * st[k];  // a symbol when begin or the stride is one
         return;
       }
     }
@@ -555,7 +553,7 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
       sd.erase(sd.begin() + d);
       emit(sz, sd);
       o.offsets.resize(1);
-      o.offsets[0] = offset_of(in) + index * st[k];
+      o.offsets[0] = in.offset_expr() + index * st[k];
       return;
     }
     if (!s[k].is_constant() || !st[k].is_constant()) {
@@ -683,7 +681,7 @@ bool apply_rule(Graph& g, const Node& n) {
     SizeExpr off(m.storage_offset);
     if (k < o.offsets.size() && o.offsets[k]) off = *o.offsets[k];
     else if ((op_info(n.op).category == OpCategory::View || op_info(n.op).category == OpCategory::InPlace) && is_value(n, 0))
-      off = offset_of(in_meta(g, n, 0)) + SizeExpr(m.storage_offset - in_meta(g, n, 0).storage_offset);
+      off = in_meta(g, n, 0).offset_expr() + SizeExpr(m.storage_offset - in_meta(g, n, 0).storage_offset);
     ok = ok && off.evaluate(h) == m.storage_offset;
     if (!ok)
       throw InternalError("symbolic shape rule " + std::string(op_info(n.op).rule) + " for " + qualified_name(n.op) + " gave sizes " +
