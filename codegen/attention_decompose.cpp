@@ -2,6 +2,7 @@
 #include "codegen/attention_decompose.h"
 
 #include "codegen/meta_rules.h"
+#include "codegen/shapes/propagate.h"
 
 #include <cmath>
 #include <limits>
@@ -45,13 +46,39 @@ double decomposable(const Graph& g, const Node& n) {
   return no;
 }
 
-TensorMeta dense(const TensorMeta& like, std::vector<int64_t> sizes, c10::ScalarType dtype) {
+// A fresh contiguous tensor of `sizes` (expressions over the graph's size symbols, next to their
+// numbers at the graph's binding): symbolic where a size is, so that the kernels reading it take
+// that size as an argument (codegen/llvm/emit.h) and serve every binding.
+TensorMeta dense(const TensorMeta& like, const std::vector<shapes::SizeExpr>& sym, std::vector<int64_t> sizes,
+                 c10::ScalarType dtype) {
   TensorMeta m;
   m.dtype = dtype;
   m.device = like.device;
   m.strides = contiguous_strides(sizes);
   m.sizes = std::move(sizes);
+  for (const shapes::SizeExpr& e : sym)
+    if (!e.is_constant()) {
+      m.sym_sizes = sym;
+      m.sym_strides = shapes::contiguous_strides(sym);
+      break;
+    }
   return m;
+}
+
+// Dims [0, r - 1) of `a` and then dim `last` of `b`: sizes and their expressions.
+struct Shape {
+  std::vector<shapes::SizeExpr> sym;
+  std::vector<int64_t> sizes;
+};
+Shape leading_then(const TensorMeta& a, const TensorMeta& b, size_t last) {
+  Shape s;
+  for (size_t d = 0; d + 1 < a.sizes.size(); ++d) {
+    s.sym.push_back(a.size_expr(d));
+    s.sizes.push_back(a.sizes[d]);
+  }
+  s.sym.push_back(b.size_expr(last));
+  s.sizes.push_back(b.sizes[last]);
+  return s;
 }
 
 ValueId emit(Graph& g, OpId op, std::vector<Arg> args, TensorMeta meta) {
@@ -70,10 +97,13 @@ void write_out(Graph& out, const Node& n, double scale) {
   TensorMeta ktm = km;  // k.transpose(-2, -1): a view
   std::swap(ktm.sizes[r - 1], ktm.sizes[r - 2]);
   std::swap(ktm.strides[r - 1], ktm.strides[r - 2]);
+  if (ktm.symbolic()) {
+    std::swap(ktm.sym_sizes[r - 1], ktm.sym_sizes[r - 2]);
+    std::swap(ktm.sym_strides[r - 1], ktm.sym_strides[r - 2]);
+  }
   const ValueId kt = emit(out, OpId::transpose_int, {Arg::of_value(k), Arg::of_int(-2), Arg::of_int(-1)}, ktm);
-  std::vector<int64_t> ss(qm.sizes.begin(), qm.sizes.end() - 1);
-  ss.push_back(km.sizes[r - 2]);
-  const TensorMeta sm = dense(qm, ss, qm.dtype);
+  const Shape ss = leading_then(qm, km, r - 2);
+  const TensorMeta sm = dense(qm, ss.sym, ss.sizes, qm.dtype);
   ValueId s = emit(out, OpId::matmul, {Arg::of_value(q), Arg::of_value(kt)}, sm);
   s = emit(out, OpId::mul_Scalar, {Arg::of_value(s), Arg::of_double(scale)}, sm);
   if (n.args[3].kind == Arg::Kind::Value) {
@@ -83,6 +113,11 @@ void write_out(Graph& out, const Node& n, double scale) {
       TensorMeta notm = mm;
       notm.strides = tensor_iterator_strides(mm.sizes, {&mm});
       notm.storage_offset = 0;
+      notm.sym_offset.clear();
+      // Symbolic only where its layout is the contiguous one (the expressions of other layouts
+      // are not derived here: the kernel then has that value's sizes as constants).
+      if (notm.symbolic() && notm.strides != contiguous_strides(notm.sizes)) notm.sym_sizes.clear(), notm.sym_strides.clear();
+      if (notm.symbolic()) notm.sym_strides = shapes::contiguous_strides(notm.sym_sizes);
       const ValueId off = emit(out, OpId::logical_not, {Arg::of_value(mask)}, notm);
       s = emit(out, OpId::masked_fill_Scalar,
                {Arg::of_value(s), Arg::of_value(off), Arg::of_double(-std::numeric_limits<double>::infinity())}, sm);
@@ -94,17 +129,18 @@ void write_out(Graph& out, const Node& n, double scale) {
   if (n.args[3].kind == Arg::Kind::Value) {
     // A row the mask blocks entirely: the fused kernel gives 0 where softmax gives NaN. A NaN in
     // the scores still gives NaN (max propagates it, and NaN == -inf is false).
-    std::vector<int64_t> rs = ss;
-    rs.back() = 1;
-    const ValueId mx = emit(out, OpId::amax, {Arg::of_value(s), Arg::of_ints({-1}), Arg::of_bool(true)}, dense(qm, rs, qm.dtype));
+    Shape rs = ss;
+    rs.sizes.back() = 1;
+    rs.sym.back() = 1;
+    const ValueId mx = emit(out, OpId::amax, {Arg::of_value(s), Arg::of_ints({-1}), Arg::of_bool(true)},
+                            dense(qm, rs.sym, rs.sizes, qm.dtype));
     const double inf = std::numeric_limits<double>::infinity();
     const ValueId none = emit(out, OpId::eq_Scalar, {Arg::of_value(mx), Arg::of_double(-inf)},
-                              dense(qm, rs, c10::ScalarType::Bool));
+                              dense(qm, rs.sym, rs.sizes, c10::ScalarType::Bool));
     p = emit(out, OpId::masked_fill_Scalar, {Arg::of_value(p), Arg::of_value(none), Arg::of_double(0.0)}, sm);
   }
-  std::vector<int64_t> os(qm.sizes.begin(), qm.sizes.end() - 1);
-  os.push_back(vm.sizes[r - 1]);
-  const ValueId o = emit(out, OpId::matmul, {Arg::of_value(p), Arg::of_value(v)}, dense(qm, os, qm.dtype));
+  const Shape os = leading_then(qm, vm, r - 1);
+  const ValueId o = emit(out, OpId::matmul, {Arg::of_value(p), Arg::of_value(v)}, dense(qm, os.sym, os.sizes, qm.dtype));
   Node copy;  // into the call's own value and layout
   copy.op = OpId::clone;
   copy.args = {Arg::of_value(o), Arg::none()};

@@ -21,7 +21,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 
 namespace fastdyn::codegen {
 namespace {
@@ -152,6 +156,46 @@ std::string kernel_label(const loop::Kernel& k) {
   return "fastdyn " + k.name + " outer" + dims(k.outer) + " inner" + dims(k.inner);
 }
 
+// Emitted kernels by their input (llvm_emit::input_key): the cache key (the module as bitcode,
+// what the kernel cache knows it by) and the symbols of its size parameters. Emitting a module and
+// writing its bitcode cost about 0.3-0.5 ms per kernel, and a dynamic graph meets most of its
+// kernels again at every new size (those whose own sizes are static), as does every layer after
+// the first. Bounded: the oldest entries go first. It holds no kernel: a hit still finds the
+// kernel in the kernel cache by its key (and emits again where that evicted it).
+class EmitMemo {
+ public:
+  struct Entry {
+    std::shared_ptr<const std::string> key;
+    std::vector<int32_t> params;
+  };
+  std::optional<Entry> find(const std::string& input) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = map_.find(input);
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
+  }
+  void insert(const std::string& input, Entry e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!map_.emplace(input, std::move(e)).second) return;
+    order_.push_back(input);
+    if (order_.size() > kBound) {
+      map_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  static constexpr size_t kBound = 1024;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Entry> map_;
+  std::deque<std::string> order_;
+};
+
+EmitMemo& emit_memo() {
+  static EmitMemo* memo = new EmitMemo();  // NB: leaked, so that no exit-time destructor races a compile thread
+  return *memo;
+}
+
 // The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
 // when it is in neither cache and compile_missing is false. `sizes` gets the values of its size
 // parameters at p's binding.
@@ -159,23 +203,39 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
                    std::vector<int64_t>* sizes) {
   static const char* const kSymbol = "fastdyn_kernel";
   const int bits = llvm_jit::host_target().vector_bits;
+  const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
+  const std::string input_key = llvm_emit::input_key(input, bits);
+  auto size_values = [&](const std::vector<int32_t>& params) {
+    sizes->clear();
+    for (int32_t s : params) sizes->push_back(p.graph.binding.at(static_cast<size_t>(s)));
+  };
+  const bool dump = loop::dump_enabled("llvm");
+  if (std::optional<EmitMemo::Entry> known = emit_memo().find(input_key); known && !dump) {
+    std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
+    if (!addrs.empty()) {
+      size_values(known->params);
+      return reinterpret_cast<KernelFn>(addrs.at(0));
+    }
+  }
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
-  sizes->clear();
-  for (int32_t s : llvm_emit::emit_kernel(p, k, *mb.module, bits, kSymbol)) sizes->push_back(p.graph.binding.at(static_cast<size_t>(s)));
-  if (loop::dump_enabled("llvm")) {
+  const std::vector<int32_t> params = llvm_emit::emit_kernel(input, *mb.module, bits, kSymbol);
+  size_values(params);
+  if (dump) {
     std::string ir;
     llvm::raw_string_ostream os(ir);
     mb.module->print(os, nullptr);
     std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), os.str().c_str());
   }
-  std::string key = "llvm_cpu 4 vector_bits=" + std::to_string(bits) + "\n";
-  llvm::raw_string_ostream key_os(key);
-  llvm::WriteBitcodeToFile(*mb.module, key_os);
-  key_os.flush();
+  auto key = std::make_shared<std::string>("llvm_cpu 4 vector_bits=" + std::to_string(bits) + "\n");
+  {
+    llvm::raw_string_ostream key_os(*key);
+    llvm::WriteBitcodeToFile(*mb.module, key_os);
+  }
+  emit_memo().insert(input_key, {key, params});
   if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
-  std::vector<void*> addrs = llvm_jit::find_cached(key, {kSymbol}, hold);
+  std::vector<void*> addrs = llvm_jit::find_cached(*key, {kSymbol}, hold);
   if (addrs.empty() && !compile_missing) return nullptr;
-  if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), key, {kSymbol}, hold);
+  if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), *key, {kSymbol}, hold);
   return reinterpret_cast<KernelFn>(addrs.at(0));
 }
 

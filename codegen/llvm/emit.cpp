@@ -140,7 +140,7 @@ void KernelEmitter::begin_function(llvm::Function* f) {
 }
 
 llvm::Value* KernelEmitter::size(const SizeExpr& e, int64_t value) {
-  const std::vector<int64_t>& binding = p_.graph.binding;
+  const std::vector<int64_t>& binding = in_.binding;
   if (binding.empty() || e.is_constant() || e.evaluate(binding) != value) return b_.getInt64(value);
   const std::string text = e.str();
   if (auto it = size_cache_.find(text); it != size_cache_.end()) return it->second;
@@ -177,10 +177,9 @@ std::vector<SizeExpr> KernelEmitter::domain_exprs() const {
   std::vector<int64_t> sizes = k_.outer;
   sizes.insert(sizes.end(), k_.inner.begin(), k_.inner.end());
   std::vector<SizeExpr> out(sizes.begin(), sizes.end());
-  if (p_.graph.binding.empty()) return out;
-  auto visit = [&](const Access& a) {
-    const TensorMeta& m = p_.graph.meta(a.value);
-    if (!m.symbolic()) return;
+  if (in_.binding.empty()) return out;
+  auto visit = [&](const Access& a, const std::vector<SizeExpr>& value_sizes) {
+    if (value_sizes.empty()) return;
     for (size_t row = 0; row < a.index.size(); ++row) {
       const loop::AffineIndex& ix = a.index[row];
       if (ix.constant != 0 || ix.dynamic >= 0) continue;
@@ -190,13 +189,14 @@ std::vector<SizeExpr> KernelEmitter::domain_exprs() const {
         dim = dim < 0 && ix.coef[d] == 1 ? static_cast<int64_t>(d) : -2;
       }
       if (dim < 0 || !out[static_cast<size_t>(dim)].is_constant()) continue;
-      const SizeExpr& e = m.sym_sizes[row];
-      if (!e.is_constant() && e.evaluate(p_.graph.binding) == sizes[static_cast<size_t>(dim)]) out[static_cast<size_t>(dim)] = e;
+      const SizeExpr& e = value_sizes[row];
+      if (!e.is_constant() && e.evaluate(in_.binding) == sizes[static_cast<size_t>(dim)]) out[static_cast<size_t>(dim)] = e;
     }
   };
-  for (const Stage& s : k_.stages) {
-    for (const loop::Store& st : s.stores) visit(st.dst);
-    for (const Access& a : s.loads) visit(a);
+  for (size_t s = 0; s < k_.stages.size(); ++s) {
+    const Stage& st = k_.stages[s];
+    for (size_t w = 0; w < st.stores.size(); ++w) visit(st.stores[w].dst, in_.store_sizes[s][w]);
+    for (size_t l = 0; l < st.loads.size(); ++l) visit(st.loads[l], in_.load_sizes[s][l]);
   }
   return out;
 }
@@ -277,19 +277,8 @@ llvm::FunctionCallee KernelEmitter::parallel_for() {
 // The loop dims after merging neighbours that every access walks contiguously, and the task
 // layout. Pure pointwise kernels treat all dims alike (a contiguous tensor becomes one row).
 void KernelEmitter::prepare() {
-  for (const Stage& s : k_.stages) {
-    std::vector<Addr> loads, stores;
-    for (const Access& a : s.loads) loads.push_back(address_of(p_, k_, a));
-    for (const loop::Store& st : s.stores) stores.push_back(address_of(p_, k_, st.dst));
-    load_addr_.push_back(std::move(loads));
-    store_addr_.push_back(std::move(stores));
-  }
-  // Buffers are addressed through the kernel's own argument array (see kernel_slots).
-  const std::vector<int32_t> used = kernel_slots(p_, k_);
-  for (auto* addrs : {&load_addr_, &store_addr_})
-    for (std::vector<Addr>& stage : *addrs)
-      for (Addr& a : stage)
-        a.slot = static_cast<int32_t>(std::find(used.begin(), used.end(), a.slot) - used.begin());
+  load_addr_ = in_.loads;
+  store_addr_ = in_.stores;
   pure_ = k_.stages.size() == 1 && !k_.stages[0].per_outer && k_.stages[0].reductions.empty() &&
           !loop::has_scan(k_.stages[0]);
   std::vector<int64_t> sizes = k_.outer;
@@ -390,8 +379,7 @@ void KernelEmitter::choose_streaming_store() {
   const size_t row = loop_size_.size() - 1;
   for (size_t w = 0; w < store_addr_[0].size(); ++w) {
     const Addr& a = store_addr_[0][w];
-    const TensorMeta& m = p_.graph.meta(k_.stages[0].stores[w].dst.value);
-    const int64_t bytes = m.numel() * static_cast<int64_t>(c10::elementSize(m.dtype));
+    const int64_t bytes = in_.store_bytes[w];
     if (a.dynamic >= 0 || stride(a, row) != 1 || bytes < streaming_store_threshold_bytes()) continue;
     nt_store_ = static_cast<int32_t>(w);
     nt_align_ = std::min<int64_t>(64, static_cast<int64_t>(vf_) * static_cast<int64_t>(c10::elementSize(a.storage)));
@@ -536,11 +524,155 @@ std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k)
   return used;
 }
 
-std::vector<int32_t> emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
-                                 const std::string& symbol) {
-  detail::KernelEmitter e(p, k, m, vector_bits, symbol);
+KernelInput kernel_input(const loop::Program& p, const loop::Kernel& k) {
+  KernelInput in;
+  in.kernel = &k;
+  // Buffers are addressed through the kernel's own argument array (see kernel_slots).
+  const std::vector<int32_t> used = kernel_slots(p, k);
+  std::vector<shapes::SymbolId> mentioned;
+  auto mention = [&](const shapes::SizeExpr& e) {
+    for (shapes::SymbolId s : e.symbols()) mentioned.push_back(s);
+  };
+  auto addr = [&](const loop::Access& a) {
+    Addr r = detail::address_of(p, k, a);
+    r.slot = static_cast<int32_t>(std::find(used.begin(), used.end(), r.slot) - used.begin());
+    for (const shapes::SizeExpr* e : {&r.sym_base, &r.sym_dyn_stride, &r.sym_dyn_size}) mention(*e);
+    for (const shapes::SizeExpr& e : r.sym_stride) mention(e);
+    return r;
+  };
+  auto sizes = [&](const loop::Access& a) {
+    const TensorMeta& m = p.graph.meta(a.value);
+    for (const shapes::SizeExpr& e : m.sym_sizes) mention(e);
+    return m.sym_sizes;
+  };
+  for (const loop::Stage& st : k.stages) {
+    in.loads.emplace_back();
+    in.stores.emplace_back();
+    in.load_sizes.emplace_back();
+    in.store_sizes.emplace_back();
+    for (const loop::Access& a : st.loads) {
+      in.loads.back().push_back(addr(a));
+      in.load_sizes.back().push_back(sizes(a));
+    }
+    for (const loop::Store& w : st.stores) {
+      in.stores.back().push_back(addr(w.dst));
+      in.store_sizes.back().push_back(sizes(w.dst));
+    }
+  }
+  if (!k.stages.empty())
+    for (const loop::Store& w : k.stages[0].stores) in.store_bytes.push_back(p.graph.meta(w.dst.value).nbytes());
+  if (!p.graph.binding.empty()) {
+    in.binding.assign(p.graph.binding.size(), 0);
+    for (shapes::SymbolId s : mentioned) in.binding.at(static_cast<size_t>(s)) = p.graph.binding.at(static_cast<size_t>(s));
+  }
+  return in;
+}
+
+namespace {
+
+// Appends raw bytes of integers, and strings with their length: an unambiguous encoding.
+struct KeyWriter {
+  std::string out;
+  void i64(int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void f64(double v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void ints(const std::vector<int64_t>& v) {
+    i64(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) i64(x);
+  }
+  void expr(const shapes::SizeExpr& e) {
+    if (e.is_constant()) {
+      i64(0);
+      i64(*e.constant());
+      return;
+    }
+    const std::string t = e.str();
+    i64(static_cast<int64_t>(t.size()) + 1);
+    out += t;
+  }
+  void exprs(const std::vector<shapes::SizeExpr>& v) {
+    i64(static_cast<int64_t>(v.size()));
+    for (const shapes::SizeExpr& e : v) expr(e);
+  }
+  void access(const loop::Access& a) {  // the value id is not read by the emitter (its facts are in Addr)
+    i64(static_cast<int64_t>(a.index.size()));
+    for (const loop::AffineIndex& ix : a.index) {
+      ints(ix.coef);
+      i64(ix.constant);
+      i64(ix.dynamic);
+      exprs(ix.sym_constant);
+    }
+  }
+  void addr(const Addr& a) {
+    i64(a.slot);
+    i64(static_cast<int64_t>(a.storage));
+    i64(a.base);
+    ints(a.stride);
+    i64(a.dynamic);
+    i64(a.dyn_stride);
+    i64(a.dyn_size);
+    expr(a.sym_base);
+    exprs(a.sym_stride);
+    expr(a.sym_dyn_stride);
+    expr(a.sym_dyn_size);
+  }
+};
+
+}  // namespace
+
+std::string input_key(const KernelInput& in, int vector_bits) {
+  const loop::Kernel& k = *in.kernel;
+  KeyWriter w;
+  w.i64(vector_bits);
+  w.i64(detail::streaming_store_threshold_bytes());
+  w.ints(k.outer);
+  w.ints(k.inner);
+  w.i64(static_cast<int64_t>(k.stages.size()));
+  for (size_t s = 0; s < k.stages.size(); ++s) {
+    const loop::Stage& st = k.stages[s];
+    w.i64(st.per_outer);
+    w.i64(static_cast<int64_t>(st.instrs.size()));
+    for (const loop::Instr& i : st.instrs) {
+      w.i64(static_cast<int64_t>(i.op));
+      w.i64(static_cast<int64_t>(i.type));
+      w.i64(i.a);
+      w.i64(i.b);
+      w.i64(i.c);
+      w.f64(i.value);
+    }
+    w.i64(static_cast<int64_t>(st.loads.size()));
+    for (size_t l = 0; l < st.loads.size(); ++l) {
+      w.access(st.loads[l]);
+      w.addr(in.loads[s][l]);
+      w.exprs(in.load_sizes[s][l]);
+    }
+    w.i64(static_cast<int64_t>(st.stores.size()));
+    for (size_t x = 0; x < st.stores.size(); ++x) {
+      w.i64(st.stores[x].instr);
+      w.access(st.stores[x].dst);
+      w.addr(in.stores[s][x]);
+      w.exprs(in.store_sizes[s][x]);
+    }
+    w.i64(static_cast<int64_t>(st.reductions.size()));
+    for (const loop::Reduction& r : st.reductions) {
+      w.i64(static_cast<int64_t>(r.op));
+      w.i64(r.instr);
+      w.i64(static_cast<int64_t>(r.type));
+    }
+  }
+  w.ints(in.store_bytes);
+  w.ints(in.binding);
+  return std::move(w.out);
+}
+
+std::vector<int32_t> emit_kernel(const KernelInput& in, llvm::Module& m, int vector_bits, const std::string& symbol) {
+  detail::KernelEmitter e(in, m, vector_bits, symbol);
   e.emit();
   return e.size_params();
+}
+
+std::vector<int32_t> emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
+                                 const std::string& symbol) {
+  return emit_kernel(kernel_input(p, k), m, vector_bits, symbol);
 }
 
 std::vector<std::string> emit_program(const loop::Program& p, llvm::Module& m, int vector_bits) {

@@ -51,12 +51,49 @@ namespace fastdyn::codegen::llvm_emit {
 // holds their data pointers in this order.
 std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k);
 
+// Strides of one access, after the plan: element offset = base + sum_d stride[d] * i_d (+ dyn).
+// The numbers are the sizes of the graph's binding (what every decision reads); the sym_* are the
+// same over size symbols (what the code computes, where the emitter accepts them as sizes).
+struct Addr {
+  int32_t slot = -1;  // position in kernel_slots (the kernel's `slots` argument)
+  c10::ScalarType storage = c10::ScalarType::Float;
+  int64_t base = 0;
+  std::vector<int64_t> stride;  // per kernel dim
+  int32_t dynamic = -1;          // instr id in the stage
+  int64_t dyn_stride = 0, dyn_size = 0;
+  shapes::SizeExpr sym_base;
+  std::vector<shapes::SizeExpr> sym_stride;
+  shapes::SizeExpr sym_dyn_stride, sym_dyn_size;
+};
+
+// Everything the emitter reads to emit one kernel: the kernel's loop IR and, per access, what the
+// memory plan and the metadata say about the value it touches. The emitter is given nothing else
+// (no program, no graph), so the module it emits is a function of this input and the vector width:
+// equal keys (input_key), equal modules. The llvm_cpu backend keeps a memo of emitted kernels by
+// that key, so a kernel met again (another layer, another graph, the next size of a dynamic one
+// where the kernel's own sizes did not change) is neither emitted nor serialised again.
+struct KernelInput {
+  const loop::Kernel* kernel = nullptr;
+  std::vector<std::vector<Addr>> loads, stores;  // per stage, per access
+  // The accessed value's sizes over size symbols (empty: a value of static shape), per access.
+  std::vector<std::vector<std::vector<shapes::SizeExpr>>> load_sizes, store_sizes;
+  std::vector<int64_t> store_bytes;  // stage 0's stores: the stored value's size in bytes
+  // The graph's binding, with 0 for every symbol that no expression above mentions (empty: the
+  // graph has no binding): what an expression evaluates to is all the emitter reads of it.
+  std::vector<int64_t> binding;
+};
+KernelInput kernel_input(const loop::Program& p, const loop::Kernel& k);
+// The input as a string: every field above (the kernel's name and value ids excepted: the code
+// does not depend on them), with the vector width.
+std::string input_key(const KernelInput& in, int vector_bits);
+
 // Emits kernel `k` into `m` as the C-ABI function `symbol`. The IR depends only on what the kernel
 // computes and on the layouts of its buffers, not on its graph, name or slot numbers (given the
 // same symbol): compile_llvm_cpu compiles and caches each kernel by that IR, so the same kernel in
 // another layer, graph or process is compiled once. Throws BackendError when an instr has no code
 // for its type (a lowering bug, reported by name). Returns the kernel's size parameters: the
 // symbols (of p.graph.binding) it reads, in parameter order.
+std::vector<int32_t> emit_kernel(const KernelInput& in, llvm::Module& m, int vector_bits, const std::string& symbol);
 std::vector<int32_t> emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
                                  const std::string& symbol);
 

@@ -64,21 +64,6 @@ constexpr int64_t kGrainElements = 32768;
 inline bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
 inline bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
-// Strides of one access, after the plan: element offset = base + sum_d stride[d] * i_d (+ dyn).
-// The numbers are the sizes of the graph's binding (what every decision reads); the sym_* are the
-// same over size symbols (what the code computes, where KernelEmitter::size accepts them).
-struct Addr {
-  int32_t slot = -1;
-  ST storage = ST::Float;
-  int64_t base = 0;
-  std::vector<int64_t> stride;  // per kernel dim
-  int32_t dynamic = -1;          // instr id in the stage
-  int64_t dyn_stride = 0, dyn_size = 0;
-  shapes::SizeExpr sym_base;
-  std::vector<shapes::SizeExpr> sym_stride;
-  shapes::SizeExpr sym_dyn_stride, sym_dyn_size;
-};
-
 // Combines `parts` pairwise, left to right, level after level (an odd one out moves up as is)
 // until one is left: the summation order of every reduction's final combine.
 template <class T, class F>
@@ -94,8 +79,8 @@ T pairwise(std::vector<T> parts, const F& combine) {
 
 class KernelEmitter {
  public:
-  KernelEmitter(const Program& p, const Kernel& k, llvm::Module& m, int vector_bits, std::string symbol)
-      : p_(p), k_(k), m_(m), ctx_(m.getContext()), b_(ctx_), vf_(std::max(1, vector_bits / 32)),
+  KernelEmitter(const KernelInput& in, llvm::Module& m, int vector_bits, std::string symbol)
+      : in_(in), k_(*in.kernel), m_(m), ctx_(m.getContext()), b_(ctx_), vf_(std::max(1, vector_bits / 32)),
         symbol_(std::move(symbol)) {}
 
   void emit();
@@ -190,7 +175,7 @@ class KernelEmitter {
   llvm::Value* math_op(const Instr& in, int lanes, const std::vector<llvm::Value*>& vals);
   llvm::Value* math_call(llvm_jit::MathFn fn, ST t, std::vector<llvm::Value*> args, int lanes);
 
-  const Program& p_;
+  const KernelInput& in_;
   const Kernel& k_;
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;

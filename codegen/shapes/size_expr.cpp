@@ -77,13 +77,14 @@ std::string SizeExpr::mono_text(const Monomial& m) {
 void SizeExpr::add_term(const Monomial& m, int64_t c) {
   if (c == 0) return;
   const std::string key = mono_text(m);
-  auto it = terms_.find(key);
-  if (it == terms_.end()) {
-    terms_.emplace(key, Term{m, c});
+  Terms::Map& terms = terms_.mut();
+  auto it = terms.find(key);
+  if (it == terms.end()) {
+    terms.emplace(key, Term{m, c});
     return;
   }
   it->second.coef = checked_add(it->second.coef, c);
-  if (it->second.coef == 0) terms_.erase(it);
+  if (it->second.coef == 0) terms.erase(it);
 }
 
 std::optional<SizeExpr::Linear> SizeExpr::linear() const {

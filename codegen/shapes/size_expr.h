@@ -92,7 +92,30 @@ class SizeExpr {
     Monomial mono;
     int64_t coef = 0;  // never 0 in terms_
   };
-  std::map<std::string, Term> terms_;  // keyed by the monomial's text ("" for the constant)
+  // The terms, keyed by the monomial's text ("" for the constant); shared between copies and
+  // copied on write (add_term, while an expression is built): every graph a pass makes copies
+  // each meta's expressions, and that copy is then a reference count, not a map of strings.
+  class Terms {
+   public:
+    using Map = std::map<std::string, Term>;
+    Map::const_iterator begin() const { return map().begin(); }
+    Map::const_iterator end() const { return map().end(); }
+    Map::const_iterator find(const std::string& key) const { return map().find(key); }
+    size_t size() const { return p_ ? p_->size() : 0; }
+    bool empty() const { return !p_ || p_->empty(); }
+    Map& mut() {
+      if (!p_ || p_.use_count() > 1) p_ = std::make_shared<Map>(p_ ? *p_ : Map{});
+      return *p_;
+    }
+
+   private:
+    const Map& map() const {
+      static const Map kEmpty;
+      return p_ ? *p_ : kEmpty;
+    }
+    std::shared_ptr<Map> p_;
+  };
+  Terms terms_;
 
   static SizeExpr of_atom(Atom a);
   static SizeExpr divide(const SizeExpr& a, const SizeExpr& b, bool remainder);
