@@ -309,7 +309,7 @@ def _kernels_missed():
 
 
 @pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="built without LLVM: no kernels to count")
-@pytest.mark.parametrize("name", ["pointwise", "reduction", "layer_norm_softmax", "kv_cache_cat"])
+@pytest.mark.parametrize("name", ["pointwise", "reduction", "layer_norm_softmax", "kv_cache_cat", "decode_attention"])
 def test_kernels_take_sizes_as_arguments_one_build_serves_every_length(name):
     # Kernels read their symbolic sizes from an argument: after the dynamic entry's first size,
     # no length builds (or reloads) a kernel; every new length finds its kernels in memory.
@@ -320,7 +320,16 @@ def test_kernels_take_sizes_as_arguments_one_build_serves_every_length(name):
         cache = torch.cat([past, new * 0.5], dim=-2)
         return cache, (cache * 2).sum(-1), cache[..., -1, :].exp()
 
+    def decode_attention(q, past_k, past_v, k, v):
+        # One decoding step: the cache grows by a token, and a small attention (written out as
+        # matmul, softmax, matmul by the attention decomposition) reads it.
+        k, v = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
+        return F.scaled_dot_product_attention(q, k, v) * 2, k, v
+
     fns = {"pointwise": (pointwise, lambda n: (torch.randn(n, 64),)),
+           "decode_attention": (decode_attention, lambda n: (torch.randn(1, 4, 1, 32), torch.randn(1, 4, n, 32),
+                                                             torch.randn(1, 4, n, 32), torch.randn(1, 4, 1, 32),
+                                                             torch.randn(1, 4, 1, 32))),
            "reduction": (reduction, lambda n: (torch.randn(n, 48),)),
            "layer_norm_softmax": (layer_norm_softmax, lambda n: (torch.randn(8, n),)),
            "kv_cache_cat": (kv_cache_cat, lambda n: (torch.randn(1, 2, n, 16), torch.randn(1, 2, 1, 16)))}

@@ -5,14 +5,23 @@
 #include "codegen/aten_backend.h"
 #include "codegen/capture.h"
 #include "tests/cpp/codegen/recorded_graphs.h"
+#include "codegen/graph_passes.h"
 #include "codegen/llvm/backend.h"
+#include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
+#include "codegen/loop/passes.h"
 #include "codegen/shapes/propagate.h"
+
+#include <llvm/Bitcode/BitcodeWriter.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/raw_ostream.h>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
+#include <string>
 
 namespace fastdyn::codegen {
 namespace {
@@ -125,6 +134,61 @@ TEST(SymbolicKernels, CatOffsetAndIndexFromTheEndAreSizeExpressions) {
   });
   std::vector<int64_t> c = compiles_per_size(g, {9, 16}, 0, kSizes);
   for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
+// The emitter's input (llvm_emit::KernelInput) is all it reads, so equal input keys give equal
+// modules: the llvm_cpu backend skips emitting a kernel whose key it has met. Across the sizes of a
+// dynamic graph, a kernel whose own sizes are static keeps its key (and is not emitted again); a
+// kernel over the symbolic dim gets another key wherever its numbers differ.
+TEST(SymbolicKernels, EqualInputKeysAreEqualModulesAndStaticKernelsKeepTheirKey) {
+  Graph g;
+  g.add_input(contiguous({9, 64}));
+  g.add_input(contiguous({4, 32}));
+  ASSERT_TRUE(shapes::make_dynamic(g, 0, 0));
+  ValueId y = record(g, Family::softmax, {CallArg::tensor(0), CallArg::of_int(-1)});
+  ValueId t = record(g, Family::sum, {CallArg::tensor(0), CallArg::of_int(0)});
+  ValueId z = record(g, Family::softmax, {CallArg::tensor(1), CallArg::of_int(-1)});  // static
+  g.outputs = {y, t, z};
+  const int bits = llvm_jit::host_target().vector_bits;
+  struct Emitted {
+    std::string input_key, module;
+    bool symbolic = false;
+  };
+  std::map<int64_t, std::vector<Emitted>> by_size;
+  std::map<std::string, std::string> module_of_key;
+  for (int64_t n : {1, 2, 3, 7, 8, 9, 16, 17, 33, 64, 100, 1000, 5000}) {
+    const loop::Program p = loop::build_program(rewrite_graph(shapes::specialize(g, {n})).graph);
+    for (const loop::Kernel& k : p.kernels) {
+      const llvm_emit::KernelInput in = llvm_emit::kernel_input(p, k);
+      Emitted e;
+      e.input_key = llvm_emit::input_key(in, bits);
+      for (int64_t v : in.binding) e.symbolic = e.symbolic || v != 0;
+      llvm_jit::ModuleBuilder mb = llvm_jit::new_module("k");
+      llvm_emit::emit_kernel(in, *mb.module, bits, "k");
+      llvm::raw_string_ostream os(e.module);
+      llvm::WriteBitcodeToFile(*mb.module, os);
+      os.flush();
+      auto [it, fresh] = module_of_key.emplace(e.input_key, e.module);
+      EXPECT_TRUE(fresh || it->second == e.module) << "size " << n << ": one input key, two modules";
+      by_size[n].push_back(std::move(e));
+    }
+  }
+  // The static softmax over %1 is one kernel whose key every size shares; the kernels over s0
+  // mention it (their binding holds n) and so have keys of their own.
+  size_t statics = 0;
+  for (const Emitted& e : by_size.at(9))
+    if (!e.symbolic) {
+      ++statics;
+      for (const auto& [n, kernels] : by_size) {
+        bool found = false;
+        for (const Emitted& o : kernels) found = found || o.input_key == e.input_key;
+        EXPECT_TRUE(found) << "size " << n << " emits the static kernel under another key";
+      }
+    }
+  EXPECT_EQ(statics, 1u);
+  for (const Emitted& a : by_size.at(9))
+    for (const Emitted& b : by_size.at(17))
+      if (a.symbolic && b.symbolic) EXPECT_NE(a.input_key, b.input_key);
 }
 
 // A graph that was never symbolic emits exactly what it did: no size parameters.
