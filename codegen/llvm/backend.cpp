@@ -156,12 +156,12 @@ std::string kernel_label(const loop::Kernel& k) {
   return "fastdyn " + k.name + " outer" + dims(k.outer) + " inner" + dims(k.inner);
 }
 
-// Emitted kernels by their input (llvm_emit::input_key): the cache key (the module as bitcode,
-// what the kernel cache knows it by) and the symbols of its size parameters. Emitting a module and
-// writing its bitcode cost about 0.3-0.5 ms per kernel, and a dynamic graph meets most of its
-// kernels again at every new size (those whose own sizes are static), as does every layer after
-// the first. Bounded: the oldest entries go first. It holds no kernel: a hit still finds the
-// kernel in the kernel cache by its key (and emits again where that evicted it).
+// Emitted kernels by their planned form (llvm_emit::emit_key, which names the module exactly):
+// the cache key (the module as bitcode, what the kernel cache knows it by) and the symbols of its
+// size parameters. Emitting a module and writing its bitcode cost about 0.3-0.5 ms per kernel, and
+// a dynamic graph meets its kernels again at every new size, as does every layer after the first.
+// Bounded: the oldest entries go first. It holds no kernel: a hit still finds the kernel in the
+// kernel cache by its key (and emits again where that evicted it).
 class EmitMemo {
  public:
   struct Entry {
@@ -204,13 +204,13 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
   static const char* const kSymbol = "fastdyn_kernel";
   const int bits = llvm_jit::host_target().vector_bits;
   const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
-  const std::string input_key = llvm_emit::input_key(input, bits);
+  const std::string plan_key = llvm_emit::emit_key(input, bits);
   auto size_values = [&](const std::vector<int32_t>& params) {
     sizes->clear();
     for (int32_t s : params) sizes->push_back(p.graph.binding.at(static_cast<size_t>(s)));
   };
   const bool dump = loop::dump_enabled("llvm");
-  if (std::optional<EmitMemo::Entry> known = emit_memo().find(input_key); known && !dump) {
+  if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key); known && !dump) {
     std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
     if (!addrs.empty()) {
       size_values(known->params);
@@ -231,7 +231,7 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
     llvm::raw_string_ostream key_os(*key);
     llvm::WriteBitcodeToFile(*mb.module, key_os);
   }
-  emit_memo().insert(input_key, {key, params});
+  emit_memo().insert(plan_key, {key, params});
   if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
   std::vector<void*> addrs = llvm_jit::find_cached(*key, {kSymbol}, hold);
   if (addrs.empty() && !compile_missing) return nullptr;

@@ -69,6 +69,22 @@ int64_t last_level_cache_bytes() {
 // core complex of today's x86 parts has, is at most a few tens of MiB.
 int64_t streaming_store_threshold_bytes() { return std::min(last_level_cache_bytes(), int64_t{32} << 20); }
 
+// An expression the kernel can compute from its size parameters: not a constant, and a polynomial
+// over size symbols (a // or % of sizes stays a number of the binding).
+bool computable(const SizeExpr& e) {
+  if (e.is_constant()) return false;
+  for (const SizeExpr::TermView& t : e.terms())
+    for (const auto& atom : t.atoms)
+      if (atom.first->kind != shapes::Atom::Kind::Symbol) return false;
+  return true;
+}
+
+// e where it is computable and gives `value` at the binding, else the number: an expression a
+// pass left stale can only cost a kernel's reuse across sizes, never a result.
+SizeExpr checked(const SizeExpr& e, int64_t value, const std::vector<int64_t>& binding) {
+  return !binding.empty() && computable(e) && e.evaluate(binding) == value ? e : SizeExpr(value);
+}
+
 Addr address_of(const Program& p, const Kernel& k, const Access& a) {
   const TensorMeta& m = p.graph.meta(a.value);
   const loop::ValuePlan& pl = p.plans.at(static_cast<size_t>(a.value));
@@ -101,13 +117,45 @@ Addr address_of(const Program& p, const Kernel& k, const Access& a) {
       r.sym_dyn_size = m.size_expr(row);
     }
   }
+  const std::vector<int64_t>& binding = p.graph.binding;
+  r.sym_base = checked(r.sym_base, r.base, binding);
+  for (size_t d = 0; d < r.stride.size(); ++d) r.sym_stride[d] = checked(r.sym_stride[d], r.stride[d], binding);
+  r.sym_dyn_stride = checked(r.sym_dyn_stride, r.dyn_stride, binding);
+  r.sym_dyn_size = checked(r.sym_dyn_size, r.dyn_size, binding);
   return r;
 }
 
 }  // namespace
 
-void KernelEmitter::emit() {
+void KernelEmitter::plan() {
+  if (planned_) return;
   prepare();
+  forget_symbolic_numbers();
+  planned_ = true;
+}
+
+// After the decisions, a number with a size expression is only ever computed at run time from the
+// expression (size()): forgetting it makes the rest of emission the same at every size where the
+// decisions were, and plan_key() then names the module without any size's numbers in it.
+void KernelEmitter::forget_symbolic_numbers() {
+  for (size_t l = 0; l < loop_size_.size(); ++l)
+    if (!loop_sym_[l].is_constant()) {
+      loop_size_[l] = kForgotten;
+      if (l >= n_outer_) inner_numel_ = kForgotten;
+    }
+  for (auto* addrs : {&load_addr_, &store_addr_})
+    for (std::vector<Addr>& stage : *addrs)
+      for (Addr& a : stage) {
+        for (size_t d = 0; d < a.stride.size(); ++d)
+          if (!a.sym_stride[d].is_constant()) a.stride[d] = kForgotten;
+        if (!a.sym_base.is_constant()) a.base = kForgotten;
+        if (!a.sym_dyn_stride.is_constant()) a.dyn_stride = kForgotten;
+        if (!a.sym_dyn_size.is_constant()) a.dyn_size = kForgotten;
+      }
+}
+
+void KernelEmitter::emit() {
+  plan();
   if (split_) {
     emit_split();
     return;
@@ -140,14 +188,11 @@ void KernelEmitter::begin_function(llvm::Function* f) {
 }
 
 llvm::Value* KernelEmitter::size(const SizeExpr& e, int64_t value) {
-  const std::vector<int64_t>& binding = in_.binding;
-  if (binding.empty() || e.is_constant() || e.evaluate(binding) != value) return b_.getInt64(value);
+  if (e.is_constant()) return b_.getInt64(value);
+  FD_CHECK(value == kForgotten || !planned_, "llvm emitter: a symbolic number was not forgotten");
   const std::string text = e.str();
   if (auto it = size_cache_.find(text); it != size_cache_.end()) return it->second;
   const std::vector<SizeExpr::TermView> terms = e.terms();
-  for (const SizeExpr::TermView& t : terms)
-    for (const auto& atom : t.atoms)
-      if (atom.first->kind != shapes::Atom::Kind::Symbol) return b_.getInt64(value);  // // and %: baked
   llvm::IRBuilder<> sb(size_block_->getTerminator());
   auto* i64 = sb.getInt64Ty();
   auto param = [&](shapes::SymbolId s) -> llvm::Value* {
@@ -190,7 +235,7 @@ std::vector<SizeExpr> KernelEmitter::domain_exprs() const {
       }
       if (dim < 0 || !out[static_cast<size_t>(dim)].is_constant()) continue;
       const SizeExpr& e = value_sizes[row];
-      if (!e.is_constant() && e.evaluate(in_.binding) == sizes[static_cast<size_t>(dim)]) out[static_cast<size_t>(dim)] = e;
+      if (computable(e) && e.evaluate(in_.binding) == sizes[static_cast<size_t>(dim)]) out[static_cast<size_t>(dim)] = e;
     }
   };
   for (size_t s = 0; s < k_.stages.size(); ++s) {
@@ -527,23 +572,13 @@ std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k)
 KernelInput kernel_input(const loop::Program& p, const loop::Kernel& k) {
   KernelInput in;
   in.kernel = &k;
+  in.binding = p.graph.binding;
   // Buffers are addressed through the kernel's own argument array (see kernel_slots).
   const std::vector<int32_t> used = kernel_slots(p, k);
-  std::vector<shapes::SymbolId> mentioned;
-  auto mention = [&](const shapes::SizeExpr& e) {
-    for (shapes::SymbolId s : e.symbols()) mentioned.push_back(s);
-  };
   auto addr = [&](const loop::Access& a) {
     Addr r = detail::address_of(p, k, a);
     r.slot = static_cast<int32_t>(std::find(used.begin(), used.end(), r.slot) - used.begin());
-    for (const shapes::SizeExpr* e : {&r.sym_base, &r.sym_dyn_stride, &r.sym_dyn_size}) mention(*e);
-    for (const shapes::SizeExpr& e : r.sym_stride) mention(e);
     return r;
-  };
-  auto sizes = [&](const loop::Access& a) {
-    const TensorMeta& m = p.graph.meta(a.value);
-    for (const shapes::SizeExpr& e : m.sym_sizes) mention(e);
-    return m.sym_sizes;
   };
   for (const loop::Stage& st : k.stages) {
     in.loads.emplace_back();
@@ -552,25 +587,22 @@ KernelInput kernel_input(const loop::Program& p, const loop::Kernel& k) {
     in.store_sizes.emplace_back();
     for (const loop::Access& a : st.loads) {
       in.loads.back().push_back(addr(a));
-      in.load_sizes.back().push_back(sizes(a));
+      in.load_sizes.back().push_back(p.graph.meta(a.value).sym_sizes);
     }
     for (const loop::Store& w : st.stores) {
       in.stores.back().push_back(addr(w.dst));
-      in.store_sizes.back().push_back(sizes(w.dst));
+      in.store_sizes.back().push_back(p.graph.meta(w.dst.value).sym_sizes);
     }
   }
   if (!k.stages.empty())
     for (const loop::Store& w : k.stages[0].stores) in.store_bytes.push_back(p.graph.meta(w.dst.value).nbytes());
-  if (!p.graph.binding.empty()) {
-    in.binding.assign(p.graph.binding.size(), 0);
-    for (shapes::SymbolId s : mentioned) in.binding.at(static_cast<size_t>(s)) = p.graph.binding.at(static_cast<size_t>(s));
-  }
   return in;
 }
 
 namespace {
 
-// Appends raw bytes of integers, and strings with their length: an unambiguous encoding.
+// Appends raw bytes of integers, and expressions as their canonical text with its length: an
+// unambiguous encoding.
 struct KeyWriter {
   std::string out;
   void i64(int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
@@ -582,75 +614,77 @@ struct KeyWriter {
   void expr(const shapes::SizeExpr& e) {
     if (e.is_constant()) {
       i64(0);
-      i64(*e.constant());
-      return;
+      return;  // its number is written next to it
     }
     const std::string t = e.str();
     i64(static_cast<int64_t>(t.size()) + 1);
     out += t;
   }
-  void exprs(const std::vector<shapes::SizeExpr>& v) {
-    i64(static_cast<int64_t>(v.size()));
-    for (const shapes::SizeExpr& e : v) expr(e);
-  }
-  void access(const loop::Access& a) {  // the value id is not read by the emitter (its facts are in Addr)
-    i64(static_cast<int64_t>(a.index.size()));
-    for (const loop::AffineIndex& ix : a.index) {
-      ints(ix.coef);
-      i64(ix.constant);
-      i64(ix.dynamic);
-      exprs(ix.sym_constant);
-    }
-  }
   void addr(const Addr& a) {
     i64(a.slot);
     i64(static_cast<int64_t>(a.storage));
     i64(a.base);
-    ints(a.stride);
+    expr(a.sym_base);
+    i64(static_cast<int64_t>(a.stride.size()));
+    for (size_t d = 0; d < a.stride.size(); ++d) {
+      i64(a.stride[d]);
+      expr(a.sym_stride[d]);
+    }
     i64(a.dynamic);
     i64(a.dyn_stride);
-    i64(a.dyn_size);
-    expr(a.sym_base);
-    exprs(a.sym_stride);
     expr(a.sym_dyn_stride);
+    i64(a.dyn_size);
     expr(a.sym_dyn_size);
   }
 };
 
 }  // namespace
 
-std::string input_key(const KernelInput& in, int vector_bits) {
-  const loop::Kernel& k = *in.kernel;
+namespace detail {
+
+std::string KernelEmitter::plan_key() {
+  plan();
   KeyWriter w;
-  w.i64(vector_bits);
-  w.i64(detail::streaming_store_threshold_bytes());
-  w.ints(k.outer);
-  w.ints(k.inner);
-  w.i64(static_cast<int64_t>(k.stages.size()));
-  for (size_t s = 0; s < k.stages.size(); ++s) {
-    const loop::Stage& st = k.stages[s];
+  w.i64(vf_);
+  w.i64(pure_);
+  w.i64(static_cast<int64_t>(n_outer_));
+  w.i64(static_cast<int64_t>(loop_size_.size()));
+  for (size_t l = 0; l < loop_size_.size(); ++l) {
+    w.i64(loop_dim_[l]);
+    w.i64(loop_size_[l]);
+    w.expr(loop_sym_[l]);
+  }
+  w.i64(inner_numel_);
+  w.i64(blocked_);
+  w.i64(column_);
+  w.i64(col_width_);
+  w.i64(nt_store_);
+  w.i64(nt_align_);
+  w.i64(split_);
+  w.i64(split_chunks_);
+  w.i64(static_cast<int64_t>(k_.stages.size()));
+  for (size_t s = 0; s < k_.stages.size(); ++s) {
+    const Stage& st = k_.stages[s];
     w.i64(st.per_outer);
     w.i64(static_cast<int64_t>(st.instrs.size()));
-    for (const loop::Instr& i : st.instrs) {
+    for (const Instr& i : st.instrs) {
       w.i64(static_cast<int64_t>(i.op));
       w.i64(static_cast<int64_t>(i.type));
       w.i64(i.a);
       w.i64(i.b);
       w.i64(i.c);
-      w.f64(i.value);
+      // A count over loops of symbolic length is computed from them (instr()): its number is
+      // one size's.
+      bool symbolic_count = false;
+      for (size_t l = n_outer_; l < loop_sym_.size(); ++l) symbolic_count = symbolic_count || !loop_sym_[l].is_constant();
+      w.f64(i.op == Op::Count && symbolic_count ? 0.0 : i.value);
     }
-    w.i64(static_cast<int64_t>(st.loads.size()));
-    for (size_t l = 0; l < st.loads.size(); ++l) {
-      w.access(st.loads[l]);
-      w.addr(in.loads[s][l]);
-      w.exprs(in.load_sizes[s][l]);
-    }
+    w.i64(static_cast<int64_t>(load_addr_[s].size()));
+    for (const Addr& a : load_addr_[s]) w.addr(a);
     w.i64(static_cast<int64_t>(st.stores.size()));
     for (size_t x = 0; x < st.stores.size(); ++x) {
       w.i64(st.stores[x].instr);
-      w.access(st.stores[x].dst);
-      w.addr(in.stores[s][x]);
-      w.exprs(in.store_sizes[s][x]);
+      w.addr(store_addr_[s][x]);
     }
     w.i64(static_cast<int64_t>(st.reductions.size()));
     for (const loop::Reduction& r : st.reductions) {
@@ -659,9 +693,16 @@ std::string input_key(const KernelInput& in, int vector_bits) {
       w.i64(static_cast<int64_t>(r.type));
     }
   }
-  w.ints(in.store_bytes);
-  w.ints(in.binding);
   return std::move(w.out);
+}
+
+}  // namespace detail
+
+std::string emit_key(const KernelInput& in, int vector_bits) {
+  // NB: planning builds no IR; the emitter only needs a context for its builder.
+  thread_local llvm::LLVMContext context;
+  thread_local llvm::Module scratch("fastdyn_plan", context);
+  return detail::KernelEmitter(in, scratch, vector_bits, "plan").plan_key();
 }
 
 std::vector<int32_t> emit_kernel(const KernelInput& in, llvm::Module& m, int vector_bits, const std::string& symbol) {

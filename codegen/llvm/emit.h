@@ -67,32 +67,30 @@ struct Addr {
 };
 
 // Everything the emitter reads to emit one kernel: the kernel's loop IR and, per access, what the
-// memory plan and the metadata say about the value it touches. The emitter is given nothing else
-// (no program, no graph), so the module it emits is a function of this input and the vector width:
-// equal keys (input_key), equal modules. The llvm_cpu backend keeps a memo of emitted kernels by
-// that key, so a kernel met again (another layer, another graph, the next size of a dynamic one
-// where the kernel's own sizes did not change) is neither emitted nor serialised again.
+// memory plan and the metadata say about the value it touches (its address: numbers and, where
+// they are sizes, the expressions that give them at the binding). The emitter is given nothing
+// else: no program, no graph.
 struct KernelInput {
   const loop::Kernel* kernel = nullptr;
   std::vector<std::vector<Addr>> loads, stores;  // per stage, per access
   // The accessed value's sizes over size symbols (empty: a value of static shape), per access.
   std::vector<std::vector<std::vector<shapes::SizeExpr>>> load_sizes, store_sizes;
   std::vector<int64_t> store_bytes;  // stage 0's stores: the stored value's size in bytes
-  // The graph's binding, with 0 for every symbol that no expression above mentions (empty: the
-  // graph has no binding): what an expression evaluates to is all the emitter reads of it.
-  std::vector<int64_t> binding;
+  std::vector<int64_t> binding;      // the graph's binding (empty: none)
 };
 KernelInput kernel_input(const loop::Program& p, const loop::Kernel& k);
-// The input as a string: every field above (the kernel's name and value ids excepted: the code
-// does not depend on them), with the vector width.
-std::string input_key(const KernelInput& in, int vector_bits);
-
-// Emits kernel `k` into `m` as the C-ABI function `symbol`. The IR depends only on what the kernel
-// computes and on the layouts of its buffers, not on its graph, name or slot numbers (given the
-// same symbol): compile_llvm_cpu compiles and caches each kernel by that IR, so the same kernel in
-// another layer, graph or process is compiled once. Throws BackendError when an instr has no code
-// for its type (a lowering bug, reported by name). Returns the kernel's size parameters: the
-// symbols (of p.graph.binding) it reads, in parameter order.
+// Plan, then emit: the emitter first makes every decision (which dims merge, loop order, row /
+// column / split mode, chunk counts, streaming stores) from the input's numbers, then forgets each
+// number that has a size expression: from there on such a number only exists as code computing
+// the expression from the `sizes` argument. emit_key is that planned kernel as a string (the
+// decisions, the loops and addresses with those numbers as expressions, the stages), and emission
+// reads nothing else, so two inputs with equal keys get the same module, whatever their sizes.
+// The llvm_cpu backend keeps a memo of emitted kernels by this key: a kernel met again (another
+// layer, another graph, the next length of a dynamic one where the decisions came out the same)
+// is neither emitted nor serialised again. Correct by construction: the decisions are in the key,
+// so a size where one comes out differently (a row that now fits one vector, a column mode that
+// now pays) is another key and another kernel.
+std::string emit_key(const KernelInput& in, int vector_bits);
 std::vector<int32_t> emit_kernel(const KernelInput& in, llvm::Module& m, int vector_bits, const std::string& symbol);
 std::vector<int32_t> emit_kernel(const loop::Program& p, const loop::Kernel& k, llvm::Module& m, int vector_bits,
                                  const std::string& symbol);

@@ -61,6 +61,12 @@ constexpr int64_t kRowBlock = 16384;
 // Work (elements) below which a parallel chunk is not worth a thread.
 constexpr int64_t kGrainElements = 32768;
 
+// What a number that has a size expression reads as once the kernel is planned (plan()): no
+// emitted code may depend on it (every use of such a number goes through size()), and a use
+// that slipped through would compute with this absurd value at every size, never silently with
+// one size's value at another.
+constexpr int64_t kForgotten = (int64_t{1} << 40) + 1;
+
 inline bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
 inline bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 
@@ -83,7 +89,14 @@ class KernelEmitter {
       : in_(in), k_(*in.kernel), m_(m), ctx_(m.getContext()), b_(ctx_), vf_(std::max(1, vector_bits / 32)),
         symbol_(std::move(symbol)) {}
 
-  void emit();
+  // Makes every decision (loops merged and their order, modes, chunk counts) from the input's
+  // numbers, then forgets the numbers that have size expressions (plan_key says why). Idempotent.
+  void plan();
+  // The planned kernel as a string: the decisions, the loop and access facts with each symbolic
+  // number as its expression, and the stages. Emission reads nothing else, so equal keys give
+  // equal modules, at any sizes (see emit.h).
+  std::string plan_key();
+  void emit();  // plans first where plan() was not called
   // The symbols the kernel reads as size parameters, in parameter order (after emit()).
   const std::vector<shapes::SymbolId>& size_params() const { return params_; }
 
@@ -101,12 +114,14 @@ class KernelEmitter {
 
   // ---- emit.cpp: setup, functions, loops, per task ----
   void prepare();
+  void forget_symbolic_numbers();
   void choose_column_mode();
   void choose_streaming_store();
   int64_t stride(const Addr& a, size_t loop) const { return a.stride[static_cast<size_t>(loop_dim_[loop])]; }
-  // Sizes as code: `value` (a number of this binding) as the run-time value of `e` when e is a
-  // polynomial over size symbols that gives `value` at the binding, else as the constant. The
-  // code lives in the current function's first block, so it dominates every use.
+  // Sizes as code: the run-time value of `e` when it is not a constant (kernel_input and
+  // domain_exprs keep only expressions that give their number at the binding, polynomials over
+  // size symbols), else `value`. The code lives in the current function's first block, so it
+  // dominates every use.
   llvm::Value* size(const shapes::SizeExpr& e, int64_t value);
   llvm::Value* loop_len(size_t loop) { return size(loop_sym_[loop], loop_size_[loop]); }
   llvm::Value* stride_v(const Addr& a, size_t loop) {
@@ -195,6 +210,7 @@ class KernelEmitter {
   std::vector<int32_t> loop_dim_;
   int64_t inner_numel_ = 1;
   bool blocked_ = false;      // pure pointwise: rows cut into blocks (long, or of symbolic length)
+  bool planned_ = false;
   // Size parameters: the symbols read, in order, and per function the values made of them.
   std::vector<shapes::SymbolId> params_;
   llvm::Value* sizes_ = nullptr;                    // the current function's `const int64_t* sizes`

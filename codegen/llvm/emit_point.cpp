@@ -295,7 +295,7 @@ llvm::Value* KernelEmitter::instr(size_t s, const Instr& in, int lanes, const st
     case Op::Count: {
       shapes::SizeExpr e = 1;
       for (size_t l = n_outer_; l < loop_sym_.size(); ++l) e = e * loop_sym_[l];
-      llvm::Value* n = size(e, static_cast<int64_t>(in.value));
+      llvm::Value* n = size(e, e.is_constant() ? static_cast<int64_t>(in.value) : kForgotten);
       return splat(fp ? b_.CreateSIToFP(n, scalar_type(t)) : b_.CreateSExtOrTrunc(n, scalar_type(t)), lanes);
     }
     case Op::Reduced: return splat(reduced_.at(static_cast<size_t>(in.a)), lanes);

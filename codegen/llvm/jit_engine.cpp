@@ -51,7 +51,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
-#include "codegen/llvm/kernel_cache.h"
+#include "runtime/kernel_cache.h"
 #include "codegen/pass_timer.h"
 #include "codegen/llvm/perf_map.h"
 #include "runtime/background_compiler.h"
@@ -61,6 +61,8 @@
 namespace fastdyn::codegen::llvm_jit {
 namespace {
 
+using runtime::KernelCache;
+using runtime::TargetIdentity;
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -317,7 +319,7 @@ Engine& engine() {
 // The program records' own cache: the same file format, under an identity that needs no LLVM.
 struct ProgramRecords {
   std::mutex mutex;
-  KernelCache cache{TargetIdentity{"program records", "", "", binary_identity()}};
+  KernelCache cache{TargetIdentity{"program records", "", "", "", binary_identity()}};
 };
 ProgramRecords& program_records() {
   static ProgramRecords* r = new ProgramRecords();  // NB: leaked, like the engine
@@ -439,7 +441,7 @@ void remove_released(Engine& e) {
 
 // Puts a freshly linked module in the memory cache; the entries it evicts let their holds go.
 KernelCache::Entry& cache_linked(Engine& e, const std::string& key_text, KernelCache::Entry entry) {
-  entry.hold = make_hold(e, static_cast<llvm::orc::JITDylib*>(entry.dylib));
+  entry.hold = make_hold(e, static_cast<llvm::orc::JITDylib*>(entry.handle));
   std::vector<KernelCache::Entry> evicted;
   KernelCache::Entry& kept = e.cache->insert_memory(key_text, std::move(entry), &evicted);
   evicted.clear();  // the holds go: a module no executable uses is queued for removal
@@ -488,7 +490,7 @@ std::vector<void*> lookup_all(Engine& e, KernelCache::Entry& entry, const std::v
       out.push_back(known->second);
       continue;
     }
-    auto address = e.jit->lookup(*static_cast<llvm::orc::JITDylib*>(entry.dylib), name);
+    auto address = e.jit->lookup(*static_cast<llvm::orc::JITDylib*>(entry.handle), name);
     if (!address) {
       error = error_text(address.takeError());
       if (!e.session_errors.empty()) error = e.session_errors + " (" + error + ")";
@@ -514,7 +516,7 @@ const TargetIdentity& engine_target_identity() {
     std::string llvm = LLVM_VERSION_STRING;
     if (!llvm_args().empty()) llvm += " " + llvm_args();
     llvm += " pipeline=" + pipeline();
-    return TargetIdentity{llvm, h.cpu, h.features, binary_identity()};
+    return TargetIdentity{"llvm_cpu", llvm, h.cpu, h.features, binary_identity()};
   }();
   return identity;
 }
@@ -558,13 +560,13 @@ std::vector<void*> find_cached(const std::string& key_text, const std::vector<st
   std::optional<std::string> object = e.cache->read_object(key_text);
   if (!object) return {};
   KernelCache::Entry entry;
-  entry.dylib = link_object(e, *object, "fastdyn_cached_kernel", error);
+  entry.handle = link_object(e, *object, "fastdyn_cached_kernel", error);
   std::vector<void*> out;
-  if (entry.dylib) out = lookup_all(e, entry, symbols, error);
+  if (entry.handle) out = lookup_all(e, entry, symbols, error);
   if (out.empty() && !symbols.empty()) {
     // A file that verified but does not link or lacks a symbol is as untrustworthy as a corrupt
     // one: drop it from the JIT and let the caller compile afresh (which overwrites the file).
-    remove_dylib(e, static_cast<llvm::orc::JITDylib*>(entry.dylib));
+    remove_dylib(e, static_cast<llvm::orc::JITDylib*>(entry.handle));
     ++e.cache->stats().rejected_files;
     return {};
   }
@@ -611,11 +613,11 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
 
   const auto t2 = Clock::now();
   KernelCache::Entry entry;
-  entry.dylib = link_object(e, object, name, error);
-  if (!entry.dylib) throw BackendError("llvm_jit: cannot link module '" + name + "': " + error);
+  entry.handle = link_object(e, object, name, error);
+  if (!entry.handle) throw BackendError("llvm_jit: cannot link module '" + name + "': " + error);
   std::vector<void*> out = lookup_all(e, entry, symbols, error);
   if (out.empty() && !symbols.empty()) {
-    remove_dylib(e, static_cast<llvm::orc::JITDylib*>(entry.dylib));
+    remove_dylib(e, static_cast<llvm::orc::JITDylib*>(entry.handle));
     throw BackendError("llvm_jit: module '" + name + "': " + error);
   }
   times.link_ms = ms_since(t2);

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/kernel_cache.h"
+
 namespace llvm {
 class LLVMContext;
 class Module;
@@ -85,11 +87,12 @@ void record_program(const std::string& program_key);
 // disk hit costs only its file read and link.
 bool engine_ready();
 
-// Statistics for tests and FASTDYN_LOG: how each find_cached/compile call was answered.
-struct CacheStats {
-  int64_t memory_hits = 0, disk_hits = 0, compiles = 0, rejected_files = 0;
-  int64_t memory_evictions = 0;  // kernels the bounded memory cache let go (FASTDYN_KERNEL_CACHE_SIZE)
-};
+// Statistics for tests and FASTDYN_LOG: how each find_cached/compile call was answered (the
+// engine's runtime::KernelCache, runtime/kernel_cache.h).
+using runtime::CacheStats;
+// The identity of the engine's kernel binaries: backend "llvm_cpu", the LLVM version (with
+// FASTDYN_LLVM_ARGS), the host CPU and its features, this fastdyn build.
+const runtime::TargetIdentity& engine_target_identity();
 // The memory cache's bound, in kernels (default 4096, FASTDYN_KERNEL_CACHE_SIZE); for tests.
 void set_memory_bound(size_t kernels);
 // Kernel modules still linked (in the memory cache or held by an executable); for tests.

@@ -20,12 +20,15 @@
 #include <llvm/Config/llvm-config.h>
 
 #include "codegen/llvm/jit_engine.h"
-#include "codegen/llvm/kernel_cache.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/errors.h"
 #include "tests/cpp/llvm/test_kernels.h"
 
 namespace fastdyn::codegen::llvm_jit {
 namespace {
+
+using runtime::KernelCache;
+using runtime::TargetIdentity;
 
 namespace fs = std::filesystem;
 using testing::AddKernel;
@@ -256,11 +259,13 @@ const Corruption kCorruptions[] = {
     {"wrong magic", [](const std::string& f) { std::string s = f; s[0] = 'X'; return s; }},
     {"other format version", [](const std::string& f) { std::string s = f; s[8] ^= 0x7; return s; }},
     {"other cpu", [](const std::string& f) {
-       return reencode_for(f, kCorruptKey, [](TargetIdentity& t) { t.cpu = "pentium4"; }); }},
+       return reencode_for(f, kCorruptKey, [](TargetIdentity& t) { t.device = "pentium4"; }); }},
     {"other features", [](const std::string& f) {
        return reencode_for(f, kCorruptKey, [](TargetIdentity& t) { t.features = "+sse2"; }); }},
     {"other llvm", [](const std::string& f) {
-       return reencode_for(f, kCorruptKey, [](TargetIdentity& t) { t.llvm_version = "18.1.0"; }); }},
+       return reencode_for(f, kCorruptKey, [](TargetIdentity& t) { t.toolchain = "18.1.0"; }); }},
+    {"other backend", [](const std::string& f) {
+       return reencode_for(f, kCorruptKey, [](TargetIdentity& t) { t.backend = "cuda"; }); }},
     {"other fastdyn build", [](const std::string& f) {
        return reencode_for(f, kCorruptKey, [](TargetIdentity& t) { t.build += "0"; }); }},
     {"object of another key", [](const std::string& f) {
@@ -496,37 +501,6 @@ TEST_F(LlvmJit, ProgramRecordsAreReadBackAndNeverTrustedCorrupt) {
   ::setenv("FASTDYN_CACHE_DIR", "off", 1);
   record_program("program p3");
   EXPECT_FALSE(program_recorded("program p3"));
-}
-
-TEST(KernelCacheFile, EncodeDecodeRoundTripsAndChecksEveryField) {
-  TargetIdentity target{"19.1.7", "znver4", "+avx2,+fma"};
-  KernelCache cache(target);
-  const std::string object("\x7f" "ELF\0\1\2object bytes", 20);
-  const std::string file = cache.encode_file("key", object);
-  EXPECT_EQ(file.compare(0, 8, "FDKCACHE"), 0);
-  EXPECT_EQ(cache.decode_file(file, "key"), object);
-  EXPECT_FALSE(cache.decode_file(file, "kez").has_value());
-  EXPECT_FALSE(cache.decode_file(file, "ke").has_value());
-  EXPECT_FALSE(KernelCache({"19.1.7", "znver3", "+avx2,+fma"}).decode_file(file, "key").has_value());
-  // Every single-byte change anywhere in the file is caught.
-  for (size_t i = 0; i < file.size(); ++i) {
-    std::string bad = file;
-    bad[i] ^= 0x20;
-    EXPECT_FALSE(cache.decode_file(bad, "key").has_value()) << "byte " << i;
-  }
-  for (size_t n = 0; n < file.size(); ++n) EXPECT_FALSE(cache.decode_file(file.substr(0, n), "key").has_value()) << n;
-}
-
-TEST(KernelCacheFile, FileNameDependsOnKeyAndTarget) {
-  ::setenv("FASTDYN_CACHE_DIR", "/tmp", 1);
-  KernelCache a({"19.1.7", "znver4", "+avx2"}), b({"19.1.7", "znver3", "+avx2"});
-  EXPECT_NE(a.file_path("k1"), a.file_path("k2"));
-  EXPECT_NE(a.file_path("k1"), b.file_path("k1"));
-  EXPECT_EQ(a.file_path("k1"), KernelCache({"19.1.7", "znver4", "+avx2"}).file_path("k1"));
-  EXPECT_EQ(a.file_path("k1").rfind("/tmp/", 0), 0u);
-  ::setenv("FASTDYN_CACHE_DIR", "off", 1);
-  EXPECT_EQ(a.file_path("k1"), "");
-  ::unsetenv("FASTDYN_CACHE_DIR");
 }
 
 }  // namespace

@@ -1,19 +1,22 @@
-// codegen/llvm/kernel_cache.h — the kernel cache behind the LLVM JIT engine: compiled kernels in
-// memory, their object files on disk.
+// runtime/kernel_cache.h — the kernel cache of a backend that compiles kernels: compiled kernels
+// in memory, their binaries on disk.
 //
-// Layer: codegen (llvm_cpu backend), below jit_engine.cpp; no LLVM, ATen or Python types here, so
-// the file format can be tested on its own. The engine owns the JIT; this class owns bytes and
-// bookkeeping:
-// - memory: key_text -> an opaque handle of the linked module (its JITDylib) and the addresses
-//   looked up in it so far; bounded (memory_bound entries, least recently used evicted first).
+// Layer: runtime/ (no compiler, ATen or Python types here), so that every backend that builds
+// binaries uses the one cache and the file format is tested on its own. A backend's engine (the
+// llvm_cpu JIT, codegen/llvm/jit_engine.cpp) owns loading and linking; this class owns bytes and
+// bookkeeping, keyed by the backend's own key text and a target identity that says whom a binary
+// is valid for:
+// - memory: key_text -> an opaque handle of the loaded binary (llvm_cpu: its JITDylib) and the
+//   addresses looked up in it so far; bounded (memory_bound entries, least recently used evicted first).
 //   An entry's `hold` keeps its module linked: the cache holds one, and so does every executable
 //   that calls the kernel, so an evicted kernel stays callable until its last user lets go;
 // - disk: one file per key, `<dir>/<16 hex digits>.o`, whose name hashes the key together with
-//   the target identity (format version, LLVM version, host CPU and features, fastdyn build).
+//   the target identity (format version, backend, toolchain version, device and its features,
+//   fastdyn build).
 //   The file repeats
 //   all of that in its header, plus the object's length and checksum; read_object() checks every
 //   field and hands out the object only if all match, so a hash collision, a truncated or
-//   corrupted file, or a file written for another CPU or LLVM is rejected (counted in
+//   corrupted file, or a file written for another device or toolchain is rejected (counted in
 //   rejected_files), never trusted.
 // - records: `<dir>/<16 hex digits>.prog`, the same layout with an empty object, saying that a
 //   process built every kernel of a program (record_program in jit_engine.h); a rejected record
@@ -31,31 +34,36 @@
 #include <unordered_map>
 #include <vector>
 
-#include "codegen/llvm/jit_engine.h"
+namespace fastdyn::runtime {
 
-namespace fastdyn::codegen::llvm_jit {
-
-// Who this cache's objects are valid for; every field is part of the file name's hash and is
-// checked in each file's header.
+// Who this cache's binaries are valid for; every field is part of the file name's hash and is
+// checked in each file's header. Nothing here is one compiler's: llvm_cpu says
+// {"llvm_cpu", "19.1.7", "znver4", "+avx2,+fma,..."}, a GPU backend its compiler's version and
+// the device's architecture.
 struct TargetIdentity {
-  std::string llvm_version;  // "19.1.7" (+ FASTDYN_LLVM_ARGS, which change the code too)
-  std::string cpu;           // "znver4"
-  std::string features;      // "+avx2,+fma,..." (sorted, so the text is stable)
+  std::string backend;    // "llvm_cpu"
+  std::string toolchain;  // the compiler's version and options ("19.1.7" + FASTDYN_LLVM_ARGS)
+  std::string device;     // the architecture the code is for ("znver4")
+  std::string features;   // its optional features ("+avx2,+fma,...", sorted so the text is stable)
   // The fastdyn binary that emits the kernels (size and mtime of the file holding the engine):
   // a rebuilt emitter may compute something else under the same key_text, so its kernels must
   // not be served to it. "" where the binary cannot be identified.
   std::string build;
 };
-// The identity the engine's cache uses in this process (jit_engine.cpp).
-const TargetIdentity& engine_target_identity();
+
+// Statistics for tests and FASTDYN_LOG: how each lookup or compile was answered.
+struct CacheStats {
+  int64_t memory_hits = 0, disk_hits = 0, compiles = 0, rejected_files = 0;
+  int64_t memory_evictions = 0;  // kernels the bounded memory cache let go (FASTDYN_KERNEL_CACHE_SIZE)
+};
 
 class KernelCache {
  public:
   static constexpr char kMagic[8] = {'F', 'D', 'K', 'C', 'A', 'C', 'H', 'E'};
-  static constexpr uint32_t kFormatVersion = 2;
+  static constexpr uint32_t kFormatVersion = 3;
 
   struct Entry {
-    void* dylib = nullptr;                            // engine-owned JITDylib of the module
+    void* handle = nullptr;                           // the engine's loaded binary (llvm_cpu: a JITDylib)
     std::unordered_map<std::string, void*> symbols;   // addresses looked up so far
     std::shared_ptr<void> hold;                       // the module stays linked while one exists
   };
@@ -113,4 +121,4 @@ class KernelCache {
   uint64_t temp_counter_ = 0;
 };
 
-}  // namespace fastdyn::codegen::llvm_jit
+}  // namespace fastdyn::runtime

@@ -1,11 +1,11 @@
-// codegen/llvm/kernel_cache.cpp — memory map and on-disk object files (see kernel_cache.h).
+// runtime/kernel_cache.cpp — memory map and on-disk binaries (see kernel_cache.h).
 //
 // File layout (all integers little-endian):
-//   magic[8] "FDKCACHE" | u32 format version | u32 n + LLVM version | u32 n + cpu |
-//   u32 n + features | u32 n + build | u64 n + key_text | u64 object length | u64 xxh3(object) |
-//   object bytes
+//   magic[8] "FDKCACHE" | u32 format version | u32 n + backend | u32 n + toolchain |
+//   u32 n + device | u32 n + features | u32 n + build | u64 n + key_text | u64 object length |
+//   u64 hash(object) | object bytes
 // The file must end exactly after the object; anything else is a rejection.
-#include "codegen/llvm/kernel_cache.h"
+#include "runtime/kernel_cache.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,15 +16,17 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <llvm/Support/xxhash.h>
+#include <c10/util/hash.h>
 
-namespace fastdyn::codegen::llvm_jit {
+namespace fastdyn::runtime {
 namespace {
 
 constexpr uint64_t kMaxFileBytes = uint64_t(1) << 30;  // a kernel object is KBs; refuse nonsense
 
+// The first 64 bits of the SHA-1 of s: file names and object checksums (a binary is KBs).
+// NB: c10::sha1 of "" is undefined (it resets only for a non-empty text), hence the prefix byte.
 uint64_t hash_bytes(const std::string& s) {
-  return llvm::xxh3_64bits(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+  return std::strtoull(c10::sha1("\x01" + s).str().substr(0, 16).c_str(), nullptr, 16);
 }
 
 void put_u32(std::string& out, uint32_t v) {
@@ -174,7 +176,7 @@ std::string KernelCache::file_path(const std::string& key_text, const char* suff
   std::string ident;
   put_u32(ident, kFormatVersion);
   const TargetIdentity& t = target_;
-  for (const std::string* s : {&t.llvm_version, &t.cpu, &t.features, &t.build, &key_text}) {
+  for (const std::string* s : {&t.backend, &t.toolchain, &t.device, &t.features, &t.build, &key_text}) {
     put_u64(ident, s->size());
     ident += *s;
   }
@@ -186,7 +188,7 @@ std::string KernelCache::file_path(const std::string& key_text, const char* suff
 std::string KernelCache::encode_file(const std::string& key_text, const std::string& object) const {
   std::string out(kMagic, sizeof kMagic);
   put_u32(out, kFormatVersion);
-  for (const std::string* s : {&target_.llvm_version, &target_.cpu, &target_.features, &target_.build}) {
+  for (const std::string* s : {&target_.backend, &target_.toolchain, &target_.device, &target_.features, &target_.build}) {
     put_u32(out, uint32_t(s->size()));
     out += *s;
   }
@@ -205,8 +207,9 @@ std::optional<std::string> KernelCache::decode_file(const std::string& file, con
   uint64_t object_size = 0, checksum = 0;
   bool ok = r.get_bytes(sizeof kMagic, magic) && magic == std::string(kMagic, sizeof kMagic) &&
             r.get_u32(version) && version == kFormatVersion &&
-            r.expect_string(4, target_.llvm_version) && r.expect_string(4, target_.cpu) &&
-            r.expect_string(4, target_.features) && r.expect_string(4, target_.build) &&
+            r.expect_string(4, target_.backend) && r.expect_string(4, target_.toolchain) &&
+            r.expect_string(4, target_.device) && r.expect_string(4, target_.features) &&
+            r.expect_string(4, target_.build) &&
             r.expect_string(8, key_text) &&
             r.get_u64(object_size) && r.get_u64(checksum) && object_size == file.size() - r.pos &&
             r.get_bytes(object_size, object) && hash_bytes(object) == checksum;
@@ -259,4 +262,4 @@ bool KernelCache::write_file(const std::string& path, const std::string& key_tex
   return false;
 }
 
-}  // namespace fastdyn::codegen::llvm_jit
+}  // namespace fastdyn::runtime
