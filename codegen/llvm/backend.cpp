@@ -56,11 +56,27 @@ Extern compile_extern(const Graph& g, const Node& n) {
   e.exe = compile_prepacked_linear(g, n);
   e.prepacked = e.exe != nullptr;
   if (e.prepacked) return e;
-  Graph sub;  // the node alone, on the aten backend
-  sub.values = g.values;
-  sub.inputs = e.inputs;
-  sub.nodes.push_back(n);
-  sub.outputs = n.outputs;
+  // The node alone, on the aten backend: a graph of its own values only (the whole graph's
+  // metadata, copied once per extern, was most of a dynamic graph's cost at each new size).
+  Graph sub;
+  std::vector<std::pair<ValueId, ValueId>> ids;  // (in g, in sub)
+  auto take = [&](ValueId v) {
+    if (v < 0) return v;
+    for (const auto& [from, to] : ids)
+      if (from == v) return to;
+    ids.emplace_back(v, sub.add_value(g.meta(v)));
+    return ids.back().second;
+  };
+  for (ValueId v : e.inputs) sub.inputs.push_back(take(v));
+  Node node = n;
+  for (Arg& a : node.args) {
+    if (a.kind == Arg::Kind::Value) a.value = take(a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId& v : a.values) v = take(v);
+  }
+  for (ValueId& v : node.outputs) v = take(v);
+  sub.outputs = node.outputs;
+  sub.nodes.push_back(std::move(node));
   e.exe = compile_aten(sub);
   return e;
 }
