@@ -212,19 +212,38 @@ EmitMemo& emit_memo() {
   return *memo;
 }
 
+// A kernel emitted by a lookup that found it in neither cache (PreparedLlvm::from_cache): kept
+// for the compile that follows (finish), so that it is not emitted twice.
+struct EmittedModule {
+  llvm_jit::ModuleBuilder mb;
+  std::shared_ptr<const std::string> key;
+  std::vector<int32_t> params;
+};
+
+constexpr const char* kSymbol = "fastdyn_kernel";
+
 // The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
-// when it is in neither cache and compile_missing is false. `sizes` gets the values of its size
-// parameters at p's binding.
+// when it is in neither cache and compile_missing is false (then *keep holds the emitted module).
+// `sizes` gets the values of its size parameters at p's binding.
 KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_missing, std::shared_ptr<void>* hold,
-                   std::vector<int64_t>* sizes) {
-  static const char* const kSymbol = "fastdyn_kernel";
+                   std::vector<int64_t>* sizes, std::unique_ptr<EmittedModule>* keep) {
   const int bits = llvm_jit::host_target().vector_bits;
-  const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
-  const std::string plan_key = llvm_emit::emit_key(input, bits);
   auto size_values = [&](const std::vector<int32_t>& params) {
     sizes->clear();
     for (int32_t s : params) sizes->push_back(p.graph.binding.at(static_cast<size_t>(s)));
   };
+  if (*keep) {
+    EmittedModule& e = **keep;
+    size_values(e.params);
+    std::vector<void*> addrs = llvm_jit::find_cached(*e.key, {kSymbol}, hold);
+    if (addrs.empty() && !compile_missing) return nullptr;
+    if (addrs.empty() && llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
+    if (addrs.empty()) addrs = llvm_jit::compile(std::move(e.mb), *e.key, {kSymbol}, hold);
+    keep->reset();
+    return reinterpret_cast<KernelFn>(addrs.at(0));
+  }
+  const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
+  const std::string plan_key = llvm_emit::emit_key(input, bits);
   const bool dump = loop::dump_enabled("llvm");
   if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key); known && !dump) {
     std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
@@ -250,7 +269,10 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
   emit_memo().insert(plan_key, {key, params});
   if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
   std::vector<void*> addrs = llvm_jit::find_cached(*key, {kSymbol}, hold);
-  if (addrs.empty() && !compile_missing) return nullptr;
+  if (addrs.empty() && !compile_missing) {
+    *keep = std::make_unique<EmittedModule>(EmittedModule{std::move(mb), key, params});
+    return nullptr;
+  }
   if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), *key, {kSymbol}, hold);
   return reinterpret_cast<KernelFn>(addrs.at(0));
 }
@@ -309,13 +331,16 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   prepared.program = "backend llvm_cpu\n" + text;
   // NB: LLVM only from here (emission, the kernel cache, compilation): no ATen op runs, no Python.
   // `build` runs once with success (the header's contract): the program moves out.
-  auto build = [p, text, program](bool compile_missing) -> runtime::ExecutablePtr {
+  // The kernel a from_cache lookup emitted and did not find (finish compiles it; they run one after
+  // the other, never at once).
+  auto emitted = std::make_shared<std::vector<std::unique_ptr<EmittedModule>>>(p->kernels.size());
+  auto build = [p, text, program, emitted](bool compile_missing) -> runtime::ExecutablePtr {
     PassTimer kernel_timer;
     std::vector<std::shared_ptr<const runtime::Kernel>> kernels;
     std::vector<std::vector<int64_t>> sizes(p->kernels.size());
     for (size_t i = 0; i < p->kernels.size(); ++i) {
       std::shared_ptr<void> hold;
-      KernelFn fn = kernel_fn(*p, p->kernels[i], compile_missing, &hold, &sizes[i]);
+      KernelFn fn = kernel_fn(*p, p->kernels[i], compile_missing, &hold, &sizes[i], &(*emitted)[i]);
       if (!fn) return nullptr;
       kernels.push_back(std::make_shared<runtime::HostKernel>(fn, std::move(hold), "llvm_cpu"));
     }
