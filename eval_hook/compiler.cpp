@@ -7,10 +7,10 @@
 
 #include <chrono>
 
-#include "codegen/aten_backend.h"
+#include "codegen/aten/aten_backend.h"
 #include "codegen/backends/backends.h"
 #include "codegen/loop/passes.h"
-#include "codegen/pass_timer.h"
+#include "codegen/passes/pass_timer.h"
 #include "eval_hook/config.h"
 #include "codegen/shapes/propagate.h"
 #include "runtime/compiled_graph.h"

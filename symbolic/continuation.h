@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/graph.h"
+#include "codegen/graph/graph.h"
 #include "symbolic/interpreter.h"
 
 namespace fastdyn::symbolic {

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/graph.h"
+#include "codegen/graph/graph.h"
 #include "symbolic/dynamic_mode.h"
 #include "symbolic/values.h"
 

@@ -1,6 +1,6 @@
 // symbolic/py_ops.h — resolving the op table's Python entry points to objects, once.
 //
-// codegen/families.def names every Python way to reach a tensor op ("torch.add", "Tensor.add",
+// codegen/capture/families.def names every Python way to reach a tensor op ("torch.add", "Tensor.add",
 // "torch.nn.functional.relu", "operator.add"). At first use these names are resolved to the
 // live objects, so a trace looks a call up by identity (one hash lookup), and a tensor
 // method or property by name.
@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "codegen/capture.h"
+#include "codegen/capture/capture.h"
 
 namespace fastdyn::symbolic {
 

@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "codegen/capture.h"
+#include "codegen/capture/capture.h"
 #include "symbolic/bytecode.h"
 #include "symbolic/interpreter.h"
 

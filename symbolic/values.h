@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/capture.h"
-#include "codegen/graph.h"
+#include "codegen/capture/capture.h"
+#include "codegen/graph/graph.h"
 
 namespace fastdyn::symbolic {
 

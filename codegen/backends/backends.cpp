@@ -3,8 +3,8 @@
 
 #include <cstdio>
 
-#include "codegen/aten_backend.h"
-#include "codegen/graph_passes.h"
+#include "codegen/aten/aten_backend.h"
+#include "codegen/passes/graph_passes.h"
 #include "codegen/loop/passes.h"
 #ifdef FASTDYN_HAVE_LLVM
 #include "codegen/llvm/backend.h"
@@ -69,7 +69,7 @@ PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
   p.backend = resolved;
 #ifdef FASTDYN_HAVE_LLVM
   if (resolved == Backend::LlvmCpu) {
-    // The one pass list (codegen/graph_passes.h): graph rewrites, then the loop pipeline and the
+    // The one pass list (codegen/passes/graph_passes.h): graph rewrites, then the loop pipeline and the
     // backend's emission inside prepare_llvm_cpu.
     RewrittenGraph rewritten = rewrite_graph(g);
     if (loop::dump_enabled("rewritten")) {  // what the loop pipeline gets

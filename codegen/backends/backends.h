@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "codegen/backends/backend_id.h"
-#include "codegen/graph.h"
+#include "codegen/graph/graph.h"
 #include "runtime/executable.h"
 
 namespace fastdyn::codegen {

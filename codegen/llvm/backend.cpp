@@ -2,10 +2,10 @@
 // as a runtime::Program (runtime/program.h).
 #include "codegen/llvm/backend.h"
 
-#include "codegen/aten_backend.h"
-#include "codegen/graph_passes.h"
-#include "codegen/pass_timer.h"
-#include "codegen/prepacked_linear.h"
+#include "codegen/aten/aten_backend.h"
+#include "codegen/passes/graph_passes.h"
+#include "codegen/passes/pass_timer.h"
+#include "codegen/aten/prepacked_linear.h"
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
 #include "codegen/llvm/perf_map.h"

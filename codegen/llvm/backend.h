@@ -9,8 +9,8 @@
 // whose run path has no strings and no maps. describe() is "backend llvm_cpu\n" and the loop
 // Program text (explain, FASTDYN_LOG).
 #pragma once
-#include "codegen/graph.h"
-#include "codegen/graph_passes.h"
+#include "codegen/graph/graph.h"
+#include "codegen/passes/graph_passes.h"
 #include "runtime/executable.h"
 
 #include <functional>
@@ -43,7 +43,7 @@ struct PreparedLlvm {
   std::function<runtime::ExecutablePtr()> from_cache;
 };
 PreparedLlvm prepare_llvm_cpu(const Graph& g);  // rewrite_graph(g), then the overload below
-// From the graph-level passes' result (codegen/graph_passes.h): the loop pipeline and the rest.
+// From the graph-level passes' result (codegen/passes/graph_passes.h): the loop pipeline and the rest.
 PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten);
 
 }  // namespace fastdyn::codegen

@@ -52,7 +52,7 @@
 #include <llvm/TargetParser/Host.h>
 
 #include "runtime/kernel_cache.h"
-#include "codegen/pass_timer.h"
+#include "codegen/passes/pass_timer.h"
 #include "codegen/llvm/perf_map.h"
 #include "runtime/background_compiler.h"
 #include "runtime/errors.h"

@@ -101,7 +101,7 @@ CacheStats cache_stats();
 // The directory in use ("" when the disk cache is off).
 std::string cache_dir();
 
-// --- Additions by the engine (H4a); nothing above changed. ---
+// --- More of the engine ---
 //
 // More on math_function(): the scalar declaration (lanes == 1) carries
 // "vector-function-abi-variant" mappings to the host's SLEEF vector forms (up to

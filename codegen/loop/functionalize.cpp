@@ -19,7 +19,7 @@
 // mutated input (it must alias the caller's tensor), and fill_/index_put_.
 #include "codegen/loop/passes.h"
 
-#include "codegen/meta_rules.h"
+#include "codegen/capture/meta_rules.h"
 #include "runtime/errors.h"
 
 #include <algorithm>

@@ -30,7 +30,7 @@
 // round), f64, i64, i32, bool. The printed Program is the kernel-cache key, so the printer must
 // show everything that changes the generated code.
 #pragma once
-#include "codegen/graph.h"
+#include "codegen/graph/graph.h"
 
 #include <cstdint>
 #include <string>

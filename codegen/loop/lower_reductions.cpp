@@ -381,35 +381,53 @@ bool lower_cat(const Ctx& c, NodeLowering& out) {
 
 }  // namespace
 
-bool lower_kernel_op(const Ctx& c, NodeLowering& out) {
-  switch (c.n.op) {
-    case OpId::sum_dim_IntList: return lower_simple_reduction(c, out, ReduceOp::Sum, false, 1, c.is_none(1));
-    case OpId::mean_dim: return lower_simple_reduction(c, out, ReduceOp::Sum, true, 1, c.is_none(1));
-    case OpId::prod: return lower_simple_reduction(c, out, ReduceOp::Prod, false, 9, true);
-    case OpId::prod_dim_int: return lower_simple_reduction(c, out, ReduceOp::Prod, false, 1, false);
-    case OpId::amax: return lower_simple_reduction(c, out, ReduceOp::Max, false, 1, false);
-    case OpId::amin: return lower_simple_reduction(c, out, ReduceOp::Min, false, 1, false);
-    case OpId::max: return lower_simple_reduction(c, out, ReduceOp::Max, false, 9, true);
-    case OpId::min: return lower_simple_reduction(c, out, ReduceOp::Min, false, 9, true);
-    case OpId::any_dims: return lower_any_all(c, out, false);
-    case OpId::cumsum: return lower_cumsum(c, out);
-    case OpId::all_dims: return lower_any_all(c, out, true);
-    case OpId::max_dim: return lower_arg_reduction(c, out, true, true);
-    case OpId::min_dim: return lower_arg_reduction(c, out, false, true);
-    case OpId::argmax: return lower_arg_reduction(c, out, true, false);
-    case OpId::argmin: return lower_arg_reduction(c, out, false, false);
-    case OpId::var_correction: return lower_variance(c, out, false, false);
-    case OpId::std_correction: return lower_variance(c, out, true, false);
-    case OpId::var_mean_correction: return lower_variance(c, out, false, true);
-    case OpId::std_mean_correction: return lower_variance(c, out, true, true);
-    case OpId::logsumexp: return lower_logsumexp(c, out);
-    case OpId::softmax_int: return lower_softmax(c, out, false);
-    case OpId::log_softmax_int: return lower_softmax(c, out, true);
-    case OpId::layer_norm: return lower_norm(c, out, false);
-    case OpId::rms_norm: return lower_norm(c, out, true);
-    case OpId::cat: return lower_cat(c, out);
-    default: return false;
-  }
+namespace {
+
+struct KernelRow {
+  OpId op;
+  KernelRule rule;
+};
+
+// The ops with a kernel of their own: ops.def's rows whose Lower column says Kernel, one for one
+// (LoweringCoverage checks it).
+const std::vector<KernelRow>& kernel_rows() {
+  using R = ReduceOp;
+  static const std::vector<KernelRow> rows = {
+      {OpId::sum_dim_IntList, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Sum, false, 1, c.is_none(1)); }},
+      {OpId::mean_dim, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Sum, true, 1, c.is_none(1)); }},
+      {OpId::prod, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Prod, false, 9, true); }},
+      {OpId::prod_dim_int, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Prod, false, 1, false); }},
+      {OpId::amax, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Max, false, 1, false); }},
+      {OpId::amin, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Min, false, 1, false); }},
+      {OpId::max, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Max, false, 9, true); }},
+      {OpId::min, [](const Ctx& c, NodeLowering& o) { return lower_simple_reduction(c, o, R::Min, false, 9, true); }},
+      {OpId::any_dims, [](const Ctx& c, NodeLowering& o) { return lower_any_all(c, o, false); }},
+      {OpId::all_dims, [](const Ctx& c, NodeLowering& o) { return lower_any_all(c, o, true); }},
+      {OpId::cumsum, [](const Ctx& c, NodeLowering& o) { return lower_cumsum(c, o); }},
+      {OpId::max_dim, [](const Ctx& c, NodeLowering& o) { return lower_arg_reduction(c, o, true, true); }},
+      {OpId::min_dim, [](const Ctx& c, NodeLowering& o) { return lower_arg_reduction(c, o, false, true); }},
+      {OpId::argmax, [](const Ctx& c, NodeLowering& o) { return lower_arg_reduction(c, o, true, false); }},
+      {OpId::argmin, [](const Ctx& c, NodeLowering& o) { return lower_arg_reduction(c, o, false, false); }},
+      {OpId::var_correction, [](const Ctx& c, NodeLowering& o) { return lower_variance(c, o, false, false); }},
+      {OpId::std_correction, [](const Ctx& c, NodeLowering& o) { return lower_variance(c, o, true, false); }},
+      {OpId::var_mean_correction, [](const Ctx& c, NodeLowering& o) { return lower_variance(c, o, false, true); }},
+      {OpId::std_mean_correction, [](const Ctx& c, NodeLowering& o) { return lower_variance(c, o, true, true); }},
+      {OpId::logsumexp, [](const Ctx& c, NodeLowering& o) { return lower_logsumexp(c, o); }},
+      {OpId::softmax_int, [](const Ctx& c, NodeLowering& o) { return lower_softmax(c, o, false); }},
+      {OpId::log_softmax_int, [](const Ctx& c, NodeLowering& o) { return lower_softmax(c, o, true); }},
+      {OpId::layer_norm, [](const Ctx& c, NodeLowering& o) { return lower_norm(c, o, false); }},
+      {OpId::rms_norm, [](const Ctx& c, NodeLowering& o) { return lower_norm(c, o, true); }},
+      {OpId::cat, [](const Ctx& c, NodeLowering& o) { return lower_cat(c, o); }},
+  };
+  return rows;
+}
+
+}  // namespace
+
+const KernelRule* find_kernel(OpId op) {
+  for (const KernelRow& r : kernel_rows())
+    if (r.op == op) return &r.rule;
+  return nullptr;
 }
 
 }  // namespace fastdyn::codegen::loop::lowering

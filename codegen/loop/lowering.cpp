@@ -131,11 +131,13 @@ bool all_types_ok(const Graph& g, const Node& n) {
   return true;
 }
 
+// Dispatches on ops.def's Lower column: a View becomes index maps, a Kernel or Pointwise op takes
+// its row of the lowering tables, anything else runs as an extern ATen call.
 NodeLowering lower_node(const Graph& g, const Node& n) {
   NodeLowering out;
   const OpInfo& info = op_info(n.op);
   Ctx c{g, n};
-  if (info.category == OpCategory::View) {
+  if (info.lowering == Lowering::View) {
     out.kind = NodeLowering::Kind::View;
     if (n.op == OpId::view_dtype) throw Unsupported("aten::view.dtype reinterprets memory");
     for (size_t o = 0; o < n.outputs.size(); ++o) {
@@ -149,19 +151,27 @@ NodeLowering lower_node(const Graph& g, const Node& n) {
     }
     return out;
   }
+  out.kind = NodeLowering::Kind::Extern;
+  if (info.lowering != Lowering::Pointwise && info.lowering != Lowering::Kernel) {
+    out.why = "no lowering";
+    return out;
+  }
   if (!all_types_ok(g, n)) {
     out.why = "dtype";
     return out;
   }
-  if (lower_kernel_op(c, out)) return out;
-  out.kernels.clear();
-  out.kind = NodeLowering::Kind::Extern;
-  // Pointwise-shaped nodes: one output, a body over the output's dims.
-  const PointwiseRule* rule = find_pointwise(n.op);
-  if (!rule) {
-    out.why = "no lowering";
+  if (info.lowering == Lowering::Kernel) {
+    const KernelRule* rule = find_kernel(n.op);
+    FD_CHECK(rule, "ops.def lowers " + qualified_name(n.op) + " as a Kernel, but it has no kernel rule");
+    if ((*rule)(c, out)) return out;
+    out.kernels.clear();
+    out.kind = NodeLowering::Kind::Extern;
+    out.why = "no lowering for these arguments";
     return out;
   }
+  // Pointwise-shaped nodes: one output, a body over the output's dims.
+  const PointwiseRule* rule = find_pointwise(n.op);
+  FD_CHECK(rule, "ops.def lowers " + qualified_name(n.op) + " as Pointwise, but it has no pointwise rule");
   if (n.outputs.size() != 1) return out;
   const TensorMeta& res = c.out();
   ST t = compute_type(res.dtype);

@@ -1,12 +1,13 @@
 // codegen/loop/lowering_rules.h — what the lowering rules share (internal to codegen/loop).
 //
-// lowering.cpp dispatches each graph node: views become index maps there; pointwise-shaped ops
-// (one output, a body over its dims) take a row of the table in lower_pointwise.cpp; reductions,
-// normalisations, softmax and cat build their own kernels in lower_reductions.cpp. All of them
+// lowering.cpp dispatches each graph node by ops.def's Lower column: views become index maps
+// there; pointwise-shaped ops (one output, a body over its dims) take a row of the table in
+// lower_pointwise.cpp; reductions, normalisations, softmax and cat a row of the kernel table in
+// lower_reductions.cpp (LoweringCoverage checks the column and the tables agree). All of them
 // build loop IR through the Builder below and read the node through Ctx.
 #pragma once
 #include "codegen/loop/passes.h"
-#include "codegen/meta_rules.h"
+#include "codegen/capture/meta_rules.h"
 #include "runtime/errors.h"
 
 #include <functional>
@@ -128,8 +129,12 @@ using PointwiseRule = std::function<int32_t(Builder&, const Ctx&, ST /*compute t
 // The table row of `op`, or nullptr (lower_pointwise.cpp).
 const PointwiseRule* find_pointwise(OpId op);
 
-// Reductions, normalisations, softmax, cat (lower_reductions.cpp): true when `out` now holds the
-// node's kernels; false when `op` is not one of them or these arguments cannot be lowered.
-bool lower_kernel_op(const Ctx& c, NodeLowering& out);
+// Reductions, normalisations, softmax, cat (lower_reductions.cpp): a rule returns true when `out`
+// now holds the node's kernels, false when these arguments cannot be lowered (the node stays
+// Extern).
+using KernelRule = std::function<bool(const Ctx&, NodeLowering&)>;
+
+// The table row of `op`, or nullptr (lower_reductions.cpp).
+const KernelRule* find_kernel(OpId op);
 
 }  // namespace fastdyn::codegen::loop::lowering

@@ -14,7 +14,7 @@
 //                inputs and outputs never are.
 // Each pass is a free function; none runs ATen.
 #pragma once
-#include "codegen/graph.h"
+#include "codegen/graph/graph.h"
 #include "codegen/loop/loop_ir.h"
 
 #include <stdexcept>

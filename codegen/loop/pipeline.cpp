@@ -1,7 +1,7 @@
 // codegen/loop/pipeline.cpp — build_program: the ordered pass list, with FASTDYN_DUMP after each
 // pass and FASTDYN_TIME_PASSES timing, plus the lowered graph's printer.
 #include "codegen/loop/passes.h"
-#include "codegen/pass_timer.h"
+#include "codegen/passes/pass_timer.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -20,8 +20,8 @@
 //
 // Backends compile a symbolic graph through specialize(): the graph at the sizes of a call.
 #pragma once
-#include "codegen/capture.h"
-#include "codegen/graph.h"
+#include "codegen/capture/capture.h"
+#include "codegen/graph/graph.h"
 
 #include <cstdint>
 #include <vector>

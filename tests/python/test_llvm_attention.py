@@ -1,4 +1,4 @@
-"""Small scaled_dot_product_attention calls on llvm_cpu (codegen/attention_decompose.h): written out
+"""Small scaled_dot_product_attention calls on llvm_cpu (codegen/passes/attention_decompose.h): written out
 as matmul -> fused scale/mask/softmax -> matmul, with eager's results and output layout; large
 ones, causal ones and others stay ATen's fused kernel."""
 import pytest

@@ -1,4 +1,4 @@
-"""Constant folding on the llvm_cpu backend (codegen/constant_fold.h): values computed from no input
+"""Constant folding on the llvm_cpu backend (codegen/passes/constant_fold.h): values computed from no input
 data (a causal mask from arange, zeros_like) are evaluated once at compile time, and calls still
 behave as eager's: fresh outputs, nothing shared between calls."""
 import pytest

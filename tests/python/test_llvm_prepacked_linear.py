@@ -1,4 +1,4 @@
-"""Linear layers through oneDNN with the weight reordered once (codegen/prepacked_linear.h): the
+"""Linear layers through oneDNN with the weight reordered once (codegen/aten/prepacked_linear.h): the
 cached reorder is used only while the weight is unchanged, so every update is seen, and results
 match eager's at float32 matmul tolerance."""
 import pytest

@@ -1,9 +1,9 @@
 // tests/cpp/backends/test_backends.cpp — the backend table and the one compile entry
-// (codegen/backends/backends.h) with the graph-pass list (codegen/graph_passes.h): names parse
+// (codegen/backends/backends.h) with the graph-pass list (codegen/passes/graph_passes.h): names parse
 // both ways, a request resolves by device and by what this build has, the graph passes rewrite
 // what they promise, and prepare_graph's executable computes eager's values on every backend.
 #include "codegen/backends/backends.h"
-#include "codegen/graph_passes.h"
+#include "codegen/passes/graph_passes.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // tests/cpp/llvm/test_llvm_backend.cpp — compile_llvm_cpu end to end without Python: graphs in
 // text form, compiled to kernels, run, and compared with the aten backend (eager ATen).
-#include "codegen/aten_backend.h"
-#include "codegen/graph.h"
+#include "codegen/aten/aten_backend.h"
+#include "codegen/graph/graph.h"
 #include "codegen/llvm/backend.h"
 #include "codegen/llvm/jit_engine.h"
 #include "codegen/loop/passes.h"

@@ -7,8 +7,8 @@
 // a plain value), ATen run on sample inputs gives the output's metadata, and the node is kept
 // when lower() gives it a kernel rather than an extern call. A new lowering is swept the day it
 // lands; an op whose sample arguments ATen refuses for every dtype is listed in the output.
-#include "codegen/aten_backend.h"
-#include "codegen/graph.h"
+#include "codegen/aten/aten_backend.h"
+#include "codegen/graph/graph.h"
 #include "codegen/llvm/backend.h"
 #include "codegen/loop/passes.h"
 

@@ -2,10 +2,10 @@
 // graph, specialised to several sizes and compiled by llvm_cpu at each, computes what eager does
 // at every size, and its kernels compile once (later sizes find them in the kernel cache because
 // the emitted code reads the symbolic sizes from its `sizes` argument instead of baking them in).
-#include "codegen/aten_backend.h"
-#include "codegen/capture.h"
-#include "tests/cpp/codegen/recorded_graphs.h"
-#include "codegen/graph_passes.h"
+#include "codegen/aten/aten_backend.h"
+#include "codegen/capture/capture.h"
+#include "tests/cpp/capture/recorded_graphs.h"
+#include "codegen/passes/graph_passes.h"
 #include "codegen/llvm/backend.h"
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"

@@ -1,7 +1,7 @@
 // tests/cpp/loop/test_functionalize.cpp — functionalize (in-place ops → out-of-place twins plus
 // write-backs) and how the scheduler stores the write-backs: graph text in, functional graph and
 // planned kernels checked.
-#include "codegen/graph.h"
+#include "codegen/graph/graph.h"
 #include "codegen/loop/passes.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // tests/cpp/loop/test_loop_passes.cpp — golden tests of the loop passes: graph text in, lowered /
 // fused+planned program text out (tests/golden/loop/<name>.txt), plus fusion decisions asserted
 // directly. FASTDYN_UPDATE_GOLDEN=1 rewrites the golden files (review the diff).
-#include "codegen/graph.h"
+#include "codegen/graph/graph.h"
 #include "codegen/loop/passes.h"
 
 #include <gtest/gtest.h>

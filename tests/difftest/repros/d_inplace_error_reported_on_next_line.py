@@ -1,4 +1,4 @@
-# Status: FIXED (capture refuses a write that partially overlaps what it reads: codegen/capture.cpp).
+# Status: FIXED (capture refuses a write that partially overlaps what it reads: codegen/capture/capture.cpp).
 # Class D: an in-place op that eager rejects (its operand overlaps the written tensor) raises the
 # same RuntimeError under fastdyn, but the traceback's last frame names the NEXT line of the
 # graph (line 10 instead of 9): the error surfaces when the graph runs, not at the op.

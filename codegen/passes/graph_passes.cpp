@@ -1,0 +1,54 @@
+// codegen/passes/graph_passes.cpp — see graph_passes.h.
+#include "codegen/passes/graph_passes.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "codegen/aten/aten_backend.h"
+#include "codegen/passes/attention_decompose.h"
+#include "codegen/passes/constant_fold.h"
+#include "codegen/passes/pass_timer.h"
+
+namespace fastdyn::codegen {
+namespace {
+
+// The folded values, computed now on ATen; nullopt when one comes back laid out otherwise than its
+// metadata says (kernels address inputs by the metadata's strides).
+std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants) {
+  std::vector<at::Tensor> placeholders;
+  for (ValueId v : constants.inputs) {
+    const TensorMeta& m = constants.meta(v);
+    placeholders.push_back(at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device)));
+  }
+  std::vector<at::Tensor> values = compile_aten(constants)->run(placeholders);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const TensorMeta& m = constants.meta(constants.outputs[i]);
+    const at::Tensor& t = values[i];
+    if (t.sizes() != c10::IntArrayRef(m.sizes) || (t.numel() > 1 && t.strides() != c10::IntArrayRef(m.strides)))
+      return std::nullopt;
+  }
+  return values;
+}
+
+}  // namespace
+
+RewrittenGraph rewrite_graph(const Graph& g) {
+  PassTimer timer;
+  RewrittenGraph out;
+  Graph written_out = decompose_small_attention(g);
+  timer.lap("decompose_small_attention");
+  ConstantFolding folding = fold_constants(written_out);
+  if (!folding.constants.nodes.empty()) {
+    if (auto values = evaluate_constants(folding.constants)) {
+      out.constants = std::move(*values);
+      out.folded = std::move(folding.constants);
+      out.graph = std::move(folding.rest);
+    }
+  }
+  if (out.constants.empty()) out.graph = std::move(written_out);
+  timer.lap("fold_constants");
+  return out;
+}
+
+}  // namespace fastdyn::codegen
