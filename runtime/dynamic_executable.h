@@ -10,11 +10,12 @@
 //
 // llvm_cpu's kernels take their symbolic sizes as arguments (codegen/llvm/emit.h), so the graph
 // specialised to a new binding finds its kernels in the cache, built at an earlier size, and runs
-// compiled from its first call at that size (a kernel whose code came out different at this size,
-// e.g. another vector path, compiles: then a tiered executable runs on aten meanwhile). What a new
-// binding still costs is the passes and the kernels' emission (their cache keys): about 7 ms for a
-// 2-layer transformer. A runtime program whose buffers, views and extern arguments are size
-// expressions would serve every binding from one executable here (not built yet).
+// compiled from its first call at that size (a kernel whose decisions came out different at this
+// size, e.g. a row that now fits one vector, compiles: then a tiered executable runs on aten
+// meanwhile). What a new binding still costs is the graph passes and one key lookup per kernel
+// (the emitter's memo, codegen/llvm/backend.cpp): about 1.5 ms for a 2-layer transformer. A
+// runtime program whose buffers, views and extern arguments are size expressions would serve every
+// binding from one executable here (not built yet).
 #pragma once
 #include <cstdint>
 #include <functional>
