@@ -200,7 +200,6 @@ bool lower_variance(const Ctx& c, NodeLowering& out, bool is_std, bool with_mean
   ST t = compute_type(c.out().dtype);
   if (!is_float(in.dtype) || t == ST::Undefined) return false;
   Domain dom(in.sizes, dims_mask(c, 1, in.dim()));
-  const double n = static_cast<double>(dom.inner_numel);
   const double correction = c.is_none(2) ? 1.0 : c.scalar(2);
   Builder b0 = begin(dom, false);
   int32_t x0 = b0.load(dom.full_access(c.n.args[0].value, in.sizes), t);
@@ -213,7 +212,10 @@ bool lower_variance(const Ctx& c, NodeLowering& out, bool is_std, bool with_mean
   b1.st.reductions.push_back({ReduceOp::Sum, b1.mul(d, d), t});
   finish(dom, b1);
   Builder b2 = begin(dom, true);
-  int32_t var = b2.div(b2.emit(Op::Reduced, t, 1), b2.cnst(std::max(n - correction, 0.0), t));
+  // max(n - correction, 0) with n the row's point count (Op::Count: computed at run time where the
+  // row length is a size symbol, so one kernel serves every length).
+  const int32_t dof = b2.bin(Op::Max, b2.sub(b2.count(dom.inner_numel, t), b2.cnst(correction, t)), b2.cnst(0.0, t));
+  int32_t var = b2.div(b2.emit(Op::Reduced, t, 1), dof);
   if (is_std) var = b2.un(Op::Sqrt, var);
   b2.st.stores.push_back({rounded(b2, var, c.out().dtype), dom.reduced_access(c.n.outputs[0], c.g.meta(c.n.outputs[0]))});
   if (with_mean) {

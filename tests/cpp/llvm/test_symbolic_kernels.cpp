@@ -122,6 +122,17 @@ TEST(SymbolicKernels, MeanAndLayerNormOverASymbolicRow) {
   for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
 }
 
+// var / std over a symbolic row divide by max(n - correction, 0) with n counted at run time.
+TEST(SymbolicKernels, VarianceOverASymbolicRow) {
+  Graph g = symbolic_graph({4, 9}, 1, [](Graph& g) {
+    ValueId v = record(g, Family::var, {CallArg::tensor(0), CallArg::of_ints({-1})});
+    ValueId s = record(g, Family::std, {CallArg::tensor(0), CallArg::of_ints({1})});
+    return std::vector<ValueId>{v, s};
+  });
+  std::vector<int64_t> c = compiles_per_size(g, {4, 9}, 1, kSizes);
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_EQ(c[i], 0) << "size " << kSizes[i];
+}
+
 // Offsets that are sizes: cat's second input lands past the first's symbolic length (a KV cache
 // growing by one token), and x.select(0, -1) reads the last row of a symbolic count of rows.
 TEST(SymbolicKernels, CatOffsetAndIndexFromTheEndAreSizeExpressions) {
