@@ -20,6 +20,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <memory>
@@ -207,6 +208,8 @@ class EmitMemo {
   std::deque<std::string> order_;
 };
 
+std::atomic<int64_t> g_emitted{0};
+
 EmitMemo& emit_memo() {
   static EmitMemo* memo = new EmitMemo();  // NB: leaked, so that no exit-time destructor races a compile thread
   return *memo;
@@ -254,6 +257,7 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
   }
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
   const std::vector<int32_t> params = llvm_emit::emit_kernel(input, *mb.module, bits, kSymbol);
+  ++g_emitted;
   size_values(params);
   if (dump) {
     std::string ir;
@@ -366,5 +370,7 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
 PreparedLlvm prepare_llvm_cpu(const Graph& g) { return prepare_llvm_cpu(g, rewrite_graph(g)); }
 
 runtime::ExecutablePtr compile_llvm_cpu(const Graph& g) { return prepare_llvm_cpu(g).finish(); }
+
+int64_t kernels_emitted() { return g_emitted.load(); }
 
 }  // namespace fastdyn::codegen

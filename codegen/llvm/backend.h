@@ -1,8 +1,10 @@
 // codegen/llvm/backend.h — the `llvm_cpu` backend: a graph compiled to fused, vectorised, threaded
 // kernels (codegen/ layer; built only with LLVM 19).
 //
-// compile_llvm_cpu runs the loop pipeline (codegen/loop/passes.h), looks the printed Program up in
-// the kernel cache (memory, then disk) and only on a miss emits and compiles LLVM IR. It then
+// compile_llvm_cpu runs the loop pipeline (codegen/loop/passes.h), plans each kernel and looks its
+// plan key (codegen/llvm/emit.h's emit_key) up in a memo of emitted kernels; only on a miss does it
+// emit LLVM IR, whose bitcode keys the kernel cache (memory, then disk); only on a miss there does
+// it compile. It then
 // translates the loop Program into a runtime::Program (runtime/program.h: slots, buffers, kernel
 // launches, and extern ATen calls through the aten backend, one node each) whose kernels are
 // runtime::HostKernels, and returns the runtime's executor of it (runtime/program_executable.h),
@@ -13,6 +15,7 @@
 #include "codegen/passes/graph_passes.h"
 #include "runtime/executable.h"
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -43,6 +46,9 @@ struct PreparedLlvm {
   std::function<runtime::ExecutablePtr()> from_cache;
 };
 PreparedLlvm prepare_llvm_cpu(const Graph& g);  // rewrite_graph(g), then the overload below
+
+// Kernels this process has emitted as LLVM IR (plan keys the memo did not know), for tests.
+int64_t kernels_emitted();
 // From the graph-level passes' result (codegen/passes/graph_passes.h): the loop pipeline and the rest.
 PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten);
 

@@ -187,6 +187,22 @@ TEST(SymbolicKernels, EqualEmitKeysAreEqualModulesAndSizesShareTheirKernels) {
   EXPECT_LE(module_of_key.size(), 3 * at16.size()) << "kernels emitted over 12 sizes";
 }
 
+// The backend emits a kernel once per plan key: the sizes after the first emit nothing (their
+// kernels are the memo's). Fails without the memo: every size emits every kernel again to find it.
+TEST(SymbolicKernels, TheBackendEmitsEachPlannedKernelOnce) {
+  Graph g = symbolic_graph({9, 48}, 0, [](Graph& g) {
+    ValueId y = record(g, Family::softmax, {CallArg::tensor(0), CallArg::of_int(-1)});
+    ValueId z = record(g, Family::mul, {CallArg::tensor(y), CallArg::of_double(3.0)});
+    return std::vector<ValueId>{record(g, Family::sum, {CallArg::tensor(z), CallArg::of_int(0)})};
+  });
+  const int64_t before = kernels_emitted();
+  compile_llvm_cpu(shapes::specialize(g, {9}));
+  const int64_t first = kernels_emitted() - before;
+  EXPECT_GE(first, 1);
+  for (int64_t n : {37, 100, 1000}) compile_llvm_cpu(shapes::specialize(g, {n}));
+  EXPECT_EQ(kernels_emitted() - before, first) << "a later size emitted its kernels again";
+}
+
 // A graph that was never symbolic emits exactly what it did: no size parameters.
 TEST(SymbolicKernels, StaticGraphsHaveNoSizeParameters) {
   Graph g;
