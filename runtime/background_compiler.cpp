@@ -46,8 +46,9 @@ void work_loop() {
   while (true) {
     w.wake.wait(lock, [&] { return w.shut_down || (!w.held && !w.queue.empty()); });
     if (w.queue.empty()) return;  // shut down
-    BackgroundTask task = std::move(w.queue.front());
-    w.queue.pop_front();
+    // Newest first (see the header).
+    BackgroundTask task = std::move(w.queue.back());
+    w.queue.pop_back();
     w.running_task = true;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();

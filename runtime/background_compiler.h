@@ -2,7 +2,13 @@
 //
 // Tiered compilation (tiered_executable.h) hands the slow part of a compile (LLVM's optimisation
 // and code generation) to this worker, so that the call which traced a graph does not wait for it.
-// Tasks run one at a time, in submission order, on a std::thread started on first use. A task must
+// Tasks run one at a time, newest first, on a std::thread started on first use: the newest task
+// compiles the graph the program runs now, while an older queued one may serve a graph that ran
+// once (a prefill) or that a later compile replaced (the static entry automatic dynamic made
+// symbolic one call later); each executable runs on its baseline tier until its own task has run.
+// In a generate() loop every step queues one task for its new length, and newest first builds the
+// decode kernels they all share first: the first generate of a 2-layer Llama from a cold cache took
+// 0.34-0.46 s against 0.40-0.55 s in submission order (3 fresh processes each). A task must
 // not touch Python (the worker never holds the GIL) and should not throw: an exception escaping a
 // task is swallowed (the task is expected to report its own failures).
 //

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "runtime/background_compiler.h"
 #include "runtime/errors.h"
@@ -107,6 +108,17 @@ TEST(TieredExecutable, CallsFromManyThreadsDuringTheSwitchRunOneTierEach) {
   EXPECT_FALSE(bad);
   EXPECT_EQ(baseline->calls + optimised->calls, 800);
   EXPECT_EQ(run_once(t), 2);
+}
+
+// Newest first: the queued tasks run in the reverse of their submission order, so the graph a
+// program runs now compiles before older queued ones (background_compiler.h says why).
+TEST(BackgroundCompiler, QueuedTasksRunNewestFirst) {
+  hold_background_for_testing(true);
+  std::vector<int> order;  // written by the worker only, one task at a time
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(submit_background([&order, i] { order.push_back(i); }));
+  hold_background_for_testing(false);
+  wait_background_idle();
+  EXPECT_EQ(order, (std::vector<int>{3, 2, 1, 0}));
 }
 
 // Runs alone in its own process (gtest_discover_tests: one process per test).
