@@ -172,7 +172,10 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
         std::vector<int64_t> binding = hints;
         for (size_t i = 0; i < ids.size(); ++i) binding[ids[i]] = sizes[i];
         stats().sizes_compiled++;
-        return compile_graph(codegen::shapes::specialize(*graph, binding), qn.c_str(), requested, /*reuse_kernels=*/true);
+        codegen::PassTimer timer;
+        codegen::Graph specialised = codegen::shapes::specialize(*graph, binding);
+        timer.lap("specialize");
+        return compile_graph(specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
       },
       std::move(program));
 }
