@@ -24,7 +24,12 @@ namespace fastdyn::codegen {
 
 enum class OpCategory : uint8_t { Pointwise, Reduction, View, Extern, InPlace, Factory, Random };
 // ops.def's Lower column: how the loop IR computes the op (ops.def says what each means).
-enum class Lowering : uint8_t { Pointwise, Kernel, View, Twin, Extern, Unlowered };
+#define FD_LOWERINGS(X) X(Pointwise) X(Kernel) X(View) X(Twin) X(Extern) X(Unlowered)
+enum class Lowering : uint8_t {
+#define FD_LOWERING(name) name,
+  FD_LOWERINGS(FD_LOWERING)
+#undef FD_LOWERING
+};
 
 enum class OpId : uint16_t {
 #define FD_OP(id, aten, overload, category, rule, twin, lower) id,

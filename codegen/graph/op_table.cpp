@@ -59,7 +59,11 @@ std::optional<OpId> op_by_qualified_name(std::string_view qualified) {
 std::string qualified_name(OpId op) { return make_qualified_name(op_info(op)); }
 
 const char* lowering_name(Lowering l) {
-  static const char* const kNames[] = {"Pointwise", "Kernel", "View", "Twin", "Extern", "Unlowered"};
+  static const char* const kNames[] = {
+#define FD_LOWERING(name) #name,
+      FD_LOWERINGS(FD_LOWERING)
+#undef FD_LOWERING
+  };
   return kNames[static_cast<size_t>(l)];
 }
 

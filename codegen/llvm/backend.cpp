@@ -193,10 +193,11 @@ class EmitMemo {
   }
   void insert(const std::string& input, Entry e) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!map_.emplace(input, std::move(e)).second) return;
-    order_.push_back(input);
+    auto [it, fresh] = map_.emplace(input, std::move(e));
+    if (!fresh) return;
+    order_.push_back(&it->first);  // NB: the map's nodes (and keys) stay put until erased
     if (order_.size() > kBound) {
-      map_.erase(order_.front());
+      map_.erase(*order_.front());
       order_.pop_front();
     }
   }
@@ -205,7 +206,7 @@ class EmitMemo {
   static constexpr size_t kBound = 1024;
   std::mutex mutex_;
   std::unordered_map<std::string, Entry> map_;
-  std::deque<std::string> order_;
+  std::deque<const std::string*> order_;  // the keys, oldest first
 };
 
 std::atomic<int64_t> g_emitted{0};
@@ -215,8 +216,9 @@ EmitMemo& emit_memo() {
   return *memo;
 }
 
-// A kernel emitted by a lookup that found it in neither cache (PreparedLlvm::from_cache): kept
-// for the compile that follows (finish), so that it is not emitted twice.
+// An emitted kernel with its cache key (the module as bitcode) and size parameters. A lookup that
+// found it in neither cache (PreparedLlvm::from_cache) keeps it for the compile that follows
+// (finish), so that it is not emitted twice.
 struct EmittedModule {
   llvm_jit::ModuleBuilder mb;
   std::shared_ptr<const std::string> key;
@@ -224,6 +226,24 @@ struct EmittedModule {
 };
 
 constexpr const char* kSymbol = "fastdyn_kernel";
+
+std::unique_ptr<EmittedModule> emit_module(const llvm_emit::KernelInput& input, const loop::Kernel& k, int bits) {
+  llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
+  std::vector<int32_t> params = llvm_emit::emit_kernel(input, *mb.module, bits, kSymbol);
+  ++g_emitted;
+  if (loop::dump_enabled("llvm")) {
+    std::string ir;
+    llvm::raw_string_ostream os(ir);
+    mb.module->print(os, nullptr);
+    std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), os.str().c_str());
+  }
+  auto key = std::make_shared<std::string>("llvm_cpu 4 vector_bits=" + std::to_string(bits) + "\n");
+  {
+    llvm::raw_string_ostream key_os(*key);
+    llvm::WriteBitcodeToFile(*mb.module, key_os);
+  }
+  return std::make_unique<EmittedModule>(EmittedModule{std::move(mb), std::move(key), std::move(params)});
+}
 
 // The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
 // when it is in neither cache and compile_missing is false (then *keep holds the emitted module).
@@ -235,49 +255,29 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
     sizes->clear();
     for (int32_t s : params) sizes->push_back(p.graph.binding.at(static_cast<size_t>(s)));
   };
-  if (*keep) {
-    EmittedModule& e = **keep;
-    size_values(e.params);
-    std::vector<void*> addrs = llvm_jit::find_cached(*e.key, {kSymbol}, hold);
-    if (addrs.empty() && !compile_missing) return nullptr;
-    if (addrs.empty() && llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
-    if (addrs.empty()) addrs = llvm_jit::compile(std::move(e.mb), *e.key, {kSymbol}, hold);
-    keep->reset();
-    return reinterpret_cast<KernelFn>(addrs.at(0));
-  }
-  const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
-  const std::string plan_key = llvm_emit::emit_key(input, bits);
-  const bool dump = loop::dump_enabled("llvm");
-  if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key); known && !dump) {
-    std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
-    if (!addrs.empty()) {
-      size_values(known->params);
-      return reinterpret_cast<KernelFn>(addrs.at(0));
+  if (!*keep) {
+    const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
+    const std::string plan_key = llvm_emit::emit_key(input, bits);
+    // NB: FASTDYN_DUMP=llvm prints every kernel's IR, so it always emits.
+    if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key); known && !loop::dump_enabled("llvm")) {
+      std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
+      if (!addrs.empty()) {
+        size_values(known->params);
+        return reinterpret_cast<KernelFn>(addrs.at(0));
+      }
     }
+    *keep = emit_module(input, k, bits);
+    emit_memo().insert(plan_key, {(*keep)->key, (*keep)->params});
   }
-  llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
-  const std::vector<int32_t> params = llvm_emit::emit_kernel(input, *mb.module, bits, kSymbol);
-  ++g_emitted;
-  size_values(params);
-  if (dump) {
-    std::string ir;
-    llvm::raw_string_ostream os(ir);
-    mb.module->print(os, nullptr);
-    std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), os.str().c_str());
+  EmittedModule& e = **keep;
+  size_values(e.params);
+  std::vector<void*> addrs = llvm_jit::find_cached(*e.key, {kSymbol}, hold);
+  if (addrs.empty() && !compile_missing) return nullptr;
+  if (addrs.empty()) {
+    if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
+    addrs = llvm_jit::compile(std::move(e.mb), *e.key, {kSymbol}, hold);
   }
-  auto key = std::make_shared<std::string>("llvm_cpu 4 vector_bits=" + std::to_string(bits) + "\n");
-  {
-    llvm::raw_string_ostream key_os(*key);
-    llvm::WriteBitcodeToFile(*mb.module, key_os);
-  }
-  emit_memo().insert(plan_key, {key, params});
-  if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
-  std::vector<void*> addrs = llvm_jit::find_cached(*key, {kSymbol}, hold);
-  if (addrs.empty() && !compile_missing) {
-    *keep = std::make_unique<EmittedModule>(EmittedModule{std::move(mb), key, params});
-    return nullptr;
-  }
-  if (addrs.empty()) addrs = llvm_jit::compile(std::move(mb), *key, {kSymbol}, hold);
+  keep->reset();
   return reinterpret_cast<KernelFn>(addrs.at(0));
 }
 

@@ -662,6 +662,9 @@ std::string KernelEmitter::plan_key() {
   w.i64(nt_align_);
   w.i64(split_);
   w.i64(split_chunks_);
+  // A count over loops of symbolic length is computed from them (instr()): its number is one size's.
+  bool symbolic_count = false;
+  for (size_t l = n_outer_; l < loop_sym_.size(); ++l) symbolic_count = symbolic_count || !loop_sym_[l].is_constant();
   w.i64(static_cast<int64_t>(k_.stages.size()));
   for (size_t s = 0; s < k_.stages.size(); ++s) {
     const Stage& st = k_.stages[s];
@@ -673,10 +676,6 @@ std::string KernelEmitter::plan_key() {
       w.i64(i.a);
       w.i64(i.b);
       w.i64(i.c);
-      // A count over loops of symbolic length is computed from them (instr()): its number is
-      // one size's.
-      bool symbolic_count = false;
-      for (size_t l = n_outer_; l < loop_sym_.size(); ++l) symbolic_count = symbolic_count || !loop_sym_[l].is_constant();
       w.f64(i.op == Op::Count && symbolic_count ? 0.0 : i.value);
     }
     w.i64(static_cast<int64_t>(load_addr_[s].size()));

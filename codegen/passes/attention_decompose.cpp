@@ -116,8 +116,12 @@ void write_out(Graph& out, const Node& n, double scale) {
       notm.sym_offset.clear();
       // Symbolic only where its layout is the contiguous one (the expressions of other layouts
       // are not derived here: the kernel then has that value's sizes as constants).
-      if (notm.symbolic() && notm.strides != contiguous_strides(notm.sizes)) notm.sym_sizes.clear(), notm.sym_strides.clear();
-      if (notm.symbolic()) notm.sym_strides = shapes::contiguous_strides(notm.sym_sizes);
+      if (notm.symbolic() && notm.strides == contiguous_strides(notm.sizes)) {
+        notm.sym_strides = shapes::contiguous_strides(notm.sym_sizes);
+      } else {
+        notm.sym_sizes.clear();
+        notm.sym_strides.clear();
+      }
       const ValueId off = emit(out, OpId::logical_not, {Arg::of_value(mask)}, notm);
       s = emit(out, OpId::masked_fill_Scalar,
                {Arg::of_value(s), Arg::of_value(off), Arg::of_double(-std::numeric_limits<double>::infinity())}, sm);
