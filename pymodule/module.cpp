@@ -8,6 +8,8 @@
 #include <pybind11/stl.h>
 
 #include "codegen/backends/backends.h"
+#include "codegen/cuda/backend.h"
+#include "runtime/cuda/cuda_api.h"
 #include "eval_hook/code_state.h"
 #include "eval_hook/compiler.h"
 #include "eval_hook/config.h"
@@ -250,6 +252,27 @@ PYBIND11_MODULE(_C, m) {
   // eval_hook/cpython_compat.h). Tests demand it on every supported Python.
   m.def("hook_reads_code_extra_directly", [] { return eval_hook::code_state_reads_directly(); });
   m.def("hold_background_for_testing", [](bool hold) { runtime::hold_background_for_testing(hold); });
+  // The cuda backend's toolchain (runtime/cuda/cuda_api.h): NVRTC and the driver, loaded on demand.
+  m.def("cuda_add_library_dir", [](const std::string& dir) { runtime::cuda::add_library_dir(dir); });
+  m.def("cuda_info", [] {
+    py::dict d;
+    d["nvrtc"] = runtime::cuda::nvrtc_available();
+    d["nvrtc_version"] = runtime::cuda::nvrtc_version();
+    d["nvrtc_origin"] = runtime::cuda::nvrtc_origin();
+    d["driver"] = runtime::cuda::driver_available();
+    const codegen::CudaCompileStats k = codegen::cuda_compile_stats();
+    d["kernels_compiled"] = k.compiled;     // NVRTC compiles (neither cache had the kernel)
+    d["memory_hits"] = k.memory_hits;
+    d["disk_hits"] = k.disk_hits;
+    d["compile_ms"] = k.compile_ms;         // NVRTC time, summed over kernels
+    return d;
+  });
+  m.def("cuda_route_timings", [] {
+    py::list out;
+    for (const codegen::RouteTiming& t : codegen::cuda_route_timings())
+      out.append(py::make_tuple(t.nvrtc_cubin_ms, t.nvrtc_ptx_ms, t.driver_ptx_load_ms, t.driver_cubin_load_ms));
+    return out;
+  });
   m.def("graph_text", [](py::handle fn) -> py::object {
     eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));
     if (!st || st == eval_hook::skip_marker() || st->entries.empty()) return py::none();

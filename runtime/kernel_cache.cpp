@@ -7,6 +7,7 @@
 // The file must end exactly after the object; anything else is a rejection.
 #include "runtime/kernel_cache.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -261,5 +262,18 @@ bool KernelCache::write_file(const std::string& path, const std::string& key_tex
   ::unlink(temp.c_str());
   return false;
 }
+
+// Size and modification time of the file that holds this code (a shared library, or the
+// executable it is linked into).
+std::string binary_identity() {
+  Dl_info info{};
+  struct stat st {};
+  const char* path = ::dladdr(reinterpret_cast<void*>(&binary_identity), &info) && info.dli_fname
+                         ? info.dli_fname : "/proc/self/exe";
+  if (::stat(path, &st) != 0 && ::stat("/proc/self/exe", &st) != 0) return "";
+  return std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
 
 }  // namespace fastdyn::runtime

@@ -121,4 +121,8 @@ class KernelCache {
   uint64_t temp_counter_ = 0;
 };
 
+// Size and modification time of the file that holds fastdyn's code (the extension module, or
+// the executable it is linked into): TargetIdentity::build for backends whose kernels it emits.
+std::string binary_identity();
+
 }  // namespace fastdyn::runtime

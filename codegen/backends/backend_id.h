@@ -6,6 +6,6 @@
 namespace fastdyn::codegen {
 
 // Native is a request, not a backend: the best one built for the graph's device.
-enum class Backend : uint8_t { Native, LlvmCpu, Aten };
+enum class Backend : uint8_t { Native, LlvmCpu, Cuda, Aten };
 
 }  // namespace fastdyn::codegen

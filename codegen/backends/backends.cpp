@@ -4,8 +4,10 @@
 #include <cstdio>
 
 #include "codegen/aten/aten_backend.h"
+#include "codegen/cuda/backend.h"
 #include "codegen/passes/graph_passes.h"
 #include "codegen/loop/passes.h"
+#include "runtime/cuda/cuda_api.h"
 #ifdef FASTDYN_HAVE_LLVM
 #include "codegen/llvm/backend.h"
 #include "codegen/llvm/jit_engine.h"
@@ -25,6 +27,7 @@ const std::vector<BackendInfo>& backend_table() {
   static const std::vector<BackendInfo> table = {
       {Backend::Native, "native", "the best backend built for the graph's device", true},
       {Backend::LlvmCpu, "llvm_cpu", "fused loop kernels compiled by LLVM for the host CPU", kHaveLlvm},
+      {Backend::Cuda, "cuda", "fused loop kernels compiled by NVRTC for NVIDIA GPUs (needs NVRTC and a GPU at run time)", true},
       {Backend::Aten, "aten", "the graph's ops called one by one through ATen", true},
   };
   return table;
@@ -53,12 +56,25 @@ std::string backend_choices() {
 }
 
 Backend resolve_backend(Backend requested, const Graph& g) {
-  bool cpu = true;
-  for (const TensorMeta& m : g.values) cpu = cpu && m.device.is_cpu();
-  const bool llvm = kHaveLlvm && cpu;
+  // The graph's one device: CPU, or one CUDA device (a CPU scalar beside CUDA tensors runs on aten).
+  bool cpu = true, one_cuda = true;
+  c10::Device cuda_device(c10::DeviceType::CUDA, 0);
+  bool seen_cuda = false;
+  for (const TensorMeta& m : g.values) {
+    cpu = cpu && m.device.is_cpu();
+    if (!m.device.is_cuda()) {
+      one_cuda = false;
+      continue;
+    }
+    if (seen_cuda && m.device != cuda_device) one_cuda = false;
+    cuda_device = m.device;
+    seen_cuda = true;
+  }
+  one_cuda = one_cuda && seen_cuda;
   switch (requested) {
-    case Backend::Native:
-    case Backend::LlvmCpu: return llvm ? Backend::LlvmCpu : Backend::Aten;
+    case Backend::Native: return cpu && kHaveLlvm ? Backend::LlvmCpu : one_cuda && runtime::cuda::available() ? Backend::Cuda : Backend::Aten;
+    case Backend::LlvmCpu: return cpu && kHaveLlvm ? Backend::LlvmCpu : Backend::Aten;
+    case Backend::Cuda: return one_cuda && runtime::cuda::available() ? Backend::Cuda : Backend::Aten;
     case Backend::Aten: return Backend::Aten;
   }
   return Backend::Aten;
@@ -85,6 +101,15 @@ PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
     return p;
   }
 #endif
+  if (resolved == Backend::Cuda) {
+    RewrittenGraph rewritten = rewrite_graph(g);
+    PreparedCuda cuda = prepare_cuda(g, std::move(rewritten));
+    p.tiered = true;
+    p.program = std::move(cuda.program);
+    p.finish = std::move(cuda.finish);
+    p.from_cache = std::move(cuda.from_cache);
+    return p;
+  }
   p.backend = Backend::Aten;
   p.finish = [g] { return compile_aten(g); };
   p.program = "backend aten";

@@ -28,10 +28,11 @@ const std::vector<BackendInfo>& backend_table();
 
 std::optional<Backend> parse_backend(std::string_view name);
 const char* backend_name(Backend b);
-std::string backend_choices();  // "'native', 'llvm_cpu' or 'aten'"
+std::string backend_choices();  // "'native', 'llvm_cpu', 'cuda' or 'aten'"
 
-// The backend that compiles `g` for a request: Native is llvm_cpu for a CPU graph where built,
-// aten otherwise; a backend that cannot take the graph's device runs it on aten.
+// The backend that compiles `g` for a request: Native is llvm_cpu for a CPU graph where built, cuda
+// for a graph on one CUDA device where NVRTC and the driver load, aten otherwise; a backend that
+// cannot take the graph's device runs it on aten.
 Backend resolve_backend(Backend requested, const Graph& g);
 
 // A graph prepared on a resolved backend. finish() compiles it (it may run on a worker thread:

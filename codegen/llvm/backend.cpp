@@ -5,11 +5,11 @@
 #include "codegen/aten/aten_backend.h"
 #include "codegen/passes/graph_passes.h"
 #include "codegen/passes/pass_timer.h"
-#include "codegen/aten/prepacked_linear.h"
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
 #include "codegen/llvm/perf_map.h"
 #include "codegen/loop/passes.h"
+#include "codegen/loop/runtime_program.h"
 #include "runtime/errors.h"
 #include "runtime/host_kernel.h"
 #include "runtime/program_executable.h"
@@ -31,131 +31,7 @@
 namespace fastdyn::codegen {
 namespace {
 
-using loop::ValuePlan;
 using KernelFn = runtime::HostKernel::Function;
-
-// An op the kernels do not compute: the aten backend (or prepacked_linear.h) runs its node.
-struct Extern {
-  runtime::ExecutablePtr exe;
-  std::vector<ValueId> inputs;
-  bool prepacked = false;  // prepacked_linear.h rather than the aten backend
-};
-
-Extern compile_extern(const Graph& g, const Node& n) {
-  Extern e;
-  auto add_input = [&](ValueId v) {
-    if (v < 0) return;
-    for (ValueId u : e.inputs)
-      if (u == v) return;
-    e.inputs.push_back(v);
-  };
-  for (const Arg& a : n.args) {
-    if (a.kind == Arg::Kind::Value) add_input(a.value);
-    if (a.kind == Arg::Kind::ValueList)
-      for (ValueId v : a.values) add_input(v);
-  }
-  e.exe = compile_prepacked_linear(g, n);
-  e.prepacked = e.exe != nullptr;
-  if (e.prepacked) return e;
-  // The node alone, on the aten backend: a graph of its own values only (the whole graph's
-  // metadata, copied once per extern, was most of a dynamic graph's cost at each new size).
-  Graph sub;
-  std::vector<std::pair<ValueId, ValueId>> ids;  // (in g, in sub)
-  auto take = [&](ValueId v) {
-    if (v < 0) return v;
-    for (const auto& [from, to] : ids)
-      if (from == v) return to;
-    ids.emplace_back(v, sub.add_value(g.meta(v)));
-    return ids.back().second;
-  };
-  for (ValueId v : e.inputs) sub.inputs.push_back(take(v));
-  Node node = n;
-  for (Arg& a : node.args) {
-    if (a.kind == Arg::Kind::Value) a.value = take(a.value);
-    if (a.kind == Arg::Kind::ValueList)
-      for (ValueId& v : a.values) v = take(v);
-  }
-  for (ValueId& v : node.outputs) v = take(v);
-  sub.outputs = node.outputs;
-  sub.nodes.push_back(std::move(node));
-  e.exe = compile_aten(sub);
-  return e;
-}
-
-// How the runtime makes value v from the slots: its slot's tensor, or a view of it (an alias of
-// its root; a buffer in a slot first allocated for a value of another shape).
-runtime::SlotTensor slot_tensor(const loop::Program& p, ValueId v) {
-  const ValuePlan& pl = p.plans[static_cast<size_t>(v)];
-  const TensorMeta& m = p.graph.meta(v);
-  if (pl.slot < 0) throw InternalError("llvm_cpu backend: v" + std::to_string(v) + " was never materialised");
-  runtime::SlotTensor t;
-  t.slot = pl.slot;
-  if (pl.kind == ValuePlan::Kind::Alias) {
-    t.view = true;
-    t.offset_delta = m.storage_offset - p.graph.meta(pl.root).storage_offset;
-  } else if (pl.kind == ValuePlan::Kind::Buffer) {
-    // The slot holds the buffer allocated for its owner's metadata (plan_memory reuses buffer
-    // slots only among buffers).
-    const TensorMeta& owner = p.graph.meta(p.slot_owner[static_cast<size_t>(pl.slot)]);
-    t.view = owner.sizes != m.sizes || owner.strides != m.strides;
-  }
-  if (t.view) {
-    t.sizes = m.sizes;
-    t.strides = m.strides;
-  }
-  return t;
-}
-
-// The runtime program of `p`, one step for each of p.steps, but for the kernels: each launch's
-// kernel is left null, for the caller to set once the kernels are compiled.
-runtime::Program runtime_program(const loop::Program& p, std::string text, std::vector<Extern> externs,
-                                 std::vector<at::Tensor> constants, runtime::ExecutablePtr aliased) {
-  const Graph& g = p.graph;
-  runtime::Program r;
-  r.backend = "llvm_cpu";
-  r.text = std::move(text);
-  r.num_slots = static_cast<int32_t>(p.slot_owner.size());
-  FD_CHECK(constants.size() <= g.inputs.size(), "more folded constants than graph inputs");
-  const size_t n_inputs = g.inputs.size() - constants.size();  // folded constants come last
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    const int32_t slot = p.plans[static_cast<size_t>(g.inputs[i])].slot;
-    if (i < n_inputs)
-      r.input_slots.push_back(slot);
-    else
-      r.constants.push_back({slot, std::move(constants[i - n_inputs])});
-  }
-  for (size_t s = 0; s < p.slot_owner.size(); ++s) {
-    const ValueId v = p.slot_owner[s];
-    if (p.plans[static_cast<size_t>(v)].kind != ValuePlan::Kind::Buffer) continue;
-    const TensorMeta& m = g.meta(v);
-    r.buffers.push_back({static_cast<int32_t>(s), m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device)});
-  }
-  size_t e = 0;
-  for (const loop::Step& s : p.steps) {
-    if (s.kind == loop::Step::Kind::Kernel) {
-      r.steps.emplace_back(runtime::KernelLaunch{nullptr, llvm_emit::kernel_slots(p, p.kernels[static_cast<size_t>(s.index)])});
-      continue;
-    }
-    runtime::ExternCall call;
-    call.exe = std::move(externs.at(e).exe);
-    for (ValueId v : externs[e].inputs) call.inputs.push_back(slot_tensor(p, v));
-    for (ValueId v : g.nodes[static_cast<size_t>(s.index)].outputs) {
-      const int32_t slot = p.plans[static_cast<size_t>(v)].slot;
-      const TensorMeta& m = g.meta(v);
-      call.outputs.push_back(slot < 0 ? runtime::ExternResult{} : runtime::ExternResult{slot, m.sizes, m.strides});
-    }
-    r.steps.emplace_back(std::move(call));
-    ++e;
-  }
-  for (ValueId v : g.outputs) r.outputs.push_back(slot_tensor(p, v));
-  for (const loop::WriteBack& w : p.writebacks) {
-    size_t i = 0;
-    while (g.inputs.at(i) != w.input) ++i;
-    r.mutated_inputs.push_back({static_cast<int32_t>(i), w.bumps});
-  }
-  r.aliased = std::move(aliased);
-  return r;
-}
 
 // One kernel: its module is keyed by its own IR (emit_kernel makes that independent of the graph,
 // the kernel's name and the slot numbers), so a kernel met before — in another layer of this graph,
@@ -320,16 +196,16 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   auto p = std::make_shared<loop::Program>(loop::build_program(g));
   PassTimer timer;
   std::string text = loop::print_program(*p);
-  std::vector<Extern> externs;
+  std::vector<loop::Extern> externs;
   for (const loop::Step& s : p->steps)
     if (s.kind == loop::Step::Kind::Extern) {
       const Node& n = p->graph.nodes[static_cast<size_t>(s.index)];
-      externs.push_back(compile_extern(p->graph, n));
+      externs.push_back(loop::compile_extern(p->graph, n));
       if (externs.back().prepacked) text += "extern " + print_node(p->graph, n) + " runs as " + externs.back().exe->describe() + "\n";
     }
   runtime::ExecutablePtr aliased = p->writebacks.empty() ? nullptr : compile_aten(original);
   timer.lap("externs");
-  auto program = std::make_shared<runtime::Program>(runtime_program(*p, text, std::move(externs), std::move(constants), std::move(aliased)));
+  auto program = std::make_shared<runtime::Program>(loop::runtime_program(*p, "llvm_cpu", text, std::move(externs), std::move(constants), std::move(aliased)));
   timer.lap("runtime_program");
   PreparedLlvm prepared;
   prepared.program = "backend llvm_cpu\n" + text;

@@ -36,7 +36,7 @@
 // A CumSum stage runs its inner loop point after point (row mode) or a vector of columns at a
 // time (column mode).
 #pragma once
-#include "codegen/loop/loop_ir.h"
+#include "codegen/loop/kernel_input.h"
 
 #include <string>
 #include <vector>
@@ -47,38 +47,12 @@ class Module;
 
 namespace fastdyn::codegen::llvm_emit {
 
-// The buffer slots kernel `k` reads and writes, in first-use order: the kernel's `slots` argument
-// holds their data pointers in this order.
-std::vector<int32_t> kernel_slots(const loop::Program& p, const loop::Kernel& k);
+// The emitter's input is codegen/loop/kernel_input.h's, shared with the cuda backend.
+using loop::Addr;
+using loop::KernelInput;
+using loop::kernel_input;
+using loop::kernel_slots;
 
-// Strides of one access, after the plan: element offset = base + sum_d stride[d] * i_d (+ dyn).
-// The numbers are the sizes of the graph's binding (what every decision reads); the sym_* are the
-// same over size symbols (what the code computes, where the emitter accepts them as sizes).
-struct Addr {
-  int32_t slot = -1;  // position in kernel_slots (the kernel's `slots` argument)
-  c10::ScalarType storage = c10::ScalarType::Float;
-  int64_t base = 0;
-  std::vector<int64_t> stride;  // per kernel dim
-  int32_t dynamic = -1;          // instr id in the stage
-  int64_t dyn_stride = 0, dyn_size = 0;
-  shapes::SizeExpr sym_base;
-  std::vector<shapes::SizeExpr> sym_stride;
-  shapes::SizeExpr sym_dyn_stride, sym_dyn_size;
-};
-
-// Everything the emitter reads to emit one kernel: the kernel's loop IR and, per access, what the
-// memory plan and the metadata say about the value it touches (its address: numbers and, where
-// they are sizes, the expressions that give them at the binding). The emitter is given nothing
-// else: no program, no graph.
-struct KernelInput {
-  const loop::Kernel* kernel = nullptr;
-  std::vector<std::vector<Addr>> loads, stores;  // per stage, per access
-  // The accessed value's sizes over size symbols (empty: a value of static shape), per access.
-  std::vector<std::vector<std::vector<shapes::SizeExpr>>> load_sizes, store_sizes;
-  std::vector<int64_t> store_bytes;  // stage 0's stores: the stored value's size in bytes
-  std::vector<int64_t> binding;      // the graph's binding (empty: none)
-};
-KernelInput kernel_input(const loop::Program& p, const loop::Kernel& k);
 // Plan, then emit: the emitter first makes every decision (which dims merge, loop order, row /
 // column / split mode, chunk counts, streaming stores) from the input's numbers, then forgets each
 // number that has a size expression: from there on such a number only exists as code computing

@@ -128,7 +128,6 @@ class KernelEmitter {
     const size_t d = static_cast<size_t>(loop_dim_[loop]);
     return size(a.sym_stride[d], a.stride[d]);
   }
-  std::vector<shapes::SizeExpr> domain_exprs() const;
   llvm::Value* ceil_div(llvm::Value* n, int64_t k);
   llvm::Value* blocks_v();
   llvm::Value* col_groups_v();

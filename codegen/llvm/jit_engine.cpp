@@ -289,18 +289,6 @@ Engine* make_engine() {
   return e.release();
 }
 
-// Size and modification time of the file that holds this code (a shared library, or the
-// executable it is linked into).
-std::string binary_identity() {
-  Dl_info info{};
-  struct stat st {};
-  const char* path = ::dladdr(reinterpret_cast<void*>(&binary_identity), &info) && info.dli_fname
-                         ? info.dli_fname : "/proc/self/exe";
-  if (::stat(path, &st) != 0 && ::stat("/proc/self/exe", &st) != 0) return "";
-  return std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." +
-         std::to_string(st.st_mtim.tv_nsec);
-}
-
 std::atomic<bool> g_engine_ready{false};
 
 // NB: never destroyed. Kernels may still run from static destructors and other threads at exit;
@@ -319,7 +307,7 @@ Engine& engine() {
 // The program records' own cache: the same file format, under an identity that needs no LLVM.
 struct ProgramRecords {
   std::mutex mutex;
-  KernelCache cache{TargetIdentity{"program records", "", "", "", binary_identity()}};
+  KernelCache cache{TargetIdentity{"program records", "", "", "", runtime::binary_identity()}};
 };
 ProgramRecords& program_records() {
   static ProgramRecords* r = new ProgramRecords();  // NB: leaked, like the engine
@@ -516,7 +504,7 @@ const TargetIdentity& engine_target_identity() {
     std::string llvm = LLVM_VERSION_STRING;
     if (!llvm_args().empty()) llvm += " " + llvm_args();
     llvm += " pipeline=" + pipeline();
-    return TargetIdentity{"llvm_cpu", llvm, h.cpu, h.features, binary_identity()};
+    return TargetIdentity{"llvm_cpu", llvm, h.cpu, h.features, runtime::binary_identity()};
   }();
   return identity;
 }

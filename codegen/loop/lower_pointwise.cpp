@@ -553,9 +553,11 @@ const std::vector<PointwiseRow>& pointwise_rows() {
        }},
       {OpId::clone, [](Builder& b, const Ctx& c, ST t) { return operand(b, c, 0, t); }},
       {OpId::_to_copy, [](Builder& b, const Ctx& c, ST t) {
-         // Only a dtype change on the CPU: layout / device / pinning stay ATen's business.
+         // Only a dtype change on the tensor's own device: layout / device moves / pinning stay ATen's business.
          if (!c.is_none(2)) return -1;
-         if (!c.is_none(3) && !(c.n.args[3].kind == Arg::Kind::Device && c.n.args[3].device.is_cpu())) return -1;
+         if (!c.is_none(3) && !(c.n.args[3].kind == Arg::Kind::Device && c.n.args[3].device.type() == c.meta(0).device.type() &&
+                                 (!c.n.args[3].device.has_index() || c.n.args[3].device.index() == c.meta(0).device.index())))
+           return -1;
          if (!c.is_none(4) && !(c.n.args[4].kind == Arg::Kind::Bool && !c.n.args[4].b)) return -1;
          return b.cast(operand(b, c, 0, compute_type(c.meta(0).dtype)), t);
        }},

@@ -5,7 +5,7 @@
 // reductions, normalisations, softmax and cat build kernels in lower_reductions.cpp
 // (lowering_rules.h is what they share). An op without a lowering, or with a dtype the loops
 // cannot compute, stays an Extern (ATen computes it, correctly, op by op). A graph that cannot run
-// outside ATen at all (autograd, a non-CPU device, a mutation functionalize cannot express) throws
+// outside ATen at all (autograd, tensors on two devices, a mutation functionalize cannot express) throws
 // Unsupported.
 #include "codegen/loop/lowering_rules.h"
 
@@ -190,9 +190,11 @@ NodeLowering lower_node(const Graph& g, const Node& n) {
 }  // namespace
 
 LoweredGraph lower(const Graph& original) {
-  for (const TensorMeta& m : original.values) {
-    if (!m.device.is_cpu()) throw Unsupported("a tensor is on " + m.device.str() + ", not the CPU");
-  }
+  // Kernels run on one device: the CPU (llvm_cpu) or one GPU (cuda). Moving data between devices
+  // stays ATen's business.
+  for (const TensorMeta& m : original.values)
+    if (m.device != original.values.front().device)
+      throw Unsupported("tensors on " + original.values.front().device.str() + " and " + m.device.str());
   LoweredGraph lg;
   Functional f = functionalize(original);
   lg.graph = std::move(f.graph);

@@ -11,6 +11,23 @@ generation are C++ in fastdyn._C.
 import torch  # noqa: F401  (loads libtorch before _C, which links against it)
 
 from . import _C
+
+
+def _register_nvidia_libraries():
+    """NVRTC for the cuda backend: the nvidia-cuda-nvrtc wheel that a CUDA build of torch depends
+    on installs it outside the loader's path; tell the native side where (it loads it only when a
+    graph on a GPU first compiles)."""
+    import importlib.util
+    import os
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13", "cuda_nvrtc", "cu12"):
+            lib = os.path.join(root, sub, "lib")
+            if os.path.isdir(lib):
+                _C.cuda_add_library_dir(lib)
+
+
+_register_nvidia_libraries()
 from .api import (
     GraphBreakError,
     ExplainOutput,

@@ -3,6 +3,7 @@
 // both ways, a request resolves by device and by what this build has, the graph passes rewrite
 // what they promise, and prepare_graph's executable computes eager's values on every backend.
 #include "codegen/backends/backends.h"
+#include "runtime/cuda/cuda_api.h"
 #include "codegen/passes/graph_passes.h"
 
 #include <ATen/ATen.h>
@@ -43,7 +44,10 @@ TEST(Backends, RequestsResolveByDeviceAndBuild) {
   EXPECT_EQ(resolve_backend(Backend::Aten, cpu), Backend::Aten);
   Graph gpu = cpu;
   for (TensorMeta& m : gpu.values) m.device = c10::Device(c10::DeviceType::CUDA, 0);
-  EXPECT_EQ(resolve_backend(Backend::Native, gpu), Backend::Aten) << "no CPU backend takes a CUDA graph";
+  const Backend gpu_native = runtime::cuda::available() ? Backend::Cuda : Backend::Aten;
+  EXPECT_EQ(resolve_backend(Backend::Native, gpu), gpu_native) << "cuda where NVRTC and a GPU load, else aten";
+  EXPECT_EQ(resolve_backend(Backend::Cuda, gpu), gpu_native);
+  EXPECT_EQ(resolve_backend(Backend::Cuda, cpu), Backend::Aten) << "cuda takes no CPU graph";
   EXPECT_EQ(resolve_backend(Backend::LlvmCpu, gpu), Backend::Aten);
 }
 

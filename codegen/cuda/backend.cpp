@@ -1,0 +1,206 @@
+// codegen/cuda/backend.cpp — see backend.h.
+#include "codegen/cuda/backend.h"
+
+#include "codegen/aten/aten_backend.h"
+#include "codegen/cuda/emit_cuda.h"
+#include "codegen/loop/kernel_input.h"
+#include "codegen/loop/passes.h"
+#include "codegen/loop/runtime_program.h"
+#include "codegen/passes/pass_timer.h"
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/cuda_kernel.h"
+#include "runtime/errors.h"
+#include "runtime/kernel_cache.h"
+#include "runtime/program_executable.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace fastdyn::codegen {
+namespace {
+
+namespace rc = runtime::cuda;
+
+// Compiled kernels of this process, by cache key (the source with the architecture and device),
+// and the disk cache of their CUBINs. Bounded like the llvm_cpu kernel cache's memory.
+struct CudaKernels {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const rc::LoadedKernel>> loaded;
+  std::unique_ptr<runtime::KernelCache> disk;
+  CudaCompileStats stats;
+};
+
+CudaKernels& kernels() {
+  static CudaKernels* k = new CudaKernels();  // NB: leaked: no exit-time unload racing the driver's teardown
+  return *k;
+}
+
+runtime::KernelCache& disk_cache(int arch) {
+  CudaKernels& k = kernels();
+  if (!k.disk)
+    k.disk = std::make_unique<runtime::KernelCache>(
+        runtime::TargetIdentity{"cuda", "nvrtc " + rc::nvrtc_version(), "sm_" + std::to_string(arch), "", runtime::binary_identity()});
+  return *k.disk;
+}
+
+std::string cache_key(const std::string& source, int arch, int device) {
+  return "cuda 1 sm_" + std::to_string(arch) + " device " + std::to_string(device) + "\n" + source;
+}
+
+// The kernel for `source` from memory, then disk, else (compile_missing) compiled by NVRTC now;
+// nullptr when missing and !compile_missing.
+std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& source, int arch, int device, bool compile_missing) {
+  CudaKernels& k = kernels();
+  const std::string key = cache_key(source, arch, device);
+  std::string image;
+  {
+    std::lock_guard<std::mutex> lock(k.mutex);
+    if (auto it = k.loaded.find(key); it != k.loaded.end()) {
+      k.stats.memory_hits++;
+      return it->second;
+    }
+    if (std::optional<std::string> bytes = disk_cache(arch).read_object(key)) {
+      image = std::move(*bytes);
+      k.stats.disk_hits++;
+    }
+  }
+  if (image.empty()) {
+    if (!compile_missing) return nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
+    image = rc::nvrtc_compile(source, "fastdyn_kernel.cu", arch, /*cubin=*/true);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(k.mutex);
+    k.stats.compiled++;
+    k.stats.compile_ms += ms;
+    disk_cache(arch).write_object(key, image);
+  }
+  auto kernel = std::make_shared<const rc::LoadedKernel>(image, cuda_emit::kSymbol, device);
+  std::lock_guard<std::mutex> lock(k.mutex);
+  return k.loaded.emplace(key, std::move(kernel)).first->second;
+}
+
+int graph_device(const Graph& g) {
+  for (const TensorMeta& m : g.values)
+    if (m.device.is_cuda()) return m.device.index() < 0 ? 0 : m.device.index();
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> cuda_sources(const Graph& g) {
+  RewrittenGraph rewritten = rewrite_graph(g);
+  loop::Program p = loop::build_program(rewritten.graph);
+  std::vector<std::string> out;
+  for (const loop::Kernel& k : p.kernels) {
+    out.push_back(cuda_emit::emit_cuda(loop::kernel_input(p, k)).source);
+    if (loop::dump_enabled("cuda")) std::fprintf(stderr, "=== cuda %s ===\n%s", k.name.c_str(), out.back().c_str());
+  }
+  return out;
+}
+
+CudaCompileStats cuda_compile_stats() {
+  std::lock_guard<std::mutex> lock(kernels().mutex);
+  return kernels().stats;
+}
+
+std::vector<RouteTiming> cuda_route_timings() {
+  std::vector<std::pair<std::string, int>> sources;  // (source, device)
+  {
+    std::lock_guard<std::mutex> lock(kernels().mutex);
+    for (const auto& [key, kernel] : kernels().loaded) sources.emplace_back(key.substr(key.find('\n') + 1), kernel->device());
+  }
+  auto ms_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<RouteTiming> out;
+  for (const auto& [source, device] : sources) {
+    const int arch = rc::device_info(device).arch;
+    RouteTiming t;
+    auto t0 = std::chrono::steady_clock::now();
+    const std::string cubin = rc::nvrtc_compile(source, "route1.cu", arch, true);
+    t.nvrtc_cubin_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const std::string ptx = rc::nvrtc_compile(source, "route2.cu", arch, false);
+    t.nvrtc_ptx_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    { rc::LoadedKernel k(ptx, cuda_emit::kSymbol, device); }
+    t.driver_ptx_load_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    { rc::LoadedKernel k(cubin, cuda_emit::kSymbol, device); }
+    t.driver_cubin_load_ms = ms_since(t0);
+    out.push_back(t);
+  }
+  return out;
+}
+
+PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
+  const Graph& g = rewritten.graph;
+  auto p = std::make_shared<loop::Program>(loop::build_program(g));
+  PassTimer timer;
+  std::string text = loop::print_program(*p);
+  auto sources = std::make_shared<std::vector<cuda_emit::CudaSource>>();
+  for (const loop::Kernel& k : p->kernels) {
+    sources->push_back(cuda_emit::emit_cuda(loop::kernel_input(*p, k)));
+    if (loop::dump_enabled("cuda")) std::fprintf(stderr, "=== cuda %s ===\n%s", k.name.c_str(), sources->back().source.c_str());
+  }
+  timer.lap("emit cuda");
+  std::vector<loop::Extern> externs;
+  for (const loop::Step& s : p->steps)
+    if (s.kind == loop::Step::Kind::Extern) externs.push_back(loop::compile_extern(p->graph, p->graph.nodes[static_cast<size_t>(s.index)]));
+  runtime::ExecutablePtr aliased = p->writebacks.empty() ? nullptr : compile_aten(original);
+  timer.lap("externs");
+  auto program = std::make_shared<runtime::Program>(
+      loop::runtime_program(*p, "cuda", text, std::move(externs), std::move(rewritten.constants), std::move(aliased)));
+  const int device = graph_device(g);
+  auto build = [p, program, sources, device](bool compile_missing) -> runtime::ExecutablePtr {
+    PassTimer kernel_timer;
+    const rc::DeviceInfo info = rc::device_info(device);
+    const size_t n = sources->size();
+    std::vector<std::shared_ptr<const rc::LoadedKernel>> loaded(n);
+    // Several kernels compile at once: NVRTC is thread-safe and each compile is one core's work.
+    std::vector<std::future<std::shared_ptr<const rc::LoadedKernel>>> pending(n);
+    for (size_t i = 0; i < n; ++i)
+      if (!(loaded[i] = find_or_compile((*sources)[i].source, info.arch, device, false)) && compile_missing)
+        pending[i] = std::async(std::launch::async, [&, i] { return find_or_compile((*sources)[i].source, info.arch, device, true); });
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i].valid()) loaded[i] = pending[i].get();
+    for (size_t i = 0; i < n; ++i)
+      if (!loaded[i]) return nullptr;
+    kernel_timer.lap(compile_missing ? "kernels (find or compile)" : "kernels (find)");
+    for (size_t i = 0; i < p->steps.size(); ++i) {
+      if (p->steps[i].kind != loop::Step::Kind::Kernel) continue;
+      const auto k = static_cast<size_t>(p->steps[i].index);
+      const cuda_emit::CudaSource& src = (*sources)[k];
+      rc::LaunchShape shape;
+      for (const auto& factor : src.work) {
+        shape.work.emplace_back();
+        for (const cuda_emit::WorkTerm& t : factor) shape.work.back().push_back({t.coef, t.params});
+      }
+      shape.block = src.block;
+      shape.per_block = src.per_block;
+      // Enough blocks to fill every multiprocessor a few times over; grid-stride loops do the rest.
+      shape.max_grid = int64_t{info.multiprocessors} * (2048 / src.block) * 4;
+      auto& launch = std::get<runtime::KernelLaunch>(program->steps[i]);
+      launch.kernel = std::make_shared<rc::CudaKernel>(loaded[k], std::move(shape), src.num_args,
+                                                        static_cast<int>(src.size_params.size()));
+      launch.sizes.clear();
+      for (shapes::SymbolId s : src.size_params) launch.sizes.push_back(p->graph.binding.at(static_cast<size_t>(s)));
+      FD_CHECK(launch.args.size() == static_cast<size_t>(src.num_args), "cuda backend: kernel arguments do not match its slots");
+    }
+    return std::make_shared<runtime::ProgramExecutable>(std::move(*program));
+  };
+  PreparedCuda prepared;
+  prepared.program = "backend cuda\n" + text;
+  prepared.finish = [build] { return build(true); };
+  prepared.from_cache = [build] { return build(false); };
+  return prepared;
+}
+
+}  // namespace fastdyn::codegen

@@ -1,0 +1,567 @@
+// codegen/cuda/emit_cuda.cpp — see emit_cuda.h. One class writes one kernel: sizes as code over
+// the size parameters, addresses, one instr's expression (a table per op), then the pointwise or
+// the row shape around the stages.
+#include "codegen/cuda/emit_cuda.h"
+
+#include "codegen/loop/passes.h"
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <sstream>
+
+namespace fastdyn::codegen::cuda_emit {
+namespace {
+
+using loop::Addr;
+using loop::Instr;
+using loop::Op;
+using loop::ReduceOp;
+using loop::Stage;
+using shapes::SizeExpr;
+using ST = c10::ScalarType;
+
+const char* const kPrelude =
+#include "codegen/cuda/cuda_prelude.inc"
+    ;
+
+constexpr int kVector = 4;  // points per thread in the vector path
+
+bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
+
+const char* compute_name(ST t) {
+  switch (t) {
+    case ST::Float: return "float";
+    case ST::Double: return "double";
+    case ST::Long: return "i64";
+    case ST::Int: return "int";
+    case ST::Bool: return "bool";
+    default: throw loop::Unsupported(std::string("cuda emitter: no compute type for ") + c10::toString(t));
+  }
+}
+
+const char* storage_name(ST t) {
+  switch (t) {
+    case ST::BFloat16:
+    case ST::Half: return "unsigned short";
+    case ST::Bool: return "unsigned char";
+    default: return compute_name(t);
+  }
+}
+
+int storage_bytes(ST t) { return static_cast<int>(c10::elementSize(t)); }
+
+// A stored element as its compute value, and back.
+std::string widen(ST storage, const std::string& raw) {
+  switch (storage) {
+    case ST::Half: return "fd_h2f(" + raw + ")";
+    case ST::BFloat16: return "fd_bf2f(" + raw + ")";
+    case ST::Bool: return "(" + raw + " != 0)";
+    default: return raw;
+  }
+}
+
+std::string narrow(ST storage, const std::string& v) {
+  switch (storage) {
+    case ST::Half: return "fd_f2h(" + v + ")";
+    case ST::BFloat16: return "fd_f2bf(" + v + ")";
+    case ST::Bool: return "(unsigned char)(" + v + " ? 1 : 0)";
+    default: return v;
+  }
+}
+
+std::string literal(double v, ST t) {
+  char buf[64];
+  switch (t) {
+    case ST::Float: {
+      const float f = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof bits);
+      std::snprintf(buf, sizeof buf, "__int_as_float(0x%08x)", bits);
+      return buf;
+    }
+    case ST::Double: {
+      uint64_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      std::snprintf(buf, sizeof buf, "__longlong_as_double(0x%016llxLL)", static_cast<unsigned long long>(bits));
+      return buf;
+    }
+    case ST::Bool: return v != 0 ? "true" : "false";
+    case ST::Int: return "(" + std::to_string(static_cast<int32_t>(v)) + ")";
+    default: {
+      const auto i = static_cast<int64_t>(v);
+      if (i == INT64_MIN) return "(-9223372036854775807LL - 1)";
+      return "(" + std::to_string(i) + "LL)";
+    }
+  }
+}
+
+std::string lowest(ST t, bool lowest_value) {
+  switch (t) {
+    case ST::Float: return lowest_value ? "__int_as_float(0xff800000)" : "__int_as_float(0x7f800000)";
+    case ST::Double: return lowest_value ? "__longlong_as_double(0xfff0000000000000LL)" : "__longlong_as_double(0x7ff0000000000000LL)";
+    case ST::Int: return lowest_value ? "(-2147483647 - 1)" : "2147483647";
+    case ST::Long: return lowest_value ? "(-9223372036854775807LL - 1)" : "9223372036854775807LL";
+    default: throw loop::Unsupported(std::string("cuda emitter: no reduction over ") + c10::toString(t));
+  }
+}
+
+std::string identity(ReduceOp op, ST t) {
+  switch (op) {
+    case ReduceOp::Sum: return literal(0, t);
+    case ReduceOp::Prod: return literal(1, t);
+    case ReduceOp::Max:
+    case ReduceOp::MaxLoose:
+    case ReduceOp::ArgMax: return lowest(t, true);
+    case ReduceOp::Min:
+    case ReduceOp::ArgMin: return lowest(t, false);
+  }
+  return "";
+}
+
+const char* functor(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "FdSum";
+    case ReduceOp::Prod: return "FdProd";
+    case ReduceOp::Max: return "FdMax";
+    case ReduceOp::Min: return "FdMin";
+    case ReduceOp::MaxLoose: return "FdMaxLoose";
+    default: return nullptr;
+  }
+}
+
+bool is_arg(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
+
+// The math library's function for an op (float32 adds 'f'), one row per op.
+struct MathRow {
+  Op op;
+  const char* name;
+};
+constexpr MathRow kMath[] = {
+    {Op::Exp, "exp"},     {Op::Expm1, "expm1"}, {Op::Log, "log"},     {Op::Log1p, "log1p"}, {Op::Log2, "log2"},
+    {Op::Log10, "log10"}, {Op::Sqrt, "sqrt"},   {Op::Sin, "sin"},     {Op::Cos, "cos"},     {Op::Tan, "tan"},
+    {Op::Tanh, "tanh"},   {Op::Sinh, "sinh"},   {Op::Cosh, "cosh"},   {Op::Asin, "asin"},   {Op::Acos, "acos"},
+    {Op::Atan, "atan"},   {Op::Erf, "erf"},     {Op::Erfc, "erfc"},   {Op::Floor, "floor"}, {Op::Ceil, "ceil"},
+    {Op::Round, "rint"},  {Op::Trunc, "trunc"}, {Op::Pow, "pow"},     {Op::Atan2, "atan2"}, {Op::Fma, "fma"},
+};
+
+// Infix operators for the binary ops whose C meaning is ATen's for the types they get.
+struct InfixRow {
+  Op op;
+  const char* op_text;
+};
+constexpr InfixRow kInfix[] = {
+    {Op::Sub, "-"}, {Op::Div, "/"}, {Op::And, "&"}, {Op::Or, "|"}, {Op::Xor, "^"}, {Op::Lt, "<"},
+    {Op::Le, "<="}, {Op::Gt, ">"},  {Op::Ge, ">="}, {Op::Eq, "=="}, {Op::Ne, "!="},
+};
+
+class Emitter {
+ public:
+  explicit Emitter(const loop::KernelInput& in) : in_(in), k_(*in.kernel) {}
+
+  CudaSource run();
+
+ private:
+  // ---- sizes as code ----
+  std::string size(const SizeExpr& e, int64_t number);
+  int32_t param(shapes::SymbolId s);
+  std::vector<WorkTerm> work_terms(const SizeExpr& e, int64_t number);
+
+  // ---- addresses and values ----
+  std::string offset(const Addr& a, size_t stage, size_t first_dim, size_t end_dim);
+  std::string load(const Addr& a, size_t stage);
+  void store(std::ostringstream& os, const Addr& a, size_t stage, const std::string& v, const std::string& indent);
+  std::string expr(size_t s, const Instr& in, const std::function<std::string(int32_t)>& load_of);
+  std::string value(size_t s, int32_t i) const { return "v" + std::to_string(s) + "_" + std::to_string(i); }
+  void instrs(std::ostringstream& os, size_t s, const std::string& indent, const std::function<std::string(int32_t)>& load_of);
+
+  // ---- shapes ----
+  void decompose(std::ostringstream& os, const std::string& flat, size_t first_dim, size_t end_dim, const std::string& indent);
+  void pointwise(std::ostringstream& os);
+  bool vectorisable() const;
+  void vector_path(std::ostringstream& os);
+  void rows(std::ostringstream& os);
+
+  const loop::KernelInput& in_;
+  const loop::Kernel& k_;
+  std::vector<shapes::SymbolId> params_;
+  std::vector<SizeExpr> dims_;  // per kernel dim
+  size_t n_outer_ = 0, n_dims_ = 0;
+  int block_ = 256;
+};
+
+int32_t Emitter::param(shapes::SymbolId s) {
+  auto pos = std::find(params_.begin(), params_.end(), s);
+  if (pos == params_.end()) pos = params_.insert(params_.end(), s);
+  return static_cast<int32_t>(pos - params_.begin());
+}
+
+std::string Emitter::size(const SizeExpr& e, int64_t number) {
+  if (e.is_constant()) return literal(static_cast<double>(number), ST::Long);
+  std::string out;
+  for (const SizeExpr::TermView& t : e.terms()) {
+    std::string term = t.coef == 1 ? "" : literal(static_cast<double>(t.coef), ST::Long);
+    for (const auto& [atom, exponent] : t.atoms) {
+      FD_CHECK(atom->kind == shapes::Atom::Kind::Symbol, "cuda emitter: a size expression that is not a polynomial");
+      for (int i = 0; i < exponent; ++i) term += (term.empty() ? "z" : " * z") + std::to_string(param(atom->symbol));
+    }
+    if (term.empty()) term = "1LL";
+    out += (out.empty() ? "" : " + ") + term;
+  }
+  return "(" + out + ")";
+}
+
+std::vector<WorkTerm> Emitter::work_terms(const SizeExpr& e, int64_t number) {
+  if (e.is_constant()) return {WorkTerm{number, {}}};
+  std::vector<WorkTerm> terms;
+  for (const SizeExpr::TermView& t : e.terms()) {
+    WorkTerm w{t.coef, {}};
+    for (const auto& [atom, exponent] : t.atoms)
+      for (int i = 0; i < exponent; ++i) w.params.push_back(param(atom->symbol));
+    terms.push_back(std::move(w));
+  }
+  return terms;
+}
+
+// base + sum over dims [first_dim, end_dim) of stride * i_d, plus the gathered index.
+std::string Emitter::offset(const Addr& a, size_t stage, size_t first_dim, size_t end_dim) {
+  std::string off = a.sym_base.is_constant() ? std::to_string(a.base) + "LL" : size(a.sym_base, a.base);
+  for (size_t d = first_dim; d < end_dim; ++d) {
+    if (a.stride[d] == 0 && a.sym_stride[d].is_constant()) continue;
+    const std::string s = size(a.sym_stride[d], a.stride[d]);
+    off += " + i" + std::to_string(d) + (s == "(1LL)" ? "" : " * " + s);
+  }
+  if (a.dynamic >= 0)
+    off += " + fd_index((i64)" + value(stage, a.dynamic) + ", " + size(a.sym_dyn_size, a.dyn_size) + ") * " +
+           size(a.sym_dyn_stride, a.dyn_stride);
+  return off;
+}
+
+std::string Emitter::load(const Addr& a, size_t stage) {
+  return widen(a.storage, "((const " + std::string(storage_name(a.storage)) + "*)a" + std::to_string(a.slot) + ")[" +
+                              offset(a, stage, 0, n_dims_) + "]");
+}
+
+void Emitter::store(std::ostringstream& os, const Addr& a, size_t stage, const std::string& v, const std::string& indent) {
+  os << indent << "((" << storage_name(a.storage) << "*)a" << a.slot << ")[" << offset(a, stage, 0, n_dims_)
+     << "] = " << narrow(a.storage, v) << ";\n";
+}
+
+std::string Emitter::expr(size_t s, const Instr& in, const std::function<std::string(int32_t)>& load_of) {
+  const Stage& st = k_.stages[s];
+  const ST t = in.type;
+  const bool fp = is_fp(t);
+  auto arg = [&](int32_t i) { return value(s, i); };
+  auto type_of = [&](int32_t i) { return st.instrs[static_cast<size_t>(i)].type; };
+  const std::string T = compute_name(t);
+  for (const MathRow& r : kMath)
+    if (r.op == in.op) {
+      if (!fp) throw loop::Unsupported(std::string("cuda emitter: ") + loop::op_name(in.op) + " on an integer type");
+      std::string call = std::string(r.name) + (t == ST::Float ? "f(" : "(") + arg(in.a);
+      if (loop::op_arity(in.op) >= 2) call += ", " + arg(in.b);
+      if (loop::op_arity(in.op) >= 3) call += ", " + arg(in.c);
+      return call + ")";
+    }
+  for (const InfixRow& r : kInfix)
+    if (r.op == in.op) return "(" + arg(in.a) + " " + r.op_text + " " + arg(in.b) + ")";
+  switch (in.op) {
+    case Op::Load: return load_of(in.a);
+    case Op::Const: return literal(in.value, t);
+    case Op::Count: return "(" + T + ")inner_n";
+    case Op::Reduced: return "red" + std::to_string(in.a);
+    case Op::StageValue: return value(static_cast<size_t>(in.a), in.b);
+    case Op::Cast: {
+      const ST from = type_of(in.a);
+      if (from == t) return arg(in.a);
+      if (t == ST::Bool) return "(" + arg(in.a) + " != 0)";
+      if (from == ST::Bool) return "(" + T + ")(" + arg(in.a) + " ? 1 : 0)";
+      return "(" + T + ")(" + arg(in.a) + ")";
+    }
+    case Op::Neg: return "(-" + arg(in.a) + ")";
+    case Op::Abs:
+      return fp ? std::string(t == ST::Float ? "fabsf(" : "fabs(") + arg(in.a) + ")"
+             : t == ST::Bool ? arg(in.a) : "(" + arg(in.a) + " < 0 ? -" + arg(in.a) + " : " + arg(in.a) + ")";
+    case Op::Rsqrt: return "(" + literal(1, t) + " / " + (t == ST::Float ? "sqrtf(" : "sqrt(") + arg(in.a) + "))";
+    case Op::Recip: return "(" + literal(1, t) + " / " + arg(in.a) + ")";
+    case Op::IsNan: return "(" + arg(in.a) + " != " + arg(in.a) + ")";
+    case Op::Not: return t == ST::Bool ? "(!" + arg(in.a) + ")" : "(~" + arg(in.a) + ")";
+    case Op::RoundBF16: return "fd_round_bf16(" + arg(in.a) + ")";
+    case Op::RoundF16: return "fd_round_f16(" + arg(in.a) + ")";
+    case Op::Add: return t == ST::Bool ? "(" + arg(in.a) + " || " + arg(in.b) + ")" : "(" + arg(in.a) + " + " + arg(in.b) + ")";
+    case Op::Mul: return t == ST::Bool ? "(" + arg(in.a) + " && " + arg(in.b) + ")" : "(" + arg(in.a) + " * " + arg(in.b) + ")";
+    case Op::Fmod:
+      return fp ? std::string(t == ST::Float ? "fmodf(" : "fmod(") + arg(in.a) + ", " + arg(in.b) + ")"
+                : "(" + arg(in.a) + " % " + arg(in.b) + ")";
+    case Op::Max:
+      return t == ST::Bool ? "(" + arg(in.a) + " || " + arg(in.b) + ")" : "fd_max(" + arg(in.a) + ", " + arg(in.b) + ")";
+    case Op::Min:
+      return t == ST::Bool ? "(" + arg(in.a) + " && " + arg(in.b) + ")" : "fd_min(" + arg(in.a) + ", " + arg(in.b) + ")";
+    case Op::Shl:
+    case Op::Shr:
+      if (fp || t == ST::Bool) throw loop::Unsupported("cuda emitter: shift of a non-integer type");
+      return std::string(in.op == Op::Shl ? "fd_shl(" : "fd_shr(") + arg(in.a) + ", " + arg(in.b) + ")";
+    case Op::Select: return "(" + arg(in.a) + " ? " + arg(in.b) + " : " + arg(in.c) + ")";
+    default: break;
+  }
+  throw loop::Unsupported(std::string("cuda emitter: no code for ") + loop::op_name(in.op));
+}
+
+void Emitter::instrs(std::ostringstream& os, size_t s, const std::string& indent,
+                     const std::function<std::string(int32_t)>& load_of) {
+  const Stage& st = k_.stages[s];
+  for (size_t i = 0; i < st.instrs.size(); ++i) {
+    const Instr& in = st.instrs[i];
+    os << indent << "const " << compute_name(in.type) << " " << value(s, static_cast<int32_t>(i)) << " = "
+       << expr(s, in, load_of) << ";\n";
+  }
+}
+
+// i_d for d in [first_dim, end_dim) from a flat index over those dims (the last fastest).
+void Emitter::decompose(std::ostringstream& os, const std::string& flat, size_t first_dim, size_t end_dim,
+                        const std::string& indent) {
+  if (first_dim == end_dim) return;
+  os << indent << "i64 rest = " << flat << ";\n";
+  for (size_t d = end_dim; d-- > first_dim;) {
+    if (d == first_dim) {
+      os << indent << "const i64 i" << d << " = rest;\n";
+      break;
+    }
+    os << indent << "const i64 i" << d << " = rest % n" << d << "; rest /= n" << d << ";\n";
+  }
+}
+
+bool Emitter::vectorisable() const {
+  if (n_dims_ == 0) return false;
+  const size_t last = n_dims_ - 1;
+  bool contiguous = false;
+  auto ok = [&](const Addr& a) {
+    if (a.dynamic >= 0 || !a.sym_stride[last].is_constant()) return false;
+    if (a.stride[last] == 1) contiguous = true;
+    return a.stride[last] == 0 || a.stride[last] == 1;
+  };
+  for (const Addr& a : in_.loads[0])
+    if (!ok(a)) return false;
+  for (const Addr& a : in_.stores[0])
+    if (!ok(a)) return false;
+  return contiguous;
+}
+
+// kVector points of the innermost dim per thread, loaded and stored as one aligned vector where the
+// access is contiguous: taken at run time when the row length, every base and outer stride and
+// every pointer allow it.
+void Emitter::vector_path(std::ostringstream& os) {
+  const size_t last = n_dims_ - 1;
+  const Stage& st = k_.stages[0];
+  std::string cond = "n" + std::to_string(last) + " % " + std::to_string(kVector) + " == 0";
+  auto require = [&](const Addr& a) {
+    if (a.stride[last] != 1) return;
+    const std::string bytes = std::to_string(kVector * storage_bytes(a.storage));
+    cond += " && ((u64)a" + std::to_string(a.slot) + ") % " + bytes + " == 0";
+    cond += " && (" + offset(a, 0, 0, last) + ") % " + std::to_string(kVector) + " == 0";
+  };
+  // NB: offset() over the outer dims with every i_d = 0 is the base; the strides are checked one
+  // by one below.
+  std::ostringstream pre;
+  for (const Addr& a : in_.loads[0]) require(a);
+  for (const Addr& a : in_.stores[0]) require(a);
+  for (const std::vector<Addr>* list : {&in_.loads[0], &in_.stores[0]})
+    for (const Addr& a : *list) {
+      if (a.stride[last] != 1) continue;
+      for (size_t d = 0; d < last; ++d)
+        if (!(a.stride[d] == 0 && a.sym_stride[d].is_constant()))
+          cond += " && " + size(a.sym_stride[d], a.stride[d]) + " % " + std::to_string(kVector) + " == 0";
+    }
+  os << "  {\n";
+  for (size_t d = 0; d < last; ++d) os << "    const i64 i" << d << " = 0;\n";
+  os << "    vec_ok = " << cond << ";\n  }\n";
+  os << "  if (vec_ok) {\n";
+  os << "    const i64 rowv = n" << last << " / " << kVector << ";\n";
+  os << "    for (i64 lin = (i64)blockIdx.x * blockDim.x + threadIdx.x; lin < total / " << kVector
+     << "; lin += (i64)gridDim.x * blockDim.x) {\n";
+  os << "      const i64 i" << last << " = (lin % rowv) * " << kVector << ";\n";
+  decompose(os, "lin / rowv", 0, last, "      ");
+  const std::string V = std::to_string(kVector);
+  for (size_t l = 0; l < st.loads.size(); ++l) {
+    const Addr& a = in_.loads[0][l];
+    const std::string sn = storage_name(a.storage);
+    const std::string ptr = "((const " + sn + "*)a" + std::to_string(a.slot) + ")";
+    if (a.stride[last] == 1)
+      os << "      const fd_vec<" << sn << ", " << V << "> L" << l << " = *(const fd_vec<" << sn << ", " << V << ">*)(" << ptr
+         << " + " << offset(a, 0, 0, n_dims_) << ");\n";
+    else
+      os << "      const " << sn << " L" << l << " = " << ptr << "[" << offset(a, 0, 0, n_dims_) << "];\n";
+  }
+  for (size_t w = 0; w < st.stores.size(); ++w) {
+    const Addr& a = in_.stores[0][w];
+    if (a.stride[last] == 1) os << "      fd_vec<" << storage_name(a.storage) << ", " << V << "> S" << w << ";\n";
+  }
+  os << "#pragma unroll\n      for (int l = 0; l < " << V << "; ++l) {\n";
+  instrs(os, 0, "        ", [&](int32_t l) {
+    const Addr& a = in_.loads[0][static_cast<size_t>(l)];
+    return widen(a.storage, "L" + std::to_string(l) + (a.stride[last] == 1 ? ".v[l]" : ""));
+  });
+  for (size_t w = 0; w < st.stores.size(); ++w) {
+    const Addr& a = in_.stores[0][w];
+    const std::string v = value(0, st.stores[w].instr);
+    if (a.stride[last] == 1)
+      os << "        S" << w << ".v[l] = " << narrow(a.storage, v) << ";\n";
+    else  // every lane writes the same element: the last lane wins, as in the scalar loop
+      os << "        if (l == " << kVector - 1 << ") ((" << storage_name(a.storage) << "*)a" << a.slot << ")["
+         << offset(a, 0, 0, n_dims_) << "] = " << narrow(a.storage, v) << ";\n";
+  }
+  os << "      }\n";
+  for (size_t w = 0; w < st.stores.size(); ++w) {
+    const Addr& a = in_.stores[0][w];
+    if (a.stride[last] != 1) continue;
+    const std::string sn = storage_name(a.storage);
+    os << "      *(fd_vec<" << sn << ", " << V << ">*)(((" << sn << "*)a" << a.slot << ") + " << offset(a, 0, 0, n_dims_)
+       << ") = S" << w << ";\n";
+  }
+  os << "    }\n    return;\n  }\n";
+}
+
+void Emitter::pointwise(std::ostringstream& os) {
+  os << "  const i64 total = 1";
+  for (size_t d = 0; d < n_dims_; ++d) os << " * n" << d;
+  os << ";\n";
+  if (vectorisable()) {
+    os << "  bool vec_ok = false;\n";
+    vector_path(os);
+  }
+  os << "  for (i64 lin = (i64)blockIdx.x * blockDim.x + threadIdx.x; lin < total; lin += (i64)gridDim.x * blockDim.x) {\n";
+  decompose(os, "lin", 0, n_dims_, "    ");
+  const Stage& st = k_.stages[0];
+  instrs(os, 0, "    ", [&](int32_t l) { return load(in_.loads[0][static_cast<size_t>(l)], 0); });
+  for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[0][w], 0, value(0, st.stores[w].instr), "    ");
+  os << "  }\n";
+}
+
+void Emitter::rows(std::ostringstream& os) {
+  os << "  const i64 outer_n = 1";
+  for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
+  os << ";\n";
+  os << "  for (i64 o = blockIdx.x; o < outer_n; o += gridDim.x) {\n";
+  decompose(os, "o", 0, n_outer_, "    ");
+  int32_t red = 0;
+  bool synced = false;
+  for (size_t s = 0; s < k_.stages.size(); ++s) {
+    const Stage& st = k_.stages[s];
+    synced = false;
+    if (has_scan(st)) throw loop::Unsupported("cuda emitter: scans (cumsum) are not lowered for cuda yet");
+    if (st.per_outer) {
+      for (const std::vector<Addr>* list : {&in_.loads[s], &in_.stores[s]})
+        for (const Addr& a : *list)
+          for (size_t d = n_outer_; d < n_dims_; ++d)
+            if (a.stride[d] != 0 || !a.sym_stride[d].is_constant())
+              throw loop::Unsupported("cuda emitter: a per-row stage that walks the row");
+      os << "    // stage " << s << ": per row\n";
+      instrs(os, s, "    ", [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
+      if (!st.stores.empty()) {
+        os << "    if (threadIdx.x == 0) {\n";
+        for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, st.stores[w].instr), "      ");
+        os << "    }\n";
+      }
+      continue;
+    }
+    os << "    // stage " << s << ": over the row\n";
+    const int32_t first_red = red;
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& rd = st.reductions[r];
+      const ST vt = st.instrs[static_cast<size_t>(rd.instr)].type;
+      os << "    " << compute_name(vt) << " acc" << first_red + r << " = " << identity(rd.op, vt) << ";\n";
+      if (is_arg(rd.op)) os << "    i64 acci" << first_red + r << " = 0x7fffffffffffffffLL;\n";
+    }
+    os << "    for (i64 j = threadIdx.x; j < inner_n; j += blockDim.x) {\n";
+    decompose(os, "j", n_outer_, n_dims_, "      ");
+    instrs(os, s, "      ", [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
+    for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, st.stores[w].instr), "      ");
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& rd = st.reductions[r];
+      const std::string acc = "acc" + std::to_string(first_red + r), x = value(s, rd.instr);
+      if (is_arg(rd.op)) {
+        const std::string acci = "acci" + std::to_string(first_red + r);
+        os << "      if (fd_takes<" << (rd.op == ReduceOp::ArgMax ? "true" : "false") << ">(" << x << ", j, " << acc << ", "
+           << acci << ")) { " << acc << " = " << x << "; " << acci << " = j; }\n";
+      } else {
+        os << "      " << acc << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
+           << ">()(" << acc << ", " << x << ");\n";
+      }
+    }
+    os << "    }\n";
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& rd = st.reductions[r];
+      const ST vt = st.instrs[static_cast<size_t>(rd.instr)].type;
+      const std::string id = std::to_string(first_red + r);
+      if (is_arg(rd.op))
+        os << "    const i64 red" << id << " = fd_arg_block_reduce<" << (rd.op == ReduceOp::ArgMax ? "true" : "false") << ">(acc"
+           << id << ", acci" << id << ", " << identity(rd.op, vt) << ");\n";
+      else
+        os << "    const " << compute_name(vt) << " red" << id << " = fd_block_reduce(acc" << id << ", " << functor(rd.op) << "<"
+           << compute_name(vt) << ">(), " << identity(rd.op, vt) << ");\n";
+    }
+    red += static_cast<int32_t>(st.reductions.size());
+    // A later stage may read what this one stored at another thread's points.
+    synced = !st.stores.empty();
+    if (synced) os << "    __syncthreads();\n";
+  }
+  // The next row's first reduction reuses the shared words this row's last one read.
+  if (!synced) os << "    __syncthreads();\n";
+  os << "  }\n";
+}
+
+CudaSource Emitter::run() {
+  n_outer_ = k_.outer.size();
+  n_dims_ = static_cast<size_t>(k_.dims());
+  dims_ = loop::domain_exprs(in_);
+  bool row_shape = k_.stages.size() != 1 || k_.stages[0].per_outer;
+  for (const Stage& st : k_.stages) row_shape = row_shape || !st.reductions.empty() || has_scan(st);
+  int64_t inner_numel = 1;
+  for (int64_t n : k_.inner) inner_numel *= n;
+  if (row_shape) {
+    block_ = 32;
+    while (block_ < 512 && block_ < inner_numel) block_ *= 2;
+    if (inner_numel > 4096) block_ = 1024;
+  }
+  std::ostringstream body;
+  std::vector<int64_t> numbers = k_.outer;
+  numbers.insert(numbers.end(), k_.inner.begin(), k_.inner.end());
+  for (size_t d = 0; d < n_dims_; ++d) body << "  const i64 n" << d << " = " << size(dims_[d], numbers[d]) << ";\n";
+  body << "  const i64 inner_n = 1";
+  for (size_t d = n_outer_; d < n_dims_; ++d) body << " * n" << d;
+  body << ";\n  (void)inner_n;\n";
+  if (row_shape)
+    rows(body);
+  else {
+    if (has_scan(k_.stages[0])) throw loop::Unsupported("cuda emitter: scans (cumsum) are not lowered for cuda yet");
+    pointwise(body);
+  }
+  CudaSource out;
+  out.rows = row_shape;
+  out.block = block_;
+  // The grid: rows, or points (per block: a block's threads, each a vector of points where the
+  // vector path may run).
+  const size_t work_dims = row_shape ? n_outer_ : n_dims_;
+  for (size_t d = 0; d < work_dims; ++d) out.work.push_back(work_terms(dims_[d], numbers[d]));
+  out.per_block = row_shape ? 1 : block_ * (vectorisable() ? kVector : 1);
+  int num_args = 0;
+  for (const auto& list : {in_.loads, in_.stores})
+    for (const std::vector<Addr>& stage : list)
+      for (const Addr& a : stage) num_args = std::max(num_args, a.slot + 1);
+  out.num_args = num_args;
+  std::ostringstream src;
+  src << kPrelude << "extern \"C\" __global__ void __launch_bounds__(" << block_ << ") " << kSymbol << "(";
+  for (int i = 0; i < num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
+  for (size_t j = 0; j < params_.size(); ++j) src << (num_args || j ? ", " : "") << "i64 z" << j;
+  src << ") {\n" << body.str() << "}\n";
+  out.source = src.str();
+  out.size_params = params_;
+  return out;
+}
+
+}  // namespace
+
+CudaSource emit_cuda(const loop::KernelInput& in) { return Emitter(in).run(); }
+
+}  // namespace fastdyn::codegen::cuda_emit

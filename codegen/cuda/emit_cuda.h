@@ -1,0 +1,57 @@
+// codegen/cuda/emit_cuda.h — the cuda kernel emitter: one loop-IR kernel as CUDA C++ source for
+// NVRTC (codegen/ layer; no CUDA header, no driver: it only writes text, so it runs and is
+// tested on a machine without a GPU).
+//
+// ABI: `extern "C" __global__ void fastdyn_kernel(char* a0, ..., long long z0, ...)`: the data
+// pointers of the kernel's slots (loop::kernel_slots order), then its size parameters, the values
+// of the symbols in `size_params` at the launch (runtime/cuda/cuda_kernel.h). A size that is a
+// symbol at the graph's binding is code over the z's (loop::domain_exprs and the accesses'
+// computable expressions), so one kernel serves every size; the source is the kernel's key.
+//
+// Two kernel shapes, chosen from the kernel's structure alone:
+// - pointwise (one inner stage, no reduction, no scan): a grid-stride loop over every point of
+//   the domain, one thread per point; where the innermost dim is contiguous for every access and
+//   its length a multiple of the vector width, each thread takes a vector of points (128-bit
+//   loads and stores of float32, 64-bit of 16-bit types);
+// - rows (reductions, epilogues): a block per outer point (grid-stride over them); each inner
+//   stage is a block-strided loop over the row, reductions combine per thread, then across the
+//   block (warp shuffles, then one shared word per warp), and every thread gets the result, so a
+//   per-outer stage (an epilogue: mean, rstd) and later stages read it from registers. Softmax and
+//   layer_norm are one kernel, one block per row; block size from the row length (32..1024).
+// Float32 accumulation for 16-bit types (the loop IR's compute types). Out-of-range gathered
+// indices trap (a device-side assertion, as ATen's embedding does).
+// Not yet: scans (CumSum) throw loop::Unsupported (the graph runs on ATen), and a row longer than
+// a block's worth of work still runs in one block (no split reduction).
+#pragma once
+#include "codegen/loop/kernel_input.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastdyn::codegen::cuda_emit {
+
+// How a launch's grid follows the sizes: `work` units, the product of these polynomials (each a
+// sum of coef * product of size parameters, by position in size_params), per_block of them per
+// block.
+struct WorkTerm {
+  int64_t coef = 1;
+  std::vector<int32_t> params;
+};
+
+struct CudaSource {
+  std::string source;                       // one translation unit, the kernel's cache key
+  std::vector<shapes::SymbolId> size_params;  // the symbols of z0, z1, ...
+  int num_args = 0;                          // pointer parameters
+  std::vector<std::vector<WorkTerm>> work;
+  int64_t per_block = 1;
+  int block = 256;
+  bool rows = false;                         // the row shape (else pointwise)
+};
+
+constexpr const char* kSymbol = "fastdyn_kernel";
+
+// Throws loop::Unsupported for what the emitter does not handle yet (above).
+CudaSource emit_cuda(const loop::KernelInput& in);
+
+}  // namespace fastdyn::codegen::cuda_emit

@@ -1,0 +1,128 @@
+// codegen/loop/runtime_program.cpp — see runtime_program.h.
+#include "codegen/loop/runtime_program.h"
+
+#include "codegen/aten/aten_backend.h"
+#include "codegen/aten/prepacked_linear.h"
+#include "codegen/loop/kernel_input.h"
+#include "runtime/errors.h"
+
+namespace fastdyn::codegen::loop {
+namespace {
+
+// How the runtime makes value v from the slots: its slot's tensor, or a view of it (an alias of
+// its root; a buffer in a slot first allocated for a value of another shape).
+runtime::SlotTensor slot_tensor(const Program& p, const std::string& backend, ValueId v) {
+  const ValuePlan& pl = p.plans[static_cast<size_t>(v)];
+  const TensorMeta& m = p.graph.meta(v);
+  if (pl.slot < 0) throw InternalError(backend + " backend: v" + std::to_string(v) + " was never materialised");
+  runtime::SlotTensor t;
+  t.slot = pl.slot;
+  if (pl.kind == ValuePlan::Kind::Alias) {
+    t.view = true;
+    t.offset_delta = m.storage_offset - p.graph.meta(pl.root).storage_offset;
+  } else if (pl.kind == ValuePlan::Kind::Buffer) {
+    // The slot holds the buffer allocated for its owner's metadata (plan_memory reuses buffer
+    // slots only among buffers).
+    const TensorMeta& owner = p.graph.meta(p.slot_owner[static_cast<size_t>(pl.slot)]);
+    t.view = owner.sizes != m.sizes || owner.strides != m.strides;
+  }
+  if (t.view) {
+    t.sizes = m.sizes;
+    t.strides = m.strides;
+  }
+  return t;
+}
+
+}  // namespace
+
+Extern compile_extern(const Graph& g, const Node& n) {
+  Extern e;
+  auto add_input = [&](ValueId v) {
+    if (v < 0) return;
+    for (ValueId u : e.inputs)
+      if (u == v) return;
+    e.inputs.push_back(v);
+  };
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value) add_input(a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId v : a.values) add_input(v);
+  }
+  e.exe = compile_prepacked_linear(g, n);
+  e.prepacked = e.exe != nullptr;
+  if (e.prepacked) return e;
+  // The node alone, on the aten backend: a graph of its own values only (the whole graph's
+  // metadata, copied once per extern, was most of a dynamic graph's cost at each new size).
+  Graph sub;
+  std::vector<std::pair<ValueId, ValueId>> ids;  // (in g, in sub)
+  auto take = [&](ValueId v) {
+    if (v < 0) return v;
+    for (const auto& [from, to] : ids)
+      if (from == v) return to;
+    ids.emplace_back(v, sub.add_value(g.meta(v)));
+    return ids.back().second;
+  };
+  for (ValueId v : e.inputs) sub.inputs.push_back(take(v));
+  Node node = n;
+  for (Arg& a : node.args) {
+    if (a.kind == Arg::Kind::Value) a.value = take(a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId& v : a.values) v = take(v);
+  }
+  for (ValueId& v : node.outputs) v = take(v);
+  sub.outputs = node.outputs;
+  sub.nodes.push_back(std::move(node));
+  e.exe = compile_aten(sub);
+  return e;
+}
+
+runtime::Program runtime_program(const Program& p, const std::string& backend, std::string text, std::vector<Extern> externs,
+                                 std::vector<at::Tensor> constants, runtime::ExecutablePtr aliased) {
+  const Graph& g = p.graph;
+  runtime::Program r;
+  r.backend = backend;
+  r.text = std::move(text);
+  r.num_slots = static_cast<int32_t>(p.slot_owner.size());
+  FD_CHECK(constants.size() <= g.inputs.size(), "more folded constants than graph inputs");
+  const size_t n_inputs = g.inputs.size() - constants.size();  // folded constants come last
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const int32_t slot = p.plans[static_cast<size_t>(g.inputs[i])].slot;
+    if (i < n_inputs)
+      r.input_slots.push_back(slot);
+    else
+      r.constants.push_back({slot, std::move(constants[i - n_inputs])});
+  }
+  for (size_t s = 0; s < p.slot_owner.size(); ++s) {
+    const ValueId v = p.slot_owner[s];
+    if (p.plans[static_cast<size_t>(v)].kind != ValuePlan::Kind::Buffer) continue;
+    const TensorMeta& m = g.meta(v);
+    r.buffers.push_back({static_cast<int32_t>(s), m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device)});
+  }
+  size_t e = 0;
+  for (const Step& s : p.steps) {
+    if (s.kind == Step::Kind::Kernel) {
+      r.steps.emplace_back(runtime::KernelLaunch{nullptr, kernel_slots(p, p.kernels[static_cast<size_t>(s.index)])});
+      continue;
+    }
+    runtime::ExternCall call;
+    call.exe = std::move(externs.at(e).exe);
+    for (ValueId v : externs[e].inputs) call.inputs.push_back(slot_tensor(p, backend, v));
+    for (ValueId v : g.nodes[static_cast<size_t>(s.index)].outputs) {
+      const int32_t slot = p.plans[static_cast<size_t>(v)].slot;
+      const TensorMeta& m = g.meta(v);
+      call.outputs.push_back(slot < 0 ? runtime::ExternResult{} : runtime::ExternResult{slot, m.sizes, m.strides});
+    }
+    r.steps.emplace_back(std::move(call));
+    ++e;
+  }
+  for (ValueId v : g.outputs) r.outputs.push_back(slot_tensor(p, backend, v));
+  for (const WriteBack& w : p.writebacks) {
+    size_t i = 0;
+    while (g.inputs.at(i) != w.input) ++i;
+    r.mutated_inputs.push_back({static_cast<int32_t>(i), w.bumps});
+  }
+  r.aliased = std::move(aliased);
+  return r;
+}
+
+}  // namespace fastdyn::codegen::loop

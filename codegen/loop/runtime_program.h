@@ -1,0 +1,29 @@
+// codegen/loop/runtime_program.h — a planned loop Program as the runtime runs it
+// (runtime/program.h): slots, buffers, extern ATen calls and kernel launches (codegen/ layer;
+// backend-neutral: every compiling backend translates its Program here and fills in its kernels).
+#pragma once
+#include "codegen/loop/loop_ir.h"
+#include "runtime/program.h"
+
+#include <string>
+#include <vector>
+
+namespace fastdyn::codegen::loop {
+
+// An op the kernels do not compute: the aten backend (or aten/prepacked_linear.h, on CPU) runs its
+// node, alone.
+struct Extern {
+  runtime::ExecutablePtr exe;
+  std::vector<ValueId> inputs;
+  bool prepacked = false;  // prepacked_linear.h rather than the aten backend
+};
+Extern compile_extern(const Graph& g, const Node& n);
+
+// The runtime program of `p` for backend `backend` (its name, for describe() and errors): one step
+// for each of p.steps, but each kernel launch's kernel and sizes are left empty, for the backend
+// to set once the kernels are compiled. `externs` are p's Extern steps in order; folded
+// `constants` are the graph's last inputs.
+runtime::Program runtime_program(const Program& p, const std::string& backend, std::string text, std::vector<Extern> externs,
+                                 std::vector<at::Tensor> constants, runtime::ExecutablePtr aliased);
+
+}  // namespace fastdyn::codegen::loop

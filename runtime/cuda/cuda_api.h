@@ -1,0 +1,69 @@
+// runtime/cuda/cuda_api.h — the CUDA driver API and NVRTC, loaded at run time (runtime/ layer).
+//
+// Neither is linked: both are found with dlopen when first asked for, so that fastdyn builds,
+// imports and runs on a machine without CUDA (then available() is false and the cuda backend is
+// not offered). NVRTC is searched for in the directories the Python package registers (the
+// `nvidia-cuda-nvrtc` wheel that a CUDA build of torch depends on, add_library_dir), then under
+// the loader's own search path (a CUDA toolkit); FASTDYN_NVRTC names a library file to use instead.
+// No CUDA header is needed: the few handle types are declared here as opaque pointers.
+//
+// The driver's calls run in the primary context of the kernel's device, the one PyTorch's runtime
+// API uses, so modules loaded here serve PyTorch's streams. Errors throw BackendError with the
+// driver's or NVRTC's message.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastdyn::runtime::cuda {
+
+using CUfunction = struct CUfunc_st*;
+using CUmodule = struct CUmod_st*;
+using CUstream = struct CUstream_st*;
+
+// NVRTC alone (compiling needs no GPU): true when the library loads.
+bool nvrtc_available();
+// "13.0" (major.minor), or "" when NVRTC is missing.
+std::string nvrtc_version();
+// The driver and at least one device.
+bool driver_available();
+// NVRTC and the driver: what the cuda backend needs to run a kernel.
+inline bool available() { return nvrtc_available() && driver_available(); }
+// A directory to search for libnvrtc before the loader's path (the Python package registers the
+// nvidia wheels' lib directories at import). Takes effect if NVRTC has not been loaded yet.
+void add_library_dir(const std::string& dir);
+// Where NVRTC was loaded from, or why it was not (for errors and `fastdyn.backends()`).
+std::string nvrtc_origin();
+
+// CUDA C++ compiled by NVRTC for sm_<arch> (90 for an H100): a CUBIN when `cubin`, else PTX for
+// compute_<arch>. `name` names the program in NVRTC's log. Throws BackendError with the log.
+std::string nvrtc_compile(const std::string& source, const std::string& name, int arch, bool cubin);
+
+struct DeviceInfo {
+  int arch = 0;          // 10 * major + minor: 90 for an H100
+  int multiprocessors = 0;
+  int max_threads_per_block = 0;
+};
+DeviceInfo device_info(int device);
+
+// A loaded module (CUBIN or PTX) and its one kernel function, in device `device`'s primary
+// context. Unloads itself when destroyed.
+class LoadedKernel {
+ public:
+  LoadedKernel(const std::string& image, const std::string& symbol, int device);
+  ~LoadedKernel();
+  LoadedKernel(const LoadedKernel&) = delete;
+  LoadedKernel& operator=(const LoadedKernel&) = delete;
+  CUfunction function() const { return fn_; }
+  int device() const { return device_; }
+
+ private:
+  CUmodule module_ = nullptr;
+  CUfunction fn_ = nullptr;
+  int device_ = 0;
+};
+
+// cuLaunchKernel on `stream` (1-d grid and block); params[i] points at the i-th argument's value.
+void launch(CUfunction fn, int64_t grid, int block, int shared_bytes, CUstream stream, void** params, int device);
+
+}  // namespace fastdyn::runtime::cuda

@@ -1,0 +1,160 @@
+// tests/cpp/cuda/test_emit_cuda.cpp — the cuda backend without a GPU (codegen/cuda/): the CUDA C++
+// each kernel shape gets, that NVRTC compiles it for sm_90 (where NVRTC loads: the
+// nvidia-cuda-nvrtc wheel of requirements.txt), that a symbolic kernel's source is the same at
+// every size, and a golden softmax kernel. Running the kernels is tests/python/test_cuda.py's
+// job, on the accelerator machine (scripts/device_test.sh).
+#include "codegen/cuda/backend.h"
+#include "codegen/cuda/emit_cuda.h"
+#include "codegen/loop/passes.h"
+#include "codegen/shapes/propagate.h"
+#include "runtime/cuda/cuda_api.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace fastdyn::codegen {
+namespace {
+
+// The graph of `text` with every tensor on cuda:0 (the text form has no device).
+Graph on_gpu(const std::string& text) {
+  Graph g = parse_graph(text);
+  for (TensorMeta& m : g.values) m.device = c10::Device(c10::DeviceType::CUDA, 0);
+  return g;
+}
+
+bool have_nvrtc() {
+  static const bool ok = [] {
+    std::stringstream dirs(FASTDYN_TEST_NVIDIA_LIB_DIRS);
+    for (std::string d; std::getline(dirs, d, ':');)
+      if (!d.empty()) runtime::cuda::add_library_dir(d);
+    return runtime::cuda::nvrtc_available();
+  }();
+  return ok;
+}
+
+// Every kernel of g compiles to PTX for an H100 with an entry named fastdyn_kernel.
+void expect_compiles(const std::vector<std::string>& sources) {
+  if (!have_nvrtc()) {
+    // CI installs the wheel (requirements.txt): a missing NVRTC there is a failure, not a skip.
+    if (std::getenv("CI")) ADD_FAILURE() << "NVRTC did not load: " << runtime::cuda::nvrtc_origin();
+    GTEST_SKIP() << "NVRTC not found: " << runtime::cuda::nvrtc_origin();
+  }
+  for (const std::string& src : sources) {
+    std::string ptx;
+    try {
+      ptx = runtime::cuda::nvrtc_compile(src, "test.cu", 90, false);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what() << "\n" << src;
+      continue;
+    }
+    EXPECT_NE(ptx.find(".entry fastdyn_kernel"), std::string::npos) << ptx.substr(0, 2000);
+  }
+}
+
+const char* kPointwise = R"(graph(%0: f32[64, 128]{128, 1}, %1: f32[128]{1}, %2: bf16[64, 128]{128, 1}):
+  %3: f32[64, 128]{128, 1} = aten::add.Tensor(%0, %1, 1)
+  %4: f32[64, 128]{128, 1} = aten::gelu(%3, "tanh")
+  %5: bf16[64, 128]{128, 1} = aten::mul.Tensor(%2, %2)
+  %6: f32[64, 128]{128, 1} = aten::sigmoid(%4)
+  return (%6, %5)
+)";
+
+TEST(CudaEmit, PointwiseIsAGridStrideLoopWithAVectorPath) {
+  std::vector<std::string> src = cuda_sources(on_gpu(kPointwise));
+  ASSERT_FALSE(src.empty());
+  for (const std::string& s : src) {
+    EXPECT_NE(s.find("gridDim.x"), std::string::npos) << s;
+    EXPECT_NE(s.find("fd_vec<float, 4>"), std::string::npos) << "contiguous float rows load 128 bits at a time\n" << s;
+    EXPECT_EQ(s.find("fd_block_reduce(acc"), std::string::npos) << s;
+  }
+  expect_compiles(src);
+}
+
+TEST(CudaEmit, ReductionsAreOneBlockPerRow) {
+  std::vector<std::string> src = cuda_sources(on_gpu(R"(graph(%0: f32[5, 300]{300, 1}, %1: f32[300]{1}, %2: f32[300]{1}):
+  %3: f32[5, 300]{300, 1} = aten::layer_norm(%0, [300], %1, %2, 1e-05, True)
+  %4: f32[5, 300]{300, 1} = aten::softmax.int(%3, -1, None)
+  %5: f32[5]{1} = aten::sum.dim_IntList(%4, [-1], False, None)
+  %6: f32[5, 1]{1, 1} = aten::amax(%0, [-1], True)
+  %7: f32[5]{1} = aten::var.correction(%0, [1], None, False)
+  %8: i64[5]{1} = aten::argmax(%0, -1, False)
+  %9: f32[300]{1} = aten::mean.dim(%0, [0], False, None)
+  return (%4, %5, %6, %7, %8, %9)
+)"));
+  ASSERT_FALSE(src.empty());
+  bool arg = false, block = false;
+  for (const std::string& s : src) {
+    EXPECT_NE(s.find("for (i64 o = blockIdx.x; o < outer_n; o += gridDim.x)"), std::string::npos) << s;
+    arg = arg || s.find("fd_arg_block_reduce<true>") != std::string::npos;
+    block = block || s.find("fd_block_reduce(acc") != std::string::npos;
+  }
+  EXPECT_TRUE(arg);
+  EXPECT_TRUE(block);
+  expect_compiles(src);
+}
+
+TEST(CudaEmit, DtypesGathersAndComparisons) {
+  std::vector<std::string> src = cuda_sources(on_gpu(R"(graph(%0: i64[3, 5]{5, 1}, %1: f64[5]{1}, %2: f16[3, 5]{5, 1}, %3: f32[10, 6]{6, 1}, %4: i64[2, 3]{3, 1}):
+  %5: b8[3, 5]{5, 1} = aten::gt.Scalar(%0, 1)
+  %6: f64[3, 5]{5, 1} = aten::where.self(%5, %1, %0)
+  %7: f16[3, 5]{5, 1} = aten::mul.Tensor(%2, %2)
+  %8: i64[3, 5]{5, 1} = aten::add.Tensor(%0, %0, 2)
+  %9: f32[2, 3, 6]{18, 6, 1} = aten::embedding(%3, %4, -1, False, False)
+  %10: f32[2, 3, 6]{18, 6, 1} = aten::mul.Scalar(%9, 2)
+  return (%5, %6, %7, %8, %10)
+)"));
+  std::string all;
+  for (const std::string& s : src) all += s;
+  EXPECT_NE(all.find("fd_index("), std::string::npos) << "a gathered index is checked (a trap, as ATen's assert)";
+  EXPECT_NE(all.find("fd_f2h("), std::string::npos);
+  expect_compiles(src);
+}
+
+TEST(CudaEmit, ScansAreRefusedSoTheGraphRunsOnAten) {
+  EXPECT_THROW(cuda_sources(on_gpu(R"(graph(%0: f32[4, 8]{8, 1}):
+  %1: f32[4, 8]{8, 1} = aten::cumsum(%0, 1, None)
+  return (%1)
+)")),
+               loop::Unsupported);
+}
+
+// One source for every length of a symbolic dim: the length is a kernel argument.
+TEST(CudaEmit, SymbolicSizesAreArgumentsAndTheSourceIsTheSameAtEverySize) {
+  Graph g = on_gpu(R"(graph(%0: f32[9, 64]{64, 1}):
+  %1: f32[9, 64]{64, 1} = aten::softmax.int(%0, -1, None)
+  %2: f32[9, 64]{64, 1} = aten::mul.Scalar(%1, 3)
+  return (%2)
+)");
+  ASSERT_TRUE(shapes::make_dynamic(g, 0, 0));
+  shapes::propagate(g, 0);
+  ASSERT_TRUE(shapes::is_dynamic(g));
+  std::vector<std::string> at9 = cuda_sources(shapes::specialize(g, {9}));
+  std::vector<std::string> at37 = cuda_sources(shapes::specialize(g, {37}));
+  ASSERT_FALSE(at9.empty());
+  EXPECT_EQ(at9, at37);
+  EXPECT_NE(at9[0].find("i64 z0"), std::string::npos) << at9[0];
+  expect_compiles(at9);
+}
+
+// A softmax kernel's source past the fixed prelude, against tests/golden/cuda/softmax.cu
+// (FASTDYN_UPDATE_GOLDEN=1 rewrites it).
+TEST(CudaEmit, GoldenSoftmax) {
+  std::vector<std::string> src = cuda_sources(on_gpu(R"(graph(%0: f32[8, 1000]{1000, 1}):
+  %1: f32[8, 1000]{1000, 1} = aten::softmax.int(%0, -1, None)
+  return (%1)
+)"));
+  ASSERT_EQ(src.size(), 1u);
+  const std::string kernel = src[0].substr(src[0].find("extern \"C\""));
+  const std::string path = std::string(FASTDYN_GOLDEN_DIR) + "/cuda/softmax.cu";
+  if (std::getenv("FASTDYN_UPDATE_GOLDEN")) std::ofstream(path) << kernel;
+  std::ifstream f(path);
+  std::stringstream want;
+  want << f.rdbuf();
+  EXPECT_EQ(kernel, want.str()) << "FASTDYN_UPDATE_GOLDEN=1 rewrites " << path;
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen

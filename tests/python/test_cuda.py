@@ -1,0 +1,184 @@
+"""The cuda backend on a GPU (skipped on a machine without one; scripts/device_test.sh runs it on
+the accelerator machine): fused kernels against eager for pointwise chains, reductions and
+normalisations in float32, float16 and bfloat16, integer and bool results, gathers; one kernel
+for every length of a dynamic dim; PyTorch's current stream; a CPU scalar beside GPU tensors;
+an out-of-range gather failing as eager's does; a small GPT-2. The same sources compile to PTX
+without a GPU in tests/cpp/cuda/test_emit_cuda.cpp."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fdcheck import fastdyn
+
+pytestmark = pytest.mark.skipif(fastdyn is None or not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2), torch.float64: (1e-10, 1e-10)}
+
+
+def compiled_code(fn, *args):
+    report = fastdyn.explain(fn, *args)
+    return "\n".join(report.code)
+
+
+def check(fn, *args, dtype=torch.float32, tol=None):
+    want = fn(*args)
+    jf = fastdyn.jit(fn, backend="cuda")
+    got = jf(*args)
+    got = jf(*args)  # the compiled call (background compiles are off in the suite)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    for g, w in zip(got, want):
+        assert g.device == w.device and g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        if g.is_floating_point():
+            rtol, atol = tol or TOL[dtype]
+            torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            assert torch.equal(g, w), (g, w)
+    code = compiled_code(fn, *args)
+    assert code.startswith("backend cuda"), code
+    return code
+
+
+UNARY = {
+    "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 0.5), "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    "erf": torch.erf, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.1), "pow_frac": lambda x: x.abs().pow(1.7), "relu": F.relu,
+    "clamp": lambda x: torch.clamp(x, -0.5, 0.7), "round": torch.round, "hardswish": F.hardswish,
+    "where": lambda x: torch.where(x > 0, x, x * 0.1), "max_nan": lambda x: torch.maximum(x, x.flip(-1)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_pointwise(name, dtype):
+    x = torch.randn(33, 130, device="cuda").to(dtype)
+    check(lambda x: UNARY[name](x * 1.5 + 0.25), x, dtype=dtype)
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024), (3, 5, 7), (7,), ()])
+def test_pointwise_shapes_broadcast_and_layouts(shape):
+    x = torch.randn(shape, device="cuda")
+    b = torch.randn(shape[-1:] if shape else (), device="cuda")
+    check(lambda x, b: (x + b).relu() * 2 - b.sigmoid(), x, b)
+    if len(shape) == 2:
+        check(lambda x, b: torch.tanh(x.t()) + b, x, b)  # a transposed read: the scalar path
+
+
+def test_vector_path_and_misaligned_views():
+    x = torch.randn(4096 + 1, device="cuda")
+    check(lambda x: (x[1:] * 3).exp(), x)   # a view 4 bytes past the allocation: no vector loads
+    check(lambda x: (x[:4096] * 3).exp(), x)
+
+
+REDUCTIONS = {
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax": lambda x: torch.log_softmax(x, -1),
+    "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
+    "rms_norm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
+    "sum": lambda x: x.sum(-1), "mean0": lambda x: x.mean(0), "var": lambda x: x.var(-1),
+    "amax": lambda x: x.amax(-1, keepdim=True), "argmax": lambda x: x.argmax(-1), "argmin": lambda x: x.argmin(0),
+    "sum_all": lambda x: x.sum(), "prod": lambda x: (x * 0.01 + 1).prod(-1), "min": lambda x: x.amin(-1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cols", [7, 300, 4096, 8192])
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reductions(name, cols, dtype):
+    x = torch.randn(19, cols, device="cuda").to(dtype)
+    tol = (1e-4, 1e-4) if dtype == torch.float32 else None  # summation order differs from ATen's
+    check(REDUCTIONS[name], x, dtype=dtype, tol=tol)
+
+
+def test_softmax_and_layer_norm_are_one_kernel_each():
+    x = torch.randn(64, 768, device="cuda")
+    code = check(lambda x: torch.softmax(F.layer_norm(x, (768,)), -1), x, tol=(1e-4, 1e-4))
+    assert sum(l.startswith("kernel ") for l in code.splitlines()) <= 2, code
+
+
+def test_integer_bool_and_gather():
+    i = torch.randint(-5, 5, (6, 9), device="cuda")
+    check(lambda i: (i * 3 + 1, i > 0, (i % 4 == 1) & (i < 3), i.abs().sum(-1)), i)
+    table = torch.randn(50, 16, device="cuda")
+    idx = torch.randint(0, 50, (4, 7), device="cuda")
+    check(lambda t, i: F.embedding(i, t) * 2 + 1, table, idx)
+
+
+def test_matmul_stays_extern_with_fused_epilogue():
+    x, w, b = (torch.randn(64, 128, device="cuda"), torch.randn(128, 256, device="cuda"), torch.randn(256, device="cuda"))
+    code = check(lambda x, w, b: F.gelu(x @ w + b).sum(-1), x, w, b, tol=(1e-4, 1e-4))
+    assert any(l.startswith("extern ") for l in code.splitlines()), code
+
+
+def test_dynamic_lengths_share_their_kernels():
+    fastdyn.reset()
+    f = fastdyn.jit(lambda x: torch.softmax(x * 2, -1).sum(-1) + x.mean(-1), backend="cuda", dynamic=True)
+    before = fastdyn._C.cuda_info()["kernels_compiled"]
+    for n in [5, 9, 17, 100, 333, 1000, 64, 7, 250, 12]:
+        x = torch.randn(n, 96, device="cuda")
+        torch.testing.assert_close(f(x), torch.softmax(x * 2, -1).sum(-1) + x.mean(-1), rtol=1e-5, atol=1e-5)
+    compiled = fastdyn._C.cuda_info()["kernels_compiled"] - before
+    assert compiled <= 4, compiled  # kernels of the first size only, whatever the lengths
+
+
+def test_runs_on_the_current_stream():
+    s = torch.cuda.Stream()
+    x = torch.randn(1 << 20, device="cuda")
+    f = fastdyn.jit(lambda x: (x * 2).exp().sum(), backend="cuda")
+    f(x)
+    f(x)
+    with torch.cuda.stream(s):
+        y = torch.empty_like(x)
+        torch.cuda._sleep(10_000_000)  # the stream is busy; work on it must wait
+        y.copy_(x)
+        got = f(y)
+    s.synchronize()
+    torch.testing.assert_close(got, (x * 2).exp().sum(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_cpu_scalar_beside_gpu_tensors_runs_on_aten():
+    x = torch.randn(8, 8, device="cuda")
+    c = torch.tensor(2.0)
+    f = fastdyn.jit(lambda x, c: x * c + 1, backend="cuda")
+    torch.testing.assert_close(f(x, c), x * c + 1)
+
+
+def test_out_of_range_gather_fails_like_eager():
+    script = textwrap.dedent("""
+        import torch, fastdyn, torch.nn.functional as F
+        fastdyn.set_background_compile(False)
+        f = fastdyn.jit(lambda t, i: F.embedding(i, t) * 2, backend="cuda")
+        t = torch.randn(10, 4, device="cuda")
+        f(t, torch.zeros(3, dtype=torch.long, device="cuda"))
+        try:
+            f(t, torch.full((3,), 10, device="cuda"))
+            torch.cuda.synchronize()
+        except RuntimeError as e:
+            print("raised", type(e).__name__)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "raised RuntimeError" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+def test_gpt2_on_the_gpu_equals_eager():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=128)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).cuda().eval()
+    ids = torch.randint(0, 1000, (2, 40), device="cuda")
+    with torch.no_grad():
+        want = model(ids, use_cache=False).logits
+        fastdyn.reset()
+        fastdyn.enable(backend="cuda")
+        try:
+            got = model(ids, use_cache=False).logits
+            got = model(ids, use_cache=False).logits
+        finally:
+            fastdyn.disable()
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    assert fastdyn._C.cuda_info()["kernels_compiled"] + fastdyn._C.cuda_info()["memory_hits"] > 0
