@@ -62,6 +62,8 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_TIME_PASSES", SettingKind::Flag, {}},
       {"FASTDYN_PREPACK", SettingKind::Flag, {}},
       {"FASTDYN_PERF_MAP", SettingKind::Flag, {}},
+      {"FASTDYN_SEGV_BACKTRACE", SettingKind::Flag, {}},  // a crash prints the native stack (pymodule)
+      {"FASTDYN_NVRTC", SettingKind::Text, {}},           // the NVRTC library file (runtime/cuda/cuda_api.h)
       {"FASTDYN_DISABLE", SettingKind::Flag, {}},
       {"FASTDYN_CACHE_DIR", SettingKind::Text, {}},
       {"FASTDYN_LLVM_ARGS", SettingKind::Text, {}},

@@ -4,6 +4,10 @@
 // translates fastdyn's C++ errors into Python exceptions (UserError -> ValueError,
 // BackendError/InternalError -> RuntimeError).
 #include <Python.h>
+#include <execinfo.h>
+
+#include <csignal>
+#include <cstdlib>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -146,7 +150,19 @@ py::dict stats() {
 
 }  // namespace
 
+namespace {
+// FASTDYN_SEGV_BACKTRACE=1: a crash prints the native stack (the accelerator machine has no gdb).
+void segv_backtrace(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
+  if (const char* bt = std::getenv("FASTDYN_SEGV_BACKTRACE"); bt && *bt == '1') signal(SIGSEGV, segv_backtrace);
   m.doc() = "fastdyn native core";
   eval_hook::init_code_extra();
   eval_hook::load_config_from_env();

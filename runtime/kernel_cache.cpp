@@ -17,17 +17,23 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <c10/util/hash.h>
 
 namespace fastdyn::runtime {
 namespace {
 
 constexpr uint64_t kMaxFileBytes = uint64_t(1) << 30;  // a kernel object is KBs; refuse nonsense
 
-// The first 64 bits of the SHA-1 of s: file names and object checksums (a binary is KBs).
-// NB: c10::sha1 of "" is undefined (it resets only for a non-empty text), hence the prefix byte.
+// FNV-1a over the bytes, then a splitmix64 finish: names files and checksums objects. Collisions
+// cost nothing but a miss (every file repeats its whole key), so 64 bits of a fast hash do.
+// NB: not c10::sha1: its str() formats through an ostringstream, and iostreams crash where the
+// process's libstdc++ is older than the one fastdyn was built against (runtime/format.h).
 uint64_t hash_bytes(const std::string& s) {
-  return std::strtoull(c10::sha1("\x01" + s).str().substr(0, 16).c_str(), nullptr, 16);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  h += 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
 }
 
 void put_u32(std::string& out, uint32_t v) {

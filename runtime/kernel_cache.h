@@ -60,7 +60,7 @@ struct CacheStats {
 class KernelCache {
  public:
   static constexpr char kMagic[8] = {'F', 'D', 'K', 'C', 'A', 'C', 'H', 'E'};
-  static constexpr uint32_t kFormatVersion = 3;
+  static constexpr uint32_t kFormatVersion = 4;  // 4: FNV-1a/splitmix64 names and checksums
 
   struct Entry {
     void* handle = nullptr;                           // the engine's loaded binary (llvm_cpu: a JITDylib)

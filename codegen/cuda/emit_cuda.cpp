@@ -3,6 +3,8 @@
 // the row shape around the stages.
 #include "codegen/cuda/emit_cuda.h"
 
+#include "runtime/format.h"
+
 #include "codegen/loop/passes.h"
 #include "runtime/errors.h"
 
@@ -10,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <sstream>
 
 namespace fastdyn::codegen::cuda_emit {
 namespace {
@@ -172,17 +173,17 @@ class Emitter {
   // ---- addresses and values ----
   std::string offset(const Addr& a, size_t stage, size_t first_dim, size_t end_dim);
   std::string load(const Addr& a, size_t stage);
-  void store(std::ostringstream& os, const Addr& a, size_t stage, const std::string& v, const std::string& indent);
+  void store(Text& os, const Addr& a, size_t stage, const std::string& v, const std::string& indent);
   std::string expr(size_t s, const Instr& in, const std::function<std::string(int32_t)>& load_of);
   std::string value(size_t s, int32_t i) const { return "v" + std::to_string(s) + "_" + std::to_string(i); }
-  void instrs(std::ostringstream& os, size_t s, const std::string& indent, const std::function<std::string(int32_t)>& load_of);
+  void instrs(Text& os, size_t s, const std::string& indent, const std::function<std::string(int32_t)>& load_of);
 
   // ---- shapes ----
-  void decompose(std::ostringstream& os, const std::string& flat, size_t first_dim, size_t end_dim, const std::string& indent);
-  void pointwise(std::ostringstream& os);
+  void decompose(Text& os, const std::string& flat, size_t first_dim, size_t end_dim, const std::string& indent);
+  void pointwise(Text& os);
   bool vectorisable() const;
-  void vector_path(std::ostringstream& os);
-  void rows(std::ostringstream& os);
+  void vector_path(Text& os);
+  void rows(Text& os);
 
   const loop::KernelInput& in_;
   const loop::Kernel& k_;
@@ -244,7 +245,7 @@ std::string Emitter::load(const Addr& a, size_t stage) {
                               offset(a, stage, 0, n_dims_) + "]");
 }
 
-void Emitter::store(std::ostringstream& os, const Addr& a, size_t stage, const std::string& v, const std::string& indent) {
+void Emitter::store(Text& os, const Addr& a, size_t stage, const std::string& v, const std::string& indent) {
   os << indent << "((" << storage_name(a.storage) << "*)a" << a.slot << ")[" << offset(a, stage, 0, n_dims_)
      << "] = " << narrow(a.storage, v) << ";\n";
 }
@@ -308,7 +309,7 @@ std::string Emitter::expr(size_t s, const Instr& in, const std::function<std::st
   throw loop::Unsupported(std::string("cuda emitter: no code for ") + loop::op_name(in.op));
 }
 
-void Emitter::instrs(std::ostringstream& os, size_t s, const std::string& indent,
+void Emitter::instrs(Text& os, size_t s, const std::string& indent,
                      const std::function<std::string(int32_t)>& load_of) {
   const Stage& st = k_.stages[s];
   for (size_t i = 0; i < st.instrs.size(); ++i) {
@@ -319,7 +320,7 @@ void Emitter::instrs(std::ostringstream& os, size_t s, const std::string& indent
 }
 
 // i_d for d in [first_dim, end_dim) from a flat index over those dims (the last fastest).
-void Emitter::decompose(std::ostringstream& os, const std::string& flat, size_t first_dim, size_t end_dim,
+void Emitter::decompose(Text& os, const std::string& flat, size_t first_dim, size_t end_dim,
                         const std::string& indent) {
   if (first_dim == end_dim) return;
   os << indent << "i64 rest = " << flat << ";\n";
@@ -351,7 +352,7 @@ bool Emitter::vectorisable() const {
 // kVector points of the innermost dim per thread, loaded and stored as one aligned vector where the
 // access is contiguous: taken at run time when the row length, every base and outer stride and
 // every pointer allow it.
-void Emitter::vector_path(std::ostringstream& os) {
+void Emitter::vector_path(Text& os) {
   const size_t last = n_dims_ - 1;
   const Stage& st = k_.stages[0];
   std::string cond = "n" + std::to_string(last) + " % " + std::to_string(kVector) + " == 0";
@@ -363,7 +364,7 @@ void Emitter::vector_path(std::ostringstream& os) {
   };
   // NB: offset() over the outer dims with every i_d = 0 is the base; the strides are checked one
   // by one below.
-  std::ostringstream pre;
+  Text pre;
   for (const Addr& a : in_.loads[0]) require(a);
   for (const Addr& a : in_.stores[0]) require(a);
   for (const std::vector<Addr>* list : {&in_.loads[0], &in_.stores[0]})
@@ -422,7 +423,7 @@ void Emitter::vector_path(std::ostringstream& os) {
   os << "    }\n    return;\n  }\n";
 }
 
-void Emitter::pointwise(std::ostringstream& os) {
+void Emitter::pointwise(Text& os) {
   os << "  const i64 total = 1";
   for (size_t d = 0; d < n_dims_; ++d) os << " * n" << d;
   os << ";\n";
@@ -438,7 +439,7 @@ void Emitter::pointwise(std::ostringstream& os) {
   os << "  }\n";
 }
 
-void Emitter::rows(std::ostringstream& os) {
+void Emitter::rows(Text& os) {
   os << "  const i64 outer_n = 1";
   for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
   os << ";\n";
@@ -524,7 +525,7 @@ CudaSource Emitter::run() {
     while (block_ < 512 && block_ < inner_numel) block_ *= 2;
     if (inner_numel > 4096) block_ = 1024;
   }
-  std::ostringstream body;
+  Text body;
   std::vector<int64_t> numbers = k_.outer;
   numbers.insert(numbers.end(), k_.inner.begin(), k_.inner.end());
   for (size_t d = 0; d < n_dims_; ++d) body << "  const i64 n" << d << " = " << size(dims_[d], numbers[d]) << ";\n";
@@ -550,7 +551,7 @@ CudaSource Emitter::run() {
     for (const std::vector<Addr>& stage : list)
       for (const Addr& a : stage) num_args = std::max(num_args, a.slot + 1);
   out.num_args = num_args;
-  std::ostringstream src;
+  Text src;
   src << kPrelude << "extern \"C\" __global__ void __launch_bounds__(" << block_ << ") " << kSymbol << "(";
   for (int i = 0; i < num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
   for (size_t j = 0; j < params_.size(); ++j) src << (num_args || j ? ", " : "") << "i64 z" << j;

@@ -1,12 +1,13 @@
 // codegen/loop/loop_ir.cpp — op tables and the printer of the loop IR (the kernel-cache key).
 #include "codegen/loop/loop_ir.h"
 
+#include "runtime/format.h"
+
 #include "runtime/errors.h"
 
 #include <c10/util/Exception.h>
 
 #include <set>
-#include <sstream>
 
 namespace fastdyn::codegen::loop {
 namespace {
@@ -34,7 +35,7 @@ const char* type_name(c10::ScalarType t) {
   }
 }
 
-void print_index(std::ostringstream& os, const AffineIndex& ix, size_t n_outer) {
+void print_index(Text& os, const AffineIndex& ix, size_t n_outer) {
   bool any = false;
   for (size_t d = 0; d < ix.coef.size(); ++d) {
     int64_t c = ix.coef[d];
@@ -57,7 +58,7 @@ void print_index(std::ostringstream& os, const AffineIndex& ix, size_t n_outer) 
   }
 }
 
-void print_access(std::ostringstream& os, const Access& a, size_t n_outer) {
+void print_access(Text& os, const Access& a, size_t n_outer) {
   os << "v" << a.value << "[";
   for (size_t k = 0; k < a.index.size(); ++k) {
     if (k) os << ", ";
@@ -66,7 +67,7 @@ void print_access(std::ostringstream& os, const Access& a, size_t n_outer) {
   os << "]";
 }
 
-void print_meta(std::ostringstream& os, const TensorMeta& m) {
+void print_meta(Text& os, const TensorMeta& m) {
   os << type_name(m.dtype) << "[";
   for (size_t i = 0; i < m.sizes.size(); ++i) os << (i ? ", " : "") << m.sizes[i];
   os << "]{";
@@ -75,13 +76,13 @@ void print_meta(std::ostringstream& os, const TensorMeta& m) {
   if (m.storage_offset) os << "+" << m.storage_offset;
 }
 
-void print_dims(std::ostringstream& os, const char* what, const std::vector<int64_t>& v) {
+void print_dims(Text& os, const char* what, const std::vector<int64_t>& v) {
   os << what << "[";
   for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
   os << "]";
 }
 
-void print_kernel_into(std::ostringstream& os, const Kernel& k) {
+void print_kernel_into(Text& os, const Kernel& k) {
   os << "kernel " << k.name << " ";
   print_dims(os, "outer", k.outer);
   os << " ";
@@ -99,7 +100,7 @@ void print_kernel_into(std::ostringstream& os, const Kernel& k) {
         case Op::Load: os << " "; print_access(os, st.loads.at(static_cast<size_t>(in.a)), n_outer); break;
         case Op::Const:
         case Op::Count: {
-          std::ostringstream v;
+          Text v;
           v.precision(17);
           v << in.value;
           os << " " << v.str();
@@ -161,13 +162,13 @@ bool has_scan(const Stage& s) {
 }
 
 std::string print_kernel(const Program&, const Kernel& k) {
-  std::ostringstream os;
+  Text os;
   print_kernel_into(os, k);
   return os.str();
 }
 
 std::string print_program(const Program& p) {
-  std::ostringstream os;
+  Text os;
   // Every value a kernel touches, with the metadata (strides, offset) that its addresses use.
   std::set<ValueId> used;
   for (const Kernel& k : p.kernels)

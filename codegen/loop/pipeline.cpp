@@ -1,12 +1,13 @@
 // codegen/loop/pipeline.cpp — build_program: the ordered pass list, with FASTDYN_DUMP after each
 // pass and FASTDYN_TIME_PASSES timing, plus the lowered graph's printer.
 #include "codegen/loop/passes.h"
+
+#include "runtime/format.h"
 #include "codegen/passes/pass_timer.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 namespace fastdyn::codegen::loop {
 
@@ -20,7 +21,7 @@ bool dump_enabled(const char* pass) {
 std::string print_lowered(const LoweredGraph& lg) {
   Program p;
   p.graph = lg.graph;
-  std::ostringstream os;
+  Text os;
   for (size_t i = 0; i < lg.nodes.size(); ++i) {
     const NodeLowering& l = lg.nodes[i];
     const Node& n = lg.graph.nodes[i];

@@ -158,3 +158,18 @@ TEST(CudaEmit, GoldenSoftmax) {
 
 }  // namespace
 }  // namespace fastdyn::codegen
+
+namespace fastdyn::codegen {
+namespace {
+
+// prepare_cuda's half that needs no GPU: the loop program, the sources and the runtime program.
+TEST(CudaBackend, PreparesWithoutAGpu) {
+  Graph g = on_gpu(kPointwise);
+  PreparedCuda p = prepare_cuda(g, rewrite_graph(g));
+  EXPECT_EQ(p.program.rfind("backend cuda\n", 0), 0u) << p.program;
+  EXPECT_NE(p.program.find("kernel "), std::string::npos) << p.program;
+  EXPECT_TRUE(p.finish);
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
