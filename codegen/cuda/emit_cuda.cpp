@@ -28,7 +28,9 @@ const char* const kPrelude =
 #include "codegen/cuda/cuda_prelude.inc"
     ;
 
-constexpr int kVector = 4;  // points per thread in the vector path
+// Rows of up to kMaxItems points per thread run the persistent path: the row's values stay in
+// registers between stages.
+constexpr int kMaxItems = 16;
 
 bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
 
@@ -181,9 +183,12 @@ class Emitter {
   // ---- shapes ----
   void decompose(Text& os, const std::string& flat, size_t first_dim, size_t end_dim, const std::string& indent);
   void pointwise(Text& os);
-  bool vectorisable() const;
+  std::vector<const Addr*> accesses(bool inner_stages_only) const;
+  void vector_condition(Text& os, const std::vector<const Addr*>& accesses, const std::string& indent);
   void vector_path(Text& os);
+  enum class RowPath { Vector, Registers, Looped };
   void rows(Text& os);
+  void row_loop(Text& os, RowPath path);
 
   const loop::KernelInput& in_;
   const loop::Kernel& k_;
@@ -191,6 +196,9 @@ class Emitter {
   std::vector<SizeExpr> dims_;  // per kernel dim
   size_t n_outer_ = 0, n_dims_ = 0;
   int block_ = 256;
+  int vec_ = 4;    // points per thread in the pointwise vector path (128-bit accesses of the narrowest type)
+  int items_ = 0;    // points per thread in the register row path (0: none)
+  int items_v_ = 0;  // vectors per thread in the vector row path (0: none)
 };
 
 int32_t Emitter::param(shapes::SymbolId s) {
@@ -333,57 +341,72 @@ void Emitter::decompose(Text& os, const std::string& flat, size_t first_dim, siz
   }
 }
 
-bool Emitter::vectorisable() const {
-  if (n_dims_ == 0) return false;
-  const size_t last = n_dims_ - 1;
+// Accesses that a vector path loads or stores contiguously: every one walks the last kernel dim
+// with a constant stride 0 or 1 and none gathers; at least one is contiguous.
+bool vectorisable(const std::vector<const Addr*>& accesses, size_t last) {
   bool contiguous = false;
-  auto ok = [&](const Addr& a) {
-    if (a.dynamic >= 0 || !a.sym_stride[last].is_constant()) return false;
-    if (a.stride[last] == 1) contiguous = true;
-    return a.stride[last] == 0 || a.stride[last] == 1;
-  };
-  for (const Addr& a : in_.loads[0])
-    if (!ok(a)) return false;
-  for (const Addr& a : in_.stores[0])
-    if (!ok(a)) return false;
+  for (const Addr* a : accesses) {
+    if (a->dynamic >= 0 || !a->sym_stride[last].is_constant() || (a->stride[last] != 0 && a->stride[last] != 1)) return false;
+    contiguous = contiguous || a->stride[last] == 1;
+  }
   return contiguous;
 }
 
-// kVector points of the innermost dim per thread, loaded and stored as one aligned vector where the
-// access is contiguous: taken at run time when the row length, every base and outer stride and
-// every pointer allow it.
+// 16 bytes of the narrowest contiguous access per thread: 4 floats, 8 halves; at least 4 points.
+int vector_width(const std::vector<const Addr*>& accesses, size_t last) {
+  int narrowest = 16;
+  for (const Addr* a : accesses)
+    if (a->stride[last] == 1) narrowest = std::min(narrowest, storage_bytes(a->storage));
+  return std::clamp(16 / narrowest, 4, 8);
+}
+
+std::vector<const Addr*> Emitter::accesses(bool inner_stages_only) const {
+  std::vector<const Addr*> out;
+  for (size_t s = 0; s < k_.stages.size(); ++s) {
+    if (inner_stages_only && k_.stages[s].per_outer) continue;
+    for (const Addr& a : in_.loads[s]) out.push_back(&a);
+    for (const Addr& a : in_.stores[s]) out.push_back(&a);
+  }
+  return out;
+}
+
+// `bool vec_ok`: whether this launch may take the vector path: the last dim's length, every
+// contiguous access's pointer, base and outer strides are multiples of the vector.
+void Emitter::vector_condition(Text& os, const std::vector<const Addr*>& accesses, const std::string& indent) {
+  const size_t last = n_dims_ - 1;
+  const std::string V = std::to_string(vec_);
+  std::vector<std::string> parts{"n" + std::to_string(last) + " % " + V + " == 0"};
+  auto require = [&](std::string part) {
+    if (std::find(parts.begin(), parts.end(), part) == parts.end()) parts.push_back(std::move(part));
+  };
+  for (const Addr* a : accesses) {
+    if (a->stride[last] != 1) continue;
+    require("((u64)a" + std::to_string(a->slot) + ") % " + std::to_string(vec_ * storage_bytes(a->storage)) + " == 0");
+    // NB: offset() over the outer dims with every i_d = 0 (below) is the base.
+    require("(" + offset(*a, 0, 0, last) + ") % " + V + " == 0");
+    for (size_t d = 0; d < last; ++d)
+      if (!(a->stride[d] == 0 && a->sym_stride[d].is_constant())) require(size(a->sym_stride[d], a->stride[d]) + " % " + V + " == 0");
+  }
+  std::string cond;
+  for (const std::string& p : parts) cond += (cond.empty() ? "" : " && ") + p;
+  os << indent << "bool vec_ok = false;\n" << indent << "{\n";
+  for (size_t d = 0; d < last; ++d) os << indent << "  const i64 i" << d << " = 0;\n";
+  os << indent << "  vec_ok = " << cond << ";\n" << indent << "}\n";
+}
+
+// vec_ points of the innermost dim per thread, loaded and stored as one aligned vector where the
+// access is contiguous: taken at run time when vector_condition holds.
 void Emitter::vector_path(Text& os) {
   const size_t last = n_dims_ - 1;
   const Stage& st = k_.stages[0];
-  std::string cond = "n" + std::to_string(last) + " % " + std::to_string(kVector) + " == 0";
-  auto require = [&](const Addr& a) {
-    if (a.stride[last] != 1) return;
-    const std::string bytes = std::to_string(kVector * storage_bytes(a.storage));
-    cond += " && ((u64)a" + std::to_string(a.slot) + ") % " + bytes + " == 0";
-    cond += " && (" + offset(a, 0, 0, last) + ") % " + std::to_string(kVector) + " == 0";
-  };
-  // NB: offset() over the outer dims with every i_d = 0 is the base; the strides are checked one
-  // by one below.
-  Text pre;
-  for (const Addr& a : in_.loads[0]) require(a);
-  for (const Addr& a : in_.stores[0]) require(a);
-  for (const std::vector<Addr>* list : {&in_.loads[0], &in_.stores[0]})
-    for (const Addr& a : *list) {
-      if (a.stride[last] != 1) continue;
-      for (size_t d = 0; d < last; ++d)
-        if (!(a.stride[d] == 0 && a.sym_stride[d].is_constant()))
-          cond += " && " + size(a.sym_stride[d], a.stride[d]) + " % " + std::to_string(kVector) + " == 0";
-    }
-  os << "  {\n";
-  for (size_t d = 0; d < last; ++d) os << "    const i64 i" << d << " = 0;\n";
-  os << "    vec_ok = " << cond << ";\n  }\n";
+  vector_condition(os, accesses(false), "  ");
   os << "  if (vec_ok) {\n";
-  os << "    const i64 rowv = n" << last << " / " << kVector << ";\n";
-  os << "    for (i64 lin = (i64)blockIdx.x * blockDim.x + threadIdx.x; lin < total / " << kVector
+  os << "    const i64 rowv = n" << last << " / " << vec_ << ";\n";
+  os << "    for (i64 lin = (i64)blockIdx.x * blockDim.x + threadIdx.x; lin < total / " << vec_
      << "; lin += (i64)gridDim.x * blockDim.x) {\n";
-  os << "      const i64 i" << last << " = (lin % rowv) * " << kVector << ";\n";
+  os << "      const i64 i" << last << " = (lin % rowv) * " << vec_ << ";\n";
   decompose(os, "lin / rowv", 0, last, "      ");
-  const std::string V = std::to_string(kVector);
+  const std::string V = std::to_string(vec_);
   for (size_t l = 0; l < st.loads.size(); ++l) {
     const Addr& a = in_.loads[0][l];
     const std::string sn = storage_name(a.storage);
@@ -409,7 +432,7 @@ void Emitter::vector_path(Text& os) {
     if (a.stride[last] == 1)
       os << "        S" << w << ".v[l] = " << narrow(a.storage, v) << ";\n";
     else  // every lane writes the same element: the last lane wins, as in the scalar loop
-      os << "        if (l == " << kVector - 1 << ") ((" << storage_name(a.storage) << "*)a" << a.slot << ")["
+      os << "        if (l == " << vec_ - 1 << ") ((" << storage_name(a.storage) << "*)a" << a.slot << ")["
          << offset(a, 0, 0, n_dims_) << "] = " << narrow(a.storage, v) << ";\n";
   }
   os << "      }\n";
@@ -427,8 +450,8 @@ void Emitter::pointwise(Text& os) {
   os << "  const i64 total = 1";
   for (size_t d = 0; d < n_dims_; ++d) os << " * n" << d;
   os << ";\n";
-  if (vectorisable()) {
-    os << "  bool vec_ok = false;\n";
+  if (n_dims_ > 0 && vectorisable(accesses(false), n_dims_ - 1)) {
+    vec_ = vector_width(accesses(false), n_dims_ - 1);
     vector_path(os);
   }
   os << "  for (i64 lin = (i64)blockIdx.x * blockDim.x + threadIdx.x; lin < total; lin += (i64)gridDim.x * blockDim.x) {\n";
@@ -439,12 +462,109 @@ void Emitter::pointwise(Text& os) {
   os << "  }\n";
 }
 
+// The persistent path's register cache: an access (value and index) that an inner stage loads or
+// stores and a later inner stage loads again is kept per thread, items_ values each, and read from
+// there; a store that a later stage overwrites at the same access, where nothing reads that buffer
+// another way, never reaches memory (softmax's exp values: stored, reloaded, overwritten).
+struct RowCache {
+  std::vector<loop::Access> accesses;  // distinct inner-stage accesses, by id
+  std::vector<ST> types;               // their storage types
+  std::vector<bool> cached;            // read by a stage after the one that first touches it
+  std::vector<std::vector<int32_t>> load_id, store_id;  // per stage, per load / store: the access id
+  std::vector<std::vector<bool>> dead_store;            // per stage, per store
+};
+
+RowCache plan_row_cache(const loop::Kernel& k, const loop::KernelInput& in) {
+  RowCache c;
+  auto id_of = [&](const loop::Access& a, ST storage) {
+    for (size_t i = 0; i < c.accesses.size(); ++i)
+      if (c.accesses[i] == a) return static_cast<int32_t>(i);
+    c.accesses.push_back(a);
+    c.types.push_back(storage);
+    return static_cast<int32_t>(c.accesses.size() - 1);
+  };
+  std::vector<int32_t> first_stage;
+  c.load_id.resize(k.stages.size());
+  c.store_id.resize(k.stages.size());
+  c.dead_store.resize(k.stages.size());
+  for (size_t s = 0; s < k.stages.size(); ++s) {
+    const Stage& st = k.stages[s];
+    if (st.per_outer) continue;
+    for (size_t l = 0; l < st.loads.size(); ++l) c.load_id[s].push_back(id_of(st.loads[l], in.loads[s][l].storage));
+    for (size_t w = 0; w < st.stores.size(); ++w) c.store_id[s].push_back(id_of(st.stores[w].dst, in.stores[s][w].storage));
+  }
+  c.cached.assign(c.accesses.size(), false);
+  first_stage.assign(c.accesses.size(), -1);
+  for (size_t s = 0; s < k.stages.size(); ++s) {
+    for (int32_t id : c.store_id[s])
+      if (first_stage[static_cast<size_t>(id)] < 0) first_stage[static_cast<size_t>(id)] = static_cast<int32_t>(s);
+    for (int32_t id : c.load_id[s]) {
+      int32_t& f = first_stage[static_cast<size_t>(id)];
+      if (f >= 0 && f < static_cast<int32_t>(s)) c.cached[static_cast<size_t>(id)] = true;
+      if (f < 0) f = static_cast<int32_t>(s);
+    }
+  }
+  // A slot read through more than one access (or by a per-row stage) must see every store.
+  auto read_otherwise = [&](int32_t slot, const loop::Access& a) {
+    for (size_t s = 0; s < k.stages.size(); ++s)
+      for (size_t l = 0; l < k.stages[s].loads.size(); ++l)
+        if (in.loads[s][l].slot == slot && (k.stages[s].per_outer || !(k.stages[s].loads[l] == a))) return true;
+    return false;
+  };
+  for (size_t s = 0; s < k.stages.size(); ++s) {
+    c.dead_store[s].assign(k.stages[s].stores.size(), false);
+    if (k.stages[s].per_outer) continue;
+    for (size_t w = 0; w < k.stages[s].stores.size(); ++w) {
+      const int32_t id = c.store_id[s][w];
+      bool overwritten = false;
+      for (size_t later = s + 1; later < k.stages.size(); ++later)
+        for (int32_t other : c.store_id[later]) overwritten = overwritten || other == id;
+      c.dead_store[s][w] = overwritten && c.cached[static_cast<size_t>(id)] &&
+                           !read_otherwise(in.stores[s][w].slot, k.stages[s].stores[w].dst);
+    }
+  }
+  return c;
+}
+
+// Up to three paths, the first that applies at run time: rows in registers with vector loads
+// (one inner dim walked contiguously, aligned), rows in registers point by point, and rows too
+// long for registers (a size symbol made them longer than the kernel was planned for), looped.
 void Emitter::rows(Text& os) {
   os << "  const i64 outer_n = 1";
   for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
   os << ";\n";
+  const std::vector<const Addr*> inner = accesses(true);
+  if (items_v_ > 0) {
+    vector_condition(os, inner, "  ");
+    os << "  if (vec_ok && inner_n <= (i64)blockDim.x * " << items_v_ * vec_ << ") {  // the row fits in registers, as vectors\n";
+    row_loop(os, RowPath::Vector);
+    os << "    return;\n  }\n";
+  }
+  bool static_row = true;
+  for (size_t d = n_outer_; d < n_dims_; ++d) static_row = static_row && dims_[d].is_constant();
+  if (items_ > 0 && static_row) {  // the kernel's only row length fits: no loop needed
+    row_loop(os, RowPath::Registers);
+    return;
+  }
+  if (items_ > 0) {
+    os << "  if (inner_n <= (i64)blockDim.x * " << items_ << ") {  // the row fits in registers\n";
+    row_loop(os, RowPath::Registers);
+    os << "    return;\n  }\n";
+  }
+  row_loop(os, RowPath::Looped);
+}
+
+void Emitter::row_loop(Text& os, RowPath path) {
+  const bool persistent = path != RowPath::Looped, vector = path == RowPath::Vector;
+  const RowCache cache = persistent ? plan_row_cache(k_, in_) : RowCache{};
+  const int slots = vector ? items_v_ * vec_ : items_;  // cached values per thread and access
+  const std::string V = std::to_string(vec_);
+  const std::string at = vector ? "[k * " + V + " + l]" : "[k]";
   os << "  for (i64 o = blockIdx.x; o < outer_n; o += gridDim.x) {\n";
   decompose(os, "o", 0, n_outer_, "    ");
+  if (persistent)
+    for (size_t id = 0; id < cache.accesses.size(); ++id)
+      if (cache.cached[id]) os << "    " << compute_name(loop::compute_type(cache.types[id])) << " c" << id << "[" << slots << "];\n";
   int32_t red = 0;
   bool synced = false;
   for (size_t s = 0; s < k_.stages.size(); ++s) {
@@ -474,23 +594,106 @@ void Emitter::rows(Text& os) {
       os << "    " << compute_name(vt) << " acc" << first_red + r << " = " << identity(rd.op, vt) << ";\n";
       if (is_arg(rd.op)) os << "    i64 acci" << first_red + r << " = 0x7fffffffffffffffLL;\n";
     }
-    os << "    for (i64 j = threadIdx.x; j < inner_n; j += blockDim.x) {\n";
-    decompose(os, "j", n_outer_, n_dims_, "      ");
-    instrs(os, s, "      ", [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
-    for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, st.stores[w].instr), "      ");
+    const std::string in = vector ? "          " : persistent ? "        " : "      ";
+    // Which loads an earlier stage left in registers.
+    auto cached_earlier = [&](size_t l) {
+      if (!persistent) return false;
+      const int32_t id = cache.load_id[s][l];
+      if (!cache.cached[static_cast<size_t>(id)]) return false;
+      for (size_t e = 0; e < s; ++e)
+        for (const auto* ids : {&cache.load_id[e], &cache.store_id[e]})
+          for (int32_t x : *ids)
+            if (x == id) return true;
+      return false;
+    };
+    if (vector) {
+      const size_t last = n_dims_ - 1;
+      os << "#pragma unroll\n    for (int k = 0; k < " << items_v_ << "; ++k) {\n"
+         << "      const i64 q = ((i64)k * blockDim.x + threadIdx.x) * " << V << ";\n      if (q < inner_n) {\n"
+         << "        const i64 i" << last << " = q;\n";
+      for (size_t l = 0; l < st.loads.size(); ++l) {
+        if (cached_earlier(l)) continue;
+        const Addr& a = in_.loads[s][l];
+        const std::string sn = storage_name(a.storage);
+        const std::string ptr = "((const " + sn + "*)a" + std::to_string(a.slot) + ")";
+        if (a.stride[last] == 1)
+          os << "        const fd_vec<" << sn << ", " << V << "> L" << l << " = *(const fd_vec<" << sn << ", " << V << ">*)(" << ptr
+             << " + " << offset(a, s, 0, n_dims_) << ");\n";
+        else
+          os << "        const " << sn << " L" << l << " = " << ptr << "[" << offset(a, s, 0, n_dims_) << "];\n";
+      }
+      for (size_t w = 0; w < st.stores.size(); ++w)
+        if (in_.stores[s][w].stride[last] == 1 && !cache.dead_store[s][w])
+          os << "        fd_vec<" << storage_name(in_.stores[s][w].storage) << ", " << V << "> S" << w << ";\n";
+      os << "#pragma unroll\n        for (int l = 0; l < " << V << "; ++l) {\n          const i64 j = q + l;\n";
+    } else if (persistent) {
+      os << "#pragma unroll\n    for (int k = 0; k < " << items_ << "; ++k) {\n"
+         << "      const i64 j = (i64)k * blockDim.x + threadIdx.x;\n      if (j < inner_n) {\n";
+      decompose(os, "j", n_outer_, n_dims_, in);
+    } else {
+      os << "    for (i64 j = threadIdx.x; j < inner_n; j += blockDim.x) {\n";
+      decompose(os, "j", n_outer_, n_dims_, in);
+    }
+    // Loads: from the register cache where an earlier stage put the access there (a load from
+    // memory of a cached access fills it), else from memory (the vector path: from the vector
+    // loaded above).
+    instrs(os, s, in, [&](int32_t l) {
+      const auto li = static_cast<size_t>(l);
+      const Addr& a = in_.loads[s][li];
+      if (cached_earlier(li)) return "c" + std::to_string(cache.load_id[s][li]) + at;
+      if (vector) return widen(a.storage, "L" + std::to_string(l) + (a.stride[n_dims_ - 1] == 1 ? ".v[l]" : ""));
+      return load(a, s);
+    });
+    if (persistent)
+      for (size_t l = 0; l < st.loads.size(); ++l) {
+        const int32_t id = cache.load_id[s][l];
+        if (!cache.cached[static_cast<size_t>(id)] || cached_earlier(l)) continue;
+        for (size_t i = 0; i < st.instrs.size(); ++i)  // the instr that loaded it
+          if (st.instrs[i].op == Op::Load && st.instrs[i].a == static_cast<int32_t>(l)) {
+            os << in << "c" << id << at << " = " << value(s, static_cast<int32_t>(i)) << ";\n";
+            break;
+          }
+      }
+    bool stored = false;
+    for (size_t w = 0; w < st.stores.size(); ++w) {
+      const Addr& a = in_.stores[s][w];
+      const std::string v = value(s, st.stores[w].instr);
+      if (persistent && cache.cached[static_cast<size_t>(cache.store_id[s][w])])
+        os << in << "c" << cache.store_id[s][w] << at << " = " << widen(a.storage, narrow(a.storage, v)) << ";\n";
+      if (persistent && cache.dead_store[s][w]) continue;
+      stored = true;
+      if (!vector) {
+        store(os, a, s, v, in);
+      } else if (a.stride[n_dims_ - 1] == 1) {
+        os << in << "S" << w << ".v[l] = " << narrow(a.storage, v) << ";\n";
+      } else {  // every lane writes the same element: the last lane wins, as point by point
+        os << in << "if (l == " << vec_ - 1 << ") ";
+        store(os, a, s, v, "");
+      }
+    }
     for (size_t r = 0; r < st.reductions.size(); ++r) {
       const loop::Reduction& rd = st.reductions[r];
       const std::string acc = "acc" + std::to_string(first_red + r), x = value(s, rd.instr);
       if (is_arg(rd.op)) {
         const std::string acci = "acci" + std::to_string(first_red + r);
-        os << "      if (fd_takes<" << (rd.op == ReduceOp::ArgMax ? "true" : "false") << ">(" << x << ", j, " << acc << ", "
+        os << in << "if (fd_takes<" << (rd.op == ReduceOp::ArgMax ? "true" : "false") << ">(" << x << ", j, " << acc << ", "
            << acci << ")) { " << acc << " = " << x << "; " << acci << " = j; }\n";
       } else {
-        os << "      " << acc << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
+        os << in << acc << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
            << ">()(" << acc << ", " << x << ");\n";
       }
     }
-    os << "    }\n";
+    if (vector) {
+      os << "        }\n";
+      for (size_t w = 0; w < st.stores.size(); ++w) {
+        const Addr& a = in_.stores[s][w];
+        if (a.stride[n_dims_ - 1] != 1 || cache.dead_store[s][w]) continue;
+        const std::string sn = storage_name(a.storage);
+        os << "        *(fd_vec<" << sn << ", " << V << ">*)(((" << sn << "*)a" << a.slot << ") + " << offset(a, s, 0, n_dims_)
+           << ") = S" << w << ";\n";
+      }
+    }
+    os << (persistent ? "      }\n    }\n" : "    }\n");
     for (size_t r = 0; r < st.reductions.size(); ++r) {
       const loop::Reduction& rd = st.reductions[r];
       const ST vt = st.instrs[static_cast<size_t>(rd.instr)].type;
@@ -504,7 +707,7 @@ void Emitter::rows(Text& os) {
     }
     red += static_cast<int32_t>(st.reductions.size());
     // A later stage may read what this one stored at another thread's points.
-    synced = !st.stores.empty();
+    synced = stored;
     if (synced) os << "    __syncthreads();\n";
   }
   // The next row's first reduction reuses the shared words this row's last one read.
@@ -521,9 +724,17 @@ CudaSource Emitter::run() {
   int64_t inner_numel = 1;
   for (int64_t n : k_.inner) inner_numel *= n;
   if (row_shape) {
+    // Up to 8 points per thread (a softmax row of 4096: 512 threads); longer rows take 1024
+    // threads, up to kMaxItems points each in registers, and loop beyond that.
     block_ = 32;
-    while (block_ < 512 && block_ < inner_numel) block_ *= 2;
-    if (inner_numel > 4096) block_ = 1024;
+    while (block_ < 1024 && block_ * 8 < inner_numel) block_ *= 2;
+    const int64_t items = (inner_numel + block_ - 1) / block_;
+    items_ = items <= kMaxItems ? static_cast<int>(items) : 0;
+    const size_t last = n_dims_ - 1;
+    if (items_ > 0 && n_dims_ == n_outer_ + 1 && vectorisable(accesses(true), last)) {
+      vec_ = vector_width(accesses(true), last);
+      items_v_ = static_cast<int>((inner_numel + block_ * vec_ - 1) / (block_ * vec_));
+    }
   }
   Text body;
   std::vector<int64_t> numbers = k_.outer;
@@ -545,7 +756,7 @@ CudaSource Emitter::run() {
   // vector path may run).
   const size_t work_dims = row_shape ? n_outer_ : n_dims_;
   for (size_t d = 0; d < work_dims; ++d) out.work.push_back(work_terms(dims_[d], numbers[d]));
-  out.per_block = row_shape ? 1 : block_ * (vectorisable() ? kVector : 1);
+  out.per_block = row_shape ? 1 : block_ * (n_dims_ > 0 && vectorisable(accesses(false), n_dims_ - 1) ? vec_ : 1);
   int num_args = 0;
   for (const auto& list : {in_.loads, in_.stores})
     for (const std::vector<Addr>& stage : list)

@@ -67,7 +67,7 @@ TEST(CudaEmit, PointwiseIsAGridStrideLoopWithAVectorPath) {
   ASSERT_FALSE(src.empty());
   for (const std::string& s : src) {
     EXPECT_NE(s.find("gridDim.x"), std::string::npos) << s;
-    EXPECT_NE(s.find("fd_vec<float, 4>"), std::string::npos) << "contiguous float rows load 128 bits at a time\n" << s;
+    EXPECT_NE(s.find("fd_vec<unsigned short, 8>"), std::string::npos) << "16 bytes of the narrowest type (bf16) at a time\n" << s;
     EXPECT_EQ(s.find("fd_block_reduce(acc"), std::string::npos) << s;
   }
   expect_compiles(src);
