@@ -185,6 +185,8 @@ PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
       }
       shape.block = src.block;
       shape.per_block = src.per_block;
+      shape.split = src.split;
+      shape.split_reductions = src.split_reductions;
       // Enough blocks to fill every multiprocessor a few times over; grid-stride loops do the rest.
       shape.max_grid = int64_t{info.multiprocessors} * (2048 / src.block) * 4;
       auto& launch = std::get<runtime::KernelLaunch>(program->steps[i]);

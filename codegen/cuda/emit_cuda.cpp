@@ -187,6 +187,8 @@ class Emitter {
   void vector_condition(Text& os, const std::vector<const Addr*>& accesses, const std::string& indent);
   void vector_path(Text& os);
   enum class RowPath { Vector, Registers, Looped };
+  bool splittable() const;
+  void split_rows(Text& os);
   void rows(Text& os);
   void row_loop(Text& os, RowPath path);
 
@@ -199,6 +201,7 @@ class Emitter {
   int vec_ = 4;    // points per thread in the pointwise vector path (128-bit accesses of the narrowest type)
   int items_ = 0;    // points per thread in the register row path (0: none)
   int items_v_ = 0;  // vectors per thread in the vector row path (0: none)
+  int64_t split_ = 0;  // blocks per row in the split shape (0: one block per row)
 };
 
 int32_t Emitter::param(shapes::SymbolId s) {
@@ -715,6 +718,87 @@ void Emitter::row_loop(Text& os, RowPath path) {
   os << "  }\n";
 }
 
+// The split shape: few rows, each long (x.sum(), a loss's mean): `split_` blocks share a row, each
+// reduces a contiguous chunk of it and writes its partials to the launch's workspace; the last
+// block of the row to finish (a counter per row) combines the partials in split order and runs the
+// per-row stages. Kernels of one inner stage (reductions other than argmax/argmin, stores allowed)
+// followed by per-row stages only.
+bool Emitter::splittable() const {
+  if (k_.stages.empty() || k_.stages[0].per_outer || k_.stages[0].reductions.empty() || has_scan(k_.stages[0])) return false;
+  for (size_t s = 1; s < k_.stages.size(); ++s)
+    if (!k_.stages[s].per_outer) return false;
+  for (const loop::Reduction& r : k_.stages[0].reductions)
+    if (is_arg(r.op)) return false;
+  return true;
+}
+
+void Emitter::split_rows(Text& os) {
+  const Stage& st = k_.stages[0];
+  const std::string S = std::to_string(split_);
+  os << "  const i64 outer_n = 1";
+  for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
+  os << ";\n  const i64 units = outer_n * " << S << ";\n";
+  os << "  unsigned int* counters = (unsigned int*)(ws + " << st.reductions.size() << " * units * 8);\n";
+  os << "  __shared__ bool last;\n";
+  os << "  for (i64 t = blockIdx.x; t < units; t += gridDim.x) {\n";
+  os << "    const i64 o = t / " << S << ", part = t % " << S << ";\n";
+  decompose(os, "o", 0, n_outer_, "    ");
+  os << "    const i64 chunk = (inner_n + " << S << " - 1) / " << S << ";\n";
+  os << "    const i64 lo = part * chunk, hi = lo + chunk < inner_n ? lo + chunk : inner_n;\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const ST vt = st.instrs[static_cast<size_t>(st.reductions[r].instr)].type;
+    os << "    " << compute_name(vt) << " acc" << r << " = " << identity(st.reductions[r].op, vt) << ";\n";
+  }
+  os << "    for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) {\n";
+  decompose(os, "j", n_outer_, n_dims_, "      ");
+  instrs(os, 0, "      ", [&](int32_t l) { return load(in_.loads[0][static_cast<size_t>(l)], 0); });
+  for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[0][w], 0, value(0, st.stores[w].instr), "      ");
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    os << "      acc" << r << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
+       << ">()(acc" << r << ", " << value(0, rd.instr) << ");\n";
+  }
+  os << "    }\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    const std::string T = compute_name(st.instrs[static_cast<size_t>(rd.instr)].type);
+    os << "    acc" << r << " = fd_block_reduce(acc" << r << ", " << functor(rd.op) << "<" << T << ">(), "
+       << identity(rd.op, st.instrs[static_cast<size_t>(rd.instr)].type) << ");\n";
+  }
+  os << "    if (threadIdx.x == 0) {\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type);
+    os << "      *(" << T << "*)(ws + (" << r << " * units + t) * 8) = acc" << r << ";\n";
+  }
+  os << "      __threadfence();\n      last = atomicAdd(&counters[o], 1u) == " << S << " - 1;\n    }\n";
+  os << "    __syncthreads();\n    if (last) {\n      __threadfence();\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    const ST vt = st.instrs[static_cast<size_t>(rd.instr)].type;
+    const std::string T = compute_name(vt);
+    os << "      " << T << " part" << r << " = " << identity(rd.op, vt) << ";\n";
+    os << "      for (i64 q = threadIdx.x; q < " << S << "; q += blockDim.x) part" << r << " = " << functor(rd.op) << "<" << T
+       << ">()(part" << r << ", *(volatile " << T << "*)(ws + (" << r << " * units + o * " << S << " + q) * 8));\n";
+    os << "      const " << T << " red" << r << " = fd_block_reduce(part" << r << ", " << functor(rd.op) << "<" << T << ">(), "
+       << identity(rd.op, vt) << ");\n";
+  }
+  for (size_t s = 1; s < k_.stages.size(); ++s) {
+    const Stage& ps = k_.stages[s];
+    for (const std::vector<Addr>* list : {&in_.loads[s], &in_.stores[s]})
+      for (const Addr& a : *list)
+        for (size_t d = n_outer_; d < n_dims_; ++d)
+          if (a.stride[d] != 0 || !a.sym_stride[d].is_constant()) throw loop::Unsupported("cuda emitter: a per-row stage that walks the row");
+    os << "      // stage " << s << ": per row\n";
+    instrs(os, s, "      ", [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
+    if (!ps.stores.empty()) {
+      os << "      if (threadIdx.x == 0) {\n";
+      for (size_t w = 0; w < ps.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, ps.stores[w].instr), "        ");
+      os << "      }\n";
+    }
+  }
+  os << "    }\n    __syncthreads();\n  }\n";
+}
+
 CudaSource Emitter::run() {
   n_outer_ = k_.outer.size();
   n_dims_ = static_cast<size_t>(k_.dims());
@@ -723,7 +807,13 @@ CudaSource Emitter::run() {
   for (const Stage& st : k_.stages) row_shape = row_shape || !st.reductions.empty() || has_scan(st);
   int64_t inner_numel = 1;
   for (int64_t n : k_.inner) inner_numel *= n;
-  if (row_shape) {
+  int64_t outer_numel = 1;
+  for (int64_t n : k_.outer) outer_numel *= n;
+  if (row_shape && outer_numel <= 32 && inner_numel >= 65536 && splittable()) {
+    // About a thousand blocks in all, each at least 16 points per thread.
+    block_ = 256;
+    split_ = std::clamp<int64_t>(std::min<int64_t>(1024 / outer_numel, inner_numel / (block_ * 16)), 2, 1024);
+  } else if (row_shape) {
     // Up to 8 points per thread (a softmax row of 4096: 512 threads); longer rows take 1024
     // threads, up to kMaxItems points each in registers, and loop beyond that.
     block_ = 32;
@@ -743,7 +833,9 @@ CudaSource Emitter::run() {
   body << "  const i64 inner_n = 1";
   for (size_t d = n_outer_; d < n_dims_; ++d) body << " * n" << d;
   body << ";\n  (void)inner_n;\n";
-  if (row_shape)
+  if (split_ > 0)
+    split_rows(body);
+  else if (row_shape)
     rows(body);
   else {
     if (has_scan(k_.stages[0])) throw loop::Unsupported("cuda emitter: scans (cumsum) are not lowered for cuda yet");
@@ -756,6 +848,11 @@ CudaSource Emitter::run() {
   // vector path may run).
   const size_t work_dims = row_shape ? n_outer_ : n_dims_;
   for (size_t d = 0; d < work_dims; ++d) out.work.push_back(work_terms(dims_[d], numbers[d]));
+  if (split_ > 0) {
+    out.work.push_back({WorkTerm{split_, {}}});
+    out.split = split_;
+    out.split_reductions = static_cast<int>(k_.stages[0].reductions.size());
+  }
   out.per_block = row_shape ? 1 : block_ * (n_dims_ > 0 && vectorisable(accesses(false), n_dims_ - 1) ? vec_ : 1);
   int num_args = 0;
   for (const auto& list : {in_.loads, in_.stores})
@@ -766,6 +863,7 @@ CudaSource Emitter::run() {
   src << kPrelude << "extern \"C\" __global__ void __launch_bounds__(" << block_ << ") " << kSymbol << "(";
   for (int i = 0; i < num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
   for (size_t j = 0; j < params_.size(); ++j) src << (num_args || j ? ", " : "") << "i64 z" << j;
+  if (split_ > 0) src << (num_args || !params_.empty() ? ", " : "") << "char* ws";
   src << ") {\n" << body.str() << "}\n";
   out.source = src.str();
   out.size_params = params_;

@@ -18,10 +18,15 @@
 //   block (warp shuffles, then one shared word per warp), and every thread gets the result, so a
 //   per-outer stage (an epilogue: mean, rstd) and later stages read it from registers. Softmax and
 //   layer_norm are one kernel, one block per row; block size from the row length (32..1024).
+//   A row of up to 16 points per thread stays in registers between stages (loaded once, as
+//   aligned vectors where one contiguous inner dim allows; a store a later stage overwrites
+//   never reaches memory); longer rows loop;
+// - split (few long rows: x.sum(), a loss's mean): several blocks per row, partials in a workspace
+//   the launch allocates, combined by the row's last block, which runs the per-row stages.
 // Float32 accumulation for 16-bit types (the loop IR's compute types). Out-of-range gathered
 // indices trap (a device-side assertion, as ATen's embedding does).
-// Not yet: scans (CumSum) throw loop::Unsupported (the graph runs on ATen), and a row longer than
-// a block's worth of work still runs in one block (no split reduction).
+// Not yet: scans (CumSum) throw loop::Unsupported (the graph runs on ATen); argmax/argmin and
+// multi-stage kernels (softmax of one long row) over few long rows still take one block per row.
 #pragma once
 #include "codegen/loop/kernel_input.h"
 
@@ -47,6 +52,10 @@ struct CudaSource {
   int64_t per_block = 1;
   int block = 256;
   bool rows = false;                         // the row shape (else pointwise)
+  // The split shape (`split` blocks per row): the kernel's last parameter is a workspace of
+  // work units * split_reductions * 8 bytes of partials, then a zeroed counter (u32) per row.
+  int64_t split = 0;
+  int split_reductions = 0;
 };
 
 constexpr const char* kSymbol = "fastdyn_kernel";

@@ -1,6 +1,7 @@
 // runtime/cuda/cuda_kernel.cpp — see cuda_kernel.h.
 #include "runtime/cuda/cuda_kernel.h"
 
+#include <ATen/ATen.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -40,10 +41,19 @@ void CudaKernel::launch(void** args, const int64_t* sizes) const {
   const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(code_->device()));
   const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
   // Each parameter's value: the pointer args[i] itself, then sizes[j] (cuLaunchKernel copies them).
-  void* params[64];
+  void* params[65];
   FD_CHECK(num_args_ + num_sizes_ <= 64, "cuda kernel: too many parameters");
   for (int i = 0; i < num_args_; ++i) params[i] = &args[i];
   for (int j = 0; j < num_sizes_; ++j) params[num_args_ + j] = const_cast<int64_t*>(&sizes[j]);
+  at::Tensor workspace;
+  void* ws = nullptr;
+  if (shape_.split > 0) {
+    const int64_t units = shape_.work_units(sizes);
+    workspace = at::zeros({units * shape_.split_reductions * 8 + (units / shape_.split) * 4},
+                          at::TensorOptions().dtype(at::kByte).device(device));
+    ws = workspace.data_ptr();
+    params[num_args_ + num_sizes_] = &ws;
+  }
   cuda::launch(code_->function(), grid, shape_.block, shape_.shared_bytes, static_cast<CUstream>(stream.native_handle()), params,
                code_->device());
 }

@@ -28,6 +28,11 @@ struct LaunchShape {
   int64_t max_grid = 65535;
   int block = 256;
   int shared_bytes = 0;
+  // Split reductions (codegen/cuda/emit_cuda.h): work units are rows x split; each launch passes
+  // a zeroed workspace of units * split_reductions * 8 bytes of partials and a u32 counter per row
+  // as the kernel's last parameter (from PyTorch's caching allocator, on the launch's stream).
+  int64_t split = 0;
+  int split_reductions = 0;
 
   int64_t work_units(const int64_t* sizes) const;
   int64_t grid(const int64_t* sizes) const;  // 0: nothing to do

@@ -95,6 +95,18 @@ def test_reductions(name, cols, dtype):
     check(REDUCTIONS[name], x, dtype=dtype, tol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_few_long_rows_split_across_blocks(dtype):
+    x = torch.randn(3, 300_001, device="cuda").to(dtype)
+    tol = (1e-4, 1e-3) if dtype == torch.float32 else None
+    check(lambda x: (x.sum(), x.mean(-1), x.amax(-1), (x * x).sum(-1).sqrt(), x.amin(-1)), x, dtype=dtype, tol=tol)
+    v = torch.randn(1 << 22, device="cuda")
+    check(lambda v: (v.sum(), v.abs().max(), v.double().sum()), v, tol=(1e-4, 1e-3))
+    f = fastdyn.jit(lambda v: v.sum(), backend="cuda")
+    for _ in range(3):  # the workspace's counters start at zero on every launch
+        torch.testing.assert_close(f(v), v.sum(), rtol=1e-4, atol=1e-3)
+
+
 def test_softmax_and_layer_norm_are_one_kernel_each():
     x = torch.randn(64, 768, device="cuda")
     code = check(lambda x: torch.softmax(F.layer_norm(x, (768,)), -1), x, tol=(1e-4, 1e-4))

@@ -173,3 +173,29 @@ TEST(CudaBackend, PreparesWithoutAGpu) {
 
 }  // namespace
 }  // namespace fastdyn::codegen
+
+namespace fastdyn::codegen {
+namespace {
+
+// Few long rows take several blocks each; the last block of a row combines and runs the epilogue.
+TEST(CudaEmit, FewLongRowsAreSplitAcrossBlocks) {
+  std::vector<std::string> src = cuda_sources(on_gpu(R"(graph(%0: f32[1048576]{1}, %1: f32[4, 100000]{100000, 1}):
+  %2: f32[]{} = aten::sum.dim_IntList(%0, None, False, None)
+  %3: f32[4]{1} = aten::mean.dim(%1, [1], False, None)
+  return (%2, %3)
+)"));
+  ASSERT_EQ(src.size(), 2u);
+  EXPECT_NE(src[0].find("atomicAdd(&counters[o]"), std::string::npos) << src[0];
+  EXPECT_NE(src[1].find("atomicAdd(&counters[o]"), std::string::npos) << src[1];
+  std::vector<std::string> var = cuda_sources(on_gpu(R"(graph(%0: f32[4, 100000]{100000, 1}):
+  %1: f32[4]{1} = aten::var.correction(%0, [1], None, False)
+  return (%1)
+)"));
+  ASSERT_EQ(var.size(), 1u);
+  EXPECT_EQ(var[0].find("atomicAdd"), std::string::npos) << "two inner stages: one block per row\n" << var[0];
+  src.push_back(var[0]);
+  expect_compiles(src);
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
