@@ -22,7 +22,7 @@ if [ -d .gtest ]; then
   gtest_args=(-DGTest_ROOT=/tmp/gtest)
 fi
 
-cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$PY" "${gtest_args[@]}" \
+cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$PY" -DFASTDYN_BUILD_TESTS=ON "${gtest_args[@]}" \
   > "$OUT/build.log" 2>&1 && cmake --build "$bdir" -j "$jobs" >> "$OUT/build.log" 2>&1
 build_rc=$?
 tail -3 "$OUT/build.log"

@@ -529,9 +529,10 @@ RowCache plan_row_cache(const loop::Kernel& k, const loop::KernelInput& in) {
   return c;
 }
 
-// Up to three paths, the first that applies at run time: rows in registers with vector loads
-// (one inner dim walked contiguously, aligned), rows in registers point by point, and rows too
-// long for registers (a size symbol made them longer than the kernel was planned for), looped.
+// Two paths, the first that applies at run time: the row in registers (as aligned vectors where
+// one contiguous inner dim allows, else point by point), and the row looped over (a size symbol
+// made it longer than the kernel was planned for, or the vector path's tensors are misaligned).
+// A static row that fits without vectors needs no loop.
 void Emitter::rows(Text& os) {
   os << "  const i64 outer_n = 1";
   for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
@@ -543,13 +544,15 @@ void Emitter::rows(Text& os) {
     row_loop(os, RowPath::Vector);
     os << "    return;\n  }\n";
   }
+  // NB: where the vector path exists, its fallback (misaligned tensors) is the plain loop: the
+  // register path unrolled point by point costs NVRTC more than the vector path itself.
   bool static_row = true;
   for (size_t d = n_outer_; d < n_dims_; ++d) static_row = static_row && dims_[d].is_constant();
-  if (items_ > 0 && static_row) {  // the kernel's only row length fits: no loop needed
+  if (items_ > 0 && items_v_ == 0 && static_row) {  // the kernel's only row length fits: no loop needed
     row_loop(os, RowPath::Registers);
     return;
   }
-  if (items_ > 0) {
+  if (items_ > 0 && items_v_ == 0) {
     os << "  if (inner_n <= (i64)blockDim.x * " << items_ << ") {  // the row fits in registers\n";
     row_loop(os, RowPath::Registers);
     os << "    return;\n  }\n";
