@@ -474,6 +474,49 @@ struct Calls {
   }
 
 
+  // torch.overrides' probes (torch._C._has_torch_function, _unary, _variadic), which every
+  // torch.nn.functional entry and torch._assert ask first: answered at trace time. A traced tensor
+  // never has a __torch_function__ of its own (an input of such a subclass refuses the trace,
+  // conversions.cpp, and its type is guarded), a constant is asked for real (the guard on it holds
+  // its identity or value), and a TorchFunctionMode refuses both the trace and the compiled code
+  // (interpreter.cpp, the hook). True: the override would run, which the trace cannot follow.
+  static bool may_have_torch_function(Tracer& t, const SymValue& v) {
+    using K = SymValue::Kind;
+    switch (v.kind) {
+      case K::Tensor: return false;
+      case K::Constant: {
+        static PyObject* unary = resolve_python_name("torch._C._has_torch_function_unary");
+        PyOwned r(PyObject_CallOneArg(unary, v.obj));
+        if (!r.p) {
+          PyErr_Clear();
+          throw Unsupported("__torch_function__ probe of " + describe(v));
+        }
+        return r.p == Py_True;
+      }
+      case K::Tuple:
+      case K::List:
+      case K::NamedTuple:
+        for (const SymValue& item : v.kind == K::List ? v.box->items : v.items)
+          if (may_have_torch_function(t, item)) return true;
+        return false;
+      default: throw Unsupported("__torch_function__ probe of " + describe(v));
+    }
+  }
+
+  static bool torch_function_probe(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
+    static PyObject* const probes[] = {resolve_python_name("torch._C._has_torch_function"),
+                                       resolve_python_name("torch._C._has_torch_function_unary"),
+                                       resolve_python_name("torch._C._has_torch_function_variadic")};
+    const size_t which = static_cast<size_t>(std::find(std::begin(probes), std::end(probes), fn) - std::begin(probes));
+    if (which == 3 || !fn || !kwargs.empty()) return false;
+    if (which < 2 && args.size() != 1) return false;  // ATen's own argument error, at run time
+    bool any = false;
+    for (const SymValue& a : args) any = any || may_have_torch_function(t, a);
+    if (any) throw Unsupported("an argument has __torch_function__ (" + py_repr(fn) + ")");
+    out = Tracer::constant(Py_False);
+    return true;
+  }
+
   static bool builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
     auto is = [&](const char* name) { return fn == builtin(name); };
     const size_t n = args.size();
@@ -893,6 +936,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   if (Calls::is_record_type(fn)) return Calls::make_record(fn, std::move(args), std::move(kwargs));
   SymValue out;
   if (Calls::builtin_call(*this, fn, args, kwargs, out)) return out;
+  if (Calls::torch_function_probe(*this, fn, args, kwargs, out)) return out;
   // Reductions over an iterator made in the trace (a generator expression, say).
   static const char* over_iterables[] = {"all", "any", "sum", "min", "max", "sorted", "tuple", "list", "set", "frozenset"};
   for (const char* name : over_iterables)

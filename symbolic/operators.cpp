@@ -308,6 +308,16 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
     }
   }
   if (container.is_python_constant() && index.is_python_constant()) {
+    // list[int], tuple[int, ...], dict[str, Tensor]: a type annotation (torch.jit.annotate in
+    // torch.nn.functional), a types.GenericAlias made from builtin types only.
+    if (container.is_constant() && index.is_constant() &&
+        (container.obj == reinterpret_cast<PyObject*>(&PyList_Type) || container.obj == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
+         container.obj == reinterpret_cast<PyObject*>(&PyDict_Type) || container.obj == reinterpret_cast<PyObject*>(&PyType_Type))) {
+      PyObject* r = PyObject_GetItem(container.obj, index.obj);
+      if (!r) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
+      PyOwned owned(r);
+      return constant(r);
+    }
     if (container.is_constant() && !foldable_constant(container.obj) && !THPSize_Check(container.obj)) {
       // A user object with a Python __getitem__: inline it.
       PyOwned key(PyUnicode_InternFromString("__getitem__"));

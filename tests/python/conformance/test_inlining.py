@@ -215,6 +215,40 @@ def functools_partial_of_torch_function(x):
     return sm(x)
 
 
+# torch.nn.functional's and torch._assert's __torch_function__ probes are answered at trace time
+# (torch._C._has_torch_function*): no break in front of every F call, and a Python bool asserted.
+@CASES(lambda: (r(4, 8),))
+def functional_behind_torch_function_probes(x):
+    torch._assert(x.dim() == 2, "x must be 2-d")
+    return F.softsign(x), F.tanhshrink(x), F.softmin(x, -1), F.normalize(x)
+
+
+class TorchFunctionBox:
+    """Not a tensor, but torch functions defer to it (torch.overrides): its override must run."""
+
+    def __init__(self, t):
+        self.t = t
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda a: a.t if isinstance(a, TorchFunctionBox) else a  # noqa: E731
+        return func(*[unwrap(a) for a in args], **(kwargs or {})) * 10
+
+
+# The probe says yes for an argument with __torch_function__: the override runs as in eager
+# (building the box is a break of its own: a user class's constructor).
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=2)
+def functional_on_an_object_with_torch_function(x):
+    return F.softsign(TorchFunctionBox(x)) + 1
+
+
+# list[int] in torch.jit.annotate (torch.nn.functional's pooling): a builtin generic alias.
+@CASES(lambda: (r(4, 8),))
+def builtin_generic_alias_annotation(x):
+    sizes = torch.jit.annotate(list[int], [])
+    return x + len(sizes)
+
+
 @CASES(lambda: (r(4, 8), r(4, 8)))
 def operator_module_functions(x, y):
     return operator.add(x, y), operator.mul(x, 2), operator.getitem(x, 0), operator.neg(y)
