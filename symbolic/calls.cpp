@@ -575,7 +575,7 @@ struct Calls {
       out = has ? Tracer::constant(Py_True) : v;
       return true;
     }
-    if (!kwargs.empty() && !is("enumerate") && !is("dict") && !is("getattr")) return false;
+    if (!kwargs.empty() && !is("enumerate") && !is("dict") && !is("getattr") && !is("zip")) return false;
     if ((is("iter") && n == 1) || (is("reversed") && n == 1)) {
       SymValue it = t.make_iterator(args[0]);
       if (is("reversed")) {
@@ -612,11 +612,18 @@ struct Calls {
       out = iterator_of(std::move(items));
       return true;
     }
-    if (is("zip") && kwargs.empty()) {
+    if (is("zip")) {
+      // zip(..., strict=b): strict sequences of unequal lengths raise, which eager must do.
+      bool strict = false;
+      for (const auto& [k, v] : kwargs) {
+        if (k != "strict" || !v.is_constant() || !PyBool_Check(v.obj)) throw Unsupported("zip() keyword '" + k + "'");
+        strict = v.obj == Py_True;
+      }
       std::vector<Args> seqs;
       size_t len = SIZE_MAX;
       for (SymValue& a : args) {
         seqs.push_back(remaining(t.make_iterator(a)));
+        if (strict && len != SIZE_MAX && seqs.back().size() != len) throw Unsupported("zip(strict=True) of unequal lengths");
         len = std::min(len, seqs.back().size());
       }
       if (seqs.empty()) len = 0;

@@ -468,6 +468,112 @@ CaptureResult bind_conv2d(BindCall& c) {
   return record_conv(c, sig, 2, OpId::conv2d, OpId::conv2d_padding);
 }
 
+// ---- pooling ----------------------------------------------------------------------------------
+
+namespace {
+
+// ATen's pooling_output_shape: the number of windows along a dim (ceil_mode: a last, partial
+// window counts if it starts inside the input or its left padding).
+int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation, bool ceil_mode) {
+  const int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  int64_t out = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// The output of a 2-d pooling of x ([C, H, W] or [N, C, H, W]) to `hw`: the input's memory
+// format (channels-last stays channels-last), as ATen allocates it.
+TensorMeta pooled_meta(const BindCall& c, ValueId x, int64_t h, int64_t w) {
+  const TensorMeta& mx = c.graph.meta(x);
+  Ints shape(mx.sizes.begin(), mx.sizes.end() - 2);
+  shape.push_back(h);
+  shape.push_back(w);
+  const bool rg = any_requires_grad(c.graph, c.ctx, {x});
+  return mx.dim() == 4 ? make_meta(mx.dtype, mx.device, shape, suggested_format_strides(mx, shape), rg)
+                       : contiguous_meta(mx.dtype, mx.device, shape, rg);
+}
+
+std::optional<std::string> check_pool_input(const std::string& name, const TensorMeta& mx) {
+  if (mx.dim() != 3 && mx.dim() != 4)
+    return name + ": expected a 3D or 4D (batch mode) tensor, got input of size " + shape_str(mx.sizes);
+  if (!is_floating(mx.dtype)) return name + ": not implemented for '" + dtype_name(mx.dtype) + "'";
+  for (size_t d = mx.sizes.size() - 2; d < mx.sizes.size(); ++d)
+    if (mx.sizes[d] <= 0) return name + ": empty spatial input " + shape_str(mx.sizes);
+  return std::nullopt;
+}
+
+// max_pool2d and avg_pool2d: kernel_size, stride (empty: the kernel), padding (and dilation) as
+// one int or two; ATen's argument checks, as errors that leave the call to eager.
+CaptureResult record_pool2d(BindCall& c, const Signature& sig, OpId op, bool max) {
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const std::string& name = sig.name();
+  const ValueId x = a.tensor("input");
+  const TensorMeta& mx = c.graph.meta(x);
+  if (auto err = check_pool_input(name, mx)) return CaptureResult::fail(*err);
+  auto pair = [&](const char* p, Ints fallback) -> std::optional<Ints> {
+    Ints v = a.ints(p);
+    if (v.empty()) v = std::move(fallback);
+    if (v.size() == 1) v.push_back(v[0]);
+    if (v.size() != 2) return std::nullopt;
+    return v;
+  };
+  const std::optional<Ints> k = pair("kernel_size", {});
+  if (!k) return CaptureResult::fail(name + ": kernel_size must be one int or two");
+  const std::optional<Ints> stride = pair("stride", *k), padding = pair("padding", {0});
+  const std::optional<Ints> dilation = max ? pair("dilation", {1}) : std::optional<Ints>(Ints{1, 1});
+  if (!stride || !padding || !dilation) return CaptureResult::fail(name + ": stride, padding and dilation must be one int or two");
+  const bool ceil_mode = a.boolean("ceil_mode");
+  int64_t out[2];
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t kk = (*k)[i], s = (*stride)[i], p = (*padding)[i], d = (*dilation)[i];
+    if (kk <= 0 || s <= 0 || d <= 0 || p < 0) return CaptureResult::fail(name + ": kernel size, stride and dilation must be positive, padding non-negative");
+    if (p > (max ? ((kk - 1) * d + 1) / 2 : kk / 2)) return CaptureResult::fail(name + ": pad should be at most half of effective kernel size");
+    out[i] = pooled_size(mx.sizes[mx.sizes.size() - 2 + i], kk, p, s, d, ceil_mode);
+    if (out[i] < 1) return CaptureResult::fail(name + ": output size is too small");
+  }
+  std::vector<Arg> args{Arg::of_value(x), Arg::of_ints(*k), Arg::of_ints(*stride), Arg::of_ints(*padding)};
+  if (max) {
+    args.push_back(Arg::of_ints(*dilation));
+    args.push_back(Arg::of_bool(ceil_mode));
+  } else {
+    args.push_back(Arg::of_bool(ceil_mode));
+    args.push_back(Arg::of_bool(a.boolean("count_include_pad")));
+    args.push_back(const_arg(a.get("divisor_override")));
+  }
+  return tensor_result(emit1(c.graph, op, std::move(args), pooled_meta(c, x, out[0], out[1])));
+}
+
+}  // namespace
+
+CaptureResult bind_max_pool2d(BindCall& c) {
+  static const Signature sig(
+      "max_pool2d(Tensor input, int[] kernel_size, int[] stride=[], int[] padding=0, int[] dilation=1, bool ceil_mode=False)");
+  return record_pool2d(c, sig, OpId::max_pool2d, true);
+}
+
+CaptureResult bind_avg_pool2d(BindCall& c) {
+  static const Signature sig(
+      "avg_pool2d(Tensor input, int[] kernel_size, int[] stride=[], int[] padding=0, bool ceil_mode=False, bool "
+      "count_include_pad=True, int? divisor_override=None)");
+  return record_pool2d(c, sig, OpId::avg_pool2d, false);
+}
+
+CaptureResult bind_adaptive_avg_pool2d(BindCall& c) {
+  static const Signature sig("adaptive_avg_pool2d(Tensor input, int[] output_size)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const ValueId x = a.tensor("input");
+  const TensorMeta& mx = c.graph.meta(x);
+  if (auto err = check_pool_input("adaptive_avg_pool2d", mx)) return CaptureResult::fail(*err);
+  Ints size = a.ints("output_size");
+  if (size.size() == 1) size.push_back(size[0]);
+  if (size.size() != 2 || size[0] < 0 || size[1] < 0)
+    return CaptureResult::fail("adaptive_avg_pool2d: output_size must be one or two non-negative ints");
+  return tensor_result(emit1(c.graph, OpId::adaptive_avg_pool2d, {Arg::of_value(x), Arg::of_ints(size)},
+                             pooled_meta(c, x, size[0], size[1])));
+}
+
 // ---- attention --------------------------------------------------------------------------------
 
 namespace {
