@@ -191,6 +191,7 @@ class Emitter {
   void split_rows(Text& os);
   void rows(Text& os);
   void row_loop(Text& os, RowPath path);
+  void per_row_stage(Text& os, size_t s, const std::string& indent);
 
   const loop::KernelInput& in_;
   const loop::Kernel& k_;
@@ -533,6 +534,22 @@ RowCache plan_row_cache(const loop::Kernel& k, const loop::KernelInput& in) {
 // one contiguous inner dim allows, else point by point), and the row looped over (a size symbol
 // made it longer than the kernel was planned for, or the vector path's tensors are misaligned).
 // A static row that fits without vectors needs no loop.
+// A per-row stage (an epilogue: mean, rstd): every thread computes it (the reductions it reads
+// are in every thread's registers); thread 0 stores.
+void Emitter::per_row_stage(Text& os, size_t s, const std::string& indent) {
+  const Stage& st = k_.stages[s];
+  for (const std::vector<Addr>* list : {&in_.loads[s], &in_.stores[s]})
+    for (const Addr& a : *list)
+      for (size_t d = n_outer_; d < n_dims_; ++d)
+        if (a.stride[d] != 0 || !a.sym_stride[d].is_constant()) throw loop::Unsupported("cuda emitter: a per-row stage that walks the row");
+  os << indent << "// stage " << s << ": per row\n";
+  instrs(os, s, indent, [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
+  if (st.stores.empty()) return;
+  os << indent << "if (threadIdx.x == 0) {\n";
+  for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, st.stores[w].instr), indent + "  ");
+  os << indent << "}\n";
+}
+
 void Emitter::rows(Text& os) {
   os << "  const i64 outer_n = 1";
   for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
@@ -578,18 +595,7 @@ void Emitter::row_loop(Text& os, RowPath path) {
     synced = false;
     if (has_scan(st)) throw loop::Unsupported("cuda emitter: scans (cumsum) are not lowered for cuda yet");
     if (st.per_outer) {
-      for (const std::vector<Addr>* list : {&in_.loads[s], &in_.stores[s]})
-        for (const Addr& a : *list)
-          for (size_t d = n_outer_; d < n_dims_; ++d)
-            if (a.stride[d] != 0 || !a.sym_stride[d].is_constant())
-              throw loop::Unsupported("cuda emitter: a per-row stage that walks the row");
-      os << "    // stage " << s << ": per row\n";
-      instrs(os, s, "    ", [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
-      if (!st.stores.empty()) {
-        os << "    if (threadIdx.x == 0) {\n";
-        for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, st.stores[w].instr), "      ");
-        os << "    }\n";
-      }
+      per_row_stage(os, s, "    ");
       continue;
     }
     os << "    // stage " << s << ": over the row\n";
@@ -785,20 +791,7 @@ void Emitter::split_rows(Text& os) {
     os << "      const " << T << " red" << r << " = fd_block_reduce(part" << r << ", " << functor(rd.op) << "<" << T << ">(), "
        << identity(rd.op, vt) << ");\n";
   }
-  for (size_t s = 1; s < k_.stages.size(); ++s) {
-    const Stage& ps = k_.stages[s];
-    for (const std::vector<Addr>* list : {&in_.loads[s], &in_.stores[s]})
-      for (const Addr& a : *list)
-        for (size_t d = n_outer_; d < n_dims_; ++d)
-          if (a.stride[d] != 0 || !a.sym_stride[d].is_constant()) throw loop::Unsupported("cuda emitter: a per-row stage that walks the row");
-    os << "      // stage " << s << ": per row\n";
-    instrs(os, s, "      ", [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
-    if (!ps.stores.empty()) {
-      os << "      if (threadIdx.x == 0) {\n";
-      for (size_t w = 0; w < ps.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, ps.stores[w].instr), "        ");
-      os << "      }\n";
-    }
-  }
+  for (size_t s = 1; s < k_.stages.size(); ++s) per_row_stage(os, s, "      ");
   os << "    }\n    __syncthreads();\n  }\n";
 }
 
