@@ -846,7 +846,10 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       throw NoBreak(py_repr(callable.obj) + " reads the calling frame (the frame runs as written)");
   }
   PyObject* fn = callable.obj;
-  if (auto fam = family_of_object(fn)) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
+  // A Python builtin that is also a tensor op (abs): on Python numbers it is the builtin.
+  const bool tensor_free_builtin = PyCFunction_Check(fn) && fn == builtin("abs") && args.size() == 1 && kwargs.empty() &&
+                                   args[0].kind == SymValue::Kind::Constant;
+  if (auto fam = family_of_object(fn); fam && !tensor_free_builtin) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
   // Tracing and compiling probes. Like Dynamo, fastdyn answers "compiling" while it traces, so
   // libraries take their compile-friendly paths (transformers builds attention masks without
   // reading their values); jit tracing/scripting and export are not happening.
@@ -1037,6 +1040,18 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     if (f && fn == f) return constant(Py_False);
   static PyObject* tracing_state = resolve_python_name("torch._C._get_tracing_state");
   if (tracing_state && fn == tracing_state && args.empty()) return constant(Py_None);
+  // Usage telemetry (nn.Module construction, torch.hub...): logged once per process and key, so
+  // the trace logs it once, for real, and the compiled code need not.
+  static PyObject* log_api_usage = resolve_python_name("torch._C._log_api_usage_once");
+  if (log_api_usage && fn == log_api_usage && args.size() == 1 && kwargs.empty() && args[0].is_constant() &&
+      PyUnicode_Check(args[0].obj)) {
+    PyOwned r(PyObject_CallOneArg(fn, args[0].obj));
+    if (!r.p) {
+      PyErr_Clear();
+      throw Unsupported("torch._C._log_api_usage_once raised");
+    }
+    return constant(Py_None);
+  }
   throw Unsupported("call to " + py_repr(fn) + " is not supported");
 }
 

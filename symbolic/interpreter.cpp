@@ -527,6 +527,19 @@ struct Handlers {
     std::vector<SymValue> items = t.unpack(t.pop(), in.arg);
     for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(std::move(*it));
   }
+  // a, *rest = seq (and *rest, z = ..., a, *mid, z = ...): `before` items, a new list of the middle,
+  // `after` items, pushed right to left like UNPACK_SEQUENCE. Too few items: eager's ValueError.
+  static void unpack_ex(Tracer& t, const Instruction& in) {
+    const size_t before = static_cast<size_t>(in.arg & 0xff), after = static_cast<size_t>(in.arg >> 8);
+    std::vector<SymValue> items = remaining(t.make_iterator(t.pop()));
+    if (items.size() < before + after)
+      throw Unsupported("unpacking " + std::to_string(items.size()) + " values into at least " + std::to_string(before + after));
+    std::vector<SymValue> out(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(before));
+    out.push_back(SymValue::list(std::vector<SymValue>(items.begin() + static_cast<std::ptrdiff_t>(before),
+                                                       items.end() - static_cast<std::ptrdiff_t>(after))));
+    out.insert(out.end(), items.end() - static_cast<std::ptrdiff_t>(after), items.end());
+    for (auto it = out.rbegin(); it != out.rend(); ++it) t.push(std::move(*it));
+  }
   static void build_map(Tracer& t, const Instruction& in) {
     std::vector<SymValue> kv = pop_n(t, 2 * in.arg);
     SymValue d = SymValue::boxed(SymValue::Kind::Dict);
@@ -900,7 +913,7 @@ struct Handlers {
           {"BINARY_SLICE", binary_slice}, {"BUILD_SLICE", build_slice}, {"STORE_SUBSCR", store_subscr}, {"STORE_SLICE", store_slice}, {"DELETE_SUBSCR", delete_subscr},
           {"BUILD_TUPLE", build_tuple}, {"BUILD_LIST", build_list}, {"LIST_EXTEND", list_extend},
           {"LIST_APPEND", list_append}, {"LIST_TO_TUPLE", list_to_tuple},
-          {"UNPACK_SEQUENCE", unpack_sequence}, {"BUILD_MAP", build_map},
+          {"UNPACK_SEQUENCE", unpack_sequence}, {"UNPACK_EX", unpack_ex}, {"BUILD_MAP", build_map},
           {"BUILD_CONST_KEY_MAP", build_const_key_map}, {"MAP_ADD", map_add},
           {"DICT_UPDATE", dict_update}, {"DICT_MERGE", dict_update}, {"FORMAT_VALUE", format_value},
           {"BUILD_STRING", build_string}, {"JUMP_FORWARD", jump}, {"JUMP_BACKWARD", jump},

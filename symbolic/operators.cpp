@@ -18,6 +18,27 @@
 
 namespace fastdyn::symbolic {
 
+namespace {
+// The name of the i-th submodule of an nn.Sequential or nn.ModuleList: its key in _modules ("0",
+// "1", ... unless a Sequential was built from an OrderedDict of names), which is what indexing
+// and iteration reach (they walk _modules.values()).
+std::string module_key(PyObject* container, Py_ssize_t i) {
+  PyOwned modules(PyObject_GetAttrString(container, "_modules"));
+  if (!modules.p || !PyDict_Check(modules.p)) {
+    PyErr_Clear();
+    throw Unsupported("a module container without _modules");
+  }
+  Py_ssize_t pos = 0, k = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(modules.p, &pos, &key, &value))
+    if (k++ == i) {
+      if (!PyUnicode_Check(key)) throw Unsupported("a submodule name that is not a str");
+      return PyUnicode_AsUTF8(key);
+    }
+  throw Unsupported("module index out of range");
+}
+}  // namespace
+
 using codegen::Family;
 
 // ---------------------------------------------------------------------------------------------
@@ -282,14 +303,14 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
       Py_ssize_t i = PyLong_AsSsize_t(index.obj);
       if (i < 0) i += n;
       if (i < 0 || i >= n) throw Unsupported("module index out of range");
-      return load_attr(container, std::to_string(i));
+      return load_attr(container, module_key(c, i));
     }
     if (is_module_container(c, "ModuleList") && PySlice_Check(index.obj)) {  // a list of the modules
       Py_ssize_t start, stop, step;
       if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0) { PyErr_Clear(); throw Unsupported("bad slice"); }
       const Py_ssize_t len = PySlice_AdjustIndices(PyObject_Length(c), &start, &stop, step);
       std::vector<SymValue> mods;
-      for (Py_ssize_t k = 0; k < len; ++k) mods.push_back(load_attr(container, std::to_string(start + k * step)));
+      for (Py_ssize_t k = 0; k < len; ++k) mods.push_back(load_attr(container, module_key(c, start + k * step)));
       return SymValue::list(std::move(mods));
     }
     if (is_module_container(c, "ModuleDict") && PyUnicode_Check(index.obj)) return load_attr(container, PyUnicode_AsUTF8(index.obj));
@@ -372,7 +393,7 @@ SymValue Tracer::make_iterator(const SymValue& v) {
       if (is_module_container(o, "ModuleList") || is_module_container(o, "Sequential")) {
         const Py_ssize_t n = PyObject_Length(o);
         guard_module_count(v);
-        for (Py_ssize_t i = 0; i < n; ++i) items.push_back(load_attr(v, std::to_string(i)));
+        for (Py_ssize_t i = 0; i < n; ++i) items.push_back(load_attr(v, module_key(o, i)));
         break;
       }
       if (is_module_container(o, "ModuleDict")) {

@@ -323,9 +323,10 @@ CaptureResult bind_dropout(BindCall& c) {
   double p = a.number("p");
   if (p < 0.0 || p > 1.0)
     return CaptureResult::fail("dropout: dropout probability has to be between 0 and 1, but got " + std::to_string(p));
-  if (a.boolean("inplace")) return CaptureResult::fail("dropout: inplace=True is not supported");
-  // NB: eager returns the input itself (no copy) outside training or with p == 0.
+  // NB: eager returns the input itself (no copy, no write: inplace=True too) outside training or
+  // with p == 0.
   if (!a.boolean("training") || p == 0.0) return tensor_result(x);
+  if (a.boolean("inplace")) return CaptureResult::fail("dropout: inplace=True in training is not supported");
   const TensorMeta& m = c.graph.meta(x);
   if (!is_floating(m.dtype)) return CaptureResult::fail("dropout: expected a floating point input");
   TensorMeta out = make_meta(m.dtype, m.device, m.sizes, preserve_format_strides(m), any_requires_grad(c.graph, c.ctx, {x}));

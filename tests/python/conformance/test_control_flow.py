@@ -88,7 +88,7 @@ def early_return_on_constant(x, n):
     return x.sum(1)
 
 
-@CASES(lambda: (r(4, 8), 7), xfail=BRANCH)
+@CASES(lambda: (r(4, 8), 7))
 def builtin_min_max_abs_on_numbers(x, n):
     k = min(n, 5) + max(n, 2) + abs(-n)
     if k > 10:
