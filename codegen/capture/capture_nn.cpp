@@ -482,55 +482,58 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t 
   return out;
 }
 
-// The output of a 2-d pooling of x ([C, H, W] or [N, C, H, W]) to `hw`: the input's memory
-// format (channels-last stays channels-last), as ATen allocates it.
-TensorMeta pooled_meta(const BindCall& c, ValueId x, int64_t h, int64_t w) {
+// The output of a pooling of x ([C, *spatial] or [N, C, *spatial]) to `spatial`: a 2-d pooling
+// keeps the input's memory format (channels-last stays channels-last), as ATen allocates it; a
+// 1-d pooling (ATen's 2-d kernel on an unsqueezed view, squeezed back) is contiguous.
+TensorMeta pooled_meta(const BindCall& c, ValueId x, const Ints& spatial) {
   const TensorMeta& mx = c.graph.meta(x);
-  Ints shape(mx.sizes.begin(), mx.sizes.end() - 2);
-  shape.push_back(h);
-  shape.push_back(w);
+  Ints shape(mx.sizes.begin(), mx.sizes.end() - static_cast<std::ptrdiff_t>(spatial.size()));
+  shape.insert(shape.end(), spatial.begin(), spatial.end());
   const bool rg = any_requires_grad(c.graph, c.ctx, {x});
-  return mx.dim() == 4 ? make_meta(mx.dtype, mx.device, shape, suggested_format_strides(mx, shape), rg)
-                       : contiguous_meta(mx.dtype, mx.device, shape, rg);
+  return mx.dim() == 4 && spatial.size() == 2 ? make_meta(mx.dtype, mx.device, shape, suggested_format_strides(mx, shape), rg)
+                                              : contiguous_meta(mx.dtype, mx.device, shape, rg);
 }
 
-std::optional<std::string> check_pool_input(const std::string& name, const TensorMeta& mx) {
-  if (mx.dim() != 3 && mx.dim() != 4)
-    return name + ": expected a 3D or 4D (batch mode) tensor, got input of size " + shape_str(mx.sizes);
+// `nd` spatial dims (1 or 2) after a channel dim and an optional batch dim.
+std::optional<std::string> check_pool_input(const std::string& name, const TensorMeta& mx, int64_t nd = 2) {
+  if (mx.dim() != nd + 1 && mx.dim() != nd + 2)
+    return name + ": expected a " + std::to_string(nd + 1) + "D or " + std::to_string(nd + 2) +
+           "D (batch mode) tensor, got input of size " + shape_str(mx.sizes);
   if (!is_floating(mx.dtype)) return name + ": not implemented for '" + dtype_name(mx.dtype) + "'";
-  for (size_t d = mx.sizes.size() - 2; d < mx.sizes.size(); ++d)
+  for (size_t d = mx.sizes.size() - static_cast<size_t>(nd); d < mx.sizes.size(); ++d)
     if (mx.sizes[d] <= 0) return name + ": empty spatial input " + shape_str(mx.sizes);
   return std::nullopt;
 }
 
 // max_pool2d and avg_pool2d: kernel_size, stride (empty: the kernel), padding (and dilation) as
 // one int or two; ATen's argument checks, as errors that leave the call to eager.
-CaptureResult record_pool2d(BindCall& c, const Signature& sig, OpId op, bool max) {
+CaptureResult record_pool(BindCall& c, const Signature& sig, OpId op, bool max, int64_t nd) {
   BoundArgs a;
   if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
   const std::string& name = sig.name();
   const ValueId x = a.tensor("input");
   const TensorMeta& mx = c.graph.meta(x);
-  if (auto err = check_pool_input(name, mx)) return CaptureResult::fail(*err);
+  if (auto err = check_pool_input(name, mx, nd)) return CaptureResult::fail(*err);
+  const auto n = static_cast<size_t>(nd);
   auto pair = [&](const char* p, Ints fallback) -> std::optional<Ints> {
     Ints v = a.ints(p);
     if (v.empty()) v = std::move(fallback);
-    if (v.size() == 1) v.push_back(v[0]);
-    if (v.size() != 2) return std::nullopt;
+    if (v.size() == 1) v.assign(n, v[0]);
+    if (v.size() != n) return std::nullopt;
     return v;
   };
   const std::optional<Ints> k = pair("kernel_size", {});
-  if (!k) return CaptureResult::fail(name + ": kernel_size must be one int or two");
+  if (!k) return CaptureResult::fail(name + ": kernel_size must be one int or " + std::to_string(nd));
   const std::optional<Ints> stride = pair("stride", *k), padding = pair("padding", {0});
-  const std::optional<Ints> dilation = max ? pair("dilation", {1}) : std::optional<Ints>(Ints{1, 1});
-  if (!stride || !padding || !dilation) return CaptureResult::fail(name + ": stride, padding and dilation must be one int or two");
+  const std::optional<Ints> dilation = max ? pair("dilation", {1}) : std::optional<Ints>(Ints(n, 1));
+  if (!stride || !padding || !dilation) return CaptureResult::fail(name + ": stride, padding and dilation must be one int or " + std::to_string(nd));
   const bool ceil_mode = a.boolean("ceil_mode");
-  int64_t out[2];
-  for (size_t i = 0; i < 2; ++i) {
+  Ints out(n);
+  for (size_t i = 0; i < n; ++i) {
     const int64_t kk = (*k)[i], s = (*stride)[i], p = (*padding)[i], d = (*dilation)[i];
     if (kk <= 0 || s <= 0 || d <= 0 || p < 0) return CaptureResult::fail(name + ": kernel size, stride and dilation must be positive, padding non-negative");
     if (p > (max ? ((kk - 1) * d + 1) / 2 : kk / 2)) return CaptureResult::fail(name + ": pad should be at most half of effective kernel size");
-    out[i] = pooled_size(mx.sizes[mx.sizes.size() - 2 + i], kk, p, s, d, ceil_mode);
+    out[i] = pooled_size(mx.sizes[mx.sizes.size() - n + i], kk, p, s, d, ceil_mode);
     if (out[i] < 1) return CaptureResult::fail(name + ": output size is too small");
   }
   std::vector<Arg> args{Arg::of_value(x), Arg::of_ints(*k), Arg::of_ints(*stride), Arg::of_ints(*padding)};
@@ -540,9 +543,9 @@ CaptureResult record_pool2d(BindCall& c, const Signature& sig, OpId op, bool max
   } else {
     args.push_back(Arg::of_bool(ceil_mode));
     args.push_back(Arg::of_bool(a.boolean("count_include_pad")));
-    args.push_back(const_arg(a.get("divisor_override")));
+    if (nd == 2) args.push_back(const_arg(a.get("divisor_override")));
   }
-  return tensor_result(emit1(c.graph, op, std::move(args), pooled_meta(c, x, out[0], out[1])));
+  return tensor_result(emit1(c.graph, op, std::move(args), pooled_meta(c, x, out)));
 }
 
 }  // namespace
@@ -550,15 +553,27 @@ CaptureResult record_pool2d(BindCall& c, const Signature& sig, OpId op, bool max
 CaptureResult bind_max_pool2d(BindCall& c) {
   static const Signature sig(
       "max_pool2d(Tensor input, int[] kernel_size, int[] stride=[], int[] padding=0, int[] dilation=1, bool ceil_mode=False)");
-  return record_pool2d(c, sig, OpId::max_pool2d, true);
+  return record_pool(c, sig, OpId::max_pool2d, true, 2);
 }
 
 CaptureResult bind_avg_pool2d(BindCall& c) {
   static const Signature sig(
       "avg_pool2d(Tensor input, int[] kernel_size, int[] stride=[], int[] padding=0, bool ceil_mode=False, bool "
       "count_include_pad=True, int? divisor_override=None)");
-  return record_pool2d(c, sig, OpId::avg_pool2d, false);
+  return record_pool(c, sig, OpId::avg_pool2d, false, 2);
 }
+
+namespace {
+// adaptive_*_pool(input, output_size): one int per spatial dim (or one for all); `nd` of them.
+std::optional<Ints> adaptive_size(const BoundArgs& a, size_t nd) {
+  Ints size = a.ints("output_size");
+  if (size.size() == 1) size.assign(nd, size[0]);
+  if (size.size() != nd) return std::nullopt;
+  for (int64_t s : size)
+    if (s < 0) return std::nullopt;
+  return size;
+}
+}  // namespace
 
 CaptureResult bind_adaptive_avg_pool2d(BindCall& c) {
   static const Signature sig("adaptive_avg_pool2d(Tensor input, int[] output_size)");
@@ -567,12 +582,50 @@ CaptureResult bind_adaptive_avg_pool2d(BindCall& c) {
   const ValueId x = a.tensor("input");
   const TensorMeta& mx = c.graph.meta(x);
   if (auto err = check_pool_input("adaptive_avg_pool2d", mx)) return CaptureResult::fail(*err);
-  Ints size = a.ints("output_size");
-  if (size.size() == 1) size.push_back(size[0]);
-  if (size.size() != 2 || size[0] < 0 || size[1] < 0)
-    return CaptureResult::fail("adaptive_avg_pool2d: output_size must be one or two non-negative ints");
-  return tensor_result(emit1(c.graph, OpId::adaptive_avg_pool2d, {Arg::of_value(x), Arg::of_ints(size)},
-                             pooled_meta(c, x, size[0], size[1])));
+  const std::optional<Ints> adaptive = adaptive_size(a, 2);
+  if (!adaptive) return CaptureResult::fail("adaptive_avg_pool2d: output_size must be one or two non-negative ints");
+  const Ints& size = *adaptive;
+  return tensor_result(emit1(c.graph, OpId::adaptive_avg_pool2d, {Arg::of_value(x), Arg::of_ints(size)}, pooled_meta(c, x, size)));
+}
+
+CaptureResult bind_max_pool1d(BindCall& c) {
+  static const Signature sig(
+      "max_pool1d(Tensor input, int[] kernel_size, int[] stride=[], int[] padding=0, int[] dilation=1, bool ceil_mode=False)");
+  return record_pool(c, sig, OpId::max_pool1d, true, 1);
+}
+
+CaptureResult bind_avg_pool1d(BindCall& c) {
+  static const Signature sig(
+      "avg_pool1d(Tensor input, int[] kernel_size, int[] stride=[], int[] padding=0, bool ceil_mode=False, bool "
+      "count_include_pad=True)");
+  return record_pool(c, sig, OpId::avg_pool1d, false, 1);
+}
+
+
+CaptureResult bind_adaptive_avg_pool1d(BindCall& c) {
+  static const Signature sig("adaptive_avg_pool1d(Tensor input, int[] output_size)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const ValueId x = a.tensor("input");
+  if (auto err = check_pool_input("adaptive_avg_pool1d", c.graph.meta(x), 1)) return CaptureResult::fail(*err);
+  const std::optional<Ints> size = adaptive_size(a, 1);
+  if (!size) return CaptureResult::fail("adaptive_avg_pool1d: output_size must be one non-negative int");
+  return tensor_result(emit1(c.graph, OpId::adaptive_avg_pool1d, {Arg::of_value(x), Arg::of_ints(*size)}, pooled_meta(c, x, *size)));
+}
+
+// (values, int64 indices), both in the input's memory format.
+CaptureResult bind_adaptive_max_pool2d(BindCall& c) {
+  static const Signature sig("adaptive_max_pool2d(Tensor input, int[] output_size)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const ValueId x = a.tensor("input");
+  if (auto err = check_pool_input("adaptive_max_pool2d", c.graph.meta(x))) return CaptureResult::fail(*err);
+  const std::optional<Ints> size = adaptive_size(a, 2);
+  if (!size) return CaptureResult::fail("adaptive_max_pool2d: output_size must be one or two non-negative ints");
+  TensorMeta values = pooled_meta(c, x, *size), indices = values;
+  indices.dtype = ST::Long;
+  indices.requires_grad = false;
+  return tuple_result(emit(c.graph, OpId::adaptive_max_pool2d, {Arg::of_value(x), Arg::of_ints(*size)}, {values, indices}));
 }
 
 // ---- attention --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Pooling (issue 21): F.max_pool2d, F.avg_pool2d and F.adaptive_avg_pool2d are captured (one graph,
+"""Pooling (issue 21): F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d and
+their 1-d forms (max, avg, adaptive avg) are captured (one graph,
 no break: torch.nn.functional's __torch_function__ probes are answered at trace time, and the ops
 are in the op table, run by ATen between the kernels), with eager's values, shapes and strides
 (channels-last stays channels-last) across kernel/stride/padding/dilation/ceil_mode, 3-d inputs,
@@ -58,6 +59,30 @@ def test_avg_pool2d(name, layout):
 def test_adaptive_avg_pool2d(name, layout):
     x = torch.randn(3, 9, 11) if layout == "3d" else x4(2, 3, 9, 11, channels_last=layout == "channels_last")
     check(ADAPTIVE[name], x)
+
+
+POOL1D = {
+    "avg": lambda x: F.avg_pool1d(x, 3, stride=2, padding=1),
+    "avg_ceil_nopad": lambda x: F.avg_pool1d(x, 2, ceil_mode=True, count_include_pad=False),
+    "max": lambda x: F.max_pool1d(x, 3, stride=2, padding=1),
+    "max_dilation": lambda x: F.max_pool1d(x, 2, dilation=2),
+    "adaptive": lambda x: F.adaptive_avg_pool1d(x, 4),
+    "adaptive_one": lambda x: F.adaptive_avg_pool1d(x * 2, 1).squeeze(-1),
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "2d"])
+@pytest.mark.parametrize("name", sorted(POOL1D))
+def test_pool1d(name, layout):
+    x = torch.randn(3, 11) if layout == "2d" else torch.randn(2, 3, 11)
+    check(POOL1D[name], x)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "3d"])
+def test_adaptive_max_pool2d(layout):
+    x = torch.randn(3, 9, 11) if layout == "3d" else x4(2, 3, 9, 11, channels_last=layout == "channels_last")
+    check(lambda x: F.adaptive_max_pool2d(x, (3, 4)) * 2, x)
+    check(lambda x: F.adaptive_max_pool2d(x, 2, return_indices=True), x)
 
 
 def test_bfloat16():
