@@ -127,6 +127,7 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
 }
 
 static PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
+static PyObject* builtins_module() { return PyImport_AddModule("builtins"); }  // borrowed
 
 // A C method whose call on constant arguments has no side effect: any method of an immutable
 // value, the read-only methods of dicts and lists, and os.environ.get.
@@ -480,7 +481,7 @@ struct Calls {
   // conversions.cpp, and its type is guarded), a constant is asked for real (the guard on it holds
   // its identity or value), and a TorchFunctionMode refuses both the trace and the compiled code
   // (interpreter.cpp, the hook). True: the override would run, which the trace cannot follow.
-  static bool may_have_torch_function(Tracer& t, const SymValue& v) {
+  static bool may_have_torch_function(const SymValue& v) {
     using K = SymValue::Kind;
     switch (v.kind) {
       case K::Tensor: return false;
@@ -497,13 +498,13 @@ struct Calls {
       case K::List:
       case K::NamedTuple:
         for (const SymValue& item : v.kind == K::List ? v.box->items : v.items)
-          if (may_have_torch_function(t, item)) return true;
+          if (may_have_torch_function(item)) return true;
         return false;
       default: throw Unsupported("__torch_function__ probe of " + describe(v));
     }
   }
 
-  static bool torch_function_probe(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
+  static bool torch_function_probe(PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
     static PyObject* const probes[] = {resolve_python_name("torch._C._has_torch_function"),
                                        resolve_python_name("torch._C._has_torch_function_unary"),
                                        resolve_python_name("torch._C._has_torch_function_variadic")};
@@ -511,7 +512,7 @@ struct Calls {
     if (which == 3 || !fn || !kwargs.empty()) return false;
     if (which < 2 && args.size() != 1) return false;  // ATen's own argument error, at run time
     bool any = false;
-    for (const SymValue& a : args) any = any || may_have_torch_function(t, a);
+    for (const SymValue& a : args) any = any || may_have_torch_function(a);
     if (any) throw Unsupported("an argument has __torch_function__ (" + py_repr(fn) + ")");
     out = Tracer::constant(Py_False);
     return true;
@@ -846,10 +847,17 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       throw NoBreak(py_repr(callable.obj) + " reads the calling frame (the frame runs as written)");
   }
   PyObject* fn = callable.obj;
-  // A Python builtin that is also a tensor op (abs): on Python numbers it is the builtin.
-  const bool tensor_free_builtin = PyCFunction_Check(fn) && fn == builtin("abs") && args.size() == 1 && kwargs.empty() &&
-                                   args[0].kind == SymValue::Kind::Constant;
-  if (auto fam = family_of_object(fn); fam && !tensor_free_builtin) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
+  // A Python builtin that families.def also names (builtins.abs) is the tensor op only for a
+  // tensor: on Python values it is the builtin (folded below like the others).
+  auto python_values_only = [&] {
+    for (const SymValue& a : args)
+      if (a.kind != SymValue::Kind::Constant) return false;
+    for (const auto& kv : kwargs)
+      if (kv.second.kind != SymValue::Kind::Constant) return false;
+    return true;
+  };
+  const bool builtin_on_values = PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == builtins_module() && python_values_only();
+  if (auto fam = family_of_object(fn); fam && !builtin_on_values) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
   // Tracing and compiling probes. Like Dynamo, fastdyn answers "compiling" while it traces, so
   // libraries take their compile-friendly paths (transformers builds attention masks without
   // reading their values); jit tracing/scripting and export are not happening.
@@ -946,7 +954,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   if (Calls::is_record_type(fn)) return Calls::make_record(fn, std::move(args), std::move(kwargs));
   SymValue out;
   if (Calls::builtin_call(*this, fn, args, kwargs, out)) return out;
-  if (Calls::torch_function_probe(*this, fn, args, kwargs, out)) return out;
+  if (Calls::torch_function_probe(fn, args, kwargs, out)) return out;
   // Reductions over an iterator made in the trace (a generator expression, say).
   static const char* over_iterables[] = {"all", "any", "sum", "min", "max", "sorted", "tuple", "list", "set", "frozenset"};
   for (const char* name : over_iterables)

@@ -83,31 +83,25 @@ Backend resolve_backend(Backend requested, const Graph& g) {
 PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
   PreparedGraph p;
   p.backend = resolved;
+  // The compiling backends: the one pass list (codegen/passes/graph_passes.h), graph rewrites here,
+  // then the loop pipeline and the backend's emission inside its prepare.
+  using Prepare = loop::PreparedKernels (*)(const Graph&, RewrittenGraph);
+  Prepare prepare = resolved == Backend::Cuda ? &prepare_cuda : nullptr;
 #ifdef FASTDYN_HAVE_LLVM
-  if (resolved == Backend::LlvmCpu) {
-    // The one pass list (codegen/passes/graph_passes.h): graph rewrites, then the loop pipeline and the
-    // backend's emission inside prepare_llvm_cpu.
+  if (resolved == Backend::LlvmCpu) prepare = static_cast<Prepare>(&prepare_llvm_cpu);
+#endif
+  if (prepare) {
     RewrittenGraph rewritten = rewrite_graph(g);
     if (loop::dump_enabled("rewritten")) {  // what the loop pipeline gets
       std::fprintf(stderr, "=== rewritten ===\n%s", print_graph(rewritten.graph).c_str());
       if (!rewritten.constants.empty()) std::fprintf(stderr, "=== folded constants ===\n%s", print_graph(rewritten.folded).c_str());
     }
-    PreparedLlvm llvm = prepare_llvm_cpu(g, std::move(rewritten));
+    loop::PreparedKernels k = prepare(g, std::move(rewritten));
     p.tiered = true;
-    p.program = std::move(llvm.program);
-    p.finish = std::move(llvm.finish);
-    p.load_now = std::move(llvm.load_now);
-    p.from_cache = std::move(llvm.from_cache);
-    return p;
-  }
-#endif
-  if (resolved == Backend::Cuda) {
-    RewrittenGraph rewritten = rewrite_graph(g);
-    PreparedCuda cuda = prepare_cuda(g, std::move(rewritten));
-    p.tiered = true;
-    p.program = std::move(cuda.program);
-    p.finish = std::move(cuda.finish);
-    p.from_cache = std::move(cuda.from_cache);
+    p.program = std::move(k.program);
+    p.finish = std::move(k.finish);
+    p.load_now = std::move(k.load_now);
+    p.from_cache = std::move(k.from_cache);
     return p;
   }
   p.backend = Backend::Aten;

@@ -564,28 +564,32 @@ CaptureResult bind_avg_pool2d(BindCall& c) {
 }
 
 namespace {
-// adaptive_*_pool(input, output_size): one int per spatial dim (or one for all); `nd` of them.
-std::optional<Ints> adaptive_size(const BoundArgs& a, size_t nd) {
+// adaptive_{avg,max}_pool{1,2}d(input, output_size): one int per spatial dim (or one for all);
+// max pooling also returns the int64 indices, in the values' layout.
+CaptureResult record_adaptive_pool(BindCall& c, const Signature& sig, OpId op, int64_t nd, bool with_indices) {
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  const std::string& name = sig.name();
+  const ValueId x = a.tensor("input");
+  if (auto err = check_pool_input(name, c.graph.meta(x), nd)) return CaptureResult::fail(*err);
   Ints size = a.ints("output_size");
-  if (size.size() == 1) size.assign(nd, size[0]);
-  if (size.size() != nd) return std::nullopt;
-  for (int64_t s : size)
-    if (s < 0) return std::nullopt;
-  return size;
+  if (size.size() == 1) size.assign(static_cast<size_t>(nd), size[0]);
+  bool valid = size.size() == static_cast<size_t>(nd);
+  for (int64_t s : size) valid = valid && s >= 0;
+  if (!valid) return CaptureResult::fail(name + ": output_size must be " + std::to_string(nd) + " non-negative int(s) or one");
+  const TensorMeta values = pooled_meta(c, x, size);
+  std::vector<Arg> args{Arg::of_value(x), Arg::of_ints(size)};
+  if (!with_indices) return tensor_result(emit1(c.graph, op, std::move(args), values));
+  TensorMeta indices = values;
+  indices.dtype = ST::Long;
+  indices.requires_grad = false;
+  return tuple_result(emit(c.graph, op, std::move(args), {values, indices}));
 }
 }  // namespace
 
 CaptureResult bind_adaptive_avg_pool2d(BindCall& c) {
   static const Signature sig("adaptive_avg_pool2d(Tensor input, int[] output_size)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
-  const ValueId x = a.tensor("input");
-  const TensorMeta& mx = c.graph.meta(x);
-  if (auto err = check_pool_input("adaptive_avg_pool2d", mx)) return CaptureResult::fail(*err);
-  const std::optional<Ints> adaptive = adaptive_size(a, 2);
-  if (!adaptive) return CaptureResult::fail("adaptive_avg_pool2d: output_size must be one or two non-negative ints");
-  const Ints& size = *adaptive;
-  return tensor_result(emit1(c.graph, OpId::adaptive_avg_pool2d, {Arg::of_value(x), Arg::of_ints(size)}, pooled_meta(c, x, size)));
+  return record_adaptive_pool(c, sig, OpId::adaptive_avg_pool2d, 2, false);
 }
 
 CaptureResult bind_max_pool1d(BindCall& c) {
@@ -601,31 +605,14 @@ CaptureResult bind_avg_pool1d(BindCall& c) {
   return record_pool(c, sig, OpId::avg_pool1d, false, 1);
 }
 
-
 CaptureResult bind_adaptive_avg_pool1d(BindCall& c) {
   static const Signature sig("adaptive_avg_pool1d(Tensor input, int[] output_size)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
-  const ValueId x = a.tensor("input");
-  if (auto err = check_pool_input("adaptive_avg_pool1d", c.graph.meta(x), 1)) return CaptureResult::fail(*err);
-  const std::optional<Ints> size = adaptive_size(a, 1);
-  if (!size) return CaptureResult::fail("adaptive_avg_pool1d: output_size must be one non-negative int");
-  return tensor_result(emit1(c.graph, OpId::adaptive_avg_pool1d, {Arg::of_value(x), Arg::of_ints(*size)}, pooled_meta(c, x, *size)));
+  return record_adaptive_pool(c, sig, OpId::adaptive_avg_pool1d, 1, false);
 }
 
-// (values, int64 indices), both in the input's memory format.
 CaptureResult bind_adaptive_max_pool2d(BindCall& c) {
   static const Signature sig("adaptive_max_pool2d(Tensor input, int[] output_size)");
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
-  const ValueId x = a.tensor("input");
-  if (auto err = check_pool_input("adaptive_max_pool2d", c.graph.meta(x))) return CaptureResult::fail(*err);
-  const std::optional<Ints> size = adaptive_size(a, 2);
-  if (!size) return CaptureResult::fail("adaptive_max_pool2d: output_size must be one or two non-negative ints");
-  TensorMeta values = pooled_meta(c, x, *size), indices = values;
-  indices.dtype = ST::Long;
-  indices.requires_grad = false;
-  return tuple_result(emit(c.graph, OpId::adaptive_max_pool2d, {Arg::of_value(x), Arg::of_ints(*size)}, {values, indices}));
+  return record_adaptive_pool(c, sig, OpId::adaptive_max_pool2d, 2, true);
 }
 
 // ---- attention --------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <vector>
 #include <memory>
 #include <mutex>
 
@@ -28,13 +29,15 @@ namespace {
 
 namespace rc = runtime::cuda;
 
-// Compiled kernels of this process, by cache key (the source with the architecture and device),
-// and the disk cache of their CUBINs. Bounded like the llvm_cpu kernel cache's memory.
+// The kernel cache of the cuda backend: runtime/kernel_cache.h's, one per GPU architecture (its
+// identity names the architecture, so a CUBIN is only ever served to the one it was built for):
+// loaded kernels in memory (bounded, least recently used out; an executable holds its kernels),
+// CUBINs on disk. `compiled` remembers the sources NVRTC compiled (cuda_route_timings), bounded.
 struct CudaKernels {
   std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const rc::LoadedKernel>> loaded;
-  std::unique_ptr<runtime::KernelCache> disk;
-  CudaCompileStats stats;
+  std::map<int, std::unique_ptr<runtime::KernelCache>> caches;  // by architecture
+  std::vector<std::pair<std::string, int>> compiled;             // (source, device), newest last
+  double compile_ms = 0;
 };
 
 CudaKernels& kernels() {
@@ -42,33 +45,38 @@ CudaKernels& kernels() {
   return *k;
 }
 
-runtime::KernelCache& disk_cache(int arch) {
-  CudaKernels& k = kernels();
-  if (!k.disk)
-    k.disk = std::make_unique<runtime::KernelCache>(
+runtime::KernelCache& cache(int arch) {  // NB: under kernels().mutex
+  std::unique_ptr<runtime::KernelCache>& c = kernels().caches[arch];
+  if (!c)
+    c = std::make_unique<runtime::KernelCache>(
         runtime::TargetIdentity{"cuda", "nvrtc " + rc::nvrtc_version(), "sm_" + std::to_string(arch), "", runtime::binary_identity()});
-  return *k.disk;
+  return *c;
 }
 
-std::string cache_key(const std::string& source, int arch, int device) {
-  return "cuda 1 sm_" + std::to_string(arch) + " device " + std::to_string(device) + "\n" + source;
+std::string cache_key(const std::string& source, int device) {
+  return "cuda 2 device " + std::to_string(device) + "\n" + source;
+}
+
+std::shared_ptr<const rc::LoadedKernel> loaded(const runtime::KernelCache::Entry& e) {
+  return std::static_pointer_cast<const rc::LoadedKernel>(e.hold);
 }
 
 // The kernel for `source` from memory, then disk, else (compile_missing) compiled by NVRTC now;
 // nullptr when missing and !compile_missing.
 std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& source, int arch, int device, bool compile_missing) {
   CudaKernels& k = kernels();
-  const std::string key = cache_key(source, arch, device);
+  const std::string key = cache_key(source, device);
   std::string image;
   {
     std::lock_guard<std::mutex> lock(k.mutex);
-    if (auto it = k.loaded.find(key); it != k.loaded.end()) {
-      k.stats.memory_hits++;
-      return it->second;
+    runtime::KernelCache& c = cache(arch);
+    if (runtime::KernelCache::Entry* e = c.find_memory(key)) {
+      ++c.stats().memory_hits;
+      return loaded(*e);
     }
-    if (std::optional<std::string> bytes = disk_cache(arch).read_object(key)) {
+    if (std::optional<std::string> bytes = c.read_object(key)) {
       image = std::move(*bytes);
-      k.stats.disk_hits++;
+      ++c.stats().disk_hits;
     }
   }
   if (image.empty()) {
@@ -77,13 +85,23 @@ std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& sourc
     image = rc::nvrtc_compile(source, "fastdyn_kernel.cu", arch, /*cubin=*/true);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(k.mutex);
-    k.stats.compiled++;
-    k.stats.compile_ms += ms;
-    disk_cache(arch).write_object(key, image);
+    runtime::KernelCache& c = cache(arch);
+    ++c.stats().compiles;
+    k.compile_ms += ms;
+    k.compiled.emplace_back(source, device);
+    if (k.compiled.size() > 256) k.compiled.erase(k.compiled.begin());
+    c.write_object(key, image);
   }
-  auto kernel = std::make_shared<const rc::LoadedKernel>(image, cuda_emit::kSymbol, device);
+  auto kernel = std::make_shared<rc::LoadedKernel>(image, cuda_emit::kSymbol, device);
+  std::vector<runtime::KernelCache::Entry> evicted;  // NB: let go after the lock
   std::lock_guard<std::mutex> lock(k.mutex);
-  return k.loaded.emplace(key, std::move(kernel)).first->second;
+  runtime::KernelCache& c = cache(arch);
+  if (runtime::KernelCache::Entry* e = c.find_memory(key)) return loaded(*e);  // another thread loaded it meanwhile
+  runtime::KernelCache::Entry entry;
+  entry.handle = kernel.get();
+  entry.hold = kernel;
+  c.insert_memory(key, std::move(entry), &evicted);
+  return kernel;
 }
 
 int graph_device(const Graph& g) {
@@ -107,14 +125,21 @@ std::vector<std::string> cuda_sources(const Graph& g) {
 
 CudaCompileStats cuda_compile_stats() {
   std::lock_guard<std::mutex> lock(kernels().mutex);
-  return kernels().stats;
+  CudaCompileStats out;
+  for (const auto& [arch, c] : kernels().caches) {
+    out.compiled += c->stats().compiles;
+    out.memory_hits += c->stats().memory_hits;
+    out.disk_hits += c->stats().disk_hits;
+  }
+  out.compile_ms = kernels().compile_ms;
+  return out;
 }
 
 std::vector<RouteTiming> cuda_route_timings() {
   std::vector<std::pair<std::string, int>> sources;  // (source, device)
   {
     std::lock_guard<std::mutex> lock(kernels().mutex);
-    for (const auto& [key, kernel] : kernels().loaded) sources.emplace_back(key.substr(key.find('\n') + 1), kernel->device());
+    sources = kernels().compiled;
   }
   auto ms_since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -11,6 +11,7 @@
 // current stream. No ATen op and no Python in finish: it may run on a worker thread.
 #pragma once
 #include "codegen/graph/graph.h"
+#include "codegen/loop/runtime_program.h"
 #include "codegen/passes/graph_passes.h"
 #include "runtime/executable.h"
 
@@ -20,13 +21,7 @@
 
 namespace fastdyn::codegen {
 
-struct PreparedCuda {
-  std::string program;  // what the finished executable's describe() will say
-  std::function<runtime::ExecutablePtr()> finish;
-  // The executable from kernels already compiled (memory, then disk), or nullptr having compiled
-  // nothing (a dynamic entry at a new size: its kernels serve every size).
-  std::function<runtime::ExecutablePtr()> from_cache;
-};
+using PreparedCuda = loop::PreparedKernels;  // no load_now: a first call runs on ATen while kernels load
 // Throws loop::Unsupported when a kernel has no cuda form yet (the graph runs on aten).
 PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten);
 
@@ -39,7 +34,7 @@ struct CudaCompileStats {
 };
 CudaCompileStats cuda_compile_stats();
 
-// The compile routes of issue 20, timed on every kernel this process has loaded (bench/cuda.py):
+// The compile routes of issue 20, timed on the kernels this process compiled (bench/cuda.py):
 // route 1 is NVRTC to a CUBIN (what the backend does); route 2 would emit PTX directly and have
 // the driver assemble it, which costs at least the driver's PTX load (its ptxas) of the PTX that
 // NVRTC gives for the same kernel.

@@ -199,7 +199,8 @@ class Emitter {
   std::vector<SizeExpr> dims_;  // per kernel dim
   size_t n_outer_ = 0, n_dims_ = 0;
   int block_ = 256;
-  int vec_ = 4;    // points per thread in the pointwise vector path (128-bit accesses of the narrowest type)
+  int vec_ = 4;    // points per thread in the vector paths (128-bit accesses of the narrowest type)
+  bool pointwise_vector_ = false;  // the pointwise shape has its vector path
   int items_ = 0;    // points per thread in the register row path (0: none)
   int items_v_ = 0;  // vectors per thread in the vector row path (0: none)
   int64_t split_ = 0;  // blocks per row in the split shape (0: one block per row)
@@ -454,7 +455,8 @@ void Emitter::pointwise(Text& os) {
   os << "  const i64 total = 1";
   for (size_t d = 0; d < n_dims_; ++d) os << " * n" << d;
   os << ";\n";
-  if (n_dims_ > 0 && vectorisable(accesses(false), n_dims_ - 1)) {
+  pointwise_vector_ = n_dims_ > 0 && vectorisable(accesses(false), n_dims_ - 1);
+  if (pointwise_vector_) {
     vec_ = vector_width(accesses(false), n_dims_ - 1);
     vector_path(os);
   }
@@ -838,7 +840,6 @@ CudaSource Emitter::run() {
     pointwise(body);
   }
   CudaSource out;
-  out.rows = row_shape;
   out.block = block_;
   // The grid: rows, or points (per block: a block's threads, each a vector of points where the
   // vector path may run).
@@ -849,7 +850,7 @@ CudaSource Emitter::run() {
     out.split = split_;
     out.split_reductions = static_cast<int>(k_.stages[0].reductions.size());
   }
-  out.per_block = row_shape ? 1 : block_ * (n_dims_ > 0 && vectorisable(accesses(false), n_dims_ - 1) ? vec_ : 1);
+  out.per_block = row_shape ? 1 : block_ * (pointwise_vector_ ? vec_ : 1);
   int num_args = 0;
   for (const auto& list : {in_.loads, in_.stores})
     for (const std::vector<Addr>& stage : list)

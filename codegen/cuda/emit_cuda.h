@@ -51,7 +51,6 @@ struct CudaSource {
   std::vector<std::vector<WorkTerm>> work;
   int64_t per_block = 1;
   int block = 256;
-  bool rows = false;                         // the row shape (else pointwise)
   // The split shape (`split` blocks per row): the kernel's last parameter is a workspace of
   // work units * split_reductions * 8 bytes of partials, then a zeroed counter (u32) per row.
   int64_t split = 0;

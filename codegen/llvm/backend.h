@@ -12,6 +12,7 @@
 // Program text (explain, FASTDYN_LOG).
 #pragma once
 #include "codegen/graph/graph.h"
+#include "codegen/loop/runtime_program.h"
 #include "codegen/passes/graph_passes.h"
 #include "runtime/executable.h"
 
@@ -36,15 +37,7 @@ runtime::ExecutablePtr compile_llvm_cpu(const Graph& g);
 // the executable finish would, from the kernel cache alone, or nullptr (a kernel is missing: the
 // disk was pruned, or is shared with another CPU) having compiled nothing; finish is then still
 // to run. Runs on the caller's thread; at most one of the two succeeds.
-struct PreparedLlvm {
-  std::string program;  // what the finished executable's describe() will say
-  std::function<runtime::ExecutablePtr()> finish;  // throws BackendError/InternalError
-  std::function<runtime::ExecutablePtr()> load_now;  // may be empty; throws what finish throws
-  // The executable from kernels built before (the memory cache, then the disk), or nullptr having
-  // compiled nothing: for a caller that expects them built (a dynamic entry at a new size, whose
-  // kernels mostly do not depend on it). Not gated like load_now; at most one of the three succeeds.
-  std::function<runtime::ExecutablePtr()> from_cache;
-};
+using PreparedLlvm = loop::PreparedKernels;  // load_now set as described above
 PreparedLlvm prepare_llvm_cpu(const Graph& g);  // rewrite_graph(g), then the overload below
 
 // Kernels this process has emitted as LLVM IR (plan keys the memo did not know), for tests.

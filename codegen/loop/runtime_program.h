@@ -5,6 +5,7 @@
 #include "codegen/loop/loop_ir.h"
 #include "runtime/program.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,21 @@ Extern compile_extern(const Graph& g, const Node& n);
 // `constants` are the graph's last inputs.
 runtime::Program runtime_program(const Program& p, const std::string& backend, std::string text, std::vector<Extern> externs,
                                  std::vector<at::Tensor> constants, runtime::ExecutablePtr aliased);
+
+// A graph prepared by a compiling backend (llvm_cpu, cuda), before its kernels are built:
+// codegen/backends/ hands it on as its PreparedGraph.
+struct PreparedKernels {
+  std::string program;  // what the finished executable's describe() will say
+  // Builds the kernels (memory cache, disk, else compile) and returns the executable; may run on
+  // a worker thread, once. Throws BackendError/InternalError.
+  std::function<runtime::ExecutablePtr()> finish;
+  // May be empty: serves a first call from the disk cache at once (a warm start), or returns
+  // nullptr having compiled nothing; throws what finish throws.
+  std::function<runtime::ExecutablePtr()> load_now;
+  // The executable from kernels built before (the memory cache, then the disk), or nullptr having
+  // compiled nothing: for a caller that expects them built (a dynamic entry at a new size, whose
+  // kernels mostly do not depend on it). Not gated like load_now; at most one of the three succeeds.
+  std::function<runtime::ExecutablePtr()> from_cache;
+};
 
 }  // namespace fastdyn::codegen::loop

@@ -18,40 +18,40 @@ using CUcontext = struct CUctx_st*;
 using nvrtcResult = int;
 using nvrtcProgram = struct _nvrtcProgram*;
 
-// The entry points we use, by name, from the two libraries. NB: the driver versions some entry
-// points (_v2): these are the names its current ABI exports for them.
+// The entry points we use, by name, from the two libraries (null until bound; `ok` says all were).
+// NB: the driver versions some entry points (_v2): these are the names its current ABI exports.
 struct Driver {
   bool ok = false;
-  CUresult (*cuInit)(unsigned);
-  CUresult (*cuDeviceGet)(CUdevice*, int);
-  CUresult (*cuDeviceGetCount)(int*);
-  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
-  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
-  CUresult (*cuCtxPushCurrent)(CUcontext);
-  CUresult (*cuCtxPopCurrent)(CUcontext*);
-  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
-  CUresult (*cuModuleUnload)(CUmodule);
-  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*cuCtxPushCurrent)(CUcontext) = nullptr;
+  CUresult (*cuCtxPopCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                             void**, void**);
-  CUresult (*cuGetErrorString)(CUresult, const char**);
-  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+                             void**, void**) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int) = nullptr;
 };
 
 struct Nvrtc {
   bool ok = false;
   std::string origin;
-  nvrtcResult (*nvrtcVersion)(int*, int*);
-  const char* (*nvrtcGetErrorString)(nvrtcResult);
-  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*);
-  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
-  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
-  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*);
-  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*);
-  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
-  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
-  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*);
-  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcVersion)(int*, int*) = nullptr;
+  const char* (*nvrtcGetErrorString)(nvrtcResult) = nullptr;
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*) = nullptr;
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*) = nullptr;
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
+  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*) = nullptr;
 };
 
 template <class F>
