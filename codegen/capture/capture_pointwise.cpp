@@ -23,18 +23,6 @@ using ST = c10::ScalarType;
 using K = CallArg::Kind;
 constexpr OpId kNoOp = OpId::kCount;
 
-// How an op's output dtype follows from the promoted (common) dtype of its inputs.
-enum class DtypeRule : uint8_t {
-  Promote,     // common dtype
-  IntToFloat,  // integral/bool -> default float dtype (true division, exp, sin...)
-  ToBool,      // comparisons, isnan, logical_*
-  NoBool,      // common dtype; bool inputs rejected (neg, abs, floor...)
-  FloatOnly,   // common dtype; must be floating (gelu, silu, frac...)
-  Integral,    // common dtype; must be integral or bool (bitwise ops)
-  IntNoBool,   // common dtype; must be integral, not bool (shifts)
-  BoolToLong,  // common dtype, bool -> int64 (square: pow(x, 2))
-};
-
 bool is_tensor(const CallArg& a) { return a.kind == K::Tensor; }
 
 struct Plan {
@@ -47,37 +35,11 @@ struct Plan {
   TensorMeta meta() const { return make_meta(out, device, shape, strides, requires_grad); }
 };
 
-std::optional<std::string> apply_rule(const std::string& op, DtypeRule rule, ST common, ST default_dtype, ST& out) {
-  out = common;
-  switch (rule) {
-    case DtypeRule::Promote: return std::nullopt;
-    case DtypeRule::IntToFloat:
-      if (is_integral(common, true)) out = default_dtype;
-      return std::nullopt;
-    case DtypeRule::ToBool: out = ST::Bool; return std::nullopt;
-    case DtypeRule::NoBool:
-      if (common == ST::Bool) return op + ": not supported for bool tensors";
-      return std::nullopt;
-    case DtypeRule::FloatOnly:
-      if (!is_floating(common)) return op + ": not implemented for '" + dtype_name(common) + "'";
-      return std::nullopt;
-    case DtypeRule::Integral:
-      if (!is_integral(common, true)) return op + ": not implemented for '" + dtype_name(common) + "'";
-      return std::nullopt;
-    case DtypeRule::IntNoBool:
-      if (!is_integral(common, false)) return op + ": not implemented for '" + dtype_name(common) + "'";
-      return std::nullopt;
-    case DtypeRule::BoolToLong:
-      if (common == ST::Bool) out = ST::Long;
-      return std::nullopt;
-  }
-  return std::nullopt;
-}
-
-// Dtype, shape and layout of an elementwise op over `operands` (tensors or Python numbers; the
-// order is the ATen operand order, which breaks layout ties).
-std::optional<std::string> plan_elementwise(const BindCall& c, const std::string& op,
-                                            const std::vector<const CallArg*>& operands, DtypeRule rule, Plan& p) {
+// Dtype (by the ops.def Dtype rule of `recorded`, the op the binder records), shape and layout of
+// an elementwise op over `operands` (tensors or Python numbers; the order is the ATen operand
+// order, which breaks layout ties).
+std::optional<std::string> plan_elementwise(const BindCall& c, const std::string& op, OpId recorded,
+                                            const std::vector<const CallArg*>& operands, Plan& p) {
   std::vector<DtypeOperand> dts;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<ValueId> tensors;
@@ -99,7 +61,7 @@ std::optional<std::string> plan_elementwise(const BindCall& c, const std::string
   }
   FD_CHECK(!tensors.empty(), op + " planned without a tensor operand");
   p.common = result_type(dts, c.ctx.default_dtype);
-  if (auto err = apply_rule(op, rule, p.common, c.ctx.default_dtype, p.out)) return err;
+  if (auto err = result_dtype(recorded, op, p.common, std::nullopt, c.ctx.default_dtype, p.out)) return err;
   auto shape = broadcast_shapes(shapes);
   if (!shape) {
     std::string s;
@@ -150,55 +112,52 @@ struct BinaryOp {
   OpId ts;          // Tensor, Scalar
   OpId rs;          // number ∘ tensor as rs(tensor, number) (commutative ops: ts; sub: rsub; lt: gt)
   OpId st;          // Scalar, Tensor (pow.Scalar)
-  DtypeRule rule;
   Extra extra;
   OpId inplace_t;   // self ∘= tensor
   OpId inplace_s;   // self ∘= number
   bool no_bool;     // sub: rejects bool operands outright
 };
 
-#define FD_BIN(name, tt, ts, rs, st, rule, extra, it, is) \
-  BinaryOp { name, OpId::tt, OpId::ts, OpId::rs, OpId::st, DtypeRule::rule, Extra::extra, OpId::it, OpId::is, false }
+#define FD_BIN(name, tt, ts, rs, st, extra, it, is) \
+  BinaryOp { name, OpId::tt, OpId::ts, OpId::rs, OpId::st, Extra::extra, OpId::it, OpId::is, false }
 
-const BinaryOp kAdd = FD_BIN("add", add_Tensor, add_Scalar, add_Scalar, kCount, Promote, Alpha, add__Tensor, add__Scalar);
+const BinaryOp kAdd = FD_BIN("add", add_Tensor, add_Scalar, add_Scalar, kCount, Alpha, add__Tensor, add__Scalar);
 const BinaryOp kSub = [] {
-  BinaryOp b = FD_BIN("sub", sub_Tensor, sub_Scalar, rsub_Scalar, kCount, Promote, Alpha, sub__Tensor, sub__Scalar);
+  BinaryOp b = FD_BIN("sub", sub_Tensor, sub_Scalar, rsub_Scalar, kCount, Alpha, sub__Tensor, sub__Scalar);
   b.no_bool = true;
   return b;
 }();
-const BinaryOp kMul = FD_BIN("mul", mul_Tensor, mul_Scalar, mul_Scalar, kCount, Promote, None, mul__Tensor, mul__Scalar);
-const BinaryOp kDiv = FD_BIN("div", div_Tensor, div_Scalar, kCount, kCount, IntToFloat, None, div__Tensor, div__Scalar);
-const BinaryOp kDivMode = FD_BIN("div", div_Tensor_mode, div_Scalar_mode, kCount, kCount, Promote, RoundingMode,
+const BinaryOp kMul = FD_BIN("mul", mul_Tensor, mul_Scalar, mul_Scalar, kCount, None, mul__Tensor, mul__Scalar);
+const BinaryOp kDiv = FD_BIN("div", div_Tensor, div_Scalar, kCount, kCount, None, div__Tensor, div__Scalar);
+const BinaryOp kDivMode = FD_BIN("div", div_Tensor_mode, div_Scalar_mode, kCount, kCount, RoundingMode,
                                  div__Tensor_mode, div__Scalar_mode);
-const BinaryOp kFloorDiv = FD_BIN("floor_divide", floor_divide, floor_divide_Scalar, kCount, kCount, NoBool, None,
+const BinaryOp kFloorDiv = FD_BIN("floor_divide", floor_divide, floor_divide_Scalar, kCount, kCount, None,
                                   floor_divide__Tensor, floor_divide__Scalar);
-const BinaryOp kRemainder = FD_BIN("remainder", remainder_Tensor, remainder_Scalar, kCount, kCount, NoBool, None,
+const BinaryOp kRemainder = FD_BIN("remainder", remainder_Tensor, remainder_Scalar, kCount, kCount, None,
                                    remainder__Tensor, remainder__Scalar);
-const BinaryOp kFmod = FD_BIN("fmod", fmod_Tensor, fmod_Scalar, kCount, kCount, NoBool, None, kCount, kCount);
-const BinaryOp kPow = FD_BIN("pow", pow_Tensor_Tensor, pow_Tensor_Scalar, kCount, pow_Scalar, NoBool, None,
+const BinaryOp kFmod = FD_BIN("fmod", fmod_Tensor, fmod_Scalar, kCount, kCount, None, kCount, kCount);
+const BinaryOp kPow = FD_BIN("pow", pow_Tensor_Tensor, pow_Tensor_Scalar, kCount, pow_Scalar, None,
                              pow__Tensor, pow__Scalar);
-const BinaryOp kMaximum = FD_BIN("maximum", maximum, kCount, kCount, kCount, Promote, None, kCount, kCount);
-const BinaryOp kMinimum = FD_BIN("minimum", minimum, kCount, kCount, kCount, Promote, None, kCount, kCount);
-const BinaryOp kAtan2 = FD_BIN("atan2", atan2, kCount, kCount, kCount, IntToFloat, None, kCount, kCount);
-const BinaryOp kLogicalAnd = FD_BIN("logical_and", logical_and, kCount, kCount, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kLogicalOr = FD_BIN("logical_or", logical_or, kCount, kCount, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kLogicalXor = FD_BIN("logical_xor", logical_xor, kCount, kCount, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kEq = FD_BIN("eq", eq_Tensor, eq_Scalar, eq_Scalar, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kNe = FD_BIN("ne", ne_Tensor, ne_Scalar, ne_Scalar, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kLt = FD_BIN("lt", lt_Tensor, lt_Scalar, gt_Scalar, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kLe = FD_BIN("le", le_Tensor, le_Scalar, ge_Scalar, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kGt = FD_BIN("gt", gt_Tensor, gt_Scalar, lt_Scalar, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kGe = FD_BIN("ge", ge_Tensor, ge_Scalar, le_Scalar, kCount, ToBool, None, kCount, kCount);
-const BinaryOp kAnd = FD_BIN("bitwise_and", bitwise_and_Tensor, bitwise_and_Scalar, bitwise_and_Scalar, kCount,
-                             Integral, None, bitwise_and__Tensor, bitwise_and__Scalar);
-const BinaryOp kOr = FD_BIN("bitwise_or", bitwise_or_Tensor, bitwise_or_Scalar, bitwise_or_Scalar, kCount, Integral,
+const BinaryOp kMaximum = FD_BIN("maximum", maximum, kCount, kCount, kCount, None, kCount, kCount);
+const BinaryOp kMinimum = FD_BIN("minimum", minimum, kCount, kCount, kCount, None, kCount, kCount);
+const BinaryOp kAtan2 = FD_BIN("atan2", atan2, kCount, kCount, kCount, None, kCount, kCount);
+const BinaryOp kLogicalAnd = FD_BIN("logical_and", logical_and, kCount, kCount, kCount, None, kCount, kCount);
+const BinaryOp kLogicalOr = FD_BIN("logical_or", logical_or, kCount, kCount, kCount, None, kCount, kCount);
+const BinaryOp kLogicalXor = FD_BIN("logical_xor", logical_xor, kCount, kCount, kCount, None, kCount, kCount);
+const BinaryOp kEq = FD_BIN("eq", eq_Tensor, eq_Scalar, eq_Scalar, kCount, None, kCount, kCount);
+const BinaryOp kNe = FD_BIN("ne", ne_Tensor, ne_Scalar, ne_Scalar, kCount, None, kCount, kCount);
+const BinaryOp kLt = FD_BIN("lt", lt_Tensor, lt_Scalar, gt_Scalar, kCount, None, kCount, kCount);
+const BinaryOp kLe = FD_BIN("le", le_Tensor, le_Scalar, ge_Scalar, kCount, None, kCount, kCount);
+const BinaryOp kGt = FD_BIN("gt", gt_Tensor, gt_Scalar, lt_Scalar, kCount, None, kCount, kCount);
+const BinaryOp kGe = FD_BIN("ge", ge_Tensor, ge_Scalar, le_Scalar, kCount, None, kCount, kCount);
+const BinaryOp kAnd = FD_BIN("bitwise_and", bitwise_and_Tensor, bitwise_and_Scalar, bitwise_and_Scalar, kCount, None, bitwise_and__Tensor, bitwise_and__Scalar);
+const BinaryOp kOr = FD_BIN("bitwise_or", bitwise_or_Tensor, bitwise_or_Scalar, bitwise_or_Scalar, kCount,
                             None, bitwise_or__Tensor, bitwise_or__Scalar);
-const BinaryOp kXor = FD_BIN("bitwise_xor", bitwise_xor_Tensor, bitwise_xor_Scalar, bitwise_xor_Scalar, kCount,
-                             Integral, None, bitwise_xor__Tensor, bitwise_xor__Scalar);
+const BinaryOp kXor = FD_BIN("bitwise_xor", bitwise_xor_Tensor, bitwise_xor_Scalar, bitwise_xor_Scalar, kCount, None, bitwise_xor__Tensor, bitwise_xor__Scalar);
 const BinaryOp kLshift = FD_BIN("bitwise_left_shift", bitwise_left_shift_Tensor, bitwise_left_shift_Tensor_Scalar,
-                                kCount, kCount, IntNoBool, None, kCount, kCount);
+                                kCount, kCount, None, kCount, kCount);
 const BinaryOp kRshift = FD_BIN("bitwise_right_shift", bitwise_right_shift_Tensor, bitwise_right_shift_Tensor_Scalar,
-                                kCount, kCount, IntNoBool, None, kCount, kCount);
+                                kCount, kCount, None, kCount, kCount);
 #undef FD_BIN
 
 bool is_one(const CallArg& a) {
@@ -232,10 +191,10 @@ CaptureResult record_binary(BindCall& c, const BinaryOp& op, const CallArg& a, c
                             std::vector<Arg> extras) {
   if (!is_tensor(a) && !is_tensor(b)) return CaptureResult::fail(std::string(op.name) + ": no tensor operand");
   Plan p;
-  // NB: pow(bool tensor, number) runs (its Scalar overload special-cases the exponent); pow of
-  // bool tensors does not.
-  DtypeRule rule = (op.st == OpId::pow_Scalar && !is_tensor(b)) ? DtypeRule::Promote : op.rule;
-  if (auto err = plan_elementwise(c, op.name, {&a, &b}, rule, p)) return CaptureResult::fail(*err);
+  // The dtype rule of the overload recorded below (a reversed form `rs` has its forward op's rule;
+  // pow's differ: pow(bool tensor, number) runs, pow of bool tensors does not).
+  OpId recorded = is_tensor(a) ? (is_tensor(b) || op.ts == kNoOp ? op.tt : op.ts) : (op.st != kNoOp ? op.st : op.tt);
+  if (auto err = plan_elementwise(c, op.name, recorded, {&a, &b}, p)) return CaptureResult::fail(*err);
   if (auto err = check_binary(op, p, a, b, c.graph, extras)) return CaptureResult::fail(*err);
   auto args = [&](Arg x, Arg y) {
     std::vector<Arg> v{std::move(x), std::move(y)};
@@ -269,12 +228,12 @@ CaptureResult record_binary_inplace(BindCall& c, const BinaryOp& op, Family out_
                                     const CallArg& b, std::vector<Arg> extras) {
   if (!is_tensor(a)) return record_call(c.graph, c.ctx, out_of_place, c.args, c.kwargs);
   std::string name = std::string(op.name) + "_";
-  Plan p;
-  if (auto err = plan_elementwise(c, name, {&a, &b}, op.rule, p)) return CaptureResult::fail(*err);
-  if (auto err = check_binary(op, p, a, b, c.graph, extras)) return CaptureResult::fail(*err);
-  if (auto err = check_inplace(c, name, a.value, p)) return CaptureResult::fail(*err);
   OpId id = is_tensor(b) ? op.inplace_t : op.inplace_s;
   FD_CHECK(id != kNoOp, name + " has no in-place overload");
+  Plan p;
+  if (auto err = plan_elementwise(c, name, id, {&a, &b}, p)) return CaptureResult::fail(*err);
+  if (auto err = check_binary(op, p, a, b, c.graph, extras)) return CaptureResult::fail(*err);
+  if (auto err = check_inplace(c, name, a.value, p)) return CaptureResult::fail(*err);
   std::vector<Arg> args{Arg::of_value(a.value), is_tensor(b) ? Arg::of_value(b.value) : scalar_arg(b)};
   args.insert(args.end(), extras.begin(), extras.end());
   return tensor_result(emit1(c.graph, id, std::move(args), inplace_meta(c, a.value, p)));
@@ -415,7 +374,6 @@ struct UnaryOp {
   Signature sig;          // Python signature; its first parameter is the tensor
   OpId op;
   OpId inplace_op;        // kNoOp when none
-  DtypeRule rule;
   // ATen arguments after self, in schema order: a bound parameter name, or "=<literal>" for a
   // constant the Python API does not expose (elu's scale).
   std::vector<const char*> forward;
@@ -437,7 +395,8 @@ CaptureResult record_unary(BindCall& c, const UnaryOp& u) {
   const CallArg& x = a.values.count("input") ? a.get("input") : a.get("self");
   bool inplace = u.inplace || (a.values.count("inplace") && a.boolean("inplace"));
   Plan p;
-  if (auto err = plan_elementwise(c, pname, {&x}, u.rule, p)) return CaptureResult::fail(*err);
+  if (auto err = plan_elementwise(c, pname, inplace && u.inplace_op != kNoOp ? u.inplace_op : u.op, {&x}, p))
+    return CaptureResult::fail(*err);
   if (u.contiguous) p.strides = contiguous_strides(p.shape);
   std::vector<Arg> args{Arg::of_value(x.value)};
   for (const char* f : u.forward) {
@@ -457,129 +416,128 @@ CaptureResult record_unary(BindCall& c, const UnaryOp& u) {
 
 }  // namespace
 
-// FD_UNARY(family, aten op, in-place aten op, rule): torch.X(input) / Tensor.X().
-// FD_UNARY_INPLACE(family, in-place aten op, rule): Tensor.X_().
-#define FD_UNARY(fam, op, iop, rule)                                                              \
-  CaptureResult bind_##fam(BindCall& c) {                                                         \
-    static const UnaryOp u{Signature(#fam "(Tensor input)"), OpId::op, OpId::iop, DtypeRule::rule, {}};       \
-    return record_unary(c, u);                                                                    \
+// FD_UNARY(family, aten op, in-place aten op): torch.X(input) / Tensor.X().
+// FD_UNARY_INPLACE(family, in-place aten op): Tensor.X_(). Dtype rules: ops.def's Dtype column.
+#define FD_UNARY(fam, op, iop)                                                                   \
+  CaptureResult bind_##fam(BindCall& c) {                                                        \
+    static const UnaryOp u{Signature(#fam "(Tensor input)"), OpId::op, OpId::iop, {}};           \
+    return record_unary(c, u);                                                                   \
   }
-#define FD_UNARY_INPLACE(fam, iop, rule)                                                          \
-  CaptureResult bind_##fam(BindCall& c) {                                                         \
-    static const UnaryOp u{Signature(#fam "(Tensor self)"), OpId::iop, OpId::iop, DtypeRule::rule, {}, true}; \
-    return record_unary(c, u);                                                                    \
+#define FD_UNARY_INPLACE(fam, iop)                                                               \
+  CaptureResult bind_##fam(BindCall& c) {                                                        \
+    static const UnaryOp u{Signature(#fam "(Tensor self)"), OpId::iop, OpId::iop, {}, true};     \
+    return record_unary(c, u);                                                                   \
   }
 
-FD_UNARY(abs, abs, abs_, NoBool)
-FD_UNARY(neg, neg, neg_, NoBool)
-FD_UNARY(exp, exp, exp_, IntToFloat)
-FD_UNARY(exp2, exp2, kCount, IntToFloat)
-FD_UNARY(log, log, log_, IntToFloat)
-FD_UNARY(log2, log2, kCount, IntToFloat)
-FD_UNARY(log10, log10, kCount, IntToFloat)
-FD_UNARY(log1p, log1p, kCount, IntToFloat)
-FD_UNARY(expm1, expm1, kCount, IntToFloat)
-FD_UNARY(sqrt, sqrt, sqrt_, IntToFloat)
-FD_UNARY(rsqrt, rsqrt, kCount, IntToFloat)
-FD_UNARY(sin, sin, sin_, IntToFloat)
-FD_UNARY(cos, cos, cos_, IntToFloat)
-FD_UNARY(tan, tan, kCount, IntToFloat)
-FD_UNARY(asin, asin, kCount, IntToFloat)
-FD_UNARY(acos, acos, kCount, IntToFloat)
-FD_UNARY(atan, atan, kCount, IntToFloat)
-FD_UNARY(sinh, sinh, kCount, IntToFloat)
-FD_UNARY(cosh, cosh, kCount, IntToFloat)
-FD_UNARY(tanh, tanh, tanh_, IntToFloat)
-FD_UNARY(sigmoid, sigmoid, sigmoid_, IntToFloat)
-FD_UNARY(erf, erf, kCount, IntToFloat)
-FD_UNARY(erfc, erfc, kCount, IntToFloat)
-FD_UNARY(reciprocal, reciprocal, reciprocal_, IntToFloat)
-FD_UNARY(sign, sign, sign_, Promote)
-FD_UNARY(floor, floor, floor_, NoBool)
-FD_UNARY(ceil, ceil, ceil_, NoBool)
-FD_UNARY(round, round, round_, NoBool)
-FD_UNARY(trunc, trunc, trunc_, NoBool)
-FD_UNARY(frac, frac, frac_, FloatOnly)
-FD_UNARY(square, square, square_, BoolToLong)
-FD_UNARY(isnan, isnan, kCount, ToBool)
-FD_UNARY(isinf, isinf, kCount, ToBool)
-FD_UNARY(isfinite, isfinite, kCount, ToBool)
-FD_UNARY(signbit, signbit, kCount, ToBool)
-FD_UNARY(logical_not, logical_not, logical_not_, ToBool)
-FD_UNARY(bitwise_not, bitwise_not, bitwise_not_, Integral)
+FD_UNARY(abs, abs, abs_)
+FD_UNARY(neg, neg, neg_)
+FD_UNARY(exp, exp, exp_)
+FD_UNARY(exp2, exp2, kCount)
+FD_UNARY(log, log, log_)
+FD_UNARY(log2, log2, kCount)
+FD_UNARY(log10, log10, kCount)
+FD_UNARY(log1p, log1p, kCount)
+FD_UNARY(expm1, expm1, kCount)
+FD_UNARY(sqrt, sqrt, sqrt_)
+FD_UNARY(rsqrt, rsqrt, kCount)
+FD_UNARY(sin, sin, sin_)
+FD_UNARY(cos, cos, cos_)
+FD_UNARY(tan, tan, kCount)
+FD_UNARY(asin, asin, kCount)
+FD_UNARY(acos, acos, kCount)
+FD_UNARY(atan, atan, kCount)
+FD_UNARY(sinh, sinh, kCount)
+FD_UNARY(cosh, cosh, kCount)
+FD_UNARY(tanh, tanh, tanh_)
+FD_UNARY(sigmoid, sigmoid, sigmoid_)
+FD_UNARY(erf, erf, kCount)
+FD_UNARY(erfc, erfc, kCount)
+FD_UNARY(reciprocal, reciprocal, reciprocal_)
+FD_UNARY(sign, sign, sign_)
+FD_UNARY(floor, floor, floor_)
+FD_UNARY(ceil, ceil, ceil_)
+FD_UNARY(round, round, round_)
+FD_UNARY(trunc, trunc, trunc_)
+FD_UNARY(frac, frac, frac_)
+FD_UNARY(square, square, square_)
+FD_UNARY(isnan, isnan, kCount)
+FD_UNARY(isinf, isinf, kCount)
+FD_UNARY(isfinite, isfinite, kCount)
+FD_UNARY(signbit, signbit, kCount)
+FD_UNARY(logical_not, logical_not, logical_not_)
+FD_UNARY(bitwise_not, bitwise_not, bitwise_not_)
 CaptureResult bind_logsigmoid(BindCall& c) {
-  static const UnaryOp u{Signature("logsigmoid(Tensor input)"), OpId::log_sigmoid, kNoOp, DtypeRule::FloatOnly, {},
-                         false, /*contiguous=*/true};
+  static const UnaryOp u{Signature("logsigmoid(Tensor input)"), OpId::log_sigmoid, kNoOp, {}, false,
+                         /*contiguous=*/true};
   return record_unary(c, u);
 }
 
-FD_UNARY_INPLACE(abs_, abs_, NoBool)
-FD_UNARY_INPLACE(neg_, neg_, NoBool)
-FD_UNARY_INPLACE(exp_, exp_, IntToFloat)
-FD_UNARY_INPLACE(log_, log_, IntToFloat)
-FD_UNARY_INPLACE(sqrt_, sqrt_, IntToFloat)
-FD_UNARY_INPLACE(sin_, sin_, IntToFloat)
-FD_UNARY_INPLACE(cos_, cos_, IntToFloat)
-FD_UNARY_INPLACE(tanh_, tanh_, IntToFloat)
-FD_UNARY_INPLACE(sigmoid_, sigmoid_, IntToFloat)
-FD_UNARY_INPLACE(reciprocal_, reciprocal_, IntToFloat)
-FD_UNARY_INPLACE(sign_, sign_, Promote)
-FD_UNARY_INPLACE(floor_, floor_, NoBool)
-FD_UNARY_INPLACE(ceil_, ceil_, NoBool)
-FD_UNARY_INPLACE(round_, round_, NoBool)
-FD_UNARY_INPLACE(trunc_, trunc_, NoBool)
-FD_UNARY_INPLACE(frac_, frac_, FloatOnly)
-FD_UNARY_INPLACE(square_, square_, BoolToLong)
-FD_UNARY_INPLACE(bitwise_not_, bitwise_not_, Integral)
-FD_UNARY_INPLACE(relu_, relu_, NoBool)
-FD_UNARY_INPLACE(selu_, selu_, FloatOnly)
+FD_UNARY_INPLACE(abs_, abs_)
+FD_UNARY_INPLACE(neg_, neg_)
+FD_UNARY_INPLACE(exp_, exp_)
+FD_UNARY_INPLACE(log_, log_)
+FD_UNARY_INPLACE(sqrt_, sqrt_)
+FD_UNARY_INPLACE(sin_, sin_)
+FD_UNARY_INPLACE(cos_, cos_)
+FD_UNARY_INPLACE(tanh_, tanh_)
+FD_UNARY_INPLACE(sigmoid_, sigmoid_)
+FD_UNARY_INPLACE(reciprocal_, reciprocal_)
+FD_UNARY_INPLACE(sign_, sign_)
+FD_UNARY_INPLACE(floor_, floor_)
+FD_UNARY_INPLACE(ceil_, ceil_)
+FD_UNARY_INPLACE(round_, round_)
+FD_UNARY_INPLACE(trunc_, trunc_)
+FD_UNARY_INPLACE(frac_, frac_)
+FD_UNARY_INPLACE(square_, square_)
+FD_UNARY_INPLACE(bitwise_not_, bitwise_not_)
+FD_UNARY_INPLACE(relu_, relu_)
+FD_UNARY_INPLACE(selu_, selu_)
 // NB: logical_not_ writes bools into self's dtype, so its rule is the input's own dtype.
-FD_UNARY_INPLACE(logical_not_, logical_not_, Promote)
+FD_UNARY_INPLACE(logical_not_, logical_not_)
 #undef FD_UNARY
 #undef FD_UNARY_INPLACE
 
 // Activations and unary ops with parameters: one row each, Python signature as in torch.
-#define FD_UNARY_ROW(fam, sig, op, iop, rule, ...)                                              \
+#define FD_UNARY_ROW(fam, sig, op, iop, ...)                                                    \
   CaptureResult bind_##fam(BindCall& c) {                                                       \
-    static const UnaryOp u{Signature(sig), OpId::op, OpId::iop, DtypeRule::rule, {__VA_ARGS__}};            \
+    static const UnaryOp u{Signature(sig), OpId::op, OpId::iop, {__VA_ARGS__}};                 \
     return record_unary(c, u);                                                                  \
   }
-#define FD_UNARY_ROW_INPLACE(fam, sig, iop, rule, ...)                                          \
+#define FD_UNARY_ROW_INPLACE(fam, sig, iop, ...)                                                \
   CaptureResult bind_##fam(BindCall& c) {                                                       \
-    static const UnaryOp u{Signature(sig), OpId::iop, OpId::iop, DtypeRule::rule, {__VA_ARGS__}, true};     \
+    static const UnaryOp u{Signature(sig), OpId::iop, OpId::iop, {__VA_ARGS__}, true};          \
     return record_unary(c, u);                                                                  \
   }
 
-FD_UNARY_ROW(relu, "relu(Tensor input, bool inplace=False)", relu, relu_, NoBool)
-FD_UNARY_ROW(relu6, "relu6(Tensor input, bool inplace=False)", relu6, kCount, NoBool)
-FD_UNARY_ROW(gelu, "gelu(Tensor input, str approximate='none')", gelu, kCount, FloatOnly, "approximate")
-FD_UNARY_ROW(silu, "silu(Tensor input, bool inplace=False)", silu, silu_, FloatOnly)
-FD_UNARY_ROW(mish, "mish(Tensor input, bool inplace=False)", mish, mish_, FloatOnly)
-FD_UNARY_ROW(elu, "elu(Tensor input, Number alpha=1.0, bool inplace=False)", elu, elu_, FloatOnly, "alpha", "=1",
+FD_UNARY_ROW(relu, "relu(Tensor input, bool inplace=False)", relu, relu_)
+FD_UNARY_ROW(relu6, "relu6(Tensor input, bool inplace=False)", relu6, kCount)
+FD_UNARY_ROW(gelu, "gelu(Tensor input, str approximate='none')", gelu, kCount, "approximate")
+FD_UNARY_ROW(silu, "silu(Tensor input, bool inplace=False)", silu, silu_)
+FD_UNARY_ROW(mish, "mish(Tensor input, bool inplace=False)", mish, mish_)
+FD_UNARY_ROW(elu, "elu(Tensor input, Number alpha=1.0, bool inplace=False)", elu, elu_, "alpha", "=1",
              "=1")
-FD_UNARY_ROW(selu, "selu(Tensor input, bool inplace=False)", selu, selu_, FloatOnly)
-FD_UNARY_ROW(celu, "celu(Tensor input, Number alpha=1.0, bool inplace=False)", celu, celu_, FloatOnly, "alpha")
+FD_UNARY_ROW(selu, "selu(Tensor input, bool inplace=False)", selu, selu_)
+FD_UNARY_ROW(celu, "celu(Tensor input, Number alpha=1.0, bool inplace=False)", celu, celu_, "alpha")
 FD_UNARY_ROW(leaky_relu, "leaky_relu(Tensor input, Number negative_slope=0.01, bool inplace=False)", leaky_relu,
-             leaky_relu_, FloatOnly, "negative_slope")
+             leaky_relu_, "negative_slope")
 FD_UNARY_ROW(hardtanh, "hardtanh(Tensor input, Number min_val=-1.0, Number max_val=1.0, bool inplace=False)",
-             hardtanh, hardtanh_, NoBool, "min_val", "max_val")
-FD_UNARY_ROW(hardsigmoid, "hardsigmoid(Tensor input, bool inplace=False)", hardsigmoid, hardsigmoid_, FloatOnly)
-FD_UNARY_ROW(hardswish, "hardswish(Tensor input, bool inplace=False)", hardswish, hardswish_, FloatOnly)
-FD_UNARY_ROW(softplus, "softplus(Tensor input, Number beta=1, Number threshold=20)", softplus, kCount, FloatOnly,
+             hardtanh, hardtanh_, "min_val", "max_val")
+FD_UNARY_ROW(hardsigmoid, "hardsigmoid(Tensor input, bool inplace=False)", hardsigmoid, hardsigmoid_)
+FD_UNARY_ROW(hardswish, "hardswish(Tensor input, bool inplace=False)", hardswish, hardswish_)
+FD_UNARY_ROW(softplus, "softplus(Tensor input, Number beta=1, Number threshold=20)", softplus, kCount,
              "beta", "threshold")
 FD_UNARY_ROW(threshold, "threshold(Tensor input, Number threshold, Number value, bool inplace=False)", threshold,
-             threshold_, NoBool, "threshold", "value")
+             threshold_, "threshold", "value")
 FD_UNARY_ROW(nan_to_num, "nan_to_num(Tensor input, float? nan=None, float? posinf=None, float? neginf=None)",
-             nan_to_num, nan_to_num_, Promote, "nan", "posinf", "neginf")
+             nan_to_num, nan_to_num_, "nan", "posinf", "neginf")
 FD_UNARY_ROW_INPLACE(nan_to_num_, "nan_to_num_(Tensor self, float? nan=None, float? posinf=None, float? neginf=None)",
-                     nan_to_num_, Promote, "nan", "posinf", "neginf")
-FD_UNARY_ROW_INPLACE(elu_, "elu_(Tensor self, Number alpha=1.0)", elu_, FloatOnly, "alpha", "=1", "=1")
-FD_UNARY_ROW_INPLACE(celu_, "celu_(Tensor self, Number alpha=1.0)", celu_, FloatOnly, "alpha")
-FD_UNARY_ROW_INPLACE(leaky_relu_, "leaky_relu_(Tensor self, Number negative_slope=0.01)", leaky_relu_, FloatOnly,
+                     nan_to_num_, "nan", "posinf", "neginf")
+FD_UNARY_ROW_INPLACE(elu_, "elu_(Tensor self, Number alpha=1.0)", elu_, "alpha", "=1", "=1")
+FD_UNARY_ROW_INPLACE(celu_, "celu_(Tensor self, Number alpha=1.0)", celu_, "alpha")
+FD_UNARY_ROW_INPLACE(leaky_relu_, "leaky_relu_(Tensor self, Number negative_slope=0.01)", leaky_relu_,
                      "negative_slope")
-FD_UNARY_ROW_INPLACE(hardtanh_, "hardtanh_(Tensor self, Number min_val=-1.0, Number max_val=1.0)", hardtanh_,
-                     NoBool, "min_val", "max_val")
-FD_UNARY_ROW_INPLACE(threshold_, "threshold_(Tensor self, Number threshold, Number value)", threshold_, NoBool,
+FD_UNARY_ROW_INPLACE(hardtanh_, "hardtanh_(Tensor self, Number min_val=-1.0, Number max_val=1.0)", hardtanh_, "min_val", "max_val")
+FD_UNARY_ROW_INPLACE(threshold_, "threshold_(Tensor self, Number threshold, Number value)", threshold_,
                      "threshold", "value")
 #undef FD_UNARY_ROW
 #undef FD_UNARY_ROW_INPLACE
@@ -630,7 +588,7 @@ CaptureResult bind_glu(BindCall& c) {
                                " is size " + std::to_string(m.sizes[*d]));
   Plan p;
   CallArg xa = CallArg::tensor(x);
-  if (auto err = plan_elementwise(c, "glu", {&xa}, DtypeRule::FloatOnly, p)) return CaptureResult::fail(*err);
+  if (auto err = plan_elementwise(c, "glu", OpId::glu, {&xa}, p)) return CaptureResult::fail(*err);
   TensorMeta half = m;
   half.sizes[*d] /= 2;
   p.shape = half.sizes;
@@ -648,7 +606,7 @@ CaptureResult record_where(BindCall& c, const CallArg& cond, const CallArg& x, c
     return CaptureResult::fail("where: expected condition to be a boolean tensor, but got a tensor with dtype " +
                                dtype_name(c.graph.meta(cond.value).dtype));
   Plan p;
-  if (auto err = plan_elementwise(c, "where", {&cond, &x, &y}, DtypeRule::Promote, p)) return CaptureResult::fail(*err);
+  if (auto err = plan_elementwise(c, "where", OpId::where_self, {&cond, &x, &y}, p)) return CaptureResult::fail(*err);
   // The condition takes no part in promotion.
   std::vector<DtypeOperand> d;
   for (const CallArg* v : {&x, &y}) {
@@ -754,7 +712,7 @@ CaptureResult record_clamp(BindCall& c, const CallArg& x, const CallArg& lo, con
   if (lo.kind != K::None) ops.push_back(&lo);
   if (hi.kind != K::None) ops.push_back(&hi);
   Plan p;
-  if (auto err = plan_elementwise(c, name, ops, DtypeRule::NoBool, p)) return CaptureResult::fail(*err);
+  if (auto err = plan_elementwise(c, name, tensors ? OpId::clamp_Tensor : OpId::clamp, ops, p)) return CaptureResult::fail(*err);
   if (!tensors) {
     const TensorMeta& m = c.graph.meta(x.value);
     if (is_floating(m.dtype)) p.out = m.dtype;
@@ -811,7 +769,7 @@ CaptureResult bind_lerp(BindCall& c) {
   std::vector<const CallArg*> ops{&x, &end};
   if (is_tensor(w)) ops.push_back(&w);
   Plan p;
-  if (auto err = plan_elementwise(c, "lerp", ops, DtypeRule::FloatOnly, p)) return CaptureResult::fail(*err);
+  if (auto err = plan_elementwise(c, "lerp", is_tensor(w) ? OpId::lerp_Tensor : OpId::lerp_Scalar, ops, p)) return CaptureResult::fail(*err);
   p.out = dt;
   if (is_tensor(w))
     return tensor_result(emit1(c.graph, OpId::lerp_Tensor,
@@ -829,7 +787,7 @@ CaptureResult record_addc(BindCall& c, const Signature& sig, OpId op, bool is_di
   if (is_div && is_integral(c.graph.meta(t1.value).dtype, true) && is_integral(c.graph.meta(t2.value).dtype, true))
     return CaptureResult::fail("addcdiv: integer division with addcdiv is no longer supported");
   Plan p;
-  if (auto err = plan_elementwise(c, name, {&x, &t1, &t2}, DtypeRule::Promote, p)) return CaptureResult::fail(*err);
+  if (auto err = plan_elementwise(c, name, op, {&x, &t1, &t2}, p)) return CaptureResult::fail(*err);
   return tensor_result(emit1(c.graph, op,
                              {Arg::of_value(x.value), Arg::of_value(t1.value), Arg::of_value(t2.value),
                               scalar_arg(a.get("value"))},

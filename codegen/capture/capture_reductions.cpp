@@ -19,33 +19,6 @@ namespace {
 using ST = c10::ScalarType;
 using K = CallArg::Kind;
 
-// The reduction's output dtype from the input dtype and an optional dtype= argument.
-enum class OutDtype : uint8_t {
-  Keep,        // amax, max
-  IntToLong,   // sum, prod, cumsum: integral/bool -> int64
-  FloatOnly,   // mean, var, std, norm: input (or dtype=) must be floating
-  IntToFloat,  // logsumexp: integral -> default float
-  Bool,        // all/any: bool (uint8 stays uint8)
-  Long,        // argmax, count_nonzero
-};
-
-std::optional<std::string> out_dtype(const std::string& op, OutDtype rule, ST in, std::optional<ST> requested,
-                                     ST default_dtype, ST& out) {
-  switch (rule) {
-    case OutDtype::Keep: out = in; break;
-    case OutDtype::IntToLong: out = requested ? *requested : (is_integral(in, true) ? ST::Long : in); break;
-    case OutDtype::FloatOnly:
-      out = requested ? *requested : in;
-      if (!is_floating(out))
-        return op + ": could not infer output dtype; input dtype must be floating point, got " + dtype_name(out);
-      break;
-    case OutDtype::IntToFloat: out = is_integral(in, true) ? default_dtype : in; break;
-    case OutDtype::Bool: out = in == ST::Byte ? ST::Byte : ST::Bool; break;
-    case OutDtype::Long: out = ST::Long; break;
-  }
-  return std::nullopt;
-}
-
 std::optional<ST> requested_dtype(const BoundArgs& a) {
   if (!a.values.count("dtype") || a.is_none("dtype")) return std::nullopt;
   return a.dtype("dtype");
@@ -71,13 +44,13 @@ std::optional<std::vector<int64_t>> opt_dims(const BoundArgs& a, const char* nam
 Arg dims_arg(const std::optional<std::vector<int64_t>>& d) { return d ? Arg::of_ints(*d) : Arg::none(); }
 
 // sum / mean: (self, int[1]? dim, keepdim, *, dtype).
-CaptureResult record_sum_like(BindCall& c, const Signature& sig, OpId op, OutDtype rule) {
+CaptureResult record_sum_like(BindCall& c, const Signature& sig, OpId op) {
   BoundArgs a;
   if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
   ValueId x = a.tensor("input");
   auto req = requested_dtype(a);
   ST dt;
-  if (auto err = out_dtype(sig.name(), rule, c.graph.meta(x).dtype, req, c.ctx.default_dtype, dt))
+  if (auto err = result_dtype(op, sig.name(), c.graph.meta(x).dtype, req, c.ctx.default_dtype, dt))
     return CaptureResult::fail(*err);
   auto dims = opt_dims(a, "dim");
   bool keepdim = a.boolean("keepdim");
@@ -94,12 +67,12 @@ CaptureResult record_sum_like(BindCall& c, const Signature& sig, OpId op, OutDty
 
 CaptureResult bind_sum(BindCall& c) {
   static const Signature sig("sum(Tensor input, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)");
-  return record_sum_like(c, sig, OpId::sum_dim_IntList, OutDtype::IntToLong);
+  return record_sum_like(c, sig, OpId::sum_dim_IntList);
 }
 
 CaptureResult bind_mean(BindCall& c) {
   static const Signature sig("mean(Tensor input, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)");
-  return record_sum_like(c, sig, OpId::mean_dim, OutDtype::FloatOnly);
+  return record_sum_like(c, sig, OpId::mean_dim);
 }
 
 CaptureResult bind_prod(BindCall& c) {
@@ -107,7 +80,7 @@ CaptureResult bind_prod(BindCall& c) {
   ValueId x = a.tensor("input");
   auto req = requested_dtype(a);
   ST dt;
-  if (auto err = out_dtype("prod", OutDtype::IntToLong, c.graph.meta(x).dtype, req, c.ctx.default_dtype, dt))
+  if (auto err = result_dtype(OpId::prod, "prod", c.graph.meta(x).dtype, req, c.ctx.default_dtype, dt))
     return CaptureResult::fail(*err);
   Arg dtype_arg = req ? Arg::of_dtype(*req) : Arg::none();
   TensorMeta out;
@@ -178,7 +151,10 @@ CaptureResult record_argmax_like(BindCall& c, const Signature& sig, OpId op) {
   if (!a.is_none("dim")) dims = {a.integer("dim")};
   if (c.graph.meta(x).numel() == 0 && dims.empty())
     return CaptureResult::fail(sig.name() + "(): expected a non-empty tensor");
-  if (auto err = reduce_meta(c, sig.name(), x, dims, keepdim, ST::Long, out)) return CaptureResult::fail(*err);
+  ST dt;
+  if (auto err = result_dtype(op, sig.name(), c.graph.meta(x).dtype, std::nullopt, c.ctx.default_dtype, dt))
+    return CaptureResult::fail(*err);
+  if (auto err = reduce_meta(c, sig.name(), x, dims, keepdim, dt, out)) return CaptureResult::fail(*err);
   return tensor_result(emit1(c.graph, op, {Arg::of_value(x), const_arg(a.get("dim")), Arg::of_bool(keepdim)}, out));
 }
 
@@ -189,7 +165,7 @@ CaptureResult record_all_like(BindCall& c, const Signature& sig, OpId op) {
   auto dims = opt_dims(a, "dim");
   bool keepdim = a.boolean("keepdim");
   ST dt;
-  out_dtype(sig.name(), OutDtype::Bool, c.graph.meta(x).dtype, std::nullopt, c.ctx.default_dtype, dt);
+  result_dtype(op, sig.name(), c.graph.meta(x).dtype, std::nullopt, c.ctx.default_dtype, dt);
   TensorMeta out;
   if (auto err = reduce_meta(c, sig.name(), x, dims.value_or(std::vector<int64_t>{}), keepdim, dt, out))
     return CaptureResult::fail(*err);
@@ -288,7 +264,7 @@ CaptureResult record_vector_norm(BindCall& c, const std::string& name, ValueId x
   if (!is_floating(c.graph.meta(x).dtype))
     return CaptureResult::fail(name + ": expected a floating point tensor as input, got " +
                                dtype_name(c.graph.meta(x).dtype));
-  if (auto err = out_dtype(name, OutDtype::FloatOnly, c.graph.meta(x).dtype, req, c.ctx.default_dtype, dt))
+  if (auto err = result_dtype(OpId::linalg_vector_norm, name, c.graph.meta(x).dtype, req, c.ctx.default_dtype, dt))
     return CaptureResult::fail(*err);
   TensorMeta out;
   if (auto err = reduce_meta(c, name, x, dims.value_or(std::vector<int64_t>{}), keepdim, dt, out))
@@ -333,7 +309,7 @@ CaptureResult bind_logsumexp(BindCall& c) {
   FD_BIND_OR_RETURN(c, a, "logsumexp(Tensor input, int[] dim, bool keepdim=False)");
   ValueId x = a.tensor("input");
   ST dt;
-  out_dtype("logsumexp", OutDtype::IntToFloat, c.graph.meta(x).dtype, std::nullopt, c.ctx.default_dtype, dt);
+  result_dtype(OpId::logsumexp, "logsumexp", c.graph.meta(x).dtype, std::nullopt, c.ctx.default_dtype, dt);
   auto dims = a.ints("dim");
   bool keepdim = a.boolean("keepdim");
   TensorMeta out;
@@ -353,7 +329,10 @@ CaptureResult bind_count_nonzero(BindCall& c) {
     if (dims.empty()) return CaptureResult::fail("count_nonzero: an empty 'dim' list is not supported");
   }
   TensorMeta out;
-  if (auto err = reduce_meta(c, "count_nonzero", x, dims, false, ST::Long, out)) return CaptureResult::fail(*err);
+  ST dt;
+  result_dtype(OpId::count_nonzero_dim_IntList, "count_nonzero", c.graph.meta(x).dtype, std::nullopt,
+               c.ctx.default_dtype, dt);
+  if (auto err = reduce_meta(c, "count_nonzero", x, dims, false, dt, out)) return CaptureResult::fail(*err);
   return tensor_result(emit1(c.graph, OpId::count_nonzero_dim_IntList, {Arg::of_value(x), Arg::of_ints(dims)}, out));
 }
 
@@ -370,7 +349,7 @@ CaptureResult record_scan(BindCall& c, const Signature& sig, OpId op) {
                                std::to_string(m.dim()) + "-d tensor");
   auto req = requested_dtype(a);
   ST dt;
-  out_dtype(sig.name(), OutDtype::IntToLong, m.dtype, req, c.ctx.default_dtype, dt);
+  result_dtype(op, sig.name(), m.dtype, req, c.ctx.default_dtype, dt);
   TensorMeta out = contiguous_meta(dt, m.device, m.sizes, any_requires_grad(c.graph, c.ctx, {x}));
   return tensor_result(
       emit1(c.graph, op, {Arg::of_value(x), Arg::of_int(d), req ? Arg::of_dtype(*req) : Arg::none()}, out));
@@ -391,8 +370,8 @@ CaptureResult record_softmax(BindCall& c, const BoundArgs& a, const std::string&
     return CaptureResult::fail(name + ": dim " + std::to_string(d) + " out of range for a " +
                                std::to_string(m.dim()) + "-d tensor");
   auto req = requested_dtype(a);
-  ST dt = req ? *req : m.dtype;
-  if (!is_floating(dt)) return CaptureResult::fail(name + ": not implemented for '" + dtype_name(dt) + "'");
+  ST dt;
+  if (auto err = result_dtype(op, name, m.dtype, req, c.ctx.default_dtype, dt)) return CaptureResult::fail(*err);
   TensorMeta out = contiguous_meta(dt, m.device, m.sizes, any_requires_grad(c.graph, c.ctx, {x}));
   return tensor_result(
       emit1(c.graph, op, {Arg::of_value(x), Arg::of_int(d), req ? Arg::of_dtype(*req) : Arg::none()}, out));

@@ -251,6 +251,54 @@ bool is_floating(c10::ScalarType t) { return c10::isFloatingType(t); }
 bool can_cast(c10::ScalarType from, c10::ScalarType to) { return c10::canCast(from, to); }
 std::string dtype_name(c10::ScalarType t) { return c10::toString(t); }
 
+std::optional<std::string> result_dtype(OpId op, const std::string& name, c10::ScalarType common,
+                                        std::optional<c10::ScalarType> requested, c10::ScalarType default_dtype,
+                                        c10::ScalarType& out) {
+  using ST = c10::ScalarType;
+  auto not_implemented = [&](ST t) { return name + ": not implemented for '" + dtype_name(t) + "'"; };
+  out = common;
+  switch (op_info(op).dtype) {
+    case DtypeRule::Promote: return std::nullopt;
+    case DtypeRule::IntToFloat:
+      if (is_integral(common, true)) out = default_dtype;
+      return std::nullopt;
+    case DtypeRule::ToBool: out = ST::Bool; return std::nullopt;
+    case DtypeRule::NoBool:
+      if (common == ST::Bool) return name + ": not supported for bool tensors";
+      return std::nullopt;
+    case DtypeRule::FloatOnly:
+      if (requested) out = *requested;
+      if (!is_floating(out)) return not_implemented(out);
+      return std::nullopt;
+    case DtypeRule::Integral:
+      if (!is_integral(common, true)) return not_implemented(common);
+      return std::nullopt;
+    case DtypeRule::IntNoBool:
+      if (!is_integral(common, false)) return not_implemented(common);
+      return std::nullopt;
+    case DtypeRule::BoolToLong:
+      if (common == ST::Bool) out = ST::Long;
+      return std::nullopt;
+    case DtypeRule::IntToLong:
+      out = requested ? *requested : is_integral(common, true) ? ST::Long : common;
+      return std::nullopt;
+    case DtypeRule::FloatOut:
+      if (requested) out = *requested;
+      if (!is_floating(out))
+        return name + ": could not infer output dtype; input dtype must be floating point, got " + dtype_name(out);
+      return std::nullopt;
+    case DtypeRule::AllAny: out = common == ST::Byte ? ST::Byte : ST::Bool; return std::nullopt;
+    case DtypeRule::ToLong: out = ST::Long; return std::nullopt;
+    case DtypeRule::ArgIndex:
+      if (common == ST::Bool) return name + "(): does not support bool input";
+      out = ST::Long;
+      return std::nullopt;
+    case DtypeRule::Own: break;
+  }
+  FD_CHECK(false, std::string("result_dtype: ") + op_info(op).id + "'s dtype is its binder's own (ops.def Dtype Own)");
+  return std::nullopt;
+}
+
 namespace {
 using ST = c10::ScalarType;
 ST promote_skip_undefined(ST a, ST b) {

@@ -60,6 +60,13 @@ bool is_integral(c10::ScalarType t, bool include_bool);
 bool is_floating(c10::ScalarType t);
 bool can_cast(c10::ScalarType from, c10::ScalarType to);
 std::string dtype_name(c10::ScalarType t);  // "Float", as ATen's messages spell it
+// `op`'s result dtype by its ops.def Dtype rule, from the common dtype of its tensor operands (one
+// operand: its dtype) and the dtype= argument where the op has one; an error (eager's message,
+// prefixed by `name`) for dtypes the op rejects. Rows whose rule is Own are the binder's own: an
+// internal error.
+std::optional<std::string> result_dtype(OpId op, const std::string& name, c10::ScalarType common,
+                                        std::optional<c10::ScalarType> requested, c10::ScalarType default_dtype,
+                                        c10::ScalarType& out);
 
 // ---- metas ------------------------------------------------------------------------------------
 bool any_requires_grad(const Graph& g, const CaptureContext& ctx, const std::vector<ValueId>& inputs);

@@ -31,8 +31,19 @@ enum class Lowering : uint8_t {
 #undef FD_LOWERING
 };
 
+// ops.def's Dtype column: how an op's result dtype follows from its operands' (ops.def says what
+// each means; codegen/capture/meta_rules.h `result_dtype` applies it).
+#define FD_DTYPE_RULES(X)                                                                          \
+  X(Promote) X(IntToFloat) X(ToBool) X(NoBool) X(FloatOnly) X(Integral) X(IntNoBool) X(BoolToLong) \
+  X(IntToLong) X(FloatOut) X(AllAny) X(ToLong) X(ArgIndex) X(Own)
+enum class DtypeRule : uint8_t {
+#define FD_DTYPE_RULE(name) name,
+  FD_DTYPE_RULES(FD_DTYPE_RULE)
+#undef FD_DTYPE_RULE
+};
+
 enum class OpId : uint16_t {
-#define FD_OP(id, aten, overload, category, rule, twin, lower) id,
+#define FD_OP(id, aten, overload, category, rule, dtype, twin, lower) id,
 #include "codegen/graph/ops.def"
   kCount,
   NoTwin = kCount  // ops.def's Twin column: no out-of-place form
@@ -45,9 +56,11 @@ struct OpInfo {
   OpCategory category;
   OpId twin;             // InPlace: the out-of-place op computing what it writes; else NoTwin
   const char* rule;      // ops.def's Rule column: "Binary", "Reduce", ... (codegen/shapes/propagate.cpp)
+  DtypeRule dtype;       // ops.def's Dtype column
   Lowering lowering;     // ops.def's Lower column (codegen/loop/lowering.cpp dispatches on it)
 };
 const char* lowering_name(Lowering l);  // "Pointwise"
+const char* dtype_rule_name(DtypeRule r);  // "IntToFloat"
 const OpInfo& op_info(OpId op);
 // Looks an op up by "aten::name.overload" (or "aten::name" for the default overload).
 std::optional<OpId> op_by_qualified_name(std::string_view qualified);

@@ -13,8 +13,8 @@ namespace fastdyn::codegen {
 namespace {
 
 constexpr OpInfo kOps[] = {
-#define FD_OP(id, aten, overload, category, rule, twin, lower) \
-  {#id, aten, overload, OpCategory::category, OpId::twin, #rule, Lowering::lower},
+#define FD_OP(id, aten, overload, category, rule, dtype, twin, lower) \
+  {#id, aten, overload, OpCategory::category, OpId::twin, #rule, DtypeRule::dtype, Lowering::lower},
 #include "codegen/graph/ops.def"
 };
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(OpId::kCount),
@@ -65,6 +65,15 @@ const char* lowering_name(Lowering l) {
 #undef FD_LOWERING
   };
   return kNames[static_cast<size_t>(l)];
+}
+
+const char* dtype_rule_name(DtypeRule r) {
+  static const char* const kNames[] = {
+#define FD_DTYPE_RULE(name) #name,
+      FD_DTYPE_RULES(FD_DTYPE_RULE)
+#undef FD_DTYPE_RULE
+  };
+  return kNames[static_cast<size_t>(r)];
 }
 
 }  // namespace fastdyn::codegen

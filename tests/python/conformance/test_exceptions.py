@@ -152,6 +152,30 @@ def test_torch_op_error_message_and_line():
     check_raises_like_eager(torch_op_shape_mismatch, r(4, 8), marker="RAISE")
 
 
+def argmax_of_bool(x):
+    m = x > 0
+    return m.argmax(dim=1) + 1  # RAISE
+
+
+def addcmul_of_bools(x):
+    m = x > 0
+    return torch.addcmul(m, m, m) | m  # RAISE
+
+
+def floor_division_of_bools(x):
+    m = x > 0
+    return torch.div(m, m, rounding_mode="floor") * 2  # RAISE
+
+
+# The dtype rules of ops.def (checked against ATen by GoogleTest DtypeColumn): a dtype ATen's
+# kernel refuses is refused at capture too, so eager's error is raised where eager raises it
+# (these three were recorded and computed by a kernel before the rules were checked).
+@pytest.mark.parametrize("fn", [argmax_of_bool, addcmul_of_bools, floor_division_of_bools],
+                         ids=lambda f: f.__name__)
+def test_dtype_an_op_refuses_raises_eagers_error(fn):
+    check_raises_like_eager(fn, r(4, 8), marker="RAISE")
+
+
 def test_raise_from_keeps_cause():
     check_raises_like_eager(raise_from_cause, r(4, 8), marker="RAISE")
 
