@@ -43,8 +43,8 @@ fi
 $PY -m pytest tests/python -p no:cacheprovider -q -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"
 
-# The cuda backend against eager and inductor on this GPU (bench/cuda.py; numbers go in README).
+# The cuda backend against eager and inductor on this GPU (bench/gpu_kernels.py; numbers go in README).
 if [ "${DEVICE_BENCH:-1}" = 1 ]; then
-  $PY bench/cuda.py --out "$OUT/bench" > "$OUT/bench_cuda.log" 2>&1
+  $PY bench/gpu_kernels.py --out "$OUT/bench" > "$OUT/bench_cuda.log" 2>&1
   echo "bench rc=$?"; tail -20 "$OUT/bench_cuda.log"
 fi

@@ -2,7 +2,7 @@
 """GPU benchmark: eager, torch.compile (inductor) and fastdyn's cuda backend on the same cases, in
 one process, on the accelerator machine (scripts/device_test.sh runs it).
 
-    python3 bench/cuda.py --out DIR [--cases softmax,layer_norm] [--quick]
+    python3 bench/gpu_kernels.py --out DIR [--cases softmax,layer_norm] [--quick]
 
 Per case and mode: the first call (compilation included; fastdyn's first calls run on ATen while
 its kernels compile in the background, so "ready" is the time until its kernels run), and the
