@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codegen/backends/backend_id.h"
+#include "eval_hook/config.h"
 #include "eval_hook/cpython_compat.h"
 #include "runtime/guards.h"
 #include "symbolic/interpreter.h"
@@ -22,9 +23,9 @@ struct CacheEntry {
   PyObject* fn = nullptr;     // strong: function object running the transformed code
   PyObject* graph = nullptr;  // strong: the compiled graph it calls
   int nargs = 0;              // argument slots passed to fn
-  // The backend requested when it compiled: it serves calls that request the same one only
-  // (jit(f, backend="aten") next to jit(g) leaves g's entries native).
-  codegen::Backend backend = codegen::Backend::Native;
+  // The target requested when it compiled: it serves calls that request the same one only
+  // (jit(f, backend="aten") next to jit(g) leaves g's entries native; likewise mode=).
+  Target target;
   bool rerun_on_error = true; // no in-place or random op: a failed run can be redone eagerly
   // When every graph input is an argument slot, the hit path calls `graph` with those slots
   // directly: the same work as running `fn`'s bytecode (load the slots, one call), minus a frame.

@@ -14,6 +14,8 @@
 #include "eval_hook/config.h"
 #include "codegen/shapes/propagate.h"
 #include "runtime/compiled_graph.h"
+#include "runtime/cuda_graph_executable.h"
+#include "runtime/deferred_executable.h"
 #include "runtime/dynamic_executable.h"
 #include "runtime/errors.h"
 #include "runtime/tiered_executable.h"
@@ -149,12 +151,44 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
 // `reuse_kernels`: first try the executable from kernels already built (a dynamic entry at a new
 // size: most of its kernels do not depend on that size and were built for an earlier one), which
 // then runs compiled from its first call instead of on aten.
-runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
-                                     bool reuse_kernels = false);
+runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
+                                          bool reuse_kernels = false);
+
+// CUDA graphs an entry may capture (one per set of sizes; mode="reduce-overhead").
+constexpr int kCudaGraphsPerEntry = 8;
+
+bool on_cuda(const codegen::Graph& g) {
+  for (codegen::ValueId v : g.inputs)
+    if (g.meta(v).device.is_cuda()) return true;
+  return false;
+}
+
+// The graphs of one entry share a family: its bound and memory pool (runtime/cuda_graph_executable.h).
+// Null when the target does not replay CUDA graphs or the graph is not on a GPU.
+std::shared_ptr<PyObject> cuda_graph_family(const codegen::Graph& g, const char* qualname, const Target& target) {
+  if (!target.cuda_graphs || !on_cuda(g)) return nullptr;
+  PyObject* family = runtime::new_cuda_graph_family(qualname, kCudaGraphsPerEntry);
+  if (!family) {
+    PyErr_Clear();
+    throw InternalError("creating the CUDA graph family of " + std::string(qualname) + " failed");
+  }
+  return std::shared_ptr<PyObject>(family, [](PyObject* o) {
+    if (!Py_IsInitialized()) return;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_DECREF(o);
+    PyGILState_Release(gil);
+  });
+}
+
+runtime::ExecutablePtr with_cuda_graphs(runtime::ExecutablePtr exe, const codegen::Graph& g, const char* qualname,
+                                        const std::shared_ptr<PyObject>& family) {
+  if (!family) return exe;
+  return std::make_shared<runtime::CudaGraphExecutable>(std::move(exe), g.outputs.size(), family.get(), qualname);
+}
 
 // A graph with live size symbols: one executable for every size, which compiles the graph
 // specialised to a call's sizes the first time it meets them (runtime/dynamic_executable.h).
-runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qualname, codegen::Backend requested) {
+runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qualname, const Target& target) {
   std::vector<runtime::DynamicExecutable::Symbol> symbols;
   std::vector<size_t> ids;
   for (size_t k = 0; k < g.symbols.size(); ++k)
@@ -166,23 +200,54 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
   std::string program = "dynamic over";
   for (size_t k : ids) program += " s" + std::to_string(k);
   program += " (one compile per size met)\n" + codegen::print_graph(g);
+  // The entry's background compile in flight, if any: while it runs, a new size runs on aten
+  // and compiles at its first call after it settled (runtime/deferred_executable.h), instead of
+  // running the graph passes and queueing the same kernels again at every new size.
+  auto in_flight = std::make_shared<std::weak_ptr<runtime::TieredExecutable>>();
   return std::make_shared<runtime::DynamicExecutable>(
       std::move(symbols),
-      [graph, ids, hints = codegen::shapes::hints(g), qn = std::string(qualname), requested](const std::vector<int64_t>& sizes) {
+      [graph, ids, hints = codegen::shapes::hints(g), qn = std::string(qualname), requested = target.backend,
+       in_flight, family = cuda_graph_family(g, qualname, target)](const std::vector<int64_t>& sizes) -> runtime::ExecutablePtr {
         std::vector<int64_t> binding = hints;
         for (size_t i = 0; i < ids.size(); ++i) binding[ids[i]] = sizes[i];
         stats().sizes_compiled++;
         codegen::PassTimer timer;
-        codegen::Graph specialised = codegen::shapes::specialize(*graph, binding);
+        auto specialised = std::make_shared<const codegen::Graph>(codegen::shapes::specialize(*graph, binding));
         timer.lap("specialize");
-        return compile_graph(specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
+        std::weak_ptr<runtime::TieredExecutable> pending = *in_flight;
+        auto settled = [pending] {
+          std::shared_ptr<runtime::TieredExecutable> t = pending.lock();
+          return !t || t->settled();
+        };
+        if (!settled()) {
+          if (config().log_code) log_event("code", qn + ": a new size runs on aten until the kernels in flight are built");
+          return with_cuda_graphs(
+              std::make_shared<runtime::DeferredExecutable>(
+                  codegen::compile_aten(*specialised), settled,
+                  [specialised, qn, requested] {
+                    return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
+                  },
+                  "runs on aten until the kernels an earlier size is compiling are built, then compiles from them:\n" +
+                      codegen::print_graph(*specialised)),
+              *specialised, qn.c_str(), family);
+        }
+        runtime::ExecutablePtr exe = compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
+        if (auto tiered = std::dynamic_pointer_cast<runtime::TieredExecutable>(exe); tiered && !tiered->settled())
+          *in_flight = tiered;
+        return with_cuda_graphs(std::move(exe), *specialised, qn.c_str(), family);
       },
       std::move(program));
 }
 
-runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
-                                     bool reuse_kernels) {
-  if (codegen::shapes::is_dynamic(g)) return compile_dynamic(g, qualname, requested);
+// The executable of a traced graph for `target`: a dynamic graph's serves every size.
+runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, const Target& target) {
+  if (codegen::shapes::is_dynamic(g)) return compile_dynamic(g, qualname, target);
+  return with_cuda_graphs(compile_on_backend(g, qualname, target.backend), g, qualname,
+                          cuda_graph_family(g, qualname, target));
+}
+
+runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
+                                          bool reuse_kernels) {
   const codegen::Backend backend = codegen::resolve_backend(requested, g);
   if (backend == codegen::Backend::Aten) return codegen::compile_aten(g);
   const char* name = codegen::backend_name(backend);
@@ -281,7 +346,7 @@ void skip_record_constructors(const SymValue& v) {
 // A trace that stopped at a graph break (the graph so far, then the breaking instruction and a
 // continuation), or that returns through bytecode (side effects, a rebuilt result): the graph
 // returns a tuple of the tensors the bytecode needs (symbolic/continuation.h).
-void compile_break(const symbolic::FrameInputs& frame, codegen::Backend backend, Prepared& p, CompileOutcome& outcome) {
+void compile_break(const symbolic::FrameInputs& frame, const Target& target, Prepared& p, CompileOutcome& outcome) {
   symbolic::TraceResult& trace = p.trace;
   outcome.reason = trace.reason;
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
@@ -309,7 +374,7 @@ void compile_break(const symbolic::FrameInputs& frame, codegen::Backend backend,
       tpl.items[i].kind = runtime::OutputTemplate::Kind::Output;
       tpl.items[i].output = static_cast<int>(i);
     }
-    runtime::ExecutablePtr exe = compile_graph(trace.graph, qualname, backend);
+    runtime::ExecutablePtr exe = compile_graph(trace.graph, qualname, target);
     entry->code_text = exe->describe();
     entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(tpl), qualname);
     if (!entry->graph) throw InternalError("creating the compiled graph object failed");
@@ -345,7 +410,7 @@ void compile_break(const symbolic::FrameInputs& frame, codegen::Backend backend,
 
 }  // namespace
 
-CompileOutcome compile_frame(const symbolic::FrameInputs& frame, codegen::Backend backend) {
+CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& target) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOutcome outcome;
   codegen::PassTimer timer;
@@ -361,7 +426,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, codegen::Backen
       outcome.kind = CompileOutcome::Kind::NoTensors;
       return outcome;
     }
-    compile_break(frame, backend, p, outcome);
+    compile_break(frame, target, p, outcome);
     stats().compile_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return outcome;
   }
@@ -376,12 +441,12 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, codegen::Backen
       return outcome;
     }
     return_through_bytecode(p);  // the test knob: an entry with no graph
-    compile_break(frame, backend, p, outcome);
+    compile_break(frame, target, p, outcome);
     return outcome;
   }
   auto entry = std::make_unique<CacheEntry>();
   const char* qname = PyUnicode_AsUTF8(frame.code->co_qualname);
-  runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?", backend);
+  runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?", target);
   timer = codegen::PassTimer();
   entry->graph_text = codegen::print_graph(p.trace.graph);
   entry->code_text = exe->describe();

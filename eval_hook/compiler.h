@@ -31,7 +31,7 @@ struct CompileOutcome {
 // Traces and compiles the frame, its graph for `backend` (the request: enable()'s or the jit
 // wrapper's). Must be called with the hook off for this thread. Throws only fastdyn
 // InternalError/BackendError.
-CompileOutcome compile_frame(const symbolic::FrameInputs& frame, codegen::Backend backend);
+CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& target);
 
 // What fastdyn.explain reports: every graph compiled and every break met while it runs the
 // function once (hook.h's set_explain_recorder).

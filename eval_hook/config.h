@@ -78,10 +78,18 @@ Stats& stats();  // guarded by the GIL (but sizes_compiled)
 // What the current thread's frames get. enable() sets the process default; a jit wrapper
 // overrides it for its call on its thread; the compiler turns it off while it runs.
 // A request: whether to compile, fullgraph, and the backend its graphs compile with.
+// What a request's graphs compile to: the backend, and whether graphs on CUDA tensors replay as
+// CUDA graphs after warm-up (mode="reduce-overhead": runtime/cuda_graph_executable.h). A cache
+// entry remembers its target and serves requests for the same one only.
+struct Target {
+  codegen::Backend backend = codegen::Backend::Native;
+  bool cuda_graphs = false;
+  bool operator==(const Target& o) const { return backend == o.backend && cuda_graphs == o.cuda_graphs; }
+};
 struct Request {
   Mode mode = Mode::Off;
   bool fullgraph = false;
-  codegen::Backend backend = codegen::Backend::Native;
+  Target target;
   symbolic::DynamicMode dynamic = symbolic::DynamicMode::Auto;  // which sizes become symbols
 };
 struct ThreadMode {

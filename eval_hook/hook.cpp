@@ -151,7 +151,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   {
     ModeGuard off(Request{});  // no re-entrance while compiling
     try {
-      out = compile_frame(fi, request.backend);
+      out = compile_frame(fi, request.target);
     } catch (const std::exception& e) {
       // A fastdyn bug: warn once per code object and run eagerly for good (strict mode: raise).
       PyErr_Clear();
@@ -190,7 +190,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
         }
       }
       st->compiles++;
-      out.entry->backend = request.backend;
+      out.entry->target = request.target;
       st->entries.insert(st->entries.begin(), std::move(out.entry));
       return st->entries.front().get();
     }
@@ -268,7 +268,7 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
     const runtime::GuardFrame gf = guard_frame(frame);
     auto& entries = st->entries;
     for (size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i]->backend == request.backend && entries[i]->guards->check(gf)) {
+      if (entries[i]->target == request.target && entries[i]->guards->check(gf)) {
         if (fullgraph && entries[i]->broke && g_raise_graph_break) {
           g_raise_graph_break(entries[i]->break_reason, entries[i]->break_file, entries[i]->break_line);
           fd_frame_release(tstate, frame);

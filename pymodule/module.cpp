@@ -71,6 +71,17 @@ codegen::Backend parse_backend(const std::string& name) {
   return *b;
 }
 
+// jit/enable's mode=: "default", or "reduce-overhead" (CUDA graphs on GPU tensors).
+bool parse_mode(const py::object& v) {
+  if (v.is_none()) return false;
+  if (!PyUnicode_Check(v.ptr())) throw py::type_error("fastdyn: mode must be a str or None");
+  const std::string m = v.cast<std::string>();
+  if (m == "default") return false;
+  if (m == "reduce-overhead") return true;
+  throw py::value_error("fastdyn: unknown mode '" + m + "' (expected 'default' or 'reduce-overhead'; " +
+                        "torch.compile's 'max-autotune' modes have no fastdyn counterpart)");
+}
+
 PyCodeObject* code_of(py::handle fn) {
   py::object f = py::reinterpret_borrow<py::object>(fn);
   if (PyObject* target = pymodule::jit_function_target(f.ptr())) f = py::reinterpret_borrow<py::object>(target);
@@ -87,7 +98,7 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
   eval_hook::ExplainReport r;
   eval_hook::set_explain_recorder(&r);
   {
-    eval_hook::ModeGuard on(eval_hook::Request{eval_hook::Mode::Compile, false, codegen::Backend::Native});
+    eval_hook::ModeGuard on(eval_hook::Request{eval_hook::Mode::Compile, false, eval_hook::Target{}});
     eval_hook::install();
     PyObject* out = PyObject_Call(fn.ptr(), args.ptr(), kwargs.ptr());
     eval_hook::uninstall();
@@ -174,14 +185,15 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("has_llvm_cpu") = false;
 #endif
-  m.def("enable", [](const std::string& backend, bool fullgraph, py::object dynamic) {
-    const codegen::Backend b = parse_backend(backend);
+  m.def("enable", [](const std::string& backend, bool fullgraph, py::object dynamic, py::object mode) {
+    const eval_hook::Target t{parse_backend(backend), parse_mode(mode)};
     const symbolic::DynamicMode d = parse_dynamic(dynamic);
     if (!g_enabled) eval_hook::install();
     else eval_hook::reassert();
     g_enabled = true;
-    eval_hook::set_process_mode(eval_hook::Request{eval_hook::Mode::Compile, fullgraph, b, d});
-  }, py::arg("backend") = "native", py::arg("fullgraph") = false, py::arg("dynamic") = py::none());
+    eval_hook::set_process_mode(eval_hook::Request{eval_hook::Mode::Compile, fullgraph, t, d});
+  }, py::arg("backend") = "native", py::arg("fullgraph") = false, py::arg("dynamic") = py::none(),
+     py::arg("mode") = py::none());
   m.def("disable", [] {
     eval_hook::set_process_mode(eval_hook::Request{});
     if (g_enabled) eval_hook::uninstall();
@@ -189,11 +201,17 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("is_enabled", [] { return g_enabled; });
   m.def("hook_installed", [] { return eval_hook::installed(); });
-  m.def("jit", [](py::handle fn, const std::string& backend, bool fullgraph, py::object dynamic) {
-    PyObject* w = pymodule::make_jit_function(fn.ptr(), eval_hook::Request{eval_hook::Mode::Compile, fullgraph, parse_backend(backend), parse_dynamic(dynamic)});
+  m.def("jit", [](py::handle fn, const std::string& backend, bool fullgraph, py::object dynamic, py::object mode) {
+    const eval_hook::Target t{parse_backend(backend), parse_mode(mode)};
+    PyObject* w = pymodule::make_jit_function(fn.ptr(), eval_hook::Request{eval_hook::Mode::Compile, fullgraph, t, parse_dynamic(dynamic)});
     if (!w) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(w);
-  }, py::arg("fn"), py::arg("backend") = "native", py::arg("fullgraph") = false, py::arg("dynamic") = py::none());
+  }, py::arg("fn"), py::arg("backend") = "native", py::arg("fullgraph") = false, py::arg("dynamic") = py::none(),
+     py::arg("mode") = py::none());
+  // FASTDYN_LOG=code events from Python (the CUDA graph runner).
+  m.def("log_code", [](const std::string& message) {
+    if (eval_hook::config().log_code) eval_hook::log_event("code", message);
+  });
   m.def("jit_target", [](py::handle obj) -> py::object {
     PyObject* t = pymodule::jit_function_target(obj.ptr());
     return t ? py::reinterpret_borrow<py::object>(t) : py::none();

@@ -21,6 +21,9 @@ class Executable {
   virtual std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) = 0;
   // Human-readable description: backend name and its program (for explain / FASTDYN_LOG=code).
   virtual std::string describe() const = 0;
+  // Its calls run the code they will keep running, not a baseline tier waiting for a compile
+  // (a tiered or deferred executable before its switch). A CUDA graph captures only then.
+  virtual bool settled() const { return true; }
 };
 
 using ExecutablePtr = std::shared_ptr<Executable>;

@@ -35,6 +35,12 @@ void TieredExecutable::fail(const std::string& why) {
   failure_ = why.empty() ? "unknown error" : why;
 }
 
+bool TieredExecutable::settled() const {
+  if (optimised_ready()) return true;
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return !failure_.empty();
+}
+
 std::shared_ptr<TieredExecutable> compile_in_background(ExecutablePtr baseline, std::string pending,
                                                         std::function<ExecutablePtr()> build) {
   auto tiered = std::make_shared<TieredExecutable>(std::move(baseline), std::move(pending));

@@ -34,6 +34,8 @@ class TieredExecutable final : public Executable {
   // The optimised tier will not come; the baseline runs from now on. `why` shows in describe().
   void fail(const std::string& why);
   bool optimised_ready() const { return optimised_.load(std::memory_order_acquire) != nullptr; }
+  // Published or failed: the background worker is done with it.
+  bool settled() const override;
 
  private:
   ExecutablePtr baseline_;

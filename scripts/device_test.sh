@@ -43,8 +43,11 @@ fi
 $PY -m pytest tests/python -p no:cacheprovider -q -o addopts="" -rfE > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -25 "$OUT/pytest.log"
 
-# The cuda backend against eager and inductor on this GPU (bench/gpu_kernels.py; numbers go in README).
+# The cuda backend, and mode="reduce-overhead", against eager and inductor on this GPU
+# (bench/gpu_kernels.py, bench/cuda_graphs.py; numbers go in README).
 if [ "${DEVICE_BENCH:-1}" = 1 ]; then
   $PY bench/gpu_kernels.py --out "$OUT/bench" > "$OUT/bench_cuda.log" 2>&1
   echo "bench rc=$?"; tail -20 "$OUT/bench_cuda.log"
+  $PY bench/cuda_graphs.py --out "$OUT/bench" > "$OUT/bench_cuda_graphs.log" 2>&1
+  echo "bench cuda_graphs rc=$?"; tail -8 "$OUT/bench_cuda_graphs.log"
 fi

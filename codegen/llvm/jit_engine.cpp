@@ -228,8 +228,13 @@ const RuntimeSymbol kRuntimeSymbols[] = {
 };
 
 struct Engine {
+  // The JIT, the cache and the stats. Never held across a module's optimisation and codegen (tens
+  // of milliseconds): a caller looking a kernel up (a dynamic entry at a new size, on the Python
+  // thread) must not wait for the background thread's compile of another kernel.
   std::mutex mutex;
-  std::unique_ptr<llvm::TargetMachine> tm;  // optimisation and object emission, under `mutex`
+  // Optimisation and object emission with `tm`, one module at a time; taken without `mutex`.
+  std::mutex tm_mutex;
+  std::unique_ptr<llvm::TargetMachine> tm;
   std::string data_layout;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   llvm::orc::JITDylib* runtime_jd = nullptr;  // kRuntimeSymbols + SLEEF, first in every kernel's links
@@ -568,16 +573,23 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
                            std::shared_ptr<void>* hold) {
   FD_CHECK(m.module && m.context, "llvm_jit::compile: empty ModuleBuilder");
   Engine& e = engine();
-  std::lock_guard<std::mutex> lock(e.mutex);
-  remove_released(e);
   std::string error;
-  if (KernelCache::Entry* hit = e.cache->find_memory(key_text)) {
-    // Another thread compiled the same kernel since our caller's find_cached: use that one.
-    std::vector<void*> out = lookup_all(e, *hit, symbols, error);
+  // Another thread may have compiled the same kernel since our caller's find_cached (checked
+  // again after codegen, which runs without the engine lock): use that one.
+  auto compiled_meanwhile = [&](std::vector<void*>& out) {
+    KernelCache::Entry* hit = e.cache->find_memory(key_text);
+    if (!hit) return false;
+    out = lookup_all(e, *hit, symbols, error);
     if (out.empty() && !symbols.empty()) throw BackendError("llvm_jit: " + error);
     ++e.cache->stats().memory_hits;
     if (hold) *hold = hit->hold;
-    return out;
+    return true;
+  };
+  {
+    std::lock_guard<std::mutex> lock(e.mutex);
+    remove_released(e);
+    std::vector<void*> out;
+    if (compiled_meanwhile(out)) return out;
   }
   const std::string name = m.module->getModuleIdentifier();
   const auto t0 = Clock::now();
@@ -589,16 +601,25 @@ std::vector<void*> compile(ModuleBuilder m, const std::string& key_text, const s
     throw BackendError("llvm_jit: module '" + name + "' is invalid: " + verifier_os.str());
 
   CompileTimes times;
-  declare_host_vector_width(*m.module);
-  optimise(*m.module, *e.tm);
-  declare_call_vector_widths(*m.module);
-  times.optimise_ms = ms_since(t0);
-  const auto t1 = Clock::now();
-  std::string object = emit_object(*m.module, *e.tm);
+  std::string object;
+  {
+    std::lock_guard<std::mutex> tm_lock(e.tm_mutex);
+    declare_host_vector_width(*m.module);
+    optimise(*m.module, *e.tm);
+    declare_call_vector_widths(*m.module);
+    times.optimise_ms = ms_since(t0);
+    const auto t1 = Clock::now();
+    object = emit_object(*m.module, *e.tm);
+    times.codegen_ms = ms_since(t1);
+  }
   m.module.reset();
   m.context.reset();
-  times.codegen_ms = ms_since(t1);
 
+  std::lock_guard<std::mutex> lock(e.mutex);
+  {
+    std::vector<void*> out;
+    if (compiled_meanwhile(out)) return out;
+  }
   const auto t2 = Clock::now();
   KernelCache::Entry entry;
   entry.handle = link_object(e, object, name, error);

@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from . import _C
+from . import _C, _cuda_graphs
 
 # fastdyn's threads (the background kernel compiler, and the JIT engine that may still be
 # starting, see codegen/llvm/jit_engine.h's prewarm) end before the process's static destructors.
@@ -67,13 +67,17 @@ def _install_path_rules():
 _install_path_rules()
 
 
-def enable(backend="native", fullgraph=False, dynamic=None):
+def enable(backend="native", fullgraph=False, dynamic=None, mode=None):
     """Make every Python frame of the process a compilation candidate.
 
     dynamic: None (automatic: sizes are specialised at a first compile, and a dim seen with
     another size later becomes a size symbol, so one graph serves every size), True (every dim
-    of more than one element is a symbol from the start), False (every size is specialised)."""
-    _C.enable(backend, bool(fullgraph), dynamic)
+    of more than one element is a symbol from the start), False (every size is specialised).
+    mode: None or "default", or "reduce-overhead": a graph on CUDA tensors is captured as a CUDA
+    graph after two warm-up calls and replayed while its guards hold (one graph per set of
+    sizes, at most 8 per entry; inputs that move between calls are copied into static buffers;
+    outputs are fresh tensors). Graphs on the CPU are unaffected."""
+    _C.enable(backend, bool(fullgraph), dynamic, mode)
 
 
 def disable():
@@ -81,15 +85,15 @@ def disable():
     _C.disable()
 
 
-def jit(fn_or_module=None, *, backend="native", fullgraph=False, dynamic=None):
+def jit(fn_or_module=None, *, backend="native", fullgraph=False, dynamic=None, mode=None):
     """Compile a function or nn.Module on call. Usable as @jit or @jit(backend=..., fullgraph=...,
-    dynamic=...); dynamic as for enable()."""
+    dynamic=..., mode=...); dynamic and mode as for enable()."""
     if dynamic is not None and not isinstance(dynamic, bool):
         raise TypeError(f"fastdyn.jit: dynamic must be True, False or None, got {dynamic!r}")
     if fn_or_module is None:
-        return functools.partial(jit, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
+        return functools.partial(jit, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode)
     if isinstance(fn_or_module, torch.nn.Module):
-        return _JitModule(fn_or_module, backend, fullgraph, dynamic)
+        return _JitModule(fn_or_module, backend, fullgraph, dynamic, mode)
     if not callable(fn_or_module):
         raise TypeError(f"fastdyn.jit: expected a function or torch.nn.Module, got {type(fn_or_module).__name__}")
     kind = _not_compiled_kind(fn_or_module)
@@ -99,7 +103,7 @@ def jit(fn_or_module=None, *, backend="native", fullgraph=False, dynamic=None):
                       "fastdyn does not compile; it runs as written (jit accepts plain functions, methods "
                       "and nn.Modules)", UserWarning, stacklevel=2)
         return fn_or_module
-    wrapper = _C.jit(fn_or_module, backend, bool(fullgraph), dynamic)
+    wrapper = _C.jit(fn_or_module, backend, bool(fullgraph), dynamic, mode)
     try:
         functools.update_wrapper(wrapper, fn_or_module)
     except (AttributeError, TypeError):
@@ -136,10 +140,10 @@ def _not_compiled_kind(fn):
 class _JitModule(torch.nn.Module):
     """A module whose forward runs under fastdyn; parameters stay the original module's."""
 
-    def __init__(self, module, backend, fullgraph, dynamic):
+    def __init__(self, module, backend, fullgraph, dynamic, mode):
         super().__init__()
         self._orig_mod = module
-        self._fastdyn_call = _C.jit(module.__call__, backend, bool(fullgraph), dynamic)
+        self._fastdyn_call = _C.jit(module.__call__, backend, bool(fullgraph), dynamic, mode)
 
     def forward(self, *args, **kwargs):
         return self._fastdyn_call(*args, **kwargs)
@@ -227,13 +231,19 @@ def stats():
     LLVM), kernel_memory_hits (already compiled in this process: reset() keeps compiled kernels),
     kernel_disk_hits (loaded from FASTDYN_CACHE_DIR), kernel_cache_rejected (corrupt or foreign
     cache files ignored) and kernel_memory_evictions (kernels the in-memory cache, bounded by
-    FASTDYN_KERNEL_CACHE_SIZE kernels, default 4096, let go; one still in use stays loaded)."""
-    return dict(_C.stats())
+    FASTDYN_KERNEL_CACHE_SIZE kernels, default 4096, let go; one still in use stays loaded).
+    With mode="reduce-overhead": cuda_graph_captures, cuda_graph_replays, cuda_graph_recaptures
+    (an input read in place came at another address) and cuda_graph_skipped (graphs not captured;
+    FASTDYN_LOG=code says why)."""
+    d = dict(_C.stats())
+    d.update(_cuda_graphs.stats())
+    return d
 
 
 def reset():
     """Wait for background compiles, then forget every compiled entry and zero the counters."""
     _C.reset()
+    _cuda_graphs.reset_stats()
 
 
 def set_recompile_limit(n):

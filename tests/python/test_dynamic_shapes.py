@@ -278,6 +278,36 @@ def test_a_new_size_whose_kernels_were_built_runs_compiled_at_once():
     assert s["sizes_compiled"] == 4, s
 
 
+@pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="built without LLVM: no background compile to wait for")
+def test_new_sizes_met_while_the_kernels_compile_run_on_aten_and_queue_no_compile():
+    # A decode loop meets a new length at every step while its first kernels are still compiling
+    # in the background (held here). Those steps run on aten, equal to eager, without running the
+    # graph passes again or queueing the same kernels once per length; at their next call after
+    # the compile, they run from the kernels it built (no further compile).
+    fastdyn.set_background_compile(True)
+    g = fastdyn.jit(reduction, dynamic=True)
+    sizes = [5, 6, 7, 9, 12, 17]
+    xs = {n: torch.randn(n, 33) for n in sizes}
+    fastdyn._C.hold_background_for_testing(True)
+    try:
+        for n in sizes:
+            torch.testing.assert_close(g(xs[n]), reduction(xs[n]))
+        s = fastdyn.stats()
+        assert s["background_pending"] == 1, s  # the first size's compile only (one per size before)
+        assert s["kernel_compiles"] == 0, s
+    finally:
+        fastdyn._C.hold_background_for_testing(False)
+    fastdyn.synchronize()
+    built = fastdyn.stats()
+    assert built["background_compiles"] == 1 and built["kernel_compiles"] >= 1, built
+    for n in sizes:
+        torch.testing.assert_close(g(xs[n]), reduction(xs[n]))
+    after = fastdyn.stats()
+    assert after["background_compiles"] == built["background_compiles"], after
+    assert after["kernel_compiles"] == built["kernel_compiles"], after
+    assert after["background_pending"] == 0, after
+
+
 def test_model_patterns_keep_the_sequence_symbol():
     # What GPT-2 and Llama do with the sequence length: a view of one part of a split (strided),
     # new_ones / expand / arange over sizes, and advanced indexing with index tensors built from

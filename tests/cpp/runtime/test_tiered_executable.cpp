@@ -1,5 +1,5 @@
-// Tiered executables and the background compile worker (runtime/tiered_executable.h,
-// runtime/background_compiler.h), with fake executables: no Python, no LLVM.
+// Tiered and deferred executables and the background compile worker (runtime/tiered_executable.h,
+// runtime/deferred_executable.h, runtime/background_compiler.h), with fake executables: no Python, no LLVM.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/background_compiler.h"
+#include "runtime/deferred_executable.h"
 #include "runtime/errors.h"
 #include "runtime/tiered_executable.h"
 
@@ -45,6 +46,44 @@ TEST(TieredExecutable, RunsTheBaselineUntilTheOptimisedTierIsPublished) {
   EXPECT_EQ(t.describe(), "optimised\n");
   EXPECT_EQ(baseline->calls, 1);
   EXPECT_THROW(t.publish(std::make_shared<AddExecutable>(3, "again")), InternalError);
+}
+
+TEST(TieredExecutable, IsSettledOncePublishedOrFailed) {
+  TieredExecutable published(std::make_shared<AddExecutable>(1, "baseline"), "pending\n");
+  EXPECT_FALSE(published.settled());
+  published.publish(std::make_shared<AddExecutable>(2, "optimised"));
+  EXPECT_TRUE(published.settled());
+  TieredExecutable failed(std::make_shared<AddExecutable>(1, "baseline"), "pending\n");
+  failed.fail("no");
+  EXPECT_TRUE(failed.settled());
+}
+
+TEST(DeferredExecutable, RunsTheBaselineUntilReadyThenBuildsOnceOnTheCallingThread) {
+  auto baseline = std::make_shared<AddExecutable>(1, "baseline");
+  std::atomic<bool> ready{false};
+  std::atomic<int> builds{0};
+  DeferredExecutable d(
+      baseline, [&] { return ready.load(); },
+      [&]() -> ExecutablePtr {
+        builds++;
+        return std::make_shared<AddExecutable>(2, "built");
+      },
+      "deferred\n");
+  EXPECT_EQ(run_once(d), 1);
+  EXPECT_EQ(run_once(d), 1);
+  EXPECT_EQ(builds, 0);
+  EXPECT_FALSE(d.built());
+  EXPECT_EQ(d.describe(), "deferred\n");
+  ready = true;
+  std::vector<std::thread> callers;
+  std::atomic<int> sum{0};
+  for (int i = 0; i < 4; ++i) callers.emplace_back([&] { sum += static_cast<int>(run_once(d)); });
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(sum, 8);     // every call after ready ran the built executable
+  EXPECT_EQ(builds, 1);  // built once, whichever thread came first
+  EXPECT_TRUE(d.built());
+  EXPECT_EQ(d.describe(), "built\n");
+  EXPECT_EQ(baseline->calls, 2);
 }
 
 TEST(TieredExecutable, AFailedBuildKeepsTheBaselineAndSaysWhy) {

@@ -1,0 +1,182 @@
+"""CUDA graphs for mode="reduce-overhead" (jit and enable): the Python half.
+
+runtime/cuda_graph_executable.h wraps a compiled graph's executable on CUDA tensors; the wrapper
+runs under the entry's guards (a call reaches it only when they hold) and hands each call to a
+Runner here, which owns the torch.cuda.CUDAGraph. Per Runner (one graph at one set of sizes):
+
+- warm-up: the first WARMUP calls run the executable as compiled (its kernels loaded, cuBLAS and
+  the caching allocator warmed). They also classify the inputs: an input passed at the same
+  address at every warm-up call (parameters, buffers, a preallocated cache) is read in place by
+  the graph; any other input is copied into a static buffer before each replay. An input the
+  graph writes (its version moves) must be read in place: the user's tensor is what it mutates.
+- capture: on a side stream, into the Family's memory pool (one pool per compiled entry, shared
+  by its sizes: their graphs never run concurrently).
+- replay: copy the moving inputs in, check the in-place inputs are still where they were (else
+  this call runs the compiled executable and a later call captures again), replay, and return
+  fresh outputs (clones): a later replay never overwrites a tensor the user holds.
+
+A graph is not captured when an input lives off the GPU or on another GPU than the others, when
+an output aliases an input or another output (clones would break the aliasing), or when capture
+fails (an op that synchronises, e.g. nonzero); the executable then runs as compiled, and the
+reason is logged (FASTDYN_LOG=code) and kept in stats()['cuda_graph_skipped'].
+"""
+import torch
+
+WARMUP = 2
+
+_stats = {"cuda_graph_captures": 0, "cuda_graph_replays": 0, "cuda_graph_skipped": 0, "cuda_graph_recaptures": 0}
+
+
+def stats():
+    return dict(_stats)
+
+
+def reset_stats():
+    for k in _stats:
+        _stats[k] = 0
+
+
+_side_streams = {}
+
+
+def _side_stream(device):
+    # One per device: each new stream gets cuBLAS a workspace of its own (tens of MB).
+    if device not in _side_streams:
+        _side_streams[device] = torch.cuda.Stream(device)
+    return _side_streams[device]
+
+
+def _log(message):
+    from fastdyn import _C
+    _C.log_code(message)
+
+
+class Family:
+    """The CUDA graphs of one compiled entry: one per set of sizes, up to `max_graphs`, in one
+    memory pool."""
+
+    def __init__(self, name, max_graphs):
+        self.name = name
+        self.max_graphs = max_graphs
+        self.graphs = 0
+        self.pool = None
+        self.warned_full = False
+
+    def runner(self, inner):
+        return Runner(self, inner)
+
+
+class Runner:
+    def __init__(self, family, inner):
+        self.family = family
+        self.inner = inner          # inner(*tensors) -> tuple of tensors (the compiled executable)
+        self.calls = 0
+        self.ptrs = None            # input addresses seen at every warm-up call (None: not the same)
+        self.mutated = set()        # inputs the graph writes
+        self.graph = None
+        self.static_in = None       # per input: a static buffer, or None (read in place)
+        self.static_out = None
+        self.skip = None            # why this graph is never captured
+        self.recaptures = 0         # inputs read in place that moved (see _moved)
+
+    def _not_capturable(self, why):
+        self.skip = why
+        _stats["cuda_graph_skipped"] += 1
+        _log(f"{self.family.name}: no CUDA graph ({why}); calls run the compiled kernels")
+
+    def _warm(self, inputs):
+        versions = [t._version for t in inputs]
+        out = self.inner(*inputs)
+        for i, t in enumerate(inputs):
+            if t._version != versions[i]:
+                self.mutated.add(i)
+        ptrs = [t.data_ptr() if self.recaptures < 2 or i in self.mutated else None for i, t in enumerate(inputs)]
+        if self.ptrs is None:
+            self.ptrs = ptrs
+        else:
+            self.ptrs = [p if p == q else None for p, q in zip(self.ptrs, ptrs)]
+        self.calls += 1
+        return out
+
+    def _check(self, inputs):
+        devices = {t.device for t in inputs}
+        if any(d.type != "cuda" for d in devices) or len(devices) > 1:
+            return "its inputs are not all on one GPU: " + ", ".join(sorted(map(str, devices)))
+        for i in self.mutated:
+            if self.ptrs[i] is None:
+                return f"it writes input {i}, which came at a different address at each call"
+        if self.family.graphs >= self.family.max_graphs:
+            return f"the entry has {self.family.max_graphs} CUDA graphs already (one per set of sizes)"
+        return None
+
+    def _capture(self, inputs):
+        self.static_in = [None if self.ptrs[i] is not None else t.clone() for i, t in enumerate(inputs)]
+        args = [t if s is None else s for t, s in zip(inputs, self.static_in)]
+        device = inputs[0].device
+        with torch.cuda.device(device):
+            if self.family.pool is None:
+                self.family.pool = torch.cuda.graph_pool_handle()
+            if not self.mutated:
+                # The side-stream warm-up PyTorch recommends before a capture (a graph that writes
+                # its inputs would apply its writes once more: its warm-up calls ran already).
+                side = _side_stream(device)
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    self.inner(*args)
+                torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.family.pool):
+                out = self.inner(*args)
+        storages = [t.untyped_storage().data_ptr() for t in inputs] + [t.untyped_storage().data_ptr() for t in args]
+        seen = set()
+        for o in out:
+            p = o.untyped_storage().data_ptr()
+            if p in storages or p in seen:
+                return None, "an output aliases an input or another output"
+            seen.add(p)
+        return (graph, out), None
+
+    def __call__(self, inputs, settled):
+        """One call: `settled` says the executable runs its final code (not a tier waiting for
+        its kernels), which is all a graph may capture."""
+        if self.graph is None:
+            if not settled or self.skip is not None:
+                return self.inner(*inputs)
+            if self.calls < WARMUP:
+                return self._warm(inputs)
+            why = self._check(inputs)
+            captured = None
+            if why is None:
+                try:
+                    captured, why = self._capture(inputs)
+                except Exception as e:  # noqa: BLE001 - an op that cannot be captured
+                    why = f"capture failed: {type(e).__name__}: {str(e).splitlines()[0]}"
+            if why is not None:
+                self._not_capturable(why)
+                return self.inner(*inputs)
+            self.graph, self.static_out = captured
+            self.family.graphs += 1
+            _stats["cuda_graph_captures"] += 1
+            _log(f"{self.family.name}: captured CUDA graph {self.family.graphs} of at most "
+                 f"{self.family.max_graphs} (inputs copied in: "
+                 f"{sum(s is not None for s in self.static_in)} of {len(inputs)})")
+        for i, (t, s) in enumerate(zip(inputs, self.static_in)):
+            if s is not None:
+                s.copy_(t)
+            elif t.data_ptr() != self.ptrs[i]:
+                return self._moved(inputs)
+        self.graph.replay()
+        _stats["cuda_graph_replays"] += 1
+        return tuple(o.clone() for o in self.static_out)
+
+    def _moved(self, inputs):
+        # An input the graph reads in place came at another address: the graph would read the
+        # old one. This call runs as compiled and warms up a new capture; after a second move,
+        # every input the graph does not write is copied in.
+        self.graph = self.static_out = self.static_in = None
+        self.family.graphs -= 1
+        self.recaptures += 1
+        self.calls = 0
+        self.ptrs = None
+        _stats["cuda_graph_recaptures"] += 1
+        return self._warm(inputs)

@@ -1,0 +1,178 @@
+"""mode="reduce-overhead": compiled graphs on CUDA tensors replayed as CUDA graphs under their
+guards (runtime/cuda_graph_executable.h, python/fastdyn/_cuda_graphs.py). The GPU cases are
+skipped without a GPU (scripts/device_test.sh runs them on the accelerator machine); the mode's
+API and its no-op on CPU tensors run everywhere."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fdcheck import fastdyn
+
+gpu = pytest.mark.skipif(fastdyn is None or not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    fastdyn.reset()
+    yield
+    fastdyn.reset()
+
+
+def block(x, w, b):
+    h = F.gelu(F.linear(x, w, b))
+    return torch.softmax(h * 0.5, dim=-1) + x.mean(-1, keepdim=True)
+
+
+def graph_stats():
+    s = fastdyn.stats()
+    return {k: s[k] for k in ("cuda_graph_captures", "cuda_graph_replays", "cuda_graph_skipped", "cuda_graph_recaptures")}
+
+
+# --------------------------------------------------------------------------- everywhere
+
+def test_mode_names_are_checked_where_jit_and_enable_are_called():
+    with pytest.raises(ValueError, match="unknown mode 'max-autotune'"):
+        fastdyn.jit(block, mode="max-autotune")
+    with pytest.raises(TypeError, match="mode must be a str"):
+        fastdyn.jit(block, mode=1)
+    with pytest.raises(ValueError, match="unknown mode"):
+        fastdyn.enable(mode="fast")
+    assert not fastdyn._C.is_enabled()
+
+
+def test_on_cpu_tensors_the_mode_changes_nothing():
+    w, b = torch.randn(16, 16), torch.randn(16)
+    f = fastdyn.jit(block, mode="reduce-overhead")
+    for _ in range(4):
+        x = torch.randn(4, 16)
+        torch.testing.assert_close(f(x, w, b), block(x, w, b))
+    assert graph_stats() == {"cuda_graph_captures": 0, "cuda_graph_replays": 0, "cuda_graph_skipped": 0,
+                             "cuda_graph_recaptures": 0}
+
+
+def test_an_entry_serves_the_mode_it_was_compiled_for():
+    # Like the backend: jit(f, mode=...) beside jit(f) compiles its own entry.
+    w, b, x = torch.randn(16, 16), torch.randn(16), torch.randn(4, 16)
+    plain = fastdyn.jit(block)
+    graphs = fastdyn.jit(block, mode="reduce-overhead")
+    plain(x, w, b)
+    graphs(x, w, b)
+    plain(x, w, b)
+    s = fastdyn.stats()
+    assert s["frames_compiled"] == 2 and s["cache_hits"] == 1, s
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+@gpu
+@pytest.mark.parametrize("background", [False, True])
+def test_replays_equal_eager_with_fresh_inputs_at_every_call(background):
+    fastdyn.set_background_compile(background)
+    try:
+        w, b = torch.randn(64, 64, device="cuda"), torch.randn(64, device="cuda")
+        f = fastdyn.jit(block, mode="reduce-overhead")
+        for _ in range(8):
+            x = torch.randn(32, 64, device="cuda")  # a new tensor each call: copied into the graph's buffer
+            torch.testing.assert_close(f(x, w, b), block(x, w, b))
+            if background:
+                fastdyn.synchronize()
+    finally:
+        fastdyn.set_background_compile(False)
+    s = graph_stats()
+    assert s["cuda_graph_captures"] == 1 and s["cuda_graph_replays"] >= 4, s
+
+
+@gpu
+def test_outputs_are_fresh_tensors_a_later_replay_does_not_overwrite():
+    w, b = torch.randn(64, 64, device="cuda"), torch.randn(64, device="cuda")
+    f = fastdyn.jit(block, mode="reduce-overhead")
+    xs = [torch.randn(32, 64, device="cuda") for _ in range(6)]
+    outs = [f(x, w, b) for x in xs]  # captured at the third call, replayed after
+    assert graph_stats()["cuda_graph_replays"] >= 3
+    for x, y in zip(xs, outs):
+        torch.testing.assert_close(y, block(x, w, b))
+    assert len({y.data_ptr() for y in outs}) == len(outs)
+
+
+@gpu
+def test_a_module_reads_its_parameters_in_place_and_follows_their_updates():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)).cuda().eval()
+    f = fastdyn.jit(m, mode="reduce-overhead")
+    x = torch.randn(8, 64, device="cuda")
+    with torch.no_grad():
+        for _ in range(5):
+            torch.testing.assert_close(f(x), m(x))
+        m[0].weight.mul_(0.5)  # in place: same address, the graph reads the new values
+        torch.testing.assert_close(f(x), m(x))
+    s = graph_stats()
+    assert s["cuda_graph_captures"] == 1 and s["cuda_graph_recaptures"] == 0, s
+
+
+@gpu
+def test_guards_still_decide_a_changed_global_is_not_replayed_stale():
+    f = fastdyn.jit(lambda x: (x * SCALE).sin() + 1, mode="reduce-overhead")
+    x = torch.randn(1000, device="cuda")
+    global SCALE
+    SCALE = 2.0
+    for _ in range(4):
+        torch.testing.assert_close(f(x), (x * 2.0).sin() + 1)
+    SCALE = 3.0
+    for _ in range(4):
+        torch.testing.assert_close(f(x), (x * 3.0).sin() + 1)
+    assert graph_stats()["cuda_graph_captures"] == 2
+
+
+SCALE = 2.0
+
+
+@gpu
+def test_an_input_written_in_place_is_updated_as_in_eager():
+    def step(cache, x):
+        cache.add_(x)  # the graph writes its input
+        return cache * 2
+
+    cache_e, cache_f = torch.zeros(256, device="cuda"), torch.zeros(256, device="cuda")
+    f = fastdyn.jit(step, mode="reduce-overhead")
+    for i in range(6):
+        x = torch.full((256,), float(i), device="cuda")
+        torch.testing.assert_close(f(cache_f, x), step(cache_e, x))
+        torch.testing.assert_close(cache_f, cache_e)
+    assert graph_stats()["cuda_graph_captures"] == 1
+    # A written input that moves between calls cannot be read in place: no graph, still exact.
+    fastdyn.reset()
+    f = fastdyn.jit(step, mode="reduce-overhead")
+    for i in range(6):
+        c_e, c_f = torch.ones(256, device="cuda") * i, torch.ones(256, device="cuda") * i
+        x = torch.randn(256, device="cuda")
+        torch.testing.assert_close(f(c_f, x), step(c_e, x))
+        torch.testing.assert_close(c_f, c_e)
+    s = graph_stats()
+    assert s["cuda_graph_captures"] == 0 and s["cuda_graph_skipped"] == 1, s
+
+
+@gpu
+def test_dynamic_sizes_get_one_graph_each_up_to_the_bound():
+    f = fastdyn.jit(lambda x: torch.softmax(x * 2, dim=-1).sum(0), mode="reduce-overhead", dynamic=True)
+    for n in range(2, 14):
+        x = torch.randn(n, 96, device="cuda")
+        for _ in range(4):
+            torch.testing.assert_close(f(x), torch.softmax(x * 2, dim=-1).sum(0))
+    s = graph_stats()
+    assert s["cuda_graph_captures"] == 8, s   # the bound per entry
+    assert s["cuda_graph_skipped"] == 4, s    # the sizes past it run the compiled kernels
+
+
+@gpu
+def test_an_input_read_in_place_that_moves_is_captured_again_then_copied():
+    w = torch.randn(64, 64, device="cuda")
+    f = fastdyn.jit(lambda x, w: F.linear(x, w).relu(), mode="reduce-overhead")
+    x = torch.randn(16, 64, device="cuda")
+    for _ in range(4):
+        f(x, w)  # x came at one address: read in place
+    for _ in range(12):
+        x = torch.randn(16, 64, device="cuda")
+        torch.testing.assert_close(f(x, w), F.linear(x, w).relu())
+    s = graph_stats()
+    # x moved once: captured again with x copied in (it came at two addresses while warming up).
+    assert s["cuda_graph_recaptures"] == 1 and s["cuda_graph_captures"] == 2, s
