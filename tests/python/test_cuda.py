@@ -153,6 +153,41 @@ def test_runs_on_the_current_stream():
     torch.testing.assert_close(got, (x * 2).exp().sum(), rtol=1e-4, atol=1e-4)
 
 
+two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+
+
+@two_gpus
+def test_each_graph_runs_on_its_own_gpu_whatever_the_current_device():
+    # Kernels are built and launched for the tensors' device (its primary context, its current
+    # stream), not the current device; the kernel cache holds them per architecture.
+    fn = lambda x, w: torch.softmax(x * w, -1) + x.sin().sum(-1, keepdim=True)  # noqa: E731
+    f = fastdyn.jit(fn, backend="cuda")
+    for current in (0, 1):
+        with torch.cuda.device(current):
+            for dev in ("cuda:0", "cuda:1"):
+                x, w = torch.randn(33, 500, device=dev), torch.randn(500, device=dev)
+                got = f(x, w)
+                assert got.device == x.device, (got.device, dev)
+                torch.testing.assert_close(got, fn(x, w), rtol=1e-5, atol=1e-5)
+    assert compiled_code(fn, x, w).startswith("backend cuda")
+
+
+@two_gpus
+def test_the_second_gpus_current_stream_is_used():
+    s = torch.cuda.Stream(device="cuda:1")
+    x = torch.randn(1 << 20, device="cuda:1")
+    f = fastdyn.jit(lambda x: (x * 2).exp().sum(), backend="cuda")
+    f(x)
+    f(x)
+    with torch.cuda.stream(s):
+        y = torch.empty_like(x)
+        torch.cuda._sleep(10_000_000)
+        y.copy_(x)
+        got = f(y)
+    s.synchronize()
+    torch.testing.assert_close(got, (x * 2).exp().sum(), rtol=1e-4, atol=1e-4)
+
+
 def test_a_cpu_scalar_beside_gpu_tensors_runs_on_aten():
     x = torch.randn(8, 8, device="cuda")
     c = torch.tensor(2.0)

@@ -176,3 +176,16 @@ def test_an_input_read_in_place_that_moves_is_captured_again_then_copied():
     s = graph_stats()
     # x moved once: captured again with x copied in (it came at two addresses while warming up).
     assert s["cuda_graph_recaptures"] == 1 and s["cuda_graph_captures"] == 2, s
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_graph_on_the_second_gpu_is_captured_there():
+    w, b = torch.randn(64, 64, device="cuda:1"), torch.randn(64, device="cuda:1")
+    f = fastdyn.jit(block, mode="reduce-overhead")
+    with torch.cuda.device(0):
+        for _ in range(5):
+            x = torch.randn(32, 64, device="cuda:1")
+            y = f(x, w, b)
+            assert y.device == x.device
+            torch.testing.assert_close(y, block(x, w, b))
+    assert graph_stats()["cuda_graph_captures"] == 1
