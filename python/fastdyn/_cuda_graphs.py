@@ -40,7 +40,8 @@ _side_streams = {}
 
 
 def _side_stream(device):
-    # One per device: each new stream gets cuBLAS a workspace of its own (tens of MB).
+    # Warm-up and capture stream, one per device: each new stream gets cuBLAS a workspace of its
+    # own (tens of MB).
     if device not in _side_streams:
         _side_streams[device] = torch.cuda.Stream(device)
     return _side_streams[device]
@@ -76,6 +77,9 @@ class Runner:
         self.graph = None
         self.static_in = None       # per input: a static buffer, or None (read in place)
         self.static_out = None
+        self.device = None          # the graph's GPU
+        self.in_place = []          # (input, address) read in place by the graph
+        self.copied = []            # (input, static buffer) copied in before each replay
         self.skip = None            # why this graph is never captured
         self.recaptures = 0         # inputs read in place that moved (see _moved)
 
@@ -125,7 +129,10 @@ class Runner:
                     self.inner(*args)
                 torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.family.pool):
+            # NB: a stream of the graph's device: torch.cuda.graph's default capture stream is made
+            # once, on whichever device was current then, and a capture on it would record none of
+            # this device's work.
+            with torch.cuda.graph(graph, pool=self.family.pool, stream=_side_stream(device)):
                 out = self.inner(*args)
         storages = [t.untyped_storage().data_ptr() for t in inputs] + [t.untyped_storage().data_ptr() for t in args]
         seen = set()
@@ -155,16 +162,27 @@ class Runner:
                 self._not_capturable(why)
                 return self.inner(*inputs)
             self.graph, self.static_out = captured
+            self.device = inputs[0].device
+            self.in_place = [(i, self.ptrs[i]) for i, s in enumerate(self.static_in) if s is None]
+            self.copied = [(i, s) for i, s in enumerate(self.static_in) if s is not None]
             self.family.graphs += 1
             _stats["cuda_graph_captures"] += 1
             _log(f"{self.family.name}: captured CUDA graph {self.family.graphs} of at most "
                  f"{self.family.max_graphs} (inputs copied in: "
                  f"{sum(s is not None for s in self.static_in)} of {len(inputs)})")
-        for i, (t, s) in enumerate(zip(inputs, self.static_in)):
-            if s is not None:
-                s.copy_(t)
-            elif t.data_ptr() != self.ptrs[i]:
+        for i, p in self.in_place:
+            if inputs[i].data_ptr() != p:
                 return self._moved(inputs)
+        if torch.cuda.current_device() != self.device.index:
+            # replay() launches on the current device's current stream, where the copies in and
+            # out must be ordered too: the graph's device, whatever the current one.
+            with torch.cuda.device(self.device):
+                return self._replay(inputs)
+        return self._replay(inputs)
+
+    def _replay(self, inputs):
+        for i, s in self.copied:
+            s.copy_(inputs[i])
         self.graph.replay()
         _stats["cuda_graph_replays"] += 1
         return tuple(o.clone() for o in self.static_out)

@@ -183,9 +183,9 @@ def test_a_graph_on_the_second_gpu_is_captured_there():
     w, b = torch.randn(64, 64, device="cuda:1"), torch.randn(64, device="cuda:1")
     f = fastdyn.jit(block, mode="reduce-overhead")
     with torch.cuda.device(0):
-        for _ in range(5):
+        for i in range(5):
             x = torch.randn(32, 64, device="cuda:1")
             y = f(x, w, b)
             assert y.device == x.device
-            torch.testing.assert_close(y, block(x, w, b))
+            torch.testing.assert_close(y, block(x, w, b), msg=lambda m: f"call {i}: {m} {graph_stats()}")
     assert graph_stats()["cuda_graph_captures"] == 1
