@@ -682,6 +682,30 @@ CaptureResult bind_masked_fill_(BindCall& c) {
 }
 
 // Tensor.copy_: src broadcast to self's shape and cast to its dtype, written in place.
+// fill_(value) / zero_(): every element of self set to a number (cast to self's dtype, as ATen
+// does) or to a 0-dim tensor's value.
+CaptureResult record_fill_(BindCall& c, ValueId self, const CallArg& value) {
+  const TensorMeta& m = c.graph.meta(self);
+  if (is_tensor(value)) {
+    const TensorMeta& v = c.graph.meta(value.value);
+    if (v.dim() != 0)
+      return CaptureResult::fail("fill_ only supports 0-dimension value tensor but got tensor with " +
+                                 std::to_string(v.dim()) + " dimensions.");
+    return tensor_result(emit1(c.graph, OpId::fill__Tensor, {Arg::of_value(self), Arg::of_value(value.value)}, m));
+  }
+  return tensor_result(emit1(c.graph, OpId::fill__Scalar, {Arg::of_value(self), scalar_arg(value)}, m));
+}
+
+CaptureResult bind_fill_(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "fill_(Tensor self, Tensor|Number value)");
+  return record_fill_(c, a.tensor("self"), a.get("value"));
+}
+
+CaptureResult bind_zero_(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "zero_(Tensor self)");
+  return record_fill_(c, a.tensor("self"), CallArg::of_int(0));
+}
+
 CaptureResult bind_copy_(BindCall& c) {
   FD_BIND_OR_RETURN(c, a, "copy_(Tensor self, Tensor src, bool non_blocking=False)");
   ValueId x = a.tensor("self"), src = a.tensor("src");

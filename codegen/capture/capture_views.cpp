@@ -514,6 +514,28 @@ CaptureResult bind_diagonal(BindCall& call) {
                              out));
 }
 
+// torch.diag of a matrix: its diagonal as a new (contiguous) vector. Of a vector (a diagonal
+// matrix) it is not recorded: the call breaks and runs eagerly.
+CaptureResult bind_diag(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "diag(Tensor input, int diagonal=0)");
+  ValueId self = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(self);
+  if (m.dim() != 2) return fail("diag", "only a matrix's diagonal is recorded, not a " + std::to_string(m.dim()) + "-d input's");
+  const int64_t offset = a.integer("diagonal");
+  ValueId d = emit1(call.graph, OpId::diagonal, {Arg::of_value(self), Arg::of_int(offset), Arg::of_int(0), Arg::of_int(1)},
+                    meta::diagonal(m, offset, 0, 1));
+  return tensor_result(emit_clone(call, d, c10::MemoryFormat::Contiguous));
+}
+
+// detach: the same elements (a view), outside autograd.
+CaptureResult bind_detach(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "detach(Tensor input)");
+  ValueId self = a.tensor("input");
+  TensorMeta out = call.graph.meta(self);
+  out.requires_grad = false;
+  return tensor_result(emit1(call.graph, OpId::detach, {Arg::of_value(self)}, out));
+}
+
 CaptureResult bind_unfold(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "unfold(Tensor input, int dimension, int size, int step)");
   CaptureResult err;

@@ -28,6 +28,7 @@ std::optional<std::vector<AffineIndex>> view_map(const Graph& g, const Node& n, 
   std::vector<AffineIndex> m;
   switch (n.op) {
     case OpId::alias:
+    case OpId::detach:  // the same elements; only autograd sees a difference
       for (int64_t k = 0; k < br; ++k) m.push_back(dim_index(vr, k));
       return m;
     case OpId::permute: {

@@ -411,7 +411,7 @@ void rule_view(const Graph& g, const Node& n, Outcome& o) {
     o.sizes.push_back(std::move(sz));
     o.strides.emplace_back(std::move(sd));
   };
-  if (id == "alias") return emit(s, st);
+  if (id == "alias" || id == "detach") return emit(s, st);
   if (id == "transpose_int") {
     const int64_t a = wrap_dim(n.args[1].i, rank), b = wrap_dim(n.args[2].i, rank);
     Exprs sz = s, sd = st;

@@ -68,3 +68,56 @@ def test_inplace_dropout(training):
         check(f, torch.randn(8, 8), graphs=2, breaks=2, seed=0)
     else:  # the identity: eager returns the input itself
         check(f, torch.randn(8, 8))
+
+
+def test_detach_is_a_view_outside_autograd():
+    def f(x):
+        y = x.detach()
+        z = torch.detach(x * 2)
+        return y * 3, z + 1, y.requires_grad, z.requires_grad
+
+    check(f, torch.randn(4, 6, requires_grad=True))
+
+    def writes_through(x):
+        y = x.detach()
+        y.add_(1)  # the input changes, as in eager
+        return x * 2
+
+    check(writes_through, torch.randn(4, 6))
+
+
+@pytest.mark.parametrize("value", [2, 2.7, True, "tensor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_fill_and_zero_in_place(value, dtype):
+    def f(x, v):
+        y = x * 1
+        y.fill_(v)
+        z = x * 1
+        z.zero_()
+        return y, z, y + z
+
+    v = torch.tensor(3.5) if value == "tensor" else value
+    check(f, (torch.randn(3, 5) * 4).to(dtype), v)
+
+
+def test_fill_with_a_tensor_of_more_than_one_element_raises_like_eager():
+    def f(x, v):
+        y = x * 1
+        y.fill_(v)
+        return y
+
+    check(f, torch.randn(3, 5), torch.ones(2), graphs=1, breaks=1)
+
+
+@pytest.mark.parametrize("offset", [0, 1, -2])
+def test_diag_of_a_matrix_is_its_diagonal_copied(offset):
+    def f(x):
+        d = torch.diag(x, offset)
+        return d * 2, d.is_contiguous(), x.diag(offset).sum()
+
+    check(f, torch.randn(5, 7))
+    check(f, torch.randn(5, 7).t())
+
+
+def test_diag_of_a_vector_runs_eagerly():
+    check(lambda x: torch.diag(x + 1) * 2, torch.randn(4), graphs=2, breaks=1)
