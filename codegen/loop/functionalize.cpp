@@ -16,7 +16,9 @@
 // in-place ops as recorded): a write into a view (x[0].add_(1)), a view of a class taken before a
 // later mutation of that class (the view would have to see the new data), an op whose result type
 // differs from self's (int_x.add_(0.5) computes in float, then truncates), a returned view of a
-// mutated input (it must alias the caller's tensor), and fill_/index_put_.
+// mutated input (it must alias the caller's tensor), and index_put_.
+// copy_ and fill_ have no twin row: self.copy_(src) is src expanded to self's shape and cast to its
+// dtype; self.fill_(v) is the same with src a 0-dim tensor of v (scalar_tensor for a number).
 #include "codegen/loop/passes.h"
 
 #include "codegen/capture/meta_rules.h"
@@ -127,7 +129,7 @@ class Functionalizer {
       ValueId r = root_[static_cast<size_t>(self)];
       if (is_view_output(r))
         throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " writes into a view");
-      if (n.op != OpId::copy_ && (!functional_twin(n.op) || !same_result_type(g_, n)))
+      if (!copies(n.op) && (!functional_twin(n.op) || !same_result_type(g_, n)))
         throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " has no out-of-place form here");
       for (size_t a = 1; a < n.args.size(); ++a)  // x.add_(x.t()): ATen refuses the partial overlap
         if (n.args[a].kind == Arg::Kind::Value && n.args[a].value != self && storage_root(n.args[a].value) == r)
@@ -185,6 +187,8 @@ class Functionalizer {
     }
   }
 
+  static bool copies(OpId op) { return op == OpId::copy_ || op == OpId::fill__Scalar || op == OpId::fill__Tensor; }
+
   ValueId read(ValueId v) const {
     auto it = current_.find(root_[static_cast<size_t>(v)]);
     return it == current_.end() ? v : it->second;
@@ -204,7 +208,20 @@ class Functionalizer {
     }
     const ValueId result = n.outputs.at(0);
     const TensorMeta& self = g_.meta(n.args[0].value);
-    if (n.op == OpId::copy_) {
+    if (n.op == OpId::fill__Scalar) {
+      // The number as a 0-dim tensor of self's dtype (cast as ATen's fill_ casts it), then a copy.
+      TensorMeta sm;
+      sm.dtype = self.dtype;
+      sm.device = self.device;
+      const ValueId s = out.add_value(sm);
+      Node st;
+      st.op = OpId::scalar_tensor;
+      st.args = {f.args.at(1), Arg::of_dtype(self.dtype), Arg::none(), Arg::of_device(self.device), Arg::none()};
+      st.outputs = {s};
+      out.nodes.push_back(std::move(st));
+      f.args.at(1) = Arg::of_value(s);
+      copy_twin(f, self, result, out);
+    } else if (copies(n.op)) {
       copy_twin(f, self, result, out);
     } else {
       f.op = *functional_twin(n.op);

@@ -121,3 +121,17 @@ def test_diag_of_a_matrix_is_its_diagonal_copied(offset):
 
 def test_diag_of_a_vector_runs_eagerly():
     check(lambda x: torch.diag(x + 1) * 2, torch.randn(4), graphs=2, breaks=1)
+
+
+@pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+def test_fill_and_zero_compile_to_kernels_with_the_write_back():
+    # Functionalized as a copy of a 0-dim tensor (they ran the whole graph on aten before).
+    def f(x, buf, acc):
+        buf.fill_(0.5)
+        acc.zero_()
+        acc.add_(x)
+        return x * 2 + buf
+
+    check(f, torch.randn(4, 6), torch.randn(4, 6), torch.randn(4, 6))
+    code = "\n".join(fastdyn.explain(f, torch.randn(4, 6), torch.randn(4, 6), torch.randn(4, 6)).code)
+    assert code.startswith("backend llvm_cpu"), code

@@ -49,6 +49,26 @@ TEST(Functionalize, CopyBroadcastsAndCastsIntoTheDestination) {
 )");
 }
 
+TEST(Functionalize, FillIsACopyOfTheValueAsA0DimTensorOfTheDestinationsDtype) {
+  Functional f = functionalize(parse_graph(R"(graph(%0: i64[3, 4]{4, 1}, %1: f32[]{}):
+  %2: i64[3, 4]{4, 1} = aten::fill_.Scalar(%0, 2.5)
+  %3: i64[3, 4]{4, 1} = aten::add.Tensor(%2, %2, 1)
+  %4: i64[3, 4]{4, 1} = aten::fill_.Tensor(%0, %1)
+  return (%3)
+)"));
+  EXPECT_EQ(print_graph(f.graph), R"(graph(%0: i64[3, 4]{4, 1}, %1: f32[]{}):
+  %5: i64[]{} = aten::scalar_tensor(2.5, torch.int64, None, device("cpu"), None)
+  %6: i64[3, 4]{0, 0} = aten::expand(%5, [3, 4], False)
+  %2: i64[3, 4]{4, 1} = aten::_to_copy(%6, torch.int64, None, None, None, False, None)
+  %3: i64[3, 4]{4, 1} = aten::add.Tensor(%2, %2, 1)
+  %7: f32[3, 4]{0, 0} = aten::expand(%1, [3, 4], False)
+  %4: i64[3, 4]{4, 1} = aten::_to_copy(%7, torch.int64, None, None, None, False, None)
+  return (%3)
+)");
+  ASSERT_EQ(f.writebacks.size(), 1u);
+  EXPECT_EQ(f.writebacks[0].value, 4);
+}
+
 TEST(Functionalize, AMutatedIntermediateNeedsNoWriteBack) {
   Functional f = functionalize(parse_graph(R"(graph(%0: f32[4]{1}):
   %1: f32[4]{1} = aten::mul.Scalar(%0, 2)

@@ -36,7 +36,8 @@ TEST(LoweringCoverage, EveryRowHasTheLoweringItsLowerColumnNames) {
       EXPECT_TRUE(info.lowering == Lowering::Twin || info.lowering == Lowering::Unlowered) << name;
     if (info.lowering == Lowering::Twin) {
       EXPECT_EQ(info.category, OpCategory::InPlace) << name;
-      if (op != OpId::copy_) {  // copy_ has a functional form of its own (expand + _to_copy)
+      // copy_ and fill_ have functional forms of their own (expand + _to_copy; a scalar_tensor first).
+      if (op != OpId::copy_ && op != OpId::fill__Scalar && op != OpId::fill__Tensor) {
         ASSERT_NE(info.twin, OpId::NoTwin) << name << " is lowered through a twin it does not have";
         // The twin is a functional op: a kernel computes it, or it runs as an ATen call.
         const Lowering t = op_info(info.twin).lowering;
