@@ -183,7 +183,14 @@ std::shared_ptr<PyObject> cuda_graph_family(const codegen::Graph& g, const char*
 runtime::ExecutablePtr with_cuda_graphs(runtime::ExecutablePtr exe, const codegen::Graph& g, const char* qualname,
                                         const std::shared_ptr<PyObject>& family) {
   if (!family) return exe;
-  return std::make_shared<runtime::CudaGraphExecutable>(std::move(exe), g.outputs.size(), family.get(), qualname);
+  // A capture runs the graph (warm-up) and records it: random ops would draw twice at the capture
+  // call and leave the generator where eager would not; such graphs run compiled, uncaptured.
+  std::string not_capturable;
+  for (const codegen::Node& n : g.nodes)
+    if (codegen::op_info(n.op).category == codegen::OpCategory::Random)
+      not_capturable = "it draws random numbers (" + codegen::qualified_name(n.op) + "), which a capture would draw twice";
+  return std::make_shared<runtime::CudaGraphExecutable>(std::move(exe), g.outputs.size(), family.get(), qualname,
+                                                        std::move(not_capturable));
 }
 
 // A graph with live size symbols: one executable for every size, which compiles the graph

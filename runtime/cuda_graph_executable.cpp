@@ -26,8 +26,10 @@ PyObject* new_cuda_graph_family(const std::string& name, int max_graphs) {
   return family;
 }
 
-CudaGraphExecutable::CudaGraphExecutable(ExecutablePtr inner, size_t n_outputs, PyObject* family, std::string name)
-    : inner_(std::move(inner)), n_outputs_(n_outputs), family_(family), name_(std::move(name)) {
+CudaGraphExecutable::CudaGraphExecutable(ExecutablePtr inner, size_t n_outputs, PyObject* family, std::string name,
+                                         std::string not_capturable)
+    : inner_(std::move(inner)), n_outputs_(n_outputs), family_(family), name_(std::move(name)),
+      not_capturable_(std::move(not_capturable)) {
   FD_CHECK(inner_ != nullptr && family_ != nullptr, "a CUDA graph executable needs an executable and a family");
   Gil gil;  // a dynamic entry makes one per size where the graph runs, maybe without the GIL
   Py_INCREF(family_);
@@ -53,7 +55,7 @@ std::vector<at::Tensor> CudaGraphExecutable::run(const std::vector<at::Tensor>& 
     }
     PyObject* inner = make_compiled_graph(inner_, std::move(all), name_);
     if (!inner) throw python_error();
-    runner_ = PyObject_CallMethod(family_, "runner", "O", inner);
+    runner_ = PyObject_CallMethod(family_, "runner", "Os", inner, not_capturable_.c_str());
     Py_DECREF(inner);
     if (!runner_) throw python_error();
   }

@@ -22,7 +22,9 @@ namespace fastdyn::runtime {
 class CudaGraphExecutable final : public Executable {
  public:
   // `family`: a fastdyn._cuda_graphs.Family (borrowed; kept) shared by the executables of one entry.
-  CudaGraphExecutable(ExecutablePtr inner, size_t n_outputs, PyObject* family, std::string name);
+  // `not_capturable`: why this graph must not be captured (its calls then run `inner`), or "".
+  CudaGraphExecutable(ExecutablePtr inner, size_t n_outputs, PyObject* family, std::string name,
+                      std::string not_capturable = "");
   ~CudaGraphExecutable() override;
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override;
@@ -35,6 +37,7 @@ class CudaGraphExecutable final : public Executable {
   PyObject* family_;            // strong reference
   PyObject* runner_ = nullptr;  // strong reference, made at the first call
   std::string name_;
+  std::string not_capturable_;
 };
 
 // A new fastdyn._cuda_graphs.Family (new reference) for the executables of one entry, or nullptr

@@ -15,7 +15,8 @@ Runner here, which owns the torch.cuda.CUDAGraph. Per Runner (one graph at one s
   this call runs the compiled executable and a later call captures again), replay, and return
   fresh outputs (clones): a later replay never overwrites a tensor the user holds.
 
-A graph is not captured when an input lives off the GPU or on another GPU than the others, when
+A graph is not captured when it draws random numbers (the capture call would draw them twice and
+leave the generator where eager does not), when an input lives off the GPU or on another GPU than the others, when
 an output aliases an input or another output (clones would break the aliasing), or when capture
 fails (an op that synchronises, e.g. nonzero); the executable then runs as compiled, and the
 reason is logged (FASTDYN_LOG=code) and kept in stats()['cuda_graph_skipped'].
@@ -63,12 +64,12 @@ class Family:
         self.pool = None
         self.warned_full = False
 
-    def runner(self, inner):
-        return Runner(self, inner)
+    def runner(self, inner, not_capturable=""):
+        return Runner(self, inner, not_capturable)
 
 
 class Runner:
-    def __init__(self, family, inner):
+    def __init__(self, family, inner, not_capturable=""):
         self.family = family
         self.inner = inner          # inner(*tensors) -> tuple of tensors (the compiled executable)
         self.calls = 0
@@ -82,6 +83,8 @@ class Runner:
         self.copied = []            # (input, static buffer) copied in before each replay
         self.skip = None            # why this graph is never captured
         self.recaptures = 0         # inputs read in place that moved (see _moved)
+        if not_capturable:
+            self._not_capturable(not_capturable)
 
     def _not_capturable(self, why):
         self.skip = why
