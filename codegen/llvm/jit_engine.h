@@ -19,7 +19,9 @@
 //   declares the right one in a module (scalar or vector form, f32/f64, lane count).
 // - Threads: generated code splits outer loops with fastdyn_parallel_for (runtime/parallel.h),
 //   whose address the JIT resolves.
-// No Python headers; no ATen headers. Thread-safe (one mutex around the JIT).
+// No Python headers; no ATen headers. Thread-safe: one mutex around the JIT and the cache, and one
+// around optimisation and codegen, never held together with the first (a lookup never waits for
+// another kernel's compile).
 #pragma once
 #include <cstdint>
 #include <memory>
