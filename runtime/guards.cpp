@@ -55,6 +55,13 @@ std::string repr(PyObject* o) {
 
 std::string list_str(c10::IntArrayRef v) { return int_list_str(v.data(), v.size()); }
 
+std::string strides_str(const TensorSpec& s) {  // a free stride prints as "*"
+  std::string out = "[";
+  for (size_t d = 0; d < s.strides.size(); ++d)
+    out += (d ? ", " : "") + (s.strides[d] == kAnyStride ? std::string("*") : std::to_string(s.strides[d]));
+  return out + "]";
+}
+
 std::string sizes_str(const TensorSpec& s) {
   std::string out = "[";
   for (size_t d = 0; d < s.sizes.size(); ++d) {
@@ -71,7 +78,7 @@ constexpr int64_t kUnbound = -1;
 std::string describe_tensor(const TensorSpec& s) {
   return std::string("tensor(type=") + s.type->tp_name + ", dtype=" + c10::toString(s.dtype) +
          ", device=" + s.device.str() + ", size=" + sizes_str(s) +
-         ", stride=" + (s.strides.empty() && !s.sizes.empty() ? std::string("contiguous") : list_str(s.strides)) +
+         ", stride=" + (s.strides.empty() && !s.sizes.empty() ? std::string("contiguous") : strides_str(s)) +
          ", requires_grad=" + (s.requires_grad ? "True" : "False") + ")";
 }
 
@@ -156,6 +163,15 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
   return nullptr;
 }
 
+// Strides equal, except where the spec leaves one free (kAnyStride: a dim of size 1 whose stride
+// nothing the graph returns depends on; see add_tensor).
+bool same_strides(c10::IntArrayRef strides, const std::vector<int64_t>& expected) {
+  if (strides.size() != expected.size()) return false;
+  for (size_t d = 0; d < strides.size(); ++d)
+    if (expected[d] != kAnyStride && strides[d] != expected[d]) return false;
+  return true;
+}
+
 bool tensor_matches(PyObject* obj, const TensorSpec& s, int64_t* symbol_sizes, std::string* why) {
   if (Py_TYPE(obj) != s.type) {
     if (why) *why = std::string("expected ") + s.type->tp_name + ", got " + Py_TYPE(obj)->tp_name;
@@ -195,8 +211,8 @@ bool tensor_matches(PyObject* obj, const TensorSpec& s, int64_t* symbol_sizes, s
   } else if (t.sizes() != c10::IntArrayRef(s.sizes)) {
     if (why) *why = "size " + list_str(t.sizes()) + " != " + list_str(s.sizes);
     return false;
-  } else if (t.strides() != c10::IntArrayRef(s.strides)) {
-    if (why) *why = "stride " + list_str(t.strides()) + " != " + list_str(s.strides);
+  } else if (!same_strides(t.strides(), s.strides)) {
+    if (why) *why = "stride " + list_str(t.strides()) + " != " + strides_str(s);
     return false;
   }
   if (t.requires_grad() != s.requires_grad) {
@@ -446,7 +462,8 @@ void GuardTree::add_equals(GuardNode* n, PyObject* value) {
   n->checks.push_back(c);
 }
 
-int GuardTree::add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic, const std::vector<int32_t>& symbols) {
+int GuardTree::add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic, const std::vector<int32_t>& symbols,
+                          bool size_one_strides_free) {
   for (const Check& c : n->checks)
     if (c.kind == CheckKind::Tensor) return c.alias_slot;
   const at::Tensor& t = THPVariable_Unpack(tensor);
@@ -457,6 +474,9 @@ int GuardTree::add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int6
   c.tensor.device = t.device();
   c.tensor.sizes = t.sizes().vec();
   c.tensor.strides = t.strides().vec();
+  if (size_one_strides_free)
+    for (size_t d = 0; d < c.tensor.strides.size(); ++d)
+      if (c.tensor.sizes[d] == 1) c.tensor.strides[d] = kAnyStride;
   for (int64_t d : dynamic) c.tensor.sizes.at(static_cast<size_t>(d)) = kDynamicSize;
   if (!dynamic.empty()) c.tensor.strides.clear();
   if (!symbols.empty()) {

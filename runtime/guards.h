@@ -48,6 +48,8 @@ struct Accessor {
 // A dim whose size is a symbol of the compiled graph (codegen/shapes/propagate.h): any size of
 // 2 or more holds (0 and 1 stay specialised), with a row-major layout.
 constexpr int64_t kDynamicSize = -1;
+// A stride the check leaves free (TensorSpec::strides; a dim of size 1, see add_tensor).
+constexpr int64_t kAnyStride = INT64_MIN;
 
 // What a trace relied on about its size symbols, beyond each being 2 or more:
 //   constant + sum coef * s<id>  (>= | == | !=)  0
@@ -67,7 +69,7 @@ struct TensorSpec {
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   std::vector<int64_t> sizes;     // kDynamicSize: a size symbol (any size >= 2)
   std::vector<int32_t> symbols;   // per dim: the symbol a kDynamicSize dim binds, or -1
-  std::vector<int64_t> strides;   // empty when a size is dynamic: then row-major (contiguous)
+  std::vector<int64_t> strides;   // empty when a size is dynamic: then row-major (contiguous); kAnyStride: free
   bool requires_grad = false;
   uint64_t dispatch_keys = 0;    // raw DispatchKeySet
 };
@@ -143,8 +145,10 @@ class GuardTree {
   // alias slot.
   // `symbols`, when given, names the size symbol of each dim in `dynamic` (same order): a dim
   // bound to a symbol that another dim bound first must have its size.
+  // `size_one_strides_free`: the strides of its dims of size 1 are not checked (nothing the
+  // graph returns depends on them; a dim of size 1 is never stepped along).
   int add_tensor(GuardNode* n, PyObject* tensor, const std::vector<int64_t>& dynamic = {},
-                 const std::vector<int32_t>& symbols = {});
+                 const std::vector<int32_t>& symbols = {}, bool size_one_strides_free = false);
   // A relation between size symbols (bound by add_tensor's dims), checked after the tree.
   void add_relation(SizeRelation r);
   // type(obj) is type(instance), and obj takes an alias slot (returned) like a tensor's.

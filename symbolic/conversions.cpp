@@ -4,6 +4,7 @@
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/MemoryFormat.h>
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -498,6 +499,7 @@ codegen::CallArg Tracer::to_call_arg(const SymValue& v) const {
       if (PyUnicode_CheckExact(o)) return CallArg::of_string(PyUnicode_AsUTF8(o));
       if (THPDtype_Check(o)) return CallArg::of_dtype(reinterpret_cast<THPDtype*>(o)->scalar_type);
       if (THPDevice_Check(o)) return CallArg::of_device(reinterpret_cast<THPDevice*>(o)->device);
+      if (THPMemoryFormat_Check(o)) return CallArg::of_memory_format(reinterpret_cast<THPMemoryFormat*>(o)->memory_format);
       if (PySlice_Check(o)) {
         auto* s = reinterpret_cast<PySliceObject*>(o);
         auto part = [&](PyObject* p) -> std::optional<int64_t> {

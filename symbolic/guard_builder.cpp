@@ -4,6 +4,11 @@
 #include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
 
+#include <c10/core/MemoryFormat.h>
+
+#include <algorithm>
+#include <string_view>
+
 #include <unordered_map>
 
 namespace fastdyn::symbolic {
@@ -31,6 +36,57 @@ runtime::GuardNode* node_for(runtime::GuardTree& tree, const Source& s) {
   a.name = s.name;
   a.object = s.object;  // Const: the tree takes its own reference
   return tree.node(parent, a);
+}
+
+// Per graph input: true where no output's metadata can depend on the strides of the input's
+// dims of size 1 (which address nothing), so that its guard need not check them. Its uses, and
+// the uses of the views made of it, must all ignore strides (a contiguous copy, a matmul, an
+// embedding lookup); a view of it that is an output, or any other use (a pointwise op's
+// TensorIterator orders dims by stride; a preserve-format copy keeps them), keeps them exact.
+// (Sizes that are symbols are checked row-major, size-1 dims skipped, in any case.)
+std::vector<bool> size_one_strides_unobserved(const codegen::Graph& g) {
+  using codegen::Arg;
+  using codegen::Node;
+  using codegen::OpId;
+  using codegen::ValueId;
+  std::vector<std::vector<const Node*>> uses(g.values.size());
+  for (const Node& n : g.nodes)
+    for (const Arg& a : n.args) {
+      if (a.kind == Arg::Kind::Value) uses[static_cast<size_t>(a.value)].push_back(&n);
+      for (ValueId v : a.values)
+        if (v >= 0) uses[static_cast<size_t>(v)].push_back(&n);
+    }
+  auto contiguous_copy = [](const Node& n) {
+    const Arg& f = n.op == OpId::clone ? n.args.at(1) : n.args.back();  // clone / _to_copy: memory_format
+    return (n.op == OpId::clone || n.op == OpId::_to_copy) && f.kind == Arg::Kind::Int &&
+           f.i == static_cast<int64_t>(c10::MemoryFormat::Contiguous);
+  };
+  auto blind = [&](const Node& n) {
+    const std::string_view rule = codegen::op_info(n.op).rule;
+    return contiguous_copy(n) || rule == "Matmul" || rule == "Embedding";
+  };
+  auto is_output = [&](ValueId v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+  std::vector<bool> out(g.inputs.size(), false);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    // The input itself as an output is returned as it is; a view of it, through as_strided with
+    // the traced strides.
+    std::vector<ValueId> work = {g.inputs[i]};
+    bool free = true;
+    for (size_t k = 0; free && k < work.size(); ++k)
+      for (const Node* n : uses[static_cast<size_t>(work[k])]) {
+        if (codegen::op_info(n->op).category != codegen::OpCategory::View) {
+          free = blind(*n);
+        } else {
+          for (ValueId o : n->outputs) {
+            free = free && !is_output(o);
+            if (std::find(work.begin(), work.end(), o) == work.end()) work.push_back(o);
+          }
+        }
+        if (!free) break;
+      }
+    out[i] = free;
+  }
+  return out;
 }
 
 }  // namespace
@@ -70,6 +126,9 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
     r.terms = l->terms;
     tree->add_relation(std::move(r));
   }
+  std::unordered_map<const Source*, bool> size_one_free;  // by input source
+  const std::vector<bool> unobserved = size_one_strides_unobserved(graph);
+  for (size_t i = 0; i < unobserved.size(); ++i) size_one_free[trace.input_sources.at(i).get()] = unobserved[i];
   for (const GuardSpec& g : trace.guards) {
     runtime::GuardNode* n = node_for(*tree, *g.source);
     // A builtin is only what the name means while no global shadows it.
@@ -94,7 +153,8 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
         if (it != alias_slot.end()) tree->add_same_as(n, it->second);
         else if (g.kind == GuardKind::Tensor) {
           auto d = dynamic.find(g.source.get());
-          alias_slot.emplace(g.obj, d == dynamic.end() ? tree->add_tensor(n, g.obj)
+          auto f = size_one_free.find(g.source.get());
+          alias_slot.emplace(g.obj, d == dynamic.end() ? tree->add_tensor(n, g.obj, {}, {}, f != size_one_free.end() && f->second)
                                                      : tree->add_tensor(n, g.obj, d->second.dims, d->second.symbols));
         }
         else alias_slot.emplace(g.obj, tree->add_instance(n, g.obj));

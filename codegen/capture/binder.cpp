@@ -89,6 +89,7 @@ const char* kind_name(const CallArg& a) {
     case CallArg::Kind::Ellipsis: return "ellipsis";
     case CallArg::Kind::Slice: return "slice";
     case CallArg::Kind::Tuple: return "tuple";
+    case CallArg::Kind::MemoryFormat: return "torch.memory_format";
   }
   return "object";
 }
@@ -132,6 +133,7 @@ bool convert_one(const std::string& type, const CallArg& in, CallArg& out) {
   }
   if (type == "bool") { if (in.kind != K::Bool) return false; out = in; return true; }
   if (type == "ScalarType") { if (in.kind != K::DType) return false; out = in; return true; }
+  if (type == "MemoryFormat") { if (in.kind != K::MemoryFormat) return false; out = in; return true; }
   if (type == "Device") { if (in.kind != K::Device) return false; out = in; return true; }
   if (type == "str") { if (in.kind != K::String) return false; out = in; return true; }
   if (type == "int[]") {
@@ -363,6 +365,13 @@ c10::ScalarType BoundArgs::dtype(const std::string& name) const {
   const CallArg& a = get(name);
   FD_CHECK(a.kind == CallArg::Kind::DType, "parameter '" + name + "' is not a dtype");
   return a.dtype;
+}
+
+std::optional<c10::MemoryFormat> BoundArgs::memory_format(const std::string& name) const {
+  const CallArg& a = get(name);
+  if (a.kind == CallArg::Kind::None) return std::nullopt;
+  FD_CHECK(a.kind == CallArg::Kind::MemoryFormat, "parameter '" + name + "' is not a memory format");
+  return static_cast<c10::MemoryFormat>(a.i);
 }
 
 const std::string& BoundArgs::str(const std::string& name) const {

@@ -45,6 +45,7 @@ class BoundArgs {
   std::vector<ValueId> tensors(const std::string& name) const;   // Tensor[]
   c10::ScalarType dtype(const std::string& name) const;          // ScalarType (not None)
   const std::string& str(const std::string& name) const;
+  std::optional<c10::MemoryFormat> memory_format(const std::string& name) const;  // MemoryFormat? (None: nullopt)
 
   std::map<std::string, CallArg> values;  // every parameter, defaults filled in
 };

@@ -11,6 +11,8 @@
 #pragma once
 #include "codegen/graph/graph.h"
 
+#include <c10/core/MemoryFormat.h>
+
 #include <optional>
 #include <string>
 #include <utility>
@@ -42,6 +44,7 @@ struct CallArg {
     Ellipsis,
     Slice,       // slice_start/stop/step; nullopt = None
     Tuple,       // items: a tuple/list of mixed items (e.g. an index tuple)
+    MemoryFormat,  // torch.contiguous_format ...: i holds the c10::MemoryFormat
   };
   Kind kind = Kind::None;
   ValueId value = -1;
@@ -70,6 +73,7 @@ struct CallArg {
   static CallArg of_dtype(c10::ScalarType t) { CallArg a; a.kind = Kind::DType; a.dtype = t; return a; }
   static CallArg of_device(c10::Device d) { CallArg a; a.kind = Kind::Device; a.device = d; return a; }
   static CallArg of_string(std::string s) { CallArg a; a.kind = Kind::String; a.str = std::move(s); return a; }
+  static CallArg of_memory_format(c10::MemoryFormat f) { CallArg a; a.kind = Kind::MemoryFormat; a.i = static_cast<int64_t>(f); return a; }
   static CallArg ellipsis() { CallArg a; a.kind = Kind::Ellipsis; return a; }
   static CallArg slice(std::optional<int64_t> b, std::optional<int64_t> e, std::optional<int64_t> s) {
     CallArg a; a.kind = Kind::Slice; a.slice_start = b; a.slice_stop = e; a.slice_step = s; return a;

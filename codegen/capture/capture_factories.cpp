@@ -416,39 +416,61 @@ bool same_device(const c10::Device& tensor_device, const c10::Device& wanted) {
 }
 
 // Tensor.to's core: returns `self` untouched when nothing changes and no copy is forced.
+// `contiguous`: memory_format=torch.contiguous_format: a copy, if one is made, is contiguous.
+// Whether one is made is eager's to_will_alias: a tensor is returned as it is when nothing else
+// changes and its suggested memory format is the one asked for, which is always the case below
+// 4 or above 5 dims (a transposed matrix stays transposed); for 4-d and 5-d tensors that
+// suggestion reads the strides (channels-last or not), which the trace does not follow.
 CaptureResult cast(BindCall& call, ValueId self, std::optional<c10::ScalarType> dtype, std::optional<c10::Device> device,
-                   bool non_blocking, bool copy) {
+                   bool non_blocking, bool copy, bool contiguous = false) {
   const TensorMeta m = call.graph.meta(self);
   const c10::ScalarType to_dtype = dtype.value_or(m.dtype);
   const bool device_changes = device && !same_device(m.device, *device);
-  if (!copy && to_dtype == m.dtype && !device_changes) return tensor_result(self);
-  TensorMeta out = meta::fresh(m, m.sizes, meta::to_copy_strides(m));
+  if (!copy && to_dtype == m.dtype && !device_changes) {
+    if (contiguous && (m.dim() == 4 || m.dim() == 5))
+      return fail("to", "memory_format=torch.contiguous_format of a 4-d or 5-d tensor without a copy is not supported");
+    return tensor_result(self);
+  }
+  TensorMeta out = meta::fresh(m, m.sizes, contiguous ? contiguous_strides(m.sizes) : meta::to_copy_strides(m));
   out.dtype = to_dtype;
   if (device_changes) out.device = *device;
   out.requires_grad = m.requires_grad && call.ctx.grad_enabled && differentiable(to_dtype);
   return tensor_result(emit1(call.graph, OpId::_to_copy,
                              {Arg::of_value(self), Arg::of_dtype(to_dtype), Arg::none(),
                               device_changes ? Arg::of_device(*device) : Arg::none(), Arg::none(),
-                              Arg::of_bool(non_blocking), Arg::none()},
+                              Arg::of_bool(non_blocking),
+                              contiguous ? Arg::of_int(static_cast<int64_t>(c10::MemoryFormat::Contiguous)) : Arg::none()},
                              out));
 }
 
+// memory_format= of a cast: None or torch.preserve_format, or torch.contiguous_format
+// (*contiguous); false after a failure in err.
+bool read_memory_format(const char* name, const BoundArgs& a, bool& contiguous, CaptureResult& err) {
+  const c10::MemoryFormat f = a.memory_format("memory_format").value_or(c10::MemoryFormat::Preserve);
+  contiguous = f == c10::MemoryFormat::Contiguous;
+  if (f == c10::MemoryFormat::Preserve || contiguous) return true;
+  err = fail(name, "only memory_format=torch.contiguous_format or torch.preserve_format is supported");
+  return false;
+}
+
 CaptureResult cast_method(BindCall& call, const char* name, c10::ScalarType dtype) {
-  FD_BIND_OR_RETURN(call, a, "cast(Tensor input, *, Any memory_format=None)");
-  if (!a.is_none("memory_format")) return fail(name, "memory_format= is not supported");
-  return cast(call, a.tensor("input"), dtype, std::nullopt, false, false);
+  FD_BIND_OR_RETURN(call, a, "cast(Tensor input, *, MemoryFormat? memory_format=None)");
+  bool contiguous = false;
+  CaptureResult err;
+  if (!read_memory_format(name, a, contiguous, err)) return err;
+  return cast(call, a.tensor("input"), dtype, std::nullopt, false, false, contiguous);
 }
 
 }  // namespace
 
 CaptureResult bind_to(BindCall& call) {
   static const Signature by_dtype(
-      "to(Tensor input, ScalarType dtype, bool non_blocking=False, bool copy=False, *, Any memory_format=None)");
+      "to(Tensor input, ScalarType dtype, bool non_blocking=False, bool copy=False, *, MemoryFormat? memory_format=None)");
   static const Signature by_other(
-      "to(Tensor input, Tensor other, bool non_blocking=False, bool copy=False, *, Any memory_format=None)");
+      "to(Tensor input, Tensor other, bool non_blocking=False, bool copy=False, *, MemoryFormat? memory_format=None)");
   static const Signature by_device(
       "to(Tensor input, Any device=None, ScalarType? dtype=None, bool non_blocking=False, bool copy=False, *, "
-      "Any memory_format=None)");
+      "MemoryFormat? memory_format=None)");
   const CallArg::Kind first = call.args.size() >= 2 ? call.args[1].kind : CallArg::Kind::None;
   bool has_other = first == CallArg::Kind::Tensor;
   for (const auto& kw : call.kwargs) has_other = has_other || kw.first == "other";
@@ -456,7 +478,8 @@ CaptureResult bind_to(BindCall& call) {
   BoundArgs a;
   CaptureResult err;
   if (!bind_sig(sig, call, a, err)) return err;
-  if (!a.is_none("memory_format")) return fail("to", "memory_format= is not supported");
+  bool contiguous = false;
+  if (!read_memory_format("to", a, contiguous, err)) return err;
   std::optional<c10::ScalarType> dtype;
   std::optional<c10::Device> device;
   if (&sig == &by_other) {
@@ -467,7 +490,7 @@ CaptureResult bind_to(BindCall& call) {
     if (!a.is_none("dtype")) dtype = a.dtype("dtype");
     if (&sig == &by_device && !read_device("to", a.get("device"), device, err)) return err;
   }
-  return cast(call, a.tensor("input"), dtype, device, a.boolean("non_blocking"), a.boolean("copy"));
+  return cast(call, a.tensor("input"), dtype, device, a.boolean("non_blocking"), a.boolean("copy"), contiguous);
 }
 
 CaptureResult bind_to_float(BindCall& call) { return cast_method(call, "float", c10::ScalarType::Float); }

@@ -266,6 +266,35 @@ CaptureResult bind_group_norm(BindCall& c) {
                              out));
 }
 
+namespace {
+// Batch norm outside training, as eager's CPU kernel computes it: per channel
+// alpha = weight * (1 / sqrt(running_var + eps)) and beta = bias - running_mean * alpha, then
+// input * alpha + beta. Recorded as those ops, the per-point part fuses with what surrounds it
+// (the ReLU and residual add after a convolution) instead of a pass of its own on ATen.
+// (Used where the input is float or double like its parameters, and its layout is the one eager
+// gives the output, so that the pointwise ops' output strides are eager's too.)
+CaptureResult batch_norm_inference(BindCall& c, const BoundArgs& a, ValueId x) {
+  const TensorMeta m = c.graph.meta(x);
+  CaptureResult r;
+  auto op = [&](Family f, std::vector<CallArg> args) {
+    if (!r.ok && !r.reason.empty()) return CallArg::none();
+    r = record_call(c.graph, c.ctx, f, args, {});
+    if (!r.ok) r.reason = "batch_norm: " + r.reason;
+    return r.ok ? CallArg::tensor(r.values.at(0)) : CallArg::none();
+  };
+  r.ok = true;
+  CallArg alpha = op(Family::reciprocal, {op(Family::sqrt, {op(Family::add, {a.get("running_var"), CallArg::of_double(a.number("eps"))})})});
+  if (!a.is_none("weight")) alpha = op(Family::mul, {alpha, a.get("weight")});
+  CallArg shift = op(Family::mul, {a.get("running_mean"), alpha});
+  CallArg beta = a.is_none("bias") ? op(Family::rsub, {shift, CallArg::of_int(0)}) : op(Family::sub, {a.get("bias"), shift});
+  std::vector<int64_t> per_channel(m.sizes.size() - 1, 1);  // [C, 1, ...]: channels along dim 1
+  per_channel[0] = m.sizes[1];
+  CallArg y = op(Family::mul, {CallArg::tensor(x), op(Family::view, {alpha, CallArg::of_ints(per_channel)})});
+  op(Family::add, {y, op(Family::view, {beta, CallArg::of_ints(per_channel)})});
+  return r;
+}
+}  // namespace
+
 CaptureResult bind_batch_norm(BindCall& c) {
   static const Signature sig(
       "batch_norm(Tensor input, Tensor? running_mean, Tensor? running_var, Tensor? weight=None, Tensor? bias=None, "
@@ -284,6 +313,11 @@ CaptureResult bind_batch_norm(BindCall& c) {
   TensorMeta out = make_meta(m.dtype, m.device, m.sizes, suggested_format_strides(m, m.sizes),
                              any_requires_grad(c.graph, c.ctx, {x, a.is_none("weight") ? -1 : a.tensor("weight"),
                                                                 a.is_none("bias") ? -1 : a.tensor("bias")}));
+  if (!training && !out.requires_grad) {
+    bool same_dtype = is_floating(m.dtype) && m.dtype != ST::BFloat16 && m.dtype != ST::Half;
+    for (size_t i = 1; i < ins.size(); ++i) same_dtype = same_dtype && c.graph.meta(ins[i]).dtype == m.dtype;
+    if (same_dtype && out.strides == m.strides) return batch_norm_inference(c, a, x);
+  }
   return tensor_result(emit1(c.graph, OpId::batch_norm,
                              {Arg::of_value(x), const_arg(a.get("weight")), const_arg(a.get("bias")),
                               const_arg(a.get("running_mean")), const_arg(a.get("running_var")), Arg::of_bool(training),

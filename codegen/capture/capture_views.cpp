@@ -353,17 +353,20 @@ CaptureResult bind_broadcast_to(BindCall& call) {
 // ---- copies ----------------------------------------------------------------------------------
 
 CaptureResult bind_contiguous(BindCall& call) {
-  FD_BIND_OR_RETURN(call, a, "contiguous(Tensor input, *, Any memory_format=None)");
-  if (!a.is_none("memory_format")) return fail("contiguous", "only the default memory_format is supported");
+  FD_BIND_OR_RETURN(call, a, "contiguous(Tensor input, *, MemoryFormat? memory_format=None)");
+  if (a.memory_format("memory_format").value_or(c10::MemoryFormat::Contiguous) != c10::MemoryFormat::Contiguous)
+    return fail("contiguous", "only memory_format=torch.contiguous_format is supported");
   ValueId self = a.tensor("input");
   if (is_contiguous(call.graph.meta(self))) return tensor_result(self);  // eager returns self itself
   return tensor_result(emit_clone(call, self, c10::MemoryFormat::Contiguous));
 }
 
 CaptureResult bind_clone(BindCall& call) {
-  FD_BIND_OR_RETURN(call, a, "clone(Tensor input, *, Any memory_format=None)");
-  if (!a.is_none("memory_format")) return fail("clone", "only the default memory_format is supported");
-  return tensor_result(emit_clone(call, a.tensor("input"), std::nullopt));
+  FD_BIND_OR_RETURN(call, a, "clone(Tensor input, *, MemoryFormat? memory_format=None)");
+  const c10::MemoryFormat format = a.memory_format("memory_format").value_or(c10::MemoryFormat::Preserve);
+  if (format == c10::MemoryFormat::Preserve) return tensor_result(emit_clone(call, a.tensor("input"), std::nullopt));
+  if (format == c10::MemoryFormat::Contiguous) return tensor_result(emit_clone(call, a.tensor("input"), format));
+  return fail("clone", "only memory_format=torch.contiguous_format or torch.preserve_format is supported");
 }
 
 CaptureResult bind_flip(BindCall& call) {

@@ -402,6 +402,7 @@ Arg const_arg(const CallArg& a) {
     case CallArg::Kind::DType: return Arg::of_dtype(a.dtype);
     case CallArg::Kind::Device: return Arg::of_device(a.device);
     case CallArg::Kind::String: return Arg::of_string(a.str);
+    case CallArg::Kind::MemoryFormat: return Arg::of_int(a.i);
     default: break;
   }
   FD_CHECK(false, "const_arg of an unsupported kind");

@@ -80,6 +80,27 @@ def test_stride_change_recompiles():
     assert_same(out, pointwise(x))  # strides of the output included
 
 
+def test_stride_of_a_size_one_dim_is_checked_only_where_an_output_depends_on_it():
+    # x[:, -1:] of a growing [1, n, 64] tensor: shape [1, 1, 64], stride [64 n, 64, 1] (a decode
+    # loop's last token). A dim of size 1 addresses nothing, so a graph whose outputs cannot show
+    # its stride (a contiguous copy, a matmul) keeps one entry for every n. One that returns a view
+    # of it, or copies it preserving strides, shows that stride: it recompiles, equal to eager
+    # (strides included).
+    def blind(x):
+        return x.clone(memory_format=torch.contiguous_format) * 2, x[..., :8] @ torch.ones(8, 3)
+
+    def shows(x):
+        return x.transpose(0, 1), x.clone() + 0
+
+    for fn, compiles in ((blind, 1), (shows, 3)):
+        f = fastdyn.jit(fn)
+        before = fastdyn.stats()["frames_compiled"]
+        for n in (5, 9, 13):
+            x = torch.randn(1, n, 64)[:, -1:]
+            assert_same(f(x), fn(x), f"{fn.__name__}, n={n}")
+        assert fastdyn.stats()["frames_compiled"] - before == compiles, fn.__name__
+
+
 def test_non_tensor_argument_change_is_not_stale():
     def scale_and_view(x, k, s):
         return x.view(k, -1) * s

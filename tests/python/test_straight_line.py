@@ -461,6 +461,17 @@ def contiguous_after_transpose(x):
     return x.t().contiguous(), x.t().contiguous().view(-1)
 
 
+@case(lambda: (r(3, 4), r(2, 3, 4, 5)))
+def explicit_memory_formats(x, y):
+    # memory_format= given: contiguous_format copies (clone, contiguous, a cast that copies);
+    # preserve_format keeps a dense input's strides; a cast with nothing to change returns the
+    # 2-d input itself, transposed or not (eager's to_will_alias), and so does the graph.
+    return (x.t().clone(memory_format=torch.contiguous_format), x.t().clone(memory_format=torch.preserve_format),
+            x.t().contiguous(memory_format=torch.contiguous_format), x[:, -1:].clone(memory_format=torch.contiguous_format),
+            x.t().to(torch.float64, memory_format=torch.contiguous_format), x.t().float(memory_format=torch.contiguous_format),
+            x.t().to(x, copy=True, memory_format=torch.contiguous_format), y.permute(0, 2, 3, 1).double(memory_format=torch.contiguous_format))
+
+
 # --------------------------------------------------------------------------- factories and casts
 
 @case(lambda: (r(3, 4),))
