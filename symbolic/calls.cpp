@@ -802,10 +802,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     case K::BoundMethod:
       if (callable.name == "__fd_null_exit__") return constant(Py_None);
       if (callable.name == "__fd_grad_exit__") {
-        FrameState& f = fr();
-        FD_CHECK(!f.grad_stack.empty(), "grad-mode exit without an enter");
-        const bool prev = f.grad_stack.back() != 0;
-        f.grad_stack.pop_back();
+        const bool prev = callable.items.at(1).obj == Py_True;
         if (prev != ctx_.grad_enabled) grad_mode_changed_ = true;
         ctx_.grad_enabled = prev;
         return constant(Py_None);

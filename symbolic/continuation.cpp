@@ -11,6 +11,7 @@
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
 #include "symbolic/opcodes.h"
+#include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
 
 namespace fastdyn::symbolic {
@@ -436,7 +437,28 @@ struct Rebuilder {
         b.load_attr(v.name);
         return;
       case K::BoundMethod: {
-        if (v.name == "__fd_grad_exit__" || v.name == "__fd_null_exit__") throw CannotRebuild("an open with block");
+        if (v.name == "__fd_null_exit__") {  // nullcontext's __exit__ does nothing: the traced manager's
+          b.load_const(v.items.at(0).obj);
+          b.load_attr("__exit__");
+          return;
+        }
+        if (v.name == "__fd_grad_exit__") {
+          // A break inside a grad-mode block: the continuation goes on inside it, so the mode is
+          // set now and the stack gets a real __exit__ that restores the mode from before the
+          // block: torch.set_grad_enabled(mode), its `prev` set to the traced one (the mode now
+          // may already be the block's: a continuation of a continuation).
+          static PyObject* set_grad_enabled = resolve_python_name("torch.set_grad_enabled");  // NB: kept
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(set_grad_enabled);
+          b.load_const(v.items.at(2).obj);
+          b.call(1);
+          b.emit(op::COPY, 1);
+          b.load_const(v.items.at(1).obj);
+          b.emit(op::SWAP, 2);
+          b.emit(op::STORE_ATTR, b.name_index("prev"));
+          b.load_attr("__exit__");
+          return;
+        }
         if (v.name == "__fd_generic_getattr__") {  // super().__getattribute__: object's own lookup, bound
           static PyObject* method_type = reinterpret_cast<PyObject*>(&PyMethod_Type);
           static PyObject* object_getattribute =
@@ -515,6 +537,14 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
     rb.push(e.value);
     rb.push(e.target);
     b.emit(op::STORE_ATTR, b.name_index(e.name));
+  }
+  if (trace.grad_mode_left) {  // it left a grad-mode block entered before it: restore for real
+    static PyObject* set_grad = resolve_python_name("torch._C._set_grad_enabled");  // NB: kept
+    b.emit(op::PUSH_NULL, 0);
+    b.load_const(set_grad);
+    b.load_const(trace.grad_enabled_at_end ? Py_True : Py_False);
+    b.call(1);
+    b.emit(op::POP_TOP, 0);
   }
 }
 

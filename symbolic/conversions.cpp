@@ -463,6 +463,28 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     };
     PyObject* fn = PyMethod_GET_FUNCTION(obj);
     add_guard(part("__func__"), GuardKind::IdIs, fn);
+    // The __exit__ of torch.set_grad_enabled(mode) that a continuation resuming inside a
+    // grad-mode block gets on its stack (continuation.cpp): the block's exit, traced as such.
+    static PyObject* grad_exit_fn = resolve_python_name("torch.set_grad_enabled.__exit__");  // NB: kept
+    if (fn == grad_exit_fn) {
+      PyObject* self = PyMethod_GET_SELF(obj);
+      PyOwned prev(PyObject_GetAttrString(self, "prev")), mode(PyObject_GetAttrString(self, "mode"));
+      if (!prev.p || !mode.p || !PyBool_Check(prev.p) || !PyBool_Check(mode.p)) {
+        PyErr_Clear();
+        throw Unsupported("a set_grad_enabled.__exit__ without a bool prev and mode");
+      }
+      SourcePtr self_source = part("__self__");
+      auto attr = [&](const char* name) {
+        auto s = std::make_shared<Source>();
+        s->kind = Source::Kind::Attr;
+        s->name = name;
+        s->parent = self_source;
+        return s;
+      };
+      add_guard(attr("prev"), GuardKind::Equals, prev.p);
+      add_guard(attr("mode"), GuardKind::Equals, mode.p);
+      return grad_exit(wrap(self, self_source), prev.p == Py_True, mode.p == Py_True);
+    }
     SymValue m;
     m.kind = SymValue::Kind::BoundMethod;
     m.obj = Py_NewRef(fn);

@@ -705,13 +705,9 @@ struct Handlers {
     } else {
       throw Unsupported("'with' on " + describe(mgr) + " (only grad-mode blocks are traced)");
     }
-    t.fr().grad_stack.push_back(t.ctx_.grad_enabled ? 1 : 0);
+    SymValue exit = Tracer::grad_exit(mgr, t.ctx_.grad_enabled, mode);
     if (mode != t.ctx_.grad_enabled) t.grad_mode_changed_ = true;
     t.ctx_.grad_enabled = mode;
-    SymValue exit;
-    exit.kind = SymValue::Kind::BoundMethod;
-    exit.name = "__fd_grad_exit__";
-    exit.items.push_back(mgr);
     t.push(std::move(exit));
     t.push(Tracer::constant(Py_None));  // what __enter__ returned
   }
@@ -1021,7 +1017,10 @@ void Tracer::run() {
     }
     ~HookScope() { size_read_hook() = saved; }
   } hook(this);
+  const bool entry_grad = ctx_.grad_enabled;
   run_frame();
+  result_.grad_enabled_at_end = ctx_.grad_enabled;
+  result_.grad_mode_left = ctx_.grad_enabled != entry_grad;
   FrameState& root = *frames_.front();
   if (result_.stopped) {
     result_.stack = root.stack;
@@ -1080,8 +1079,19 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
   }
   if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) return "a generator frame";
   const Instruction& in = insts[static_cast<size_t>(inst)];
+  // Inside a with block the continuation goes on within it: its copy of the bytecode keeps the
+  // block's exception-table entry, and the rebuilt stack holds an __exit__ that restores what the
+  // block changed (continuation.cpp; the trace only enters grad-mode blocks and nullcontext).
+  // A try block's handler would need the state of the frame at the break: not rebuilt.
+  auto with_cleanup = [&](int target) {
+    for (size_t k = 0; k + 1 < insts.size(); ++k)
+      if (insts[k].index == target)
+        return std::strcmp(opcode_info(insts[k].opcode).name, "PUSH_EXC_INFO") == 0 &&
+               std::strcmp(opcode_info(insts[k + 1].opcode).name, "WITH_EXCEPT_START") == 0;
+    return false;
+  };
   for (const ExceptionEntry& e : exception_table(code))
-    if (in.index >= e.start && in.index < e.end) return "inside a try or with block";
+    if (in.index >= e.start && in.index < e.end && !with_cleanup(e.target)) return "inside a try block";
   for (const Instruction& j : insts) {
     if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
     const int target = j.next - j.arg;

@@ -61,7 +61,6 @@ struct FrameState {
   bool done = false;
   SymValue return_value;
   int depth = 0;                     // 0 for the root
-  std::vector<int> grad_stack;       // `with` grad-mode blocks entered in this frame (previous mode)
   bool generator = false;            // an inlined generator: runs to its end, collecting yields
   std::vector<SymValue> yields;
 };
@@ -76,6 +75,16 @@ class Tracer {
   SymValue wrap(PyObject* obj, const SourcePtr& source);
   // A trace-time constant (from co_consts or folding): no guard.
   static SymValue constant(PyObject* obj) { return SymValue::constant(obj); }
+  // The __exit__ a grad-mode `with` block leaves on the stack: items {manager, the mode before
+  // the block, the block's mode} (True/False constants). Calling it restores the mode before;
+  // a continuation that resumes inside the block gets a real one (continuation.cpp).
+  static SymValue grad_exit(SymValue manager, bool prev, bool mode) {
+    SymValue exit;
+    exit.kind = SymValue::Kind::BoundMethod;
+    exit.name = "__fd_grad_exit__";
+    exit.items = {std::move(manager), constant(prev ? Py_True : Py_False), constant(mode ? Py_True : Py_False)};
+    return exit;
+  }
   codegen::CallArg to_call_arg(const SymValue& v) const;
   // A subscript's index: a tuple is a multi-dimensional index (Tuple), a list is advanced
   // indexing (IntList/TensorList), anything else converts as to_call_arg does.
