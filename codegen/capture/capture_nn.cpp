@@ -17,6 +17,7 @@
 #include <ATen/Context.h>
 
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -638,6 +639,71 @@ CaptureResult bind_avg_pool1d(BindCall& c) {
       "count_include_pad=True)");
   return record_pool(c, sig, OpId::avg_pool1d, false, 1);
 }
+
+namespace {
+// torch._C._nn.upsample_*(input, output_size, [align_corners,] scale_factors), as F.interpolate
+// calls them: `nd` spatial dims after batch and channels; output_size, or one scale per spatial
+// dim giving floor(size * scale) (ATen's compute_output_size). Recorded as the op with the
+// output size and the scales (ATen's own next step), so values match eager's.
+CaptureResult record_upsample(BindCall& c, OpId op, int64_t nd, bool linear) {
+  static const Signature plain("upsample(Tensor input, int[]? output_size, Any scale_factors)");
+  static const Signature aligned("upsample(Tensor input, int[]? output_size, bool align_corners, Any scale_factors)");
+  BoundArgs a;
+  if (auto err = (linear ? aligned : plain).bind(c, a)) return CaptureResult::fail(*err);
+  const std::string name = op_info(op).aten;
+  const ValueId x = a.tensor("input");
+  const TensorMeta& mx = c.graph.meta(x);
+  const auto n = static_cast<size_t>(nd);
+  if (mx.dim() != nd + 2) return CaptureResult::fail(name + ": expected a " + std::to_string(nd + 2) + "-D input, got " + shape_str(mx.sizes));
+  if (!is_floating(mx.dtype)) return CaptureResult::fail(name + ": not implemented for '" + dtype_name(mx.dtype) + "'");
+  if (mx.dim() == 5 && !is_contiguous(mx)) return CaptureResult::fail(name + ": a 5-D input that is not contiguous");
+  const CallArg& sf = a.get("scale_factors");
+  std::vector<double> scales;
+  if (sf.kind == CallArg::Kind::IntList) {
+    for (int64_t s : sf.ints) scales.push_back(static_cast<double>(s));
+  } else if (sf.kind == CallArg::Kind::Tuple) {
+    for (const CallArg& s : sf.items) {
+      if (s.kind == CallArg::Kind::Double) scales.push_back(s.d);
+      else if (s.kind == CallArg::Kind::Int) scales.push_back(static_cast<double>(s.i));
+      else return CaptureResult::fail(name + ": scale_factors must be numbers");
+    }
+  } else if (sf.kind == CallArg::Kind::Double) {
+    scales.assign(n, sf.d);
+  } else if (sf.kind != CallArg::Kind::None) {
+    return CaptureResult::fail(name + ": scale_factors must be a list of numbers or None");
+  }
+  const bool has_size = !a.is_none("output_size");
+  if (has_size == !scales.empty()) return CaptureResult::fail(name + ": must specify exactly one of output_size and scale_factors");
+  Ints size;
+  if (has_size) {
+    size = a.ints("output_size");
+    if (size.size() != n) return CaptureResult::fail(name + ": output_size must have " + std::to_string(nd) + " elements");
+  } else {
+    if (scales.size() != n) return CaptureResult::fail(name + ": scale_factors must have " + std::to_string(nd) + " elements");
+    for (size_t i = 0; i < n; ++i)
+      size.push_back(static_cast<int64_t>(std::floor(static_cast<double>(mx.sizes[2 + i]) * scales[i])));
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (size[i] <= 0 || mx.sizes[2 + i] <= 0)
+      return CaptureResult::fail(name + ": input and output sizes should be greater than 0, got input " + shape_str(mx.sizes) +
+                                 " and output " + shape_str(size));
+  std::vector<Arg> args{Arg::of_value(x), Arg::of_ints(size)};
+  if (linear) args.push_back(Arg::of_bool(a.boolean("align_corners")));
+  for (size_t i = 0; i < n; ++i) args.push_back(scales.empty() ? Arg::none() : Arg::of_double(scales[i]));
+  return tensor_result(emit1(c.graph, op, std::move(args), pooled_meta(c, x, size)));
+}
+}  // namespace
+
+CaptureResult bind_upsample_nearest1d(BindCall& c) { return record_upsample(c, OpId::upsample_nearest1d, 1, false); }
+CaptureResult bind_upsample_nearest2d(BindCall& c) { return record_upsample(c, OpId::upsample_nearest2d, 2, false); }
+CaptureResult bind_upsample_nearest3d(BindCall& c) { return record_upsample(c, OpId::upsample_nearest3d, 3, false); }
+CaptureResult bind__upsample_nearest_exact1d(BindCall& c) { return record_upsample(c, OpId::_upsample_nearest_exact1d, 1, false); }
+CaptureResult bind__upsample_nearest_exact2d(BindCall& c) { return record_upsample(c, OpId::_upsample_nearest_exact2d, 2, false); }
+CaptureResult bind__upsample_nearest_exact3d(BindCall& c) { return record_upsample(c, OpId::_upsample_nearest_exact3d, 3, false); }
+CaptureResult bind_upsample_linear1d(BindCall& c) { return record_upsample(c, OpId::upsample_linear1d, 1, true); }
+CaptureResult bind_upsample_bilinear2d(BindCall& c) { return record_upsample(c, OpId::upsample_bilinear2d, 2, true); }
+CaptureResult bind_upsample_bicubic2d(BindCall& c) { return record_upsample(c, OpId::upsample_bicubic2d, 2, true); }
+CaptureResult bind_upsample_trilinear3d(BindCall& c) { return record_upsample(c, OpId::upsample_trilinear3d, 3, true); }
 
 CaptureResult bind_adaptive_avg_pool1d(BindCall& c) {
   static const Signature sig("adaptive_avg_pool1d(Tensor input, int[] output_size)");
