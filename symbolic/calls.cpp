@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 
 #include "codegen/shapes/propagate.h"
@@ -869,16 +870,41 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i].first);  // NB: kept for the process
       if (probes[i] == fn) return constant(probe_names[i].second ? Py_True : Py_False);
     }
-  // torch.tensor(3.0, dtype=..., device=...) of a Python number: a 0-d full(); of empty data
-  // (torch.tensor([]), as transformers' KV cache starts its layers): a full() of size (0,).
+  // torch.tensor(data, dtype=..., device=...) of Python numbers (a number, or rectangular nested
+  // lists/tuples of them, up to kMaxTensorData elements): each number a 0-d full(), stacked along
+  // each level, which constant folding then evaluates once; of empty data (torch.tensor([]), as
+  // transformers' KV cache starts its layers): a full() of size (0,). The dtype torch.tensor
+  // infers: bool if every number is, else int64 if every number is an int, else the default.
   static PyObject* tensor_fn = resolve_python_name("torch.tensor");
   if (fn == tensor_fn && args.size() == 1) {
+    constexpr size_t kMaxTensorData = 256;
+    // Leaves of `d` in order, and whether it is a rectangular nest of numbers.
+    size_t count = 0;
+    bool all_bool = true, all_int = true;
+    std::function<bool(const SymValue&)> scan = [&](const SymValue& d) -> bool {
+      if (d.kind == K::List || d.kind == K::Tuple) {
+        for (const SymValue& e : d.seq())
+          if (!scan(e)) return false;
+        return true;
+      }
+      if (d.size) {  // a size-derived int: a number of the trace
+        all_bool = false;
+        return ++count <= kMaxTensorData;
+      }
+      if (!d.is_constant()) return false;
+      PyObject* o = d.obj;
+      if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
+          if (!scan(constant(PySequence_Fast_ITEMS(o)[i]))) return false;
+        return true;
+      }
+      if (!PyFloat_CheckExact(o) && !PyLong_CheckExact(o) && !PyBool_Check(o)) return false;
+      all_bool = all_bool && PyBool_Check(o);
+      all_int = all_int && !PyFloat_CheckExact(o);
+      return ++count <= kMaxTensorData;
+    };
     const SymValue& data = args[0];
-    const bool scalar = data.is_constant() && (PyFloat_CheckExact(data.obj) || PyLong_CheckExact(data.obj) || PyBool_Check(data.obj));
-    const bool empty = ((data.kind == K::List || data.kind == K::Tuple) && data.seq().empty()) ||
-                       (data.is_constant() && (PyTuple_CheckExact(data.obj) || PyList_CheckExact(data.obj)) &&
-                        PySequence_Size(data.obj) == 0);
-    if (scalar || empty) {
+    if (scan(data)) {
       std::vector<std::pair<std::string, SymValue>> kw;
       bool has_dtype = false;
       for (auto& [k, v] : kwargs) {
@@ -887,17 +913,34 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
         has_dtype = has_dtype || (k == "dtype" && !(v.is_constant() && v.obj == Py_None));
         kw.emplace_back(k, v);
       }
-      if (!has_dtype) {  // what torch.tensor infers: bool, int64, else the default dtype
-        const bool integral = scalar && (PyBool_Check(data.obj) || PyLong_CheckExact(data.obj));
-        PyOwned dt(integral ? resolve_python_name(PyBool_Check(data.obj) ? "torch.bool" : "torch.int64")
-                            : Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPDtype(ctx_.default_dtype))));
+      if (!has_dtype) {
+        PyOwned dt(count > 0 && all_bool ? resolve_python_name("torch.bool")
+                   : count > 0 && all_int ? resolve_python_name("torch.int64")
+                                          : Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPDtype(ctx_.default_dtype))));
         kw.emplace_back("dtype", constant(dt.p));
       }
-      auto fam = family_of_name("torch.full");
-      if (!fam) throw Unsupported("torch.full is not in the op table");
+      auto full = family_of_name("torch.full");
+      auto stack = family_of_name("torch.stack");
+      if (!full || !stack) throw Unsupported("torch.full or torch.stack is not in the op table");
       PyOwned zero(PyLong_FromLong(0));
-      return scalar ? call_family(*fam, {SymValue::tuple({}), data}, kw, "torch.tensor")
-                    : call_family(*fam, {SymValue::tuple({constant(zero.p)}), constant(zero.p)}, kw, "torch.tensor");
+      std::function<SymValue(const SymValue&)> build = [&](const SymValue& d) -> SymValue {
+        std::vector<SymValue> items;
+        if (d.kind == K::List || d.kind == K::Tuple) {
+          items = d.seq();
+        } else if (!d.size && (PyTuple_CheckExact(d.obj) || PyList_CheckExact(d.obj))) {
+          for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(d.obj); ++i) items.push_back(constant(PySequence_Fast_ITEMS(d.obj)[i]));
+        } else {
+          return call_family(*full, {SymValue::tuple({}), d}, kw, "torch.tensor");
+        }
+        if (items.empty()) {
+          if (&d != &data) throw Unsupported("torch.tensor of nested empty data");
+          return call_family(*full, {SymValue::tuple({constant(zero.p)}), constant(zero.p)}, kw, "torch.tensor");
+        }
+        std::vector<SymValue> parts;
+        for (const SymValue& e : items) parts.push_back(build(e));
+        return call_family(*stack, {SymValue::list(std::move(parts))}, {}, "torch.tensor");
+      };
+      return build(data);
     }
   }
   // Context managers that are plain objects until a `with` enters them: made for real.

@@ -454,13 +454,14 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   // A bound method (a classmethod read from its class, say) is made anew by every read: guard
   // its function and its self, not the method object.
   if (PyMethod_Check(obj) && PyFunction_Check(PyMethod_GET_FUNCTION(obj))) {
-    auto part = [&](const char* attr) {
+    auto attr_of = [](const SourcePtr& parent, const char* attr) {
       auto s = std::make_shared<Source>();
       s->kind = Source::Kind::Attr;
       s->name = attr;
-      s->parent = source;
+      s->parent = parent;
       return s;
     };
+    auto part = [&](const char* attr) { return attr_of(source, attr); };
     PyObject* fn = PyMethod_GET_FUNCTION(obj);
     add_guard(part("__func__"), GuardKind::IdIs, fn);
     // The __exit__ of torch.set_grad_enabled(mode) that a continuation resuming inside a
@@ -474,15 +475,8 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
         throw Unsupported("a set_grad_enabled.__exit__ without a bool prev and mode");
       }
       SourcePtr self_source = part("__self__");
-      auto attr = [&](const char* name) {
-        auto s = std::make_shared<Source>();
-        s->kind = Source::Kind::Attr;
-        s->name = name;
-        s->parent = self_source;
-        return s;
-      };
-      add_guard(attr("prev"), GuardKind::Equals, prev.p);
-      add_guard(attr("mode"), GuardKind::Equals, mode.p);
+      add_guard(attr_of(self_source, "prev"), GuardKind::Equals, prev.p);
+      add_guard(attr_of(self_source, "mode"), GuardKind::Equals, mode.p);
       return grad_exit(wrap(self, self_source), prev.p == Py_True, mode.p == Py_True);
     }
     SymValue m;

@@ -206,9 +206,22 @@ def dtype_and_device_attributes(x):
     return torch.zeros(3, dtype=x.dtype, device=x.device), x.to(x.dtype), x.new_ones(2)
 
 
-@CASES(lambda: (r(4, 8),), xfail="factories: torch.tensor of Python constants")
+@CASES(lambda: (r(4, 8),))
 def tensor_from_python_constants(x):
     return x + torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+
+
+@CASES(lambda: (r(4, 8),))
+def tensor_from_nested_python_constants(x):
+    # dtypes as torch.tensor infers them (int64, bool, the default float), explicit ones, sizes
+    # read from the input, and a fresh tensor per call when it is returned as it is.
+    return (torch.tensor([[1, 2], [3, 4]]) * x.shape[0], torch.tensor([True, False]),
+            torch.tensor([[1.5], [2]], dtype=torch.float64), torch.tensor((x.shape[1], 3)), torch.tensor([0.5, 1]) + x[0, :2])
+
+
+@CASES(lambda: (r(4, 8),), graphs=0)
+def tensor_from_ragged_python_lists_raises(x):
+    return x + torch.tensor([[1, 2], [3]])
 
 
 @CASES(lambda: (r(4, 8),))
