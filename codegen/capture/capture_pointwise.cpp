@@ -828,4 +828,32 @@ CaptureResult bind_addcdiv(BindCall& c) {
   return record_addc(c, sig, OpId::addcdiv, true);
 }
 
+// torch.isin(elements, test_elements): per element of `elements`, whether it is among
+// test_elements (a tensor of the same dtype and device, or a number), as a contiguous bool tensor
+// of elements' shape. Run by ATen between the kernels (transformers' stopping criteria call it
+// at every decode step).
+CaptureResult bind_isin(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "isin(Tensor elements, Tensor|Number test_elements, *, bool assume_unique=False, bool invert=False)");
+  const ValueId x = a.tensor("elements");
+  const TensorMeta m = c.graph.meta(x);  // NB: a copy: recording the 0-d test tensor adds values
+  const CallArg& t = a.get("test_elements");
+  ValueId test = -1;
+  if (t.kind == K::Tensor) {
+    test = t.value;
+  } else {  // a number: a 0-d tensor of elements' dtype, as ATen's Tensor_Scalar overload makes
+    CaptureResult s = record_call(c.graph, c.ctx, Family::full, {CallArg::of_ints({}), t},
+                                  {{"dtype", CallArg::of_dtype(m.dtype)}, {"device", CallArg::of_device(m.device)}});
+    if (!s.ok) return CaptureResult::fail("isin: " + s.reason);
+    test = s.values.at(0);
+  }
+  const TensorMeta& mt = c.graph.meta(test);
+  if (mt.dtype != m.dtype) return CaptureResult::fail("isin: elements and test_elements of different dtypes");
+  if (!(mt.device == m.device)) return CaptureResult::fail("isin: elements and test_elements on different devices");
+  if (m.dtype == ST::Bool || c10::isComplexType(m.dtype)) return CaptureResult::fail("isin: not implemented for '" + dtype_name(m.dtype) + "'");
+  return tensor_result(emit1(c.graph, OpId::isin_Tensor_Tensor,
+                             {Arg::of_value(x), Arg::of_value(test), Arg::of_bool(a.boolean("assume_unique")),
+                              Arg::of_bool(a.boolean("invert"))},
+                             contiguous_meta(ST::Bool, m.device, m.sizes, false)));
+}
+
 }  // namespace fastdyn::codegen

@@ -456,6 +456,13 @@ def flip_forms(x):
     return x.flip(0), torch.flip(x, (0, 2)), x.flip(dims=[1])
 
 
+@case(lambda: (ints(3, 5), ints(4), r(2, 3)))
+def isin_forms(x, t, f):
+    # as transformers' EOS stopping criterion calls it at every decode step: last tokens in a set
+    return (torch.isin(x[:, -1], t), torch.isin(x, 4), torch.isin(x, t, invert=True).sum(),
+            torch.isin(x, t, assume_unique=True), torch.isin(f.round(), torch.tensor([0.0, 1.0])))
+
+
 @case(lambda: (r(3, 4),))
 def contiguous_after_transpose(x):
     return x.t().contiguous(), x.t().contiguous().view(-1)
