@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Convolutional networks on the CPU (issue 21): eager, fastdyn (jit, inference under no_grad) and
-torch.compile, interleaved in one process.
+"""Convolutional networks (issue 21): eager, fastdyn (jit, inference under no_grad) and
+torch.compile, interleaved in one process, on the CPU (2 threads) or a GPU (--device cuda).
 
-    python3 bench/cnn_cpu.py [--quick] [--batch 1] [--size 224]
+    python3 bench/cnn.py [--quick] [--batch 1] [--size 224] [--device cpu|cuda]
 
 The models are built here from torch.nn layers (torchvision does not load beside the CPU build of
 torch on the development machine): ResNet-18 (torchvision's BasicBlock architecture: conv, eval
@@ -11,7 +11,8 @@ MobileNet-style stack (depthwise + pointwise convolutions, batch norm, hardswish
 eval mode, running statistics randomised so that batch norm is not the identity.
 
 Per model and mode: the steady-state time per call (median of interleaved rounds of a few calls
-each), the first call (compile included) and the largest difference from eager's output.
+each; on a GPU, wall clock around the calls and one synchronize), the first call (compile
+included) and the largest difference from eager's output.
 """
 import argparse
 import statistics
@@ -94,15 +95,19 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    print(f"batch {args.batch}, {args.size}x{args.size}, {torch.get_num_threads()} threads, interleaved in one process\n")
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{torch.get_num_threads()} threads"
+    print(f"batch {args.batch}, {args.size}x{args.size}, {where}, interleaved in one process\n")
     print("| model | mode | per call (ms) | speed-up over eager | first call (s) | max abs diff vs eager |")
     print("|---|---|---:|---:|---:|---:|")
     for name, make in (("resnet18", ResNet18), ("mobilenet-ish", MobileNetish)):
-        model = randomise_bn(make()).eval()
-        x = torch.randn(args.batch, 3, args.size, args.size)
+        model = randomise_bn(make()).eval().to(dev)
+        x = torch.randn(args.batch, 3, args.size, args.size, device=dev)
         fns = {"eager": model, "fastdyn": fastdyn.jit(model)}
         if not args.quick:
             fns["inductor"] = torch.compile(model)
@@ -110,8 +115,10 @@ def main():
             want = model(x)
             first, diff = {}, {}
             for k, f in fns.items():
+                sync()
                 t = time.perf_counter()
                 out = f(x)
+                sync()
                 first[k] = time.perf_counter() - t
                 diff[k] = (out - want).abs().max().item()
             if "fastdyn" in fns:
@@ -119,9 +126,11 @@ def main():
             samples = {k: [] for k in fns}
             for _ in range(args.rounds):
                 for k, f in fns.items():
+                    sync()
                     t = time.perf_counter()
                     for _ in range(3):
                         f(x)
+                    sync()
                     samples[k].append((time.perf_counter() - t) / 3)
         med = {k: statistics.median(v) for k, v in samples.items()}
         for k in fns:
