@@ -57,9 +57,9 @@ std::vector<bool> size_one_strides_unobserved(const codegen::Graph& g) {
         if (v >= 0) uses[static_cast<size_t>(v)].push_back(&n);
     }
   auto contiguous_copy = [](const Node& n) {
-    const Arg& f = n.op == OpId::clone ? n.args.at(1) : n.args.back();  // clone / _to_copy: memory_format
-    return (n.op == OpId::clone || n.op == OpId::_to_copy) && f.kind == Arg::Kind::Int &&
-           f.i == static_cast<int64_t>(c10::MemoryFormat::Contiguous);
+    if (n.op != OpId::clone && n.op != OpId::_to_copy) return false;
+    const Arg& f = n.op == OpId::clone ? n.args.at(1) : n.args.back();  // memory_format
+    return f.kind == Arg::Kind::Int && f.i == static_cast<int64_t>(c10::MemoryFormat::Contiguous);
   };
   auto blind = [&](const Node& n) {
     const std::string_view rule = codegen::op_info(n.op).rule;
