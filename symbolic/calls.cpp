@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <cstring>
 
 #include "codegen/shapes/propagate.h"
@@ -878,12 +879,21 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   static PyObject* tensor_fn = resolve_python_name("torch.tensor");
   if (fn == tensor_fn && args.size() == 1) {
     constexpr size_t kMaxTensorData = 256;
-    // Leaves of `d` in order, and whether it is a rectangular nest of numbers.
+    // The items of a list or tuple of the trace, or of a constant one; nullopt for anything else.
+    // NB: a size-derived int is tested first (is_constant() would specialise it).
+    auto items_of = [&](const SymValue& d) -> std::optional<std::vector<SymValue>> {
+      if (d.kind == K::List || d.kind == K::Tuple) return d.seq();
+      if (d.size || !d.is_constant() || !(PyTuple_CheckExact(d.obj) || PyList_CheckExact(d.obj))) return std::nullopt;
+      std::vector<SymValue> items;
+      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(d.obj); ++i) items.push_back(constant(PySequence_Fast_ITEMS(d.obj)[i]));
+      return items;
+    };
+    // Whether `d` nests only numbers, counting them and the kinds torch.tensor infers from.
     size_t count = 0;
     bool all_bool = true, all_int = true;
     std::function<bool(const SymValue&)> scan = [&](const SymValue& d) -> bool {
-      if (d.kind == K::List || d.kind == K::Tuple) {
-        for (const SymValue& e : d.seq())
+      if (auto items = items_of(d)) {
+        for (const SymValue& e : *items)
           if (!scan(e)) return false;
         return true;
       }
@@ -893,11 +903,6 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       }
       if (!d.is_constant()) return false;
       PyObject* o = d.obj;
-      if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i)
-          if (!scan(constant(PySequence_Fast_ITEMS(o)[i]))) return false;
-        return true;
-      }
       if (!PyFloat_CheckExact(o) && !PyLong_CheckExact(o) && !PyBool_Check(o)) return false;
       all_bool = all_bool && PyBool_Check(o);
       all_int = all_int && !PyFloat_CheckExact(o);
@@ -924,20 +929,14 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       if (!full || !stack) throw Unsupported("torch.full or torch.stack is not in the op table");
       PyOwned zero(PyLong_FromLong(0));
       std::function<SymValue(const SymValue&)> build = [&](const SymValue& d) -> SymValue {
-        std::vector<SymValue> items;
-        if (d.kind == K::List || d.kind == K::Tuple) {
-          items = d.seq();
-        } else if (!d.size && (PyTuple_CheckExact(d.obj) || PyList_CheckExact(d.obj))) {
-          for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(d.obj); ++i) items.push_back(constant(PySequence_Fast_ITEMS(d.obj)[i]));
-        } else {
-          return call_family(*full, {SymValue::tuple({}), d}, kw, "torch.tensor");
-        }
-        if (items.empty()) {
+        std::optional<std::vector<SymValue>> items = items_of(d);
+        if (!items) return call_family(*full, {SymValue::tuple({}), d}, kw, "torch.tensor");
+        if (items->empty()) {
           if (&d != &data) throw Unsupported("torch.tensor of nested empty data");
           return call_family(*full, {SymValue::tuple({constant(zero.p)}), constant(zero.p)}, kw, "torch.tensor");
         }
         std::vector<SymValue> parts;
-        for (const SymValue& e : items) parts.push_back(build(e));
+        for (const SymValue& e : *items) parts.push_back(build(e));
         return call_family(*stack, {SymValue::list(std::move(parts))}, {}, "torch.tensor");
       };
       return build(data);

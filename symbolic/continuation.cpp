@@ -538,11 +538,11 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
     rb.push(e.target);
     b.emit(op::STORE_ATTR, b.name_index(e.name));
   }
-  if (trace.grad_mode_left) {  // it left a grad-mode block entered before it: restore for real
+  if (trace.grad_mode_after) {  // it left a grad-mode block entered before it: restore for real
     static PyObject* set_grad = resolve_python_name("torch._C._set_grad_enabled");  // NB: kept
     b.emit(op::PUSH_NULL, 0);
     b.load_const(set_grad);
-    b.load_const(trace.grad_enabled_at_end ? Py_True : Py_False);
+    b.load_const(*trace.grad_mode_after ? Py_True : Py_False);
     b.call(1);
     b.emit(op::POP_TOP, 0);
   }

@@ -1019,8 +1019,7 @@ void Tracer::run() {
   } hook(this);
   const bool entry_grad = ctx_.grad_enabled;
   run_frame();
-  result_.grad_enabled_at_end = ctx_.grad_enabled;
-  result_.grad_mode_left = ctx_.grad_enabled != entry_grad;
+  if (ctx_.grad_enabled != entry_grad) result_.grad_mode_after = ctx_.grad_enabled;
   FrameState& root = *frames_.front();
   if (result_.stopped) {
     result_.stack = root.stack;

@@ -73,11 +73,10 @@ struct TraceResult {
   int lineno = -1;
 
   codegen::Graph graph;
-  // Grad mode where the trace ended (returned or stopped at the break) differs from the mode it
-  // started in only where it left a grad-mode block it did not enter (a continuation resuming
-  // inside one): the transformed code then sets it for real.
-  bool grad_enabled_at_end = true;
-  bool grad_mode_left = false;
+  // The grad mode where the trace ended (returned or stopped at the break), when it differs from
+  // the mode it started in: only where it left a grad-mode block it did not enter (a
+  // continuation resuming inside one). The transformed code then sets it for real.
+  std::optional<bool> grad_mode_after;
   std::vector<SourcePtr> input_sources;  // graph input i is loaded from input_sources[i]
   std::vector<GuardSpec> guards;
   // Comparisons of size-derived ints the trace decided at its sizes (s0 >= 21 was false): the

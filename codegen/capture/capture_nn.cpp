@@ -277,13 +277,13 @@ namespace {
 CaptureResult batch_norm_inference(BindCall& c, const BoundArgs& a, ValueId x) {
   const TensorMeta m = c.graph.meta(x);
   CaptureResult r;
-  auto op = [&](Family f, std::vector<CallArg> args) {
-    if (!r.ok && !r.reason.empty()) return CallArg::none();
+  r.ok = true;
+  auto op = [&](Family f, std::vector<CallArg> args) {  // after a failure, nothing more is recorded
+    if (!r.ok) return CallArg::none();
     r = record_call(c.graph, c.ctx, f, args, {});
     if (!r.ok) r.reason = "batch_norm: " + r.reason;
     return r.ok ? CallArg::tensor(r.values.at(0)) : CallArg::none();
   };
-  r.ok = true;
   CallArg alpha = op(Family::reciprocal, {op(Family::sqrt, {op(Family::add, {a.get("running_var"), CallArg::of_double(a.number("eps"))})})});
   if (!a.is_none("weight")) alpha = op(Family::mul, {alpha, a.get("weight")});
   CallArg shift = op(Family::mul, {a.get("running_mean"), alpha});
