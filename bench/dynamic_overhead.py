@@ -8,6 +8,11 @@ compile: for each case, the first call of a function compiled with static sizes
   the calling thread, median of 3 processes; also each process's stats()['compile_seconds']
   (trace, symbolic propagation, guards and bytecode: the entry's own compile) separately from
   the first call's total (which adds lowering and LLVM for the kernels at that size).
+compile, in one process: the same comparison with the process's fixed costs (imports, the LLVM
+  engine, first-use initialisation) paid before timing: each round compiles a fresh function of
+  each mode (a new code object whose constant differs, so that no kernel comes from a cache),
+  static and symbolic interleaved, min of 9 rounds. The ratio is the compile work alone; this VM's
+  speed varies between processes (and over minutes), which this comparison is immune to.
 guards: a graph of 10 tensor inputs (one op each), called with 4x2 tensors so that the work is
   negligible: median per-call time with every dim static, with every dim a size symbol (20
   symbols unified into 2 by the adds: the guards bind each dim and check the others equal to it),
@@ -78,6 +83,40 @@ def compile_table():
             print(f"| {case} | {mode} | {s:.1f} | {d:.1f} | {d / s:.2f} | {entry} |", flush=True)
 
 
+INPROC_SRC = {"pointwise": "lambda x: ((x * 2 + K).sin() * x).relu() - 0.5",
+              "reduction": "lambda x: (x * x).sum(-1) * K + x.amax(-1)",
+              "softmax_ln": "lambda x: torch.softmax(F.layer_norm(x, (x.shape[-1],)) * K, dim=-1)"}
+INPROC_SHAPES = {"pointwise": (64, 256), "reduction": (64, 512), "softmax_ln": (8, 384)}
+
+
+def compile_inprocess_table(rounds=9):
+    import time
+    import torch
+    import torch.nn.functional as F
+    import fastdyn
+    torch.set_num_threads(2)
+    fastdyn.set_background_compile(False)
+    fastdyn.set_recompile_limit(64)
+    k = 1.0
+    print()
+    print("| case (one process, fresh function per call) | first call, static sizes (ms) | first call, size symbols (ms) | ratio |")
+    print("|---|---:|---:|---:|")
+    for case, src in INPROC_SRC.items():
+        x = torch.randn(*INPROC_SHAPES[case])
+        best = {False: float("inf"), True: float("inf")}
+        for _ in range(rounds):
+            for dynamic in (False, True):
+                k += 1e-3  # a new constant: new kernels, not a cache hit
+                fn = eval(src.replace("K", repr(k)), {"torch": torch, "F": F})
+                run = fastdyn.jit(fn, dynamic=dynamic)
+                t = time.perf_counter()
+                out = run(x)
+                best[dynamic] = min(best[dynamic], time.perf_counter() - t)
+                torch.testing.assert_close(out, fn(x))
+        s, d = best[False] * 1e3, best[True] * 1e3
+        print(f"| {case} | {s:.1f} | {d:.1f} | {d / s:.2f} |", flush=True)
+
+
 def guard_table():
     import time
     import torch
@@ -113,5 +152,12 @@ def guard_table():
 
 
 if __name__ == "__main__":
-    compile_table()
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--skip-processes", action="store_true", help="leave out the fresh-process compile table (minutes, inductor's included)")
+    args = ap.parse_args()
+    os.environ["FASTDYN_CACHE_DIR"] = tempfile.mkdtemp(prefix="fd_dyn_inproc_")  # no kernel from an earlier run
+    if not args.skip_processes:
+        compile_table()
+    compile_inprocess_table()
     guard_table()

@@ -369,6 +369,16 @@ void KernelEmitter::for_loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step
   b_.SetInsertPoint(exit);
 }
 
+void KernelEmitter::if_then(llvm::Value* cond, const std::function<void()>& body) {
+  auto* then = llvm::BasicBlock::Create(ctx_, "if.then", fn_);
+  auto* merge = llvm::BasicBlock::Create(ctx_, "if.end", fn_);
+  b_.CreateCondBr(cond, then, merge);
+  b_.SetInsertPoint(then);
+  body();
+  b_.CreateBr(merge);
+  b_.SetInsertPoint(merge);
+}
+
 llvm::Value* KernelEmitter::entry_alloca(llvm::Type* t) {
   llvm::IRBuilder<> e(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
   return e.CreateAlloca(t);

@@ -138,6 +138,7 @@ class KernelEmitter {
   llvm::Function* begin_entry();
   llvm::FunctionCallee parallel_for();
   void for_loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step, const std::function<void(llvm::Value*)>& body);
+  void if_then(llvm::Value* cond, const std::function<void()>& body);
   llvm::Value* entry_alloca(llvm::Type* t);
   void emit_task(llvm::Value* task);
   void run_stages(const std::vector<llvm::Value*>& oidx, llvm::Value* block, int col_lanes);
@@ -149,6 +150,7 @@ class KernelEmitter {
   void emit_inner_stage(size_t s, llvm::Value* block, int col_lanes);
   void flush(const loop::Reduction& red, Acc& a, ST vt, std::array<llvm::Value*, kUnroll>& from,
              std::array<llvm::Value*, kUnroll>& to);
+  void flush_blocks(size_t s, llvm::Value* done, int64_t step);
   void cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
                const std::function<void(llvm::Value*, llvm::Value*)>& body);
   void innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat);

@@ -278,8 +278,29 @@ void KernelEmitter::flush(const loop::Reduction& red, Acc& a, ST vt, std::array<
   }
 }
 
-// body(blo, bhi) over [lo, hi) in blocks of `block` points; float sums flush their block partial
-// after each block and their middle partial after every kCascade blocks.
+// A float sum's cascade after an unrolled step ending `done` points into a row: the block
+// partials move into the middle ones once per kSumBlock points (at the step that crosses a
+// multiple of it), and those into the totals once per kCascade blocks.
+void KernelEmitter::flush_blocks(size_t s, llvm::Value* done, int64_t step) {
+  const Stage& st = k_.stages[s];
+  auto flush_all = [&](bool to_total) {
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      Acc& a = accs_[r];
+      if (!a.blk[0]) continue;
+      const ST vt = value_type(s, st.reductions[r].instr);
+      if (to_total) flush(st.reductions[r], a, vt, a.mid, a.vec);
+      else flush(st.reductions[r], a, vt, a.blk, a.mid);
+    }
+  };
+  auto crossed = [&](int64_t every) { return b_.CreateICmpULT(b_.CreateURem(done, b_.getInt64(every)), b_.getInt64(step)); };
+  if_then(crossed(kSumBlock), [&] {
+    flush_all(false);
+    if_then(crossed(kSumBlock * kCascade), [&] { flush_all(true); });
+  });
+}
+
+// Column mode: body(blo, bhi) over [lo, hi) in blocks of `block` points; float sums flush their
+// block partial after each block and their middle partial after every kCascade blocks.
 void KernelEmitter::cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
              const std::function<void(llvm::Value*, llvm::Value*)>& body) {
   const Stage& st = k_.stages[s];
@@ -343,33 +364,36 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   }
   llvm::Value* n = b_.CreateSub(hi, lo);
   llvm::Value* vec_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vf_)), b_.getInt64(vf_)));
-  auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
-    llvm::Value* start = blo;
-    // A short row (at most two unrolled steps, known statically: softmax over 64 or 128 keys)
-    // gains little from independent accumulators but pays for four copies of the stage's code in
-    // compile time; it runs one vector at a time.
-    const auto* clo = llvm::dyn_cast<llvm::ConstantInt>(lo);
-    const auto* chi = llvm::dyn_cast<llvm::ConstantInt>(hi);
-    const bool short_row = clo && chi && chi->getSExtValue() - clo->getSExtValue() <= 2 * int64_t{vf_} * kUnroll;
-    if (!st.reductions.empty() && !short_row) {
-      // kUnroll points per iteration, each into its own accumulators, then single vectors.
-      const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
-      llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
-      for_loop(blo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
-        for (int u = 0; u < kUnroll; ++u) {
-          llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
-          idx[l] = ju;
-          run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
-        }
-      });
-      start = main_end;
-    }
-    for_loop(start, bhi, b_.getInt64(vf_), [&](llvm::Value* j) {
-      idx[l] = j;
-      run_point(s, vf_, idx, b_.CreateAdd(flat, j));
+  llvm::Value* start = lo;
+  // A short row (at most two unrolled steps, known statically: softmax over 64 or 128 keys)
+  // gains little from independent accumulators but pays for four copies of the stage's code in
+  // compile time; it runs one vector at a time.
+  const auto* clo = llvm::dyn_cast<llvm::ConstantInt>(lo);
+  const auto* chi = llvm::dyn_cast<llvm::ConstantInt>(hi);
+  const bool short_row = clo && chi && chi->getSExtValue() - clo->getSExtValue() <= 2 * int64_t{vf_} * kUnroll;
+  bool blocked = false;
+  for (const Acc& a : accs_) blocked |= a.blk[0] != nullptr;
+  if (!st.reductions.empty() && !short_row) {
+    // kUnroll points per iteration, each into its own accumulators, then single vectors. A float
+    // sum's cascade flushes between iterations, inside this one loop rather than as a loop nest
+    // around it: with a row of unknown length no loop folds away, and LLVM's instruction selection
+    // grows with the blocks it is handed (a nest cost a dynamic sum a fifth of its compile).
+    const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
+    llvm::Value* main_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(step)), b_.getInt64(step)));
+    for_loop(lo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
+      for (int u = 0; u < kUnroll; ++u) {
+        llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
+        idx[l] = ju;
+        run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
+      }
+      if (blocked) flush_blocks(s, b_.CreateSub(b_.CreateAdd(j, b_.getInt64(step)), lo), step);
     });
-  };
-  cascade(s, lo, vec_end, kSumBlock, vector_body);
+    start = main_end;
+  }
+  for_loop(start, vec_end, b_.getInt64(vf_), [&](llvm::Value* j) {
+    idx[l] = j;
+    run_point(s, vf_, idx, b_.CreateAdd(flat, j));
+  });
   scalar_loop(vec_end, hi);
 }
 

@@ -137,6 +137,22 @@ def test_reduction_sweep(name, dtype, shape, layout):
     check(RED[name], x, dtype=dtype)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_long_float_sums_keep_their_cascade(dynamic):
+    # Rows of 2**21 float32 values near 0.1: summed one by one into 32 lanes, each lane's partial
+    # grows to ~6500 and every add loses ~eps * 6500 (a relative error near 1e-4 at the end); the
+    # blocked cascade (kSumBlock points per block, kCascade blocks per middle partial) keeps it
+    # near eager's (about 1e-7). With dynamic=True the row length is a symbol: the cascade is
+    # emitted for a length the kernel does not know.
+    torch.manual_seed(0)
+    x = torch.full((2, 1 << 21), 0.1) + torch.rand(2, 1 << 21) * 1e-3
+    f = fastdyn.jit(lambda x: (x.sum(-1), (x * 2).mean(-1)), dynamic=dynamic)
+    ref = x.double().sum(-1)
+    for got in (f(x), f(x)):
+        assert ((got[0].double() - ref).abs() / ref).max() < 2e-6, (got[0], ref)
+        assert ((got[1].double() - 2 * ref / x.shape[1]).abs() / (2 * ref / x.shape[1])).max() < 2e-6
+
+
 def test_norms_against_eager():
     x, w, b = torch.randn(6, 64), torch.randn(64), torch.randn(64)
     check(lambda x, w, b: (F.layer_norm(x, (64,), w, b, 1e-5), F.rms_norm(x, (64,), w, 1e-6),
