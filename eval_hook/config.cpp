@@ -61,6 +61,7 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_KERNEL_CACHE_SIZE", SettingKind::Count, {}},
       {"FASTDYN_TIME_PASSES", SettingKind::Flag, {}},
       {"FASTDYN_PREPACK", SettingKind::Flag, {}},
+      {"FASTDYN_CHANNELS_LAST", SettingKind::Flag, {}},
       {"FASTDYN_PERF_MAP", SettingKind::Flag, {}},
       {"FASTDYN_SEGV_BACKTRACE", SettingKind::Flag, {}},  // a crash prints the native stack (pymodule)
       {"FASTDYN_NVRTC", SettingKind::Text, {}},           // the NVRTC library file (runtime/cuda/cuda_api.h)

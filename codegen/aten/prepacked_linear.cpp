@@ -1,14 +1,12 @@
 // codegen/aten/prepacked_linear.cpp — compile_prepacked_linear (see prepacked_linear.h).
 #include "codegen/aten/prepacked_linear.h"
 
+#include "codegen/aten/held_weight.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <array>
-#include <cstdlib>
-#include <string>
-#include <mutex>
 #include <optional>
 
 namespace fastdyn::codegen {
@@ -54,21 +52,7 @@ class PrepackedLinear final : public runtime::Executable {
     if (at_.b >= 0) b = in.at(static_cast<size_t>(at_.b));
     const at::Tensor& held = in.at(static_cast<size_t>(at_.w));
     if (!x.is_contiguous() || !held.is_contiguous() || held.scalar_type() != at::kFloat) return {at::linear(x, w, b)};
-    const Seen now = Seen::of(held);
-    at::Tensor packed;
-    {
-      // NB: big graphs run without the GIL (runtime/compiled_graph.cpp): calls may overlap.
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!(packed_.defined() && now.same_as(packed_for_))) {
-        if (now.same_as(seen_)) {  // unchanged over two calls: reorder it
-          packed_ = ops_.reorder.call(w.contiguous(), rows_);
-          packed_for_ = now;
-        } else {
-          seen_ = now;  // first sight of this weight, or it changed: plain ATen this time
-        }
-      }
-      if (packed_.defined() && now.same_as(packed_for_)) packed = packed_;
-    }
+    const at::Tensor packed = held_.get(held, [&] { return ops_.reorder.call(w.contiguous(), rows_); });
     if (!packed.defined()) return {at::linear(x, w, b)};
     return {ops_.linear.call(x, packed, b, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt)};
   }
@@ -76,48 +60,16 @@ class PrepackedLinear final : public runtime::Executable {
   std::string describe() const override { return "oneDNN linear, weight reordered once"; }
 
  private:
-  // A weight as a call saw it. The tensor is held, so its address cannot be reused by another;
-  // the data pointer and version are snapshots (`w.data = t` swaps the storage of the same
-  // object, in-place writes bump the version). Writes that bypass the version counter (in place
-  // through `w.data`, an EMA idiom, or through a NumPy view) are caught by a sample of the
-  // weight's bits: a write to the whole weight (rescaling, averaging, re-initialising) always
-  // changes them; one to a few elements between the samples may not.
-  static constexpr int kSamples = 16;
-  struct Seen {
-    at::Tensor tensor;
-    const void* data = nullptr;
-    uint32_t version = 0;
-    std::array<uint32_t, kSamples> bits{};
-    static Seen of(const at::Tensor& w) {  // w: contiguous float32
-      Seen s{w, w.data_ptr(), w._version()};
-      const auto* words = static_cast<const uint32_t*>(w.data_ptr());
-      const int64_t n = w.numel();
-      for (int i = 0; n > 0 && i < kSamples; ++i) s.bits[static_cast<size_t>(i)] = words[(n - 1) * i / (kSamples - 1)];
-      return s;
-    }
-    bool same_as(const Seen& o) const {
-      return o.tensor.defined() && tensor.is_same(o.tensor) && data == o.data && version == o.version && bits == o.bits;
-    }
-  };
-
   OneDnnOps ops_;
   int64_t rows_;
   Layout at_;
-  std::mutex mutex_;  // guards the three below
-  Seen seen_, packed_for_;
-  at::Tensor packed_;
+  HeldWeight held_;
 };
 
 }  // namespace
 
 runtime::ExecutablePtr compile_prepacked_linear(const Graph& g, const Node& n) {
-  // FASTDYN_PREPACK=0: never reorder (for programs that write weights where neither the version
-  // counter nor the sample of bits sees it, a few elements through `.data` or a NumPy view).
-  static const bool enabled = [] {
-    const char* env = std::getenv("FASTDYN_PREPACK");
-    return !(env && std::string(env) == "0");
-  }();
-  if (!enabled) return nullptr;
+  if (!held_weights_enabled()) return nullptr;
   // linear(x, w[out, in], b?) or addmm(b, x, w[in, out], beta=1, alpha=1) (GPT-2's Conv1D).
   const bool addmm = n.op == OpId::addmm;
   if (n.op != OpId::linear && !addmm) return nullptr;

@@ -2,6 +2,7 @@
 #include "codegen/loop/runtime_program.h"
 
 #include "codegen/aten/aten_backend.h"
+#include "codegen/aten/channels_last_conv.h"
 #include "codegen/aten/prepacked_linear.h"
 #include "codegen/loop/kernel_input.h"
 #include "runtime/errors.h"
@@ -49,6 +50,7 @@ Extern compile_extern(const Graph& g, const Node& n) {
       for (ValueId v : a.values) add_input(v);
   }
   e.exe = compile_prepacked_linear(g, n);
+  if (!e.exe) e.exe = compile_channels_last_conv(g, n);
   e.prepacked = e.exe != nullptr;
   if (e.prepacked) return e;
   // The node alone, on the aten backend: a graph of its own values only (the whole graph's

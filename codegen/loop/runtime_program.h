@@ -11,12 +11,12 @@
 
 namespace fastdyn::codegen::loop {
 
-// An op the kernels do not compute: the aten backend (or aten/prepacked_linear.h, on CPU) runs its
-// node, alone.
+// An op the kernels do not compute: the aten backend (or, on CPU, aten/prepacked_linear.h or
+// aten/channels_last_conv.h) runs its node, alone.
 struct Extern {
   runtime::ExecutablePtr exe;
   std::vector<ValueId> inputs;
-  bool prepacked = false;  // prepacked_linear.h rather than the aten backend
+  bool prepacked = false;  // a held weight (prepacked_linear.h, channels_last_conv.h), not the aten backend
 };
 Extern compile_extern(const Graph& g, const Node& n);
 

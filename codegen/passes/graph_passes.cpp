@@ -7,6 +7,7 @@
 
 #include "codegen/aten/aten_backend.h"
 #include "codegen/passes/attention_decompose.h"
+#include "codegen/passes/channels_last.h"
 #include "codegen/passes/constant_fold.h"
 #include "codegen/passes/pass_timer.h"
 
@@ -48,6 +49,8 @@ RewrittenGraph rewrite_graph(const Graph& g) {
   }
   if (out.constants.empty()) out.graph = std::move(written_out);
   timer.lap("fold_constants");
+  out.graph = prefer_channels_last(out.graph);
+  timer.lap("prefer_channels_last");
   return out;
 }
 

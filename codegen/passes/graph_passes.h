@@ -22,7 +22,8 @@ struct RewrittenGraph {
 };
 
 // 1. decompose_small_attention: SDPA on small shapes as matmul + softmax + matmul (fusable);
-// 2. fold_constants: values computed from no input data, evaluated once on ATen.
+// 2. fold_constants: values computed from no input data, evaluated once on ATen;
+// 3. prefer_channels_last: conv activations in NHWC (channels_last.h).
 RewrittenGraph rewrite_graph(const Graph& g);
 
 }  // namespace fastdyn::codegen

@@ -1,0 +1,131 @@
+// codegen/passes/channels_last.cpp — see channels_last.h.
+#include "codegen/passes/channels_last.h"
+
+#include <c10/core/MemoryFormat.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "codegen/capture/meta_rules.h"
+
+namespace fastdyn::codegen {
+namespace {
+
+// 2-d convolutions: the ops whose results this pass moves to channels-last.
+constexpr std::array<OpId, 2> kConvs{OpId::conv2d, OpId::conv2d_padding};
+// Ops ATen runs on an NHWC input into an NHWC result (CPU and CUDA): besides the convolutions,
+// 2-d pooling and upsampling. Everything lowered pointwise follows its inputs too (a kernel
+// writes whatever strides its output's metadata gives).
+constexpr std::array<OpId, 8> kFollowInput{OpId::conv2d,
+                                           OpId::conv2d_padding,
+                                           OpId::max_pool2d,
+                                           OpId::avg_pool2d,
+                                           OpId::adaptive_avg_pool2d,
+                                           OpId::upsample_nearest2d,
+                                           OpId::_upsample_nearest_exact2d,
+                                           OpId::upsample_bilinear2d};
+
+template <size_t N>
+bool in(const std::array<OpId, N>& set, OpId op) {
+  return std::find(set.begin(), set.end(), op) != set.end();
+}
+
+// A value worth moving: 4-d, floating, static sizes, laid out NCHW today (neither channels-last
+// already nor ambiguous: with C == 1, or H == W == 1, the two layouts coincide).
+bool nchw(const TensorMeta& m) {
+  return m.dim() == 4 && !m.symbolic() && (m.dtype == c10::ScalarType::Float || m.dtype == c10::ScalarType::BFloat16 ||
+                                           m.dtype == c10::ScalarType::Half) &&
+         m.numel() > 0 && is_contiguous(m) && !is_channels_last_contiguous(m);
+}
+
+template <class F>
+void for_each_value_arg(const Node& n, F&& f) {
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value) f(a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId v : a.values)
+        if (v >= 0) f(v);
+  }
+}
+
+}  // namespace
+
+Graph prefer_channels_last(const Graph& g) {
+  const char* env = std::getenv("FASTDYN_CHANNELS_LAST");
+  if (env && std::strcmp(env, "0") == 0) return g;
+  // One conv alone gains nothing: the copy into NHWC and the kernel writing NCHW back for the
+  // caller are the reorders ATen would have made around it.
+  if (std::count_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return in(kConvs, n.op); }) < 2) return g;
+  // Values whose layout someone else relies on: the caller's (inputs, outputs), and those a view
+  // or an in-place op reads or writes (their metadata was derived from these strides).
+  std::vector<bool> fixed(g.values.size(), false);
+  for (ValueId v : g.inputs) fixed[static_cast<size_t>(v)] = true;
+  for (ValueId v : g.outputs) fixed[static_cast<size_t>(v)] = true;
+  for (const Node& n : g.nodes) {
+    const OpInfo& info = op_info(n.op);
+    if (info.category != OpCategory::View && info.category != OpCategory::InPlace && info.lowering != Lowering::View)
+      continue;
+    for_each_value_arg(n, [&](ValueId v) { fixed[static_cast<size_t>(v)] = true; });
+    for (ValueId v : n.outputs) fixed[static_cast<size_t>(v)] = true;
+  }
+  // Forward, in node order: a conv's result moves (its NCHW input gets a channels-last copy), and
+  // so does every result computed pointwise or by a layout-following op from a moved value.
+  std::vector<bool> moved(g.values.size(), false);
+  std::map<ValueId, ValueId> copy_of;           // NCHW conv input -> its channels-last copy
+  std::vector<std::pair<size_t, ValueId>> copies;  // (before node, input)
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.outputs.size() != 1) continue;
+    const ValueId out = n.outputs[0];
+    if (fixed[static_cast<size_t>(out)] || !nchw(g.meta(out))) continue;
+    if (in(kConvs, n.op)) {
+      const ValueId x = n.args.at(0).value;
+      if (!moved[static_cast<size_t>(x)]) {
+        if (!nchw(g.meta(x))) continue;  // ATen would not see a channels-last input
+        if (!copy_of.count(x)) {
+          copy_of[x] = -1;
+          copies.emplace_back(i, x);
+        }
+      }
+      moved[static_cast<size_t>(out)] = true;
+      continue;
+    }
+    if (op_info(n.op).lowering != Lowering::Pointwise && !in(kFollowInput, n.op)) continue;
+    bool fed = false;
+    for_each_value_arg(n, [&](ValueId v) { fed = fed || moved[static_cast<size_t>(v)]; });
+    if (fed) moved[static_cast<size_t>(out)] = true;
+  }
+  if (std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
+        return in(kConvs, n.op) && moved[static_cast<size_t>(n.outputs[0])];
+      }) < 2)
+    return g;
+
+  Graph out = g;
+  for (size_t v = 0; v < moved.size(); ++v)
+    if (moved[v]) out.values[v].strides = channels_last_strides(out.values[v].sizes);
+  out.nodes.clear();
+  size_t next_copy = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (; next_copy < copies.size() && copies[next_copy].first == i; ++next_copy) {
+      const ValueId x = copies[next_copy].second;
+      TensorMeta m = g.meta(x);
+      m.strides = channels_last_strides(m.sizes);
+      m.storage_offset = 0;
+      const ValueId xc = out.add_value(std::move(m));
+      copy_of[x] = xc;
+      out.nodes.push_back(Node{OpId::clone, {Arg::of_value(x), Arg::of_int(static_cast<int64_t>(c10::MemoryFormat::ChannelsLast))}, {xc}});
+    }
+    Node n = g.nodes[i];
+    if (in(kConvs, n.op)) {
+      auto it = copy_of.find(n.args[0].value);
+      if (it != copy_of.end() && moved[static_cast<size_t>(n.outputs[0])]) n.args[0].value = it->second;
+    }
+    out.nodes.push_back(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace fastdyn::codegen

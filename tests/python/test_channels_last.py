@@ -1,0 +1,98 @@
+"""Convolution graphs in channels-last layout (codegen/passes/channels_last.h): the activations
+between convs are NHWC inside the graph, the conv weights are held in channels-last while
+unchanged (codegen/aten/channels_last_conv.h), and the caller sees eager's values and strides."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fdcheck import fastdyn
+
+pytestmark = pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="needs llvm_cpu")
+
+
+def net():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                      nn.Conv2d(16, 16, 3, padding=1, groups=4), nn.Hardswish(), nn.MaxPool2d(2),
+                      nn.Conv2d(16, 8, 1), nn.ReLU())
+    with torch.no_grad():
+        m[1].running_mean.uniform_(-1, 1)
+        m[1].running_var.uniform_(0.5, 2)
+    return m.eval()
+
+
+def same(got, want):
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert got.stride() == want.stride()
+
+
+@pytest.fixture(autouse=True)
+def compile_on_the_calling_thread():
+    fastdyn.set_background_compile(False)
+    yield
+    fastdyn.set_background_compile(True)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_conv_chain_matches_eager_values_and_strides(layout):
+    m = net()
+    x = torch.randn(2, 3, 20, 20)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    f = fastdyn.jit(m)
+    with torch.no_grad():
+        want = m(x)
+        for _ in range(4):  # the weights' first calls, then held
+            same(f(x), want)
+        code = fastdyn.explain(m, x).code[0]
+    if code.startswith("backend llvm_cpu") and layout == "nchw":
+        # The input is copied into NHWC once; every conv runs on NHWC with a held weight.
+        assert code.count("weight held in channels-last") == 3, code
+        assert "f32[2, 3, 20, 20]{1200, 1, 60, 3}" in code, code  # the input's NHWC copy
+
+
+def test_intermediates_the_caller_sees_keep_eagers_layout():
+    m = net()
+
+    def f(x):
+        a = m[2](m[1](m[0](x)))
+        b = m[4](m[3](a))
+        return a, m[7](m[6](m[5](b))), b.flatten(2)
+
+    x = torch.randn(1, 3, 16, 16)
+    j = fastdyn.jit(f)
+    with torch.no_grad():
+        want = f(x)
+        for _ in range(3):
+            for g, w in zip(j(x), want):
+                same(g, w)
+
+
+def test_every_weight_update_is_seen():
+    m = net()
+    x = torch.randn(2, 3, 12, 12)
+    f = fastdyn.jit(m)
+    with torch.no_grad():
+        for _ in range(3):
+            f(x)  # the channels-last weights are held by now
+        m[3].weight.mul_(-2)  # in place: the version counter
+        same(f(x), m(x))
+        same(f(x), m(x))
+        m[6].weight.data = torch.randn_like(m[6].weight)  # new storage, same tensor object
+        same(f(x), m(x))
+        m[0].weight.data.mul_(0.5)  # through .data: no version bump, the sample of bits sees it
+        same(f(x), m(x))
+        same(f(x), m(x))
+
+
+def test_training_mode_convs_keep_autograd():
+    m = net().train()
+    x = torch.randn(2, 3, 12, 12, requires_grad=True)
+    f = fastdyn.jit(m)
+    out = f(x)
+    out.sum().backward()
+    g = x.grad.clone()
+    x.grad = None
+    m(x).sum().backward()
+    torch.testing.assert_close(g, x.grad, rtol=1e-4, atol=1e-4)
