@@ -235,3 +235,28 @@ def test_gpt2_on_the_gpu_equals_eager():
             fastdyn.disable()
     torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
     assert fastdyn._C.cuda_info()["kernels_compiled"] + fastdyn._C.cuda_info()["memory_hits"] > 0
+
+
+def test_conv_chain_on_the_gpu_equals_eager_and_keeps_nchw():
+    # codegen/passes/channels_last.h is for CPU graphs for now: on the GPU the activations stay
+    # NCHW (the cuda kernels would store NHWC with strides), and results match eager's.
+    torch.manual_seed(0)
+    w1, w2, w3 = (torch.randn(16, 3, 3, 3, device="cuda") / 4, torch.randn(16, 4, 3, 3, device="cuda") / 4,
+                  torch.randn(8, 16, 1, 1, device="cuda") / 4)
+    scale = torch.rand(16, 1, 1, device="cuda") + 0.5
+
+    def f(x):
+        a = F.relu(F.conv2d(x, w1, padding=1) * scale)
+        b = F.hardswish(F.conv2d(a, w2, padding=1, groups=4))
+        return F.relu(F.conv2d(F.max_pool2d(b, 2), w3)), b.flatten(2)
+
+    x = torch.randn(2, 3, 20, 20, device="cuda")
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False  # NCHW and NHWC convs round TF32 differently
+    try:
+        code = check(f, x)
+        got, want = fastdyn.jit(f, backend="cuda")(x), f(x)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    assert "f32[2, 16, 20, 20]{6400, 400, 20, 1}" in code, code  # a, NCHW
+    assert [t.stride() for t in got] == [t.stride() for t in want]
