@@ -26,6 +26,7 @@
 #include "runtime/errors.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 namespace fastdyn::codegen::loop {
@@ -341,7 +342,8 @@ class Fuser {
     bool pure_pointwise = false;  // one inner stage, no reductions
   };
 
-  Built build(const KernelDef& def) {
+  // `dmap`: where the stages' dims land in the kernel's domain (none: they are its dims).
+  Built build(const KernelDef& def, const std::vector<AffineIndex>* dmap = nullptr) {
     Built b;
     b.kernel.outer = def.kernel.outer;
     b.kernel.inner = def.kernel.inner;
@@ -350,7 +352,7 @@ class Fuser {
     std::vector<std::vector<int32_t>> maps;
     const auto id = identity_map(static_cast<size_t>(def.kernel.dims()));
     for (const Stage& s : def.kernel.stages)
-      maps.push_back(append_stage(b.kernel, s, id, s.per_outer, 0, 0, &maps, false));
+      maps.push_back(append_stage(b.kernel, s, dmap ? *dmap : id, s.per_outer, 0, 0, &maps, false));
     b.pure_pointwise = def.kernel.stages.size() == 1 && def.kernel.stages[0].reductions.empty() &&
                        !has_scan(def.kernel.stages[0]) &&
                        !def.kernel.stages[0].per_outer;
@@ -359,25 +361,39 @@ class Fuser {
 
   Built build_pointwise(ValueId v, const NodeLowering& l) { return build_store(l.body, l.result, v); }
 
-  // A kernel over dst's shape (outer = all dims but the last) evaluating stage `s` and storing its
-  // instr `result` into `dst` at every point.
+  // A kernel over dst's shape evaluating stage `s` (over dst's dims) and storing its instr
+  // `result` into `dst` at every point. Its domain walks dst's memory order (the largest stride
+  // outermost; outer = all dims but the last), so that a transposed or channels-last result is
+  // stored along its contiguous dim by every backend.
   Built build_store(Stage s, int32_t result, ValueId dst) {
     const TensorMeta& m = g_.meta(dst);
+    const size_t n = m.sizes.size();
+    std::vector<int32_t> order(n);
+    for (size_t d = 0; d < n; ++d) order[d] = static_cast<int32_t>(d);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+      return std::abs(m.strides[static_cast<size_t>(x)]) > std::abs(m.strides[static_cast<size_t>(y)]);
+    });
     KernelDef def;
     def.full = m.sizes;
-    for (size_t d = 0; d < m.sizes.size(); ++d) def.full_to_dom.push_back(static_cast<int32_t>(d));
-    def.kernel.outer = m.sizes;
-    if (!m.sizes.empty()) {
+    def.full_to_dom.assign(n, 0);
+    std::vector<AffineIndex> dmap(n, zero_index(n));
+    for (size_t pos = 0; pos < n; ++pos) {
+      const size_t d = static_cast<size_t>(order[pos]);
+      def.full_to_dom[d] = static_cast<int32_t>(pos);
+      dmap[d].coef[pos] = 1;
+      def.kernel.outer.push_back(m.sizes[d]);
+    }
+    if (n > 0) {
       def.kernel.outer.pop_back();
-      def.kernel.inner.push_back(m.sizes.back());
+      def.kernel.inner.push_back(m.sizes[static_cast<size_t>(order.back())]);
     }
     Store st;
     st.instr = result;
     st.dst.value = dst;
-    st.dst.index = identity_map(m.sizes.size());
+    st.dst.index = identity_map(n);
     s.stores.push_back(st);
     def.kernel.stages.push_back(std::move(s));
-    return build(def);
+    return build(def, &dmap);
   }
 
   void schedule_node(size_t i) {
@@ -493,12 +509,12 @@ class Fuser {
   std::optional<std::pair<std::vector<AffineIndex>, bool /*per_outer*/>> placement(const Built& a, const Built& b) const {
     const size_t ad = static_cast<size_t>(a.kernel.dims());
     if (b.full == a.full) {
-      if (b.pure_pointwise) {
-        std::vector<AffineIndex> m;
+      if (b.pure_pointwise) {  // b's domain dim full_to_dom[k] is full dim k; so is a's
+        std::vector<AffineIndex> m(b.full.size());
         for (size_t k = 0; k < b.full.size(); ++k) {
           AffineIndex ix = zero_index(ad);
           ix.coef[static_cast<size_t>(a.full_to_dom[k])] = 1;
-          m.push_back(ix);
+          m[static_cast<size_t>(b.full_to_dom[k])] = ix;
         }
         return std::make_pair(m, false);
       }
@@ -510,8 +526,12 @@ class Fuser {
     // An epilogue over a value a stores once per outer point.
     for (const Stage& s : a.kernel.stages) {
       if (!s.per_outer) continue;
-      for (const Store& st : s.stores)
-        if (g_.meta(st.dst.value).sizes == b.full) return std::make_pair(st.dst.index, true);
+      for (const Store& st : s.stores) {
+        if (g_.meta(st.dst.value).sizes != b.full) continue;
+        std::vector<AffineIndex> m(b.full.size());  // st.dst.index is per full dim of b
+        for (size_t k = 0; k < b.full.size(); ++k) m[static_cast<size_t>(b.full_to_dom[k])] = st.dst.index[k];
+        return std::make_pair(m, true);
+      }
     }
     return std::nullopt;
   }

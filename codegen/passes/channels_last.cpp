@@ -57,10 +57,10 @@ Graph prefer_channels_last(const Graph& g) {
   const char* env = std::getenv("FASTDYN_CHANNELS_LAST");
   if (env && std::strcmp(env, "0") == 0) return g;
   // One conv alone gains nothing: the copy into NHWC and the kernel writing NCHW back for the
-  // caller are the reorders ATen would have made around it.
-  // CPU graphs only, for now: the cuda backend's kernels still walk a value's dims in logical
-  // order, so NHWC stores between the convs are strided there (H100, bench/cnn.py at batch 32:
-  // ResNet-18 1.14x over eager in NCHW, 0.78x in NHWC; the MobileNet-style stack 1.67x, 0.46x).
+  // caller are the reorders ATen would have made around it. CPU graphs only, for now: on an H100
+  // (bench/cnn.py, batch 32, fastdyn's ms per call, NCHW / NHWC) ResNet-18 ran 1.9 / 2.0 ms and the
+  // MobileNet-style stack 0.8 / 0.8-0.9 ms: no gain yet (cuDNN converts the NCHW weights on
+  // every call), where before the fused kernels walked their output's memory order it was a loss.
   if (std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
         return in(kConvs, n.op) && g.meta(n.outputs.at(0)).device.is_cpu();
       }) < 2)

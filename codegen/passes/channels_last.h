@@ -14,8 +14,7 @@
 // stays as it is (around one conv, the copies are the reorders ATen makes). Values the caller sees (graph inputs and
 // outputs) keep eager's layout, and so does every value a view reads (a view's strides were
 // derived from its base's), an in-place op touches, or that has a size symbol.
-// CPU graphs only: on a GPU the cuda backend's kernels do not yet walk NHWC values in memory
-// order (channels_last.cpp has the numbers). FASTDYN_CHANNELS_LAST=0 leaves every graph as
+// CPU graphs only: on a GPU it does not pay yet (channels_last.cpp has the numbers). FASTDYN_CHANNELS_LAST=0 leaves every graph as
 // captured (for comparison).
 #pragma once
 #include "codegen/graph/graph.h"

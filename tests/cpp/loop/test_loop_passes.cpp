@@ -121,6 +121,26 @@ TEST(LoopPasses, MemoryPlanReusesDeadTemporaries) {
 namespace fastdyn::codegen::loop {
 namespace {
 
+TEST(LoopPasses, PointwiseKernelWalksItsOutputsMemoryOrder) {
+  // An NHWC result (passes/channels_last.h gives conv activations these strides) of an NCHW
+  // input, then a consumer of the same layout merged into the same kernel: the domain is
+  // N, H, W outer and C inner, so every backend stores along the contiguous dim.
+  Program p = build_program(parse_graph(R"(graph(%0: f32[2, 4, 3, 5]{60, 15, 5, 1}, %1: f32[4, 1, 1]{1, 1, 1}):
+  %2: f32[2, 4, 3, 5]{60, 1, 20, 4} = aten::mul.Tensor(%0, %1)
+  %3: f32[2, 4, 3, 5]{60, 1, 20, 4} = aten::relu(%2)
+  return (%2, %3)
+)"));
+  ASSERT_EQ(count_kernels(p), 1) << print_program(p);
+  const Kernel& k = p.kernels[0];
+  EXPECT_EQ(k.outer, (std::vector<int64_t>{2, 3, 5}));
+  EXPECT_EQ(k.inner, (std::vector<int64_t>{4}));
+  for (const Store& st : k.stages.at(0).stores) {  // value dim C is the kernel's last dim
+    ASSERT_EQ(st.dst.index.size(), 4u);
+    EXPECT_EQ(st.dst.index[1].coef, (std::vector<int64_t>{0, 0, 0, 1}));
+    EXPECT_EQ(st.dst.index[3].coef, (std::vector<int64_t>{0, 0, 1, 0}));
+  }
+}
+
 TEST(LoopPasses, ReadingAnotherPointOfAFusedValueSplitsTheKernel) {
   // y = x.sum(-1) is read transposed-through-a-view by the next op: other outer points, so the
   // consumer must not join the reduction's kernel.
