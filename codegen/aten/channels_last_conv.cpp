@@ -2,6 +2,8 @@
 #include "codegen/aten/channels_last_conv.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
 #include <string>
@@ -13,16 +15,40 @@
 namespace fastdyn::codegen {
 namespace {
 
+using ConvFn = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, at::IntArrayRef,
+                          at::IntArrayRef, at::IntArrayRef, int64_t, c10::string_view,
+                          c10::List<std::optional<c10::Scalar>>, std::optional<c10::string_view>);
+using ReorderFn = at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, int64_t,
+                             at::OptionalIntArrayRef);
+
+// oneDNN's convolution on a weight reordered in advance (what inductor's CPU freezing uses), or
+// nullopt when torch was built without it.
+struct OneDnnConv {
+  c10::TypedOperatorHandle<ConvFn> conv;
+  c10::TypedOperatorHandle<ReorderFn> reorder;
+};
+const std::optional<OneDnnConv>& onednn_conv() {
+  static const std::optional<OneDnnConv> ops = []() -> std::optional<OneDnnConv> {
+    if (!at::hasMKLDNN()) return std::nullopt;
+    auto& d = c10::Dispatcher::singleton();
+    auto conv = d.findSchema({"mkldnn::_convolution_pointwise", ""});
+    auto reo = d.findSchema({"mkldnn::_reorder_convolution_weight", ""});
+    if (!conv || !reo) return std::nullopt;
+    return OneDnnConv{conv->typed<ConvFn>(), reo->typed<ReorderFn>()};
+  }();
+  return ops;
+}
+
 class ChannelsLastConv final : public runtime::Executable {
  public:
   // conv2d's scalar arguments; `padding_mode` set: the conv2d.padding overload ("same"/"valid").
   struct Params {
-    std::vector<int64_t> stride, padding, dilation;
+    std::vector<int64_t> stride, padding, dilation, input_size;
     std::optional<std::string> padding_mode;
     int64_t groups = 1;
     bool bias = false;
   };
-  explicit ChannelsLastConv(Params p) : p_(std::move(p)) {}
+  ChannelsLastConv(Params p, std::optional<OneDnnConv> onednn) : p_(std::move(p)), onednn_(std::move(onednn)) {}
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& in) override {
     const at::Tensor& x = in.at(0);
@@ -30,17 +56,26 @@ class ChannelsLastConv final : public runtime::Executable {
     std::optional<at::Tensor> b;
     if (p_.bias) b = in.at(2);
     at::Tensor held;
-    if (w.is_contiguous() && w.scalar_type() == at::kFloat && w.device().is_cpu())
-      held = held_.get(w, [&] { return w.contiguous(at::MemoryFormat::ChannelsLast); });
-    const at::Tensor& weight = held.defined() ? held : w;
+    if (w.is_contiguous() && w.scalar_type() == at::kFloat && w.device().is_cpu() && (!b || b->is_contiguous()))
+      held = held_.get(w, [&] {
+        return onednn_ ? onednn_->reorder.call(w, p_.padding, p_.stride, p_.dilation, p_.groups, p_.input_size)
+                       : w.contiguous(at::MemoryFormat::ChannelsLast);
+      });
+    if (held.defined() && onednn_ && x.sizes() == c10::IntArrayRef(p_.input_size))
+      return {onednn_->conv.call(x, held, b, p_.padding, p_.stride, p_.dilation, p_.groups, "none",
+                                 c10::List<std::optional<c10::Scalar>>(), std::nullopt)};
+    const at::Tensor& weight = held.defined() && !onednn_ ? held : w;
     if (p_.padding_mode) return {at::conv2d(x, weight, b, p_.stride, *p_.padding_mode, p_.dilation, p_.groups)};
     return {at::conv2d(x, weight, b, p_.stride, p_.padding, p_.dilation, p_.groups)};
   }
 
-  std::string describe() const override { return "conv2d, weight held in channels-last"; }
+  std::string describe() const override {
+    return onednn_ ? "oneDNN conv2d, weight reordered once" : "conv2d, weight held in channels-last";
+  }
 
  private:
   Params p_;
+  std::optional<OneDnnConv> onednn_;  // nullopt: a channels-last copy of the weight, through ATen
   HeldWeight held_;
 };
 
@@ -74,7 +109,11 @@ runtime::ExecutablePtr compile_channels_last_conv(const Graph& g, const Node& n)
     if (n.args[4].kind != Arg::Kind::IntList) return nullptr;
     p.padding = n.args[4].ints;
   }
-  return std::make_shared<ChannelsLastConv>(std::move(p));
+  p.input_size = x.sizes;
+  // oneDNN's reordered weight needs explicit padding; "same"/"valid" convs hold a channels-last copy.
+  std::optional<OneDnnConv> onednn;
+  if (!by_mode) onednn = onednn_conv();
+  return std::make_shared<ChannelsLastConv>(std::move(p), std::move(onednn));
 }
 
 }  // namespace fastdyn::codegen
