@@ -299,8 +299,9 @@ void KernelEmitter::flush_blocks(size_t s, llvm::Value* done, int64_t step) {
   });
 }
 
-// Column mode: body(blo, bhi) over [lo, hi) in blocks of `block` points; float sums flush their
-// block partial after each block and their middle partial after every kCascade blocks.
+// body(blo, bhi) over [lo, hi) in blocks of `block` points; float sums flush their block partial
+// after each block and their middle partial after every kCascade blocks (column mode, and row
+// mode along a row of static length; see innermost).
 void KernelEmitter::cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
              const std::function<void(llvm::Value*, llvm::Value*)>& body) {
   const Stage& st = k_.stages[s];
@@ -364,7 +365,6 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   }
   llvm::Value* n = b_.CreateSub(hi, lo);
   llvm::Value* vec_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vf_)), b_.getInt64(vf_)));
-  llvm::Value* start = lo;
   // A short row (at most two unrolled steps, known statically: softmax over 64 or 128 keys)
   // gains little from independent accumulators but pays for four copies of the stage's code in
   // compile time; it runs one vector at a time.
@@ -373,27 +373,35 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   const bool short_row = clo && chi && chi->getSExtValue() - clo->getSExtValue() <= 2 * int64_t{vf_} * kUnroll;
   bool blocked = false;
   for (const Acc& a : accs_) blocked |= a.blk[0] != nullptr;
-  if (!st.reductions.empty() && !short_row) {
-    // kUnroll points per iteration, each into its own accumulators, then single vectors. A float
-    // sum's cascade flushes between iterations, inside this one loop rather than as a loop nest
-    // around it: with a row of unknown length no loop folds away, and LLVM's instruction selection
-    // grows with the blocks it is handed (a nest cost a dynamic sum a fifth of its compile).
-    const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
-    llvm::Value* main_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(step)), b_.getInt64(step)));
-    for_loop(lo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
-      for (int u = 0; u < kUnroll; ++u) {
-        llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
-        idx[l] = ju;
-        run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
-      }
-      if (blocked) flush_blocks(s, b_.CreateSub(b_.CreateAdd(j, b_.getInt64(step)), lo), step);
+  // A float sum's cascade: around a row of static length, as a loop nest of blocks (it folds
+  // away where the row fits one block, and costs nothing per step); along a row whose length is
+  // a size symbol, as a flush inside the unrolled loop, a branch per step (no loop folds away
+  // there, and LLVM's instruction selection time grows with the loops it is handed: the nest was
+  // a fifth of a dynamic sum's compile; the branch costs a float sum's kernel a few percent).
+  const bool flush_in_loop = blocked && !loop_sym_[n_outer_ + l].is_constant();
+  auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
+    llvm::Value* start = blo;
+    if (!st.reductions.empty() && !short_row) {
+      // kUnroll points per iteration, each into its own accumulators, then single vectors.
+      const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
+      llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
+      for_loop(blo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
+        for (int u = 0; u < kUnroll; ++u) {
+          llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
+          idx[l] = ju;
+          run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
+        }
+        if (flush_in_loop) flush_blocks(s, b_.CreateSub(b_.CreateAdd(j, b_.getInt64(step)), blo), step);
+      });
+      start = main_end;
+    }
+    for_loop(start, bhi, b_.getInt64(vf_), [&](llvm::Value* j) {
+      idx[l] = j;
+      run_point(s, vf_, idx, b_.CreateAdd(flat, j));
     });
-    start = main_end;
-  }
-  for_loop(start, vec_end, b_.getInt64(vf_), [&](llvm::Value* j) {
-    idx[l] = j;
-    run_point(s, vf_, idx, b_.CreateAdd(flat, j));
-  });
+  };
+  if (flush_in_loop) vector_body(lo, vec_end);
+  else cascade(s, lo, vec_end, kSumBlock, vector_body);
   scalar_loop(vec_end, hi);
 }
 
