@@ -2,14 +2,13 @@
 #include "codegen/aten/channels_last_conv.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "codegen/aten/held_weight.h"
+#include "codegen/aten/onednn_ops.h"
 #include "codegen/capture/meta_rules.h"
 
 namespace fastdyn::codegen {
@@ -23,19 +22,10 @@ using ReorderFn = at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef
 
 // oneDNN's convolution on a weight reordered in advance (what inductor's CPU freezing uses), or
 // nullopt when torch was built without it.
-struct OneDnnConv {
-  c10::TypedOperatorHandle<ConvFn> conv;
-  c10::TypedOperatorHandle<ReorderFn> reorder;
-};
+using OneDnnConv = OneDnnPair<ConvFn, ReorderFn>;
 const std::optional<OneDnnConv>& onednn_conv() {
-  static const std::optional<OneDnnConv> ops = []() -> std::optional<OneDnnConv> {
-    if (!at::hasMKLDNN()) return std::nullopt;
-    auto& d = c10::Dispatcher::singleton();
-    auto conv = d.findSchema({"mkldnn::_convolution_pointwise", ""});
-    auto reo = d.findSchema({"mkldnn::_reorder_convolution_weight", ""});
-    if (!conv || !reo) return std::nullopt;
-    return OneDnnConv{conv->typed<ConvFn>(), reo->typed<ReorderFn>()};
-  }();
+  static const auto ops =
+      find_onednn_pair<ConvFn, ReorderFn>("mkldnn::_convolution_pointwise", "mkldnn::_reorder_convolution_weight");
   return ops;
 }
 
@@ -62,7 +52,7 @@ class ChannelsLastConv final : public runtime::Executable {
                        : w.contiguous(at::MemoryFormat::ChannelsLast);
       });
     if (held.defined() && onednn_ && x.sizes() == c10::IntArrayRef(p_.input_size))
-      return {onednn_->conv.call(x, held, b, p_.padding, p_.stride, p_.dilation, p_.groups, "none",
+      return {onednn_->run.call(x, held, b, p_.padding, p_.stride, p_.dilation, p_.groups, "none",
                                  c10::List<std::optional<c10::Scalar>>(), std::nullopt)};
     const at::Tensor& weight = held.defined() && !onednn_ ? held : w;
     if (p_.padding_mode) return {at::conv2d(x, weight, b, p_.stride, *p_.padding_mode, p_.dilation, p_.groups)};

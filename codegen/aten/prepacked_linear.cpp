@@ -2,10 +2,9 @@
 #include "codegen/aten/prepacked_linear.h"
 
 #include "codegen/aten/held_weight.h"
+#include "codegen/aten/onednn_ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
 
@@ -16,21 +15,11 @@ using LinearFn = at::Tensor(const at::Tensor&, const at::Tensor&, const std::opt
                             c10::List<std::optional<c10::Scalar>>, std::optional<c10::string_view>);
 using ReorderFn = at::Tensor(const at::Tensor&, std::optional<int64_t>);
 
-struct OneDnnOps {
-  c10::TypedOperatorHandle<LinearFn> linear;
-  c10::TypedOperatorHandle<ReorderFn> reorder;
-};
+using OneDnnOps = OneDnnPair<LinearFn, ReorderFn>;
 
 // nullopt when torch was built without oneDNN's linear ops.
 const std::optional<OneDnnOps>& onednn_ops() {
-  static const std::optional<OneDnnOps> ops = []() -> std::optional<OneDnnOps> {
-    if (!at::hasMKLDNN()) return std::nullopt;
-    auto& d = c10::Dispatcher::singleton();
-    auto lin = d.findSchema({"mkldnn::_linear_pointwise", ""});
-    auto reo = d.findSchema({"mkldnn::_reorder_linear_weight", ""});
-    if (!lin || !reo) return std::nullopt;
-    return OneDnnOps{lin->typed<LinearFn>(), reo->typed<ReorderFn>()};
-  }();
+  static const auto ops = find_onednn_pair<LinearFn, ReorderFn>("mkldnn::_linear_pointwise", "mkldnn::_reorder_linear_weight");
   return ops;
 }
 
@@ -54,7 +43,7 @@ class PrepackedLinear final : public runtime::Executable {
     if (!x.is_contiguous() || !held.is_contiguous() || held.scalar_type() != at::kFloat) return {at::linear(x, w, b)};
     const at::Tensor packed = held_.get(held, [&] { return ops_.reorder.call(w.contiguous(), rows_); });
     if (!packed.defined()) return {at::linear(x, w, b)};
-    return {ops_.linear.call(x, packed, b, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt)};
+    return {ops_.run.call(x, packed, b, "none", c10::List<std::optional<c10::Scalar>>(), std::nullopt)};
   }
 
   std::string describe() const override { return "oneDNN linear, weight reordered once"; }

@@ -191,6 +191,18 @@ struct Graph {
 //     %2: f32[4, 8]{8, 1} = aten::add.Tensor(%0, %1, 1)
 //     return (%2)
 // parse_graph(print_graph(g)) == g for every graph. parse_graph throws UserError naming the line.
+// f(v) for every tensor value node `n` reads, in argument order (a Tensor[]'s elements included,
+// its None entries not; a value read twice is visited twice).
+template <class F>
+void for_each_value_input(const Node& n, F&& f) {
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value) f(a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId v : a.values)
+        if (v >= 0) f(v);
+  }
+}
+
 std::string print_graph(const Graph& g);
 Graph parse_graph(std::string_view text);
 // One node's line without indentation ("%2: f32[4]{1} = aten::relu(%1)"), for error messages.

@@ -249,18 +249,10 @@ void KernelEmitter::prepare() {
     return true;
   };
   const size_t no = k_.outer.size();
-  // Loop order: natural, except that a pure pointwise kernel walks its first store's memory
-  // order (the smallest stride innermost), so a transposed output is written contiguously.
-  std::vector<int32_t> order;
-  for (size_t d = 0; d < sizes.size(); ++d) order.push_back(static_cast<int32_t>(d));
-  if (pure_ && !store_addr_[0].empty()) {
-    const Addr& st = store_addr_[0][0];
-    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
-      return std::abs(st.stride[static_cast<size_t>(x)]) > std::abs(st.stride[static_cast<size_t>(y)]);
-    });
-  }
-  for (size_t pos = 0; pos < order.size(); ++pos) {
-    const size_t d = static_cast<size_t>(order[pos]);
+  // Loops in the kernel's dim order: fusion already put a pointwise kernel's dims in its output's
+  // memory order (codegen/loop/fusion.cpp build_store), so a transposed output is written along
+  // its contiguous dim.
+  for (size_t d = 0; d < sizes.size(); ++d) {
     bool boundary = d == no && !pure_;  // outer and inner never merge unless pure pointwise
     if (!groups.empty() && !boundary) {
       int32_t prev = groups.back().back();

@@ -151,6 +151,10 @@ class KernelEmitter {
   void flush(const loop::Reduction& red, Acc& a, ST vt, std::array<llvm::Value*, kUnroll>& from,
              std::array<llvm::Value*, kUnroll>& to);
   void flush_blocks(size_t s, llvm::Value* done, int64_t step);
+  void flush_level(size_t s, bool to_total);
+  bool cascaded() const {  // some accumulator of the stage being emitted is a float sum's cascade
+    return std::any_of(accs_.begin(), accs_.end(), [](const Acc& a) { return a.blk[0] != nullptr; });
+  }
   void cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
                const std::function<void(llvm::Value*, llvm::Value*)>& body);
   void innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat);

@@ -282,21 +282,24 @@ void KernelEmitter::flush(const loop::Reduction& red, Acc& a, ST vt, std::array<
 // partials move into the middle ones once per kSumBlock points (at the step that crosses a
 // multiple of it), and those into the totals once per kCascade blocks.
 void KernelEmitter::flush_blocks(size_t s, llvm::Value* done, int64_t step) {
-  const Stage& st = k_.stages[s];
-  auto flush_all = [&](bool to_total) {
-    for (size_t r = 0; r < st.reductions.size(); ++r) {
-      Acc& a = accs_[r];
-      if (!a.blk[0]) continue;
-      const ST vt = value_type(s, st.reductions[r].instr);
-      if (to_total) flush(st.reductions[r], a, vt, a.mid, a.vec);
-      else flush(st.reductions[r], a, vt, a.blk, a.mid);
-    }
-  };
   auto crossed = [&](int64_t every) { return b_.CreateICmpULT(b_.CreateURem(done, b_.getInt64(every)), b_.getInt64(step)); };
   if_then(crossed(kSumBlock), [&] {
-    flush_all(false);
-    if_then(crossed(kSumBlock * kCascade), [&] { flush_all(true); });
+    flush_level(s, false);
+    if_then(crossed(kSumBlock * kCascade), [&] { flush_level(s, true); });
   });
+}
+
+// One cascade level for every float sum of stage s: the block partials into the middle ones, or
+// (to_total) the middle partials into the totals.
+void KernelEmitter::flush_level(size_t s, bool to_total) {
+  const Stage& st = k_.stages[s];
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    Acc& a = accs_[r];
+    if (!a.blk[0]) continue;
+    const ST vt = value_type(s, st.reductions[r].instr);
+    if (to_total) flush(st.reductions[r], a, vt, a.mid, a.vec);
+    else flush(st.reductions[r], a, vt, a.blk, a.mid);
+  }
 }
 
 // body(blo, bhi) over [lo, hi) in blocks of `block` points; float sums flush their block partial
@@ -304,10 +307,7 @@ void KernelEmitter::flush_blocks(size_t s, llvm::Value* done, int64_t step) {
 // mode along a row of static length; see innermost).
 void KernelEmitter::cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
              const std::function<void(llvm::Value*, llvm::Value*)>& body) {
-  const Stage& st = k_.stages[s];
-  bool blocked = false;
-  for (const Acc& a : accs_) blocked |= a.blk[0] != nullptr;
-  if (!blocked) {
+  if (!cascaded()) {
     body(lo, hi);
     return;
   }
@@ -316,11 +316,9 @@ void KernelEmitter::cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t 
     llvm::Value* e2 = min(b_.CreateAdd(jb2, b_.getInt64(block * kCascade)), hi);
     for_loop(jb2, e2, b_.getInt64(block), [&](llvm::Value* jb) {
       body(jb, min(b_.CreateAdd(jb, b_.getInt64(block)), e2));
-      for (size_t r = 0; r < st.reductions.size(); ++r)
-        if (accs_[r].blk[0]) flush(st.reductions[r], accs_[r], value_type(s, st.reductions[r].instr), accs_[r].blk, accs_[r].mid);
+      flush_level(s, false);
     });
-    for (size_t r = 0; r < st.reductions.size(); ++r)
-      if (accs_[r].blk[0]) flush(st.reductions[r], accs_[r], value_type(s, st.reductions[r].instr), accs_[r].mid, accs_[r].vec);
+    flush_level(s, true);
   });
 }
 
@@ -371,14 +369,12 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   const auto* clo = llvm::dyn_cast<llvm::ConstantInt>(lo);
   const auto* chi = llvm::dyn_cast<llvm::ConstantInt>(hi);
   const bool short_row = clo && chi && chi->getSExtValue() - clo->getSExtValue() <= 2 * int64_t{vf_} * kUnroll;
-  bool blocked = false;
-  for (const Acc& a : accs_) blocked |= a.blk[0] != nullptr;
   // A float sum's cascade: around a row of static length, as a loop nest of blocks (it folds
   // away where the row fits one block, and costs nothing per step); along a row whose length is
   // a size symbol, as a flush inside the unrolled loop, a branch per step (no loop folds away
   // there, and LLVM's instruction selection time grows with the loops it is handed: the nest was
   // a fifth of a dynamic sum's compile; the branch costs a float sum's kernel a few percent).
-  const bool flush_in_loop = blocked && !loop_sym_[n_outer_ + l].is_constant();
+  const bool flush_in_loop = cascaded() && !loop_sym_[n_outer_ + l].is_constant();
   auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
     llvm::Value* start = blo;
     if (!st.reductions.empty() && !short_row) {

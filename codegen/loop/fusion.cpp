@@ -114,15 +114,6 @@ class Fuser {
     return lowering_of(v)->views.at(static_cast<size_t>(out_index_[static_cast<size_t>(v)]));
   }
 
-  template <class F>
-  void for_each_input(const Node& n, F f) const {
-    for (const Arg& a : n.args) {
-      if (a.kind == Arg::Kind::Value) f(a.value);
-      if (a.kind == Arg::Kind::ValueList)
-        for (ValueId v : a.values)
-          if (v >= 0) f(v);
-    }
-  }
 
   // ---- 1. materialisation -------------------------------------------------------------------
 
@@ -137,7 +128,7 @@ class Fuser {
     for (ValueId v : g_.outputs) must_[static_cast<size_t>(v)] = true;
     for (const Node& n : g_.nodes) {
       const NodeLowering& l = lg_.nodes[static_cast<size_t>(&n - g_.nodes.data())];
-      for_each_input(n, [&](ValueId v) {
+      for_each_value_input(n, [&](ValueId v) {
         if (l.kind == NodeLowering::Kind::Extern) must_[static_cast<size_t>(v)] = true;
         if (l.kind == NodeLowering::Kind::View && !l.views.at(0).affine) must_[static_cast<size_t>(v)] = true;
       });
@@ -161,7 +152,7 @@ class Fuser {
         // A pointwise reader computes one element per element of its output; other readers
         // (reductions, cat, externs) read each element of their inputs once.
         const int64_t n_numel = l.kind == NodeLowering::Kind::Pointwise ? g_.meta(n.outputs[0]).numel() : 0;
-        for_each_input(n, [&](ValueId v) {
+        for_each_value_input(n, [&](ValueId v) {
           uses_[static_cast<size_t>(v)] += 1;
           reader_numel_[static_cast<size_t>(v)] = std::max(reader_numel_[static_cast<size_t>(v)], n_numel);
         });
@@ -651,7 +642,7 @@ class Fuser {
         p_.steps.erase(p_.steps.begin() + static_cast<std::ptrdiff_t>(i));
         continue;
       }
-      for_each_input(n, need);
+      for_each_value_input(n, need);
     }
     for (Kernel& k : p_.kernels)
       for (Stage& st : k.stages)

@@ -42,12 +42,7 @@ Program plan_memory(Program p) {
     const auto step = static_cast<int64_t>(s);
     if (st.kind == Step::Kind::Extern) {
       const Node& n = p.graph.nodes[static_cast<size_t>(st.index)];
-      for (const Arg& a : n.args) {
-        if (a.kind == Arg::Kind::Value) read(a.value, step);
-        if (a.kind == Arg::Kind::ValueList)
-          for (ValueId v : a.values)
-            if (v >= 0) read(v, step);
-      }
+      for_each_value_input(n, [&](ValueId v) { read(v, step); });
       continue;
     }
     for (const Stage& sg : p.kernels[static_cast<size_t>(st.index)].stages) {

@@ -7,6 +7,8 @@
 #include "codegen/loop/kernel_input.h"
 #include "runtime/errors.h"
 
+#include <algorithm>
+
 namespace fastdyn::codegen::loop {
 namespace {
 
@@ -38,17 +40,9 @@ runtime::SlotTensor slot_tensor(const Program& p, const std::string& backend, Va
 
 Extern compile_extern(const Graph& g, const Node& n) {
   Extern e;
-  auto add_input = [&](ValueId v) {
-    if (v < 0) return;
-    for (ValueId u : e.inputs)
-      if (u == v) return;
-    e.inputs.push_back(v);
-  };
-  for (const Arg& a : n.args) {
-    if (a.kind == Arg::Kind::Value) add_input(a.value);
-    if (a.kind == Arg::Kind::ValueList)
-      for (ValueId v : a.values) add_input(v);
-  }
+  for_each_value_input(n, [&](ValueId v) {  // each value once, in argument order
+    if (std::find(e.inputs.begin(), e.inputs.end(), v) == e.inputs.end()) e.inputs.push_back(v);
+  });
   e.exe = compile_prepacked_linear(g, n);
   if (!e.exe) e.exe = compile_channels_last_conv(g, n);
   e.prepacked = e.exe != nullptr;

@@ -16,17 +16,12 @@ namespace {
 
 // 2-d convolutions: the ops whose results this pass moves to channels-last.
 constexpr std::array<OpId, 2> kConvs{OpId::conv2d, OpId::conv2d_padding};
-// Ops ATen runs on an NHWC input into an NHWC result (CPU and CUDA): besides the convolutions,
-// 2-d pooling and upsampling. Everything lowered pointwise follows its inputs too (a kernel
-// writes whatever strides its output's metadata gives).
-constexpr std::array<OpId, 8> kFollowInput{OpId::conv2d,
-                                           OpId::conv2d_padding,
-                                           OpId::max_pool2d,
-                                           OpId::avg_pool2d,
-                                           OpId::adaptive_avg_pool2d,
-                                           OpId::upsample_nearest2d,
-                                           OpId::_upsample_nearest_exact2d,
-                                           OpId::upsample_bilinear2d};
+// Besides the convolutions, the extern ops ATen runs on an NHWC input into an NHWC result (CPU and
+// CUDA): 2-d pooling and upsampling. Everything lowered pointwise follows its inputs too (a
+// kernel writes whatever strides its output's metadata gives).
+constexpr std::array<OpId, 6> kFollowInput{OpId::max_pool2d,          OpId::avg_pool2d,
+                                           OpId::adaptive_avg_pool2d, OpId::upsample_nearest2d,
+                                           OpId::_upsample_nearest_exact2d, OpId::upsample_bilinear2d};
 
 template <size_t N>
 bool in(const std::array<OpId, N>& set, OpId op) {
@@ -39,16 +34,6 @@ bool nchw(const TensorMeta& m) {
   return m.dim() == 4 && !m.symbolic() && (m.dtype == c10::ScalarType::Float || m.dtype == c10::ScalarType::BFloat16 ||
                                            m.dtype == c10::ScalarType::Half) &&
          m.numel() > 0 && is_contiguous(m) && !is_channels_last_contiguous(m);
-}
-
-template <class F>
-void for_each_value_arg(const Node& n, F&& f) {
-  for (const Arg& a : n.args) {
-    if (a.kind == Arg::Kind::Value) f(a.value);
-    if (a.kind == Arg::Kind::ValueList)
-      for (ValueId v : a.values)
-        if (v >= 0) f(v);
-  }
 }
 
 }  // namespace
@@ -74,7 +59,7 @@ Graph prefer_channels_last(const Graph& g) {
     const OpInfo& info = op_info(n.op);
     if (info.category != OpCategory::View && info.category != OpCategory::InPlace && info.lowering != Lowering::View)
       continue;
-    for_each_value_arg(n, [&](ValueId v) { fixed[static_cast<size_t>(v)] = true; });
+    for_each_value_input(n, [&](ValueId v) { fixed[static_cast<size_t>(v)] = true; });
     for (ValueId v : n.outputs) fixed[static_cast<size_t>(v)] = true;
   }
   // Forward, in node order: a conv's result moves (its NCHW input gets a channels-last copy), and
@@ -91,17 +76,14 @@ Graph prefer_channels_last(const Graph& g) {
       const ValueId x = n.args.at(0).value;
       if (!moved[static_cast<size_t>(x)]) {
         if (!nchw(g.meta(x))) continue;  // ATen would not see a channels-last input
-        if (!copy_of.count(x)) {
-          copy_of[x] = -1;
-          copies.emplace_back(i, x);
-        }
+        if (copy_of.emplace(x, -1).second) copies.emplace_back(i, x);  // the copy's id comes below
       }
       moved[static_cast<size_t>(out)] = true;
       continue;
     }
     if (op_info(n.op).lowering != Lowering::Pointwise && !in(kFollowInput, n.op)) continue;
     bool fed = false;
-    for_each_value_arg(n, [&](ValueId v) { fed = fed || moved[static_cast<size_t>(v)]; });
+    for_each_value_input(n, [&](ValueId v) { fed = fed || moved[static_cast<size_t>(v)]; });
     if (fed) moved[static_cast<size_t>(out)] = true;
   }
   if (std::count_if(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {

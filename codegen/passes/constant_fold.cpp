@@ -8,16 +8,6 @@
 namespace fastdyn::codegen {
 namespace {
 
-template <class F>
-void for_each_value(const Node& n, F f) {
-  for (const Arg& a : n.args) {
-    if (a.kind == Arg::Kind::Value) f(a.value);
-    if (a.kind == Arg::Kind::ValueList)
-      for (ValueId v : a.values)
-        if (v >= 0) f(v);
-  }
-}
-
 bool foldable_op(const Node& n) {
   switch (op_info(n.op).category) {
     case OpCategory::Pointwise:
@@ -63,7 +53,7 @@ ConstantFolding fold_constants(const Graph& g) {
     if (!foldable_op(n)) continue;
     bool ok = true;
     if (op_info(n.op).category != OpCategory::Factory)  // a factory reads its tensors' metadata only
-      for_each_value(n, [&](ValueId v) { ok = ok && constant[static_cast<size_t>(v)]; });
+      for_each_value_input(n, [&](ValueId v) { ok = ok && constant[static_cast<size_t>(v)]; });
     for (ValueId o : n.outputs) ok = ok && !written[static_cast<size_t>(o)] && !is_output[static_cast<size_t>(o)];
     if (!ok) continue;
     folded_node[i] = true;
@@ -76,7 +66,7 @@ ConstantFolding fold_constants(const Graph& g) {
   int64_t bytes = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (folded_node[i]) continue;
-    for_each_value(g.nodes[i], [&](ValueId v) {
+    for_each_value_input(g.nodes[i], [&](ValueId v) {
       if (!constant[static_cast<size_t>(v)] || needed[static_cast<size_t>(v)]) return;
       needed[static_cast<size_t>(v)] = true;
       bytes += g.meta(v).nbytes();
@@ -96,7 +86,7 @@ ConstantFolding fold_constants(const Graph& g) {
     if (!folded_node[i]) continue;
     // Inputs of the folded graph: graph inputs, and the values a folded factory reads for their
     // metadata only (zeros_like(cos(x)): cos is not folded; evaluated on a placeholder of its meta).
-    for_each_value(g.nodes[i], [&](ValueId v) {
+    for_each_value_input(g.nodes[i], [&](ValueId v) {
       const int32_t p = producer[static_cast<size_t>(v)];
       if ((p < 0 || !folded_node[static_cast<size_t>(p)]) && !meta_input[static_cast<size_t>(v)]) {
         meta_input[static_cast<size_t>(v)] = true;
