@@ -36,6 +36,16 @@ bool nchw(const TensorMeta& m) {
          m.numel() > 0 && is_contiguous(m) && !is_channels_last_contiguous(m);
 }
 
+// An in-place op computed as its pointwise twin (relu_, add_, hardtanh_, ...) writes its result
+// into its `self` argument's buffer: its output and that argument are one buffer, so they move
+// together or not at all; the op itself reads and writes any layout, like its twin.
+bool pointwise_in_place(const Node& n) {
+  const OpInfo& info = op_info(n.op);
+  return info.category == OpCategory::InPlace && info.lowering == Lowering::Twin &&
+         op_info(info.twin).lowering == Lowering::Pointwise && n.outputs.size() == 1 && !n.args.empty() &&
+         n.args[0].kind == Arg::Kind::Value;
+}
+
 }  // namespace
 
 Graph prefer_channels_last(const Graph& g) {
@@ -57,10 +67,21 @@ Graph prefer_channels_last(const Graph& g) {
   for (ValueId v : g.outputs) fixed[static_cast<size_t>(v)] = true;
   for (const Node& n : g.nodes) {
     const OpInfo& info = op_info(n.op);
-    if (info.category != OpCategory::View && info.category != OpCategory::InPlace && info.lowering != Lowering::View)
+    if (pointwise_in_place(n) ||
+        (info.category != OpCategory::View && info.category != OpCategory::InPlace && info.lowering != Lowering::View))
       continue;
     for_each_value_input(n, [&](ValueId v) { fixed[static_cast<size_t>(v)] = true; });
     for (ValueId v : n.outputs) fixed[static_cast<size_t>(v)] = true;
+  }
+  // A pointwise in-place op's output and `self` are one buffer: either fixed fixes the other
+  // (along chains such as relu_(add_(x, y)), until nothing changes).
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Node& n : g.nodes) {
+      if (!pointwise_in_place(n)) continue;
+      const size_t self = static_cast<size_t>(n.args[0].value), out = static_cast<size_t>(n.outputs[0]);
+      if (fixed[self] != fixed[out]) fixed[self] = fixed[out] = changed = true;
+    }
   }
   // Forward, in node order: a conv's result moves (its NCHW input gets a channels-last copy), and
   // so does every result computed pointwise or by a layout-following op from a moved value.
@@ -79,6 +100,10 @@ Graph prefer_channels_last(const Graph& g) {
         if (copy_of.emplace(x, -1).second) copies.emplace_back(i, x);  // the copy's id comes below
       }
       moved[static_cast<size_t>(out)] = true;
+      continue;
+    }
+    if (pointwise_in_place(n)) {
+      moved[static_cast<size_t>(out)] = moved[static_cast<size_t>(n.args[0].value)];
       continue;
     }
     if (op_info(n.op).lowering != Lowering::Pointwise && !in(kFollowInput, n.op)) continue;

@@ -13,7 +13,9 @@
 // copied into NHWC once, by a clone node this pass adds. A graph with fewer than two such convs
 // stays as it is (around one conv, the copies are the reorders ATen makes). Values the caller sees (graph inputs and
 // outputs) keep eager's layout, and so does every value a view reads (a view's strides were
-// derived from its base's), an in-place op touches, or that has a size symbol.
+// derived from its base's), an in-place op touches (except a pointwise one, such as ResNet's
+// ReLU(inplace=True), whose output and `self` are one buffer and move together), or that has a
+// size symbol.
 // CPU graphs only: on a GPU it does not pay yet (channels_last.cpp has the numbers). FASTDYN_CHANNELS_LAST=0 leaves every graph as
 // captured (for comparison).
 #pragma once

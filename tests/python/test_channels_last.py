@@ -1,6 +1,8 @@
 """Convolution graphs in channels-last layout (codegen/passes/channels_last.h): the activations
 between convs are NHWC inside the graph, the conv weights are held in channels-last while
 unchanged (codegen/aten/channels_last_conv.h), and the caller sees eager's values and strides."""
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -50,6 +52,47 @@ def test_conv_chain_matches_eager_values_and_strides(layout):
         # The input is copied into NHWC once; every conv runs on NHWC with a held weight.
         assert code.count("weight reordered once") + code.count("weight held in channels-last") == 3, code
         assert "f32[2, 3, 20, 20]{1200, 1, 60, 3}" in code, code  # the input's NHWC copy
+
+
+class Block(nn.Module):
+    """torchvision's BasicBlock: ReLU(inplace=True) and `out += identity`, in-place ops between convs."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += x
+        return self.relu(out)
+
+
+def test_in_place_relu_and_residual_add_stay_in_nhwc():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2), Block(8), Block(8),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten()).eval()
+    for b in (m[3], m[4]):
+        for bn in (b.bn1, b.bn2):
+            with torch.no_grad():
+                bn.running_mean.uniform_(-1, 1)
+                bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 16, 16)
+    f = fastdyn.jit(m)
+    with torch.no_grad():
+        want = m(x)
+        for _ in range(3):
+            same(f(x), want)
+        code = fastdyn.explain(m, x).code[0]
+    if code.startswith("backend llvm_cpu"):
+        # Every 4-d value but the input is NHWC: the in-place ReLUs and adds between the convs
+        # read and write NHWC (before, each relu_ wrote NCHW and a copy took it back to NHWC).
+        values = re.findall(r"v\d+: f32\[\d+, \d+, \d+, \d+\]\{\d+, (\d+), .*\} (\w+)", code)
+        assert len(values) >= 10, code
+        assert all(stride_c == "1" for stride_c, kind in values if kind != "input"), code
+        assert code.count("weight reordered once") + code.count("weight held in channels-last") == 5, code
 
 
 def test_intermediates_the_caller_sees_keep_eagers_layout():

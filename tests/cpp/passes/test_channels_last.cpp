@@ -66,5 +66,45 @@ TEST(ChannelsLast, OneConvOrConvsWhoseResultsTheCallerSeesStay) {
   EXPECT_EQ(prefer_channels_last(outputs), outputs);
 }
 
+// ResNet's ReLU(inplace=True) and `out += identity`: a pointwise in-place op's output and `self`
+// are one buffer, so they move with the convs around them (before, relu_ pinned both to NCHW, and
+// every block paid a kernel writing NCHW and a copy back to NHWC for the next conv); where the
+// in-place result is what the caller sees, its `self` keeps NCHW too, along the whole chain.
+TEST(ChannelsLast, PointwiseInPlaceOpsMoveWithTheirSelf) {
+  constexpr const char* kBlock = R"(graph(%0: f32[2, 4, 8, 8]{256, 64, 8, 1}, %1: f32[4, 4, 3, 3]{36, 9, 3, 1}):
+  %2: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::conv2d(%0, %1, None, [1, 1], [1, 1], [1, 1], 1)
+  %3: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::relu_(%2)
+  %4: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::conv2d(%3, %1, None, [1, 1], [1, 1], [1, 1], 1)
+  %5: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::add_.Tensor(%4, %3, 1)
+  %6: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::relu_(%5)
+  %7: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::conv2d(%6, %1, None, [1, 1], [1, 1], [1, 1], 1)
+  %8: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::relu_(%7)
+  return (%8)
+)";
+  Graph g = parse_graph(kBlock);
+  Graph r = prefer_channels_last(g);
+  ASSERT_EQ(r.nodes.size(), g.nodes.size() + 1) << print_graph(r);  // the input's NHWC copy only
+  for (ValueId v : {2, 3, 4, 5, 6}) EXPECT_EQ(r.meta(v).strides, kNhwc) << "%" << v << "\n" << print_graph(r);
+  // %8 is the output, so %7 (the same buffer) stays NCHW.
+  EXPECT_EQ(r.meta(7), g.meta(7));
+  EXPECT_EQ(r.meta(8), g.meta(8));
+  at::manual_seed(0);
+  std::vector<at::Tensor> in{at::randn({2, 4, 8, 8}), at::randn({4, 4, 3, 3})};
+  std::vector<at::Tensor> want = compile_aten(g)->run({in[0].clone(), in[1]}), got = compile_aten(r)->run({in[0].clone(), in[1]});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(at::allclose(got[0], want[0], 1e-5, 1e-5));  // (strides: ATen's op by op; tests/python checks the compiled ones)
+  // The output's chain reaches back: relu_(add_(conv, x)) returned keeps the add's `self` NCHW.
+  Graph chained = parse_graph(R"(graph(%0: f32[2, 4, 8, 8]{256, 64, 8, 1}, %1: f32[4, 4, 3, 3]{36, 9, 3, 1}):
+  %2: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::conv2d(%0, %1, None, [1, 1], [1, 1], [1, 1], 1)
+  %3: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::relu(%2)
+  %4: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::conv2d(%3, %1, None, [1, 1], [1, 1], [1, 1], 1)
+  %5: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::add_.Tensor(%4, %3, 1)
+  %6: f32[2, 4, 8, 8]{256, 64, 8, 1} = aten::relu_(%5)
+  return (%6)
+)");
+  Graph rc = prefer_channels_last(chained);
+  for (ValueId v : {4, 5, 6}) EXPECT_EQ(rc.meta(v), chained.meta(v)) << "%" << v << "\n" << print_graph(rc);
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen
