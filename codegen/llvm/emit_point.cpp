@@ -409,7 +409,7 @@ llvm::Value* KernelEmitter::cast(llvm::Value* v, ST from, ST to, int lanes) {
   return b_.CreateSExtOrTrunc(v, dt);
 }
 
-// The transcendental ops: float32 exp and tanh are inline code (inline_math.h: no call, no spills
+// The transcendental ops: float32 exp, tanh and erf are inline code (inline_math.h: no call, no spills
 // in the loop), the others a SLEEF call (math_call).
 llvm::Value* KernelEmitter::math_op(const Instr& in, int lanes, const std::vector<llvm::Value*>& vals) {
   using llvm_jit::MathFn;
@@ -423,6 +423,7 @@ llvm::Value* KernelEmitter::math_op(const Instr& in, int lanes, const std::vecto
   llvm::Value* x = vals.at(static_cast<size_t>(in.a));
   if (in.type == ST::Float && in.op == Op::Exp) return llvm_jit::emit_exp_f32(b_, x);
   if (in.type == ST::Float && in.op == Op::Tanh) return llvm_jit::emit_tanh_f32(b_, x);
+  if (in.type == ST::Float && in.op == Op::Erf) return llvm_jit::emit_erf_f32(b_, x);
   std::vector<llvm::Value*> args{x};
   if (loop::op_arity(in.op) == 2) args.push_back(vals.at(static_cast<size_t>(in.b)));
   for (const auto& [op, fn] : kTable)

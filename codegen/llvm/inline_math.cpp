@@ -1,4 +1,4 @@
-// codegen/llvm/inline_math.cpp — inline exp and tanh for float32 (see inline_math.h for why).
+// codegen/llvm/inline_math.cpp — inline exp, tanh and erf for float32 (see inline_math.h for why).
 //
 // exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2, |r| <= ln(2)/2:
 // - Range reduction in two steps (Cody and Waite): ln 2 = C1 + C2 where C1 has only 9 significant
@@ -21,6 +21,14 @@
 //   of a number near 1 + e^1.6) carried through the quotient, which is where the bound of 1.5 ULP
 //   comes from, plus the last rounding; exp's overflow above |x| = 44 gives exactly 1. Measured
 //   over every 13th float in [-10, 10]: 1.04 ULP.
+//
+// erf(x) = x * P(x^2) / Q(x^2), a rational fit of degrees 5 / 6 in x^2 made for this project
+// (iteratively reweighted least squares on Chebyshev nodes of [0, 3.925]; every coefficient is
+// positive, so the float32 Horner steps do not cancel), with x clamped to ±3.925 (where erf
+// rounds to 1) and the result to [-1, 1]. 18 vector ops against ~45 for the Abramowitz & Stegun
+// 7.1.26 form that ATen's vectorised kernel uses (a reciprocal, a polynomial and an exp), with
+// the same error away from 0 (<= 6 ULP measured for |x| > 0.5) and <= 4 ULP near 0, where A&S
+// loses all relative accuracy. The clamps are IEEE maximum/minimum, which propagate NaN.
 #include "codegen/llvm/inline_math.h"
 
 #include <llvm/IR/Constants.h>
@@ -39,6 +47,12 @@ constexpr float kLn2Lo = -2.12194440e-4f;     // ln 2 - kLn2Hi, to float precisi
 constexpr float kClampLow = -104.0f;          // exp(-104) < FLT_TRUE_MIN / 2: rounds to +0
 constexpr float kClampHigh = 89.0f;           // exp(89) > FLT_MAX: +inf
 constexpr int kTaylorDegree = 7;
+
+constexpr double kErfClamp = 3.925;
+constexpr double kErfP[] = {1.128379169569054, 0.19245877833941397, 0.05558113952854919,
+                            0.004194364207314186, 0.0004056834490129532, 6.58640051216933e-06};
+constexpr double kErfQ[] = {1.0, 0.5038955724534422, 0.11722212062750129, 0.016212633829180603,
+                            0.0014074244322224451, 7.109519897801734e-05, 2.4887612468857575e-07};
 
 constexpr float kTanhSplit = 0.8f;
 constexpr float kTanhP[] = {-0.33333295583724976f, 0.1333218812942505f, -0.053850214928388596f,
@@ -97,6 +111,26 @@ llvm::Value* emit_tanh_f32(llvm::IRBuilderBase& b, llvm::Value* x) {
   // put back last, so that tanh(-0) is -0.
   llvm::Value* magnitude = b.CreateSelect(b.CreateFCmpOLT(ax, k(kTanhSplit)), small, big);
   return b.CreateIntrinsic(llvm::Intrinsic::copysign, {type}, {magnitude, x});
+}
+
+llvm::Value* emit_erf_f32(llvm::IRBuilderBase& b, llvm::Value* x) {
+  llvm::Type* type = x->getType();
+  if (!type->getScalarType()->isFloatTy()) throw InternalError("emit_erf_f32: operand is not float");
+  auto k = [&](double v) { return llvm::ConstantFP::get(type, v); };
+  auto clamp = [&](llvm::Value* v, double bound) {
+    v = b.CreateIntrinsic(llvm::Intrinsic::maximum, {type}, {v, k(-bound)});
+    return b.CreateIntrinsic(llvm::Intrinsic::minimum, {type}, {v, k(bound)});
+  };
+  auto horner = [&](llvm::Value* s, const double* c, int n) {
+    llvm::Value* r = k(c[n - 1]);
+    for (int i = n - 2; i >= 0; --i) r = fma(b, r, s, k(c[i]));
+    return r;
+  };
+  llvm::Value* xc = clamp(x, kErfClamp);
+  llvm::Value* s = b.CreateFMul(xc, xc);
+  // NB: this order (x times the quotient) gives erf(3.925) = 1.
+  llvm::Value* r = b.CreateFMul(xc, b.CreateFDiv(horner(s, kErfP, 6), horner(s, kErfQ, 7)));
+  return clamp(r, 1.0);
 }
 
 }  // namespace fastdyn::codegen::llvm_jit

@@ -61,31 +61,9 @@ int32_t softplus_of(Builder& b, int32_t x, double beta, double threshold) {
   return b.sel(b.bin(Op::Gt, xb, b.k(threshold, x)), x, soft);
 }
 
-// erf in f32: x * P(x^2) / Q(x^2), a rational fit of degrees 5 / 6 in x^2 made for this project
-// (iteratively reweighted least squares on Chebyshev nodes of [0, 3.925]; every coefficient is
-// positive, so the float32 Horner steps do not cancel), with x clamped to +-3.925 (where erf
-// rounds to 1) and the result to [-1, 1]. 18 vector ops against ~45 for the Abramowitz & Stegun
-// 7.1.26 form that ATen's vectorised kernel uses (a reciprocal, a polynomial and an exp), with
-// the same error away from 0 (<= 6 ULP measured for |x| > 0.5) and <= 4 ULP near 0, where A&S
-// loses all relative accuracy. erf(+-0) = +-0, erf(+-inf) = +-1, NaN stays NaN (Max/Min
-// propagate it). f64 keeps SLEEF.
-int32_t erf_of(Builder& b, int32_t x) {
-  if (b.type(x) != ST::Float) return b.un(Op::Erf, x);
-  static constexpr double kClamp = 3.925;
-  static constexpr double kP[] = {1.128379169569054, 0.19245877833941397, 0.05558113952854919,
-                                  0.004194364207314186, 0.0004056834490129532, 6.58640051216933e-06};
-  static constexpr double kQ[] = {1.0, 0.5038955724534422, 0.11722212062750129, 0.016212633829180603,
-                                  0.0014074244322224451, 7.109519897801734e-05, 2.4887612468857575e-07};
-  auto horner = [&](int32_t s, const double* c, int n) {
-    int32_t r = b.k(c[n - 1], s);
-    for (int i = n - 2; i >= 0; --i) r = b.fma(r, s, b.k(c[i], s));
-    return r;
-  };
-  int32_t xc = b.bin(Op::Min, b.bin(Op::Max, x, b.k(-kClamp, x)), b.k(kClamp, x));
-  int32_t s = b.mul(xc, xc);
-  int32_t r = b.mul(xc, b.div(horner(s, kP, 6), horner(s, kQ, 7)));  // NB: this order gives erf(3.925) = 1
-  return b.bin(Op::Min, b.bin(Op::Max, r, b.k(-1, x)), b.k(1, x));
-}
+// erf is one op of the loop IR; each backend picks its implementation (llvm_cpu: an inline
+// rational fit for float32, codegen/llvm/inline_math.h; cuda: CUDA's erff).
+int32_t erf_of(Builder& b, int32_t x) { return b.un(Op::Erf, x); }
 
 int32_t sigmoid_of(Builder& b, int32_t x) {
   return b.div(b.k(1, x), b.add(b.k(1, x), b.un(Op::Exp, b.un(Op::Neg, x))));

@@ -1,4 +1,4 @@
-// tests/cpp/llvm/test_inline_math.cpp — the inline float32 functions (codegen/llvm/inline_math.h),
+// tests/cpp/llvm/test_inline_math.cpp — the inline float32 functions (exp, tanh, erf) (codegen/llvm/inline_math.h),
 // compiled by the JIT at 1, 8 and 16 lanes and checked against long double references: every
 // 997th float bit pattern of each function's interesting range (about 2.2 million inputs, all
 // exponents and all mantissa patterns' low bits), plus the IEEE edge values.
@@ -125,6 +125,24 @@ TEST(InlineMath, TanhWithinOneAndAHalfUlpAtEveryWidth) {
     EXPECT_EQ(out[5], L::denorm_min());
     EXPECT_EQ(out[12], -1.0f);
     EXPECT_EQ(out[13], 1.0f);
+  }
+}
+
+TEST(InlineMath, ErfWithinSixUlpAtEveryWidth) {
+  // Beyond |x| = 3.925 erf is ±1 in float (the clamp); the sweep covers [-4.5, 4.5].
+  std::vector<float> xs = inputs(4.5f, -4.5f, {0.0f, -0.0f, L::infinity(), -L::infinity(), L::quiet_NaN(),
+      3.925f, -3.925f, 100.0f, -L::max(), L::denorm_min(), 0.5f});
+  for (const std::vector<float>& out : check("erf", emit_erf_f32, [](long double x) { return erfl(x); }, xs, 6.0)) {
+    EXPECT_EQ(out[0], 0.0f);
+    EXPECT_FALSE(std::signbit(out[0]));
+    EXPECT_TRUE(std::signbit(out[1]) && out[1] == 0.0f);
+    EXPECT_EQ(out[2], 1.0f);
+    EXPECT_EQ(out[3], -1.0f);
+    EXPECT_TRUE(std::isnan(out[4]));
+    EXPECT_EQ(out[5], 1.0f);
+    EXPECT_EQ(out[6], -1.0f);
+    EXPECT_EQ(out[7], 1.0f);
+    EXPECT_EQ(out[8], -1.0f);
   }
 }
 
