@@ -47,6 +47,8 @@ setup(
     packages=find_packages("python"),
     ext_modules=[Extension("fastdyn._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
+    # torch.compile(model, backend="fastdyn") without importing fastdyn first (dynamo_backend.py).
+    entry_points={"torch_dynamo_backends": ["fastdyn = fastdyn.dynamo_backend:fastdyn_backend"]},
     python_requires=">=3.11,<3.13",
     zip_safe=False,
 )
