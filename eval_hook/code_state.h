@@ -32,6 +32,7 @@ struct CacheEntry {
   std::vector<int> direct_slots;
   bool direct = false;
   std::string graph_text;     // for explain/logging
+  std::vector<std::string> input_sources;  // explain: where each graph input is read from (L['x'])
   std::string code_text;      // what the backend made of it (kernels, extern calls): explain
   // A graph break inside: fullgraph=True callers must get GraphBreakError instead of running it.
   bool broke = false;

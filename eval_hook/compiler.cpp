@@ -110,6 +110,14 @@ struct Prepared {
 
 // The frame's result goes back through bytecode (continuation.h's assemble_return), not through
 // an output template of the graph.
+// Where each graph input is read from, as guards name it (L['x'], L['self']...weight): explain().
+std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) {
+  std::vector<std::string> names;
+  names.reserve(trace.input_sources.size());
+  for (const symbolic::SourcePtr& s : trace.input_sources) names.push_back(symbolic::source_name(*s));
+  return names;
+}
+
 void return_through_bytecode(Prepared& p) {
   p.out = runtime::OutputTemplate();
   p.trace.graph.outputs.clear();
@@ -386,6 +394,7 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
     entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(tpl), qualname);
     if (!entry->graph) throw InternalError("creating the compiled graph object failed");
     entry->graph_text = codegen::print_graph(trace.graph);
+    entry->input_sources = input_source_names(trace);
   }
   skip_record_constructors(trace.return_value);
   for (const SymValue& v : trace.stack) skip_record_constructors(v);
@@ -456,6 +465,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   runtime::ExecutablePtr exe = compile_graph(p.trace.graph, qname ? qname : "?", target);
   timer = codegen::PassTimer();
   entry->graph_text = codegen::print_graph(p.trace.graph);
+  entry->input_sources = input_source_names(p.trace);
   entry->code_text = exe->describe();
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
@@ -495,6 +505,7 @@ void record_outcome(ExplainReport& r, const CompileOutcome& out) {
   r.graph_count++;
   const CacheEntry& e = *out.entry;
   r.graphs.push_back(e.graph_text);
+  r.graph_inputs.push_back(e.input_sources);
   r.code.push_back(e.code_text);
   r.op_counts.push_back(count_op_lines(e.graph_text));
   for (const std::string& g : e.guards->describe()) r.guards.push_back(g);

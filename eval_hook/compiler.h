@@ -44,6 +44,7 @@ struct ExplainReport {
   std::vector<std::map<std::string, int>> op_counts;
   std::vector<std::string> guards;
   std::vector<std::string> graphs;  // graph text
+  std::vector<std::vector<std::string>> graph_inputs;  // per graph: each input's source (L['x'])
   std::vector<std::string> code;    // per graph: the backend's program (kernels, extern calls)
 };
 // Adds one compile outcome to a report.

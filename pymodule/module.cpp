@@ -19,6 +19,7 @@
 #include "eval_hook/config.h"
 #include "eval_hook/hook.h"
 #include "eval_hook/skip_rules.h"
+#include "pymodule/graph_export.h"
 #include "pymodule/jit_function.h"
 #include "runtime/background_compiler.h"
 #include "runtime/compiled_graph.h"
@@ -116,6 +117,7 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
   d["op_counts"] = r.op_counts;
   d["guards"] = r.guards;
   d["graphs"] = r.graphs;
+  d["graph_inputs"] = r.graph_inputs;
   d["code"] = r.code;
   return d;
 }
@@ -217,6 +219,7 @@ PYBIND11_MODULE(_C, m) {
     return t ? py::reinterpret_borrow<py::object>(t) : py::none();
   });
   m.def("explain", &explain);
+  m.def("graph_structure", &pymodule::graph_structure);  // explain()'s graph text as data (FX export)
   // Python's atexit: the background worker and the engine's prewarm thread end before static
   // destructors run (a running compile finishes; queued ones are dropped).
   m.def("shutdown_threads", [] {

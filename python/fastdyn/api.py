@@ -182,6 +182,7 @@ class ExplainOutput:
         self.op_counts = [dict(c) for c in report["op_counts"]]
         self.guards = list(report["guards"])
         self.graphs = list(report["graphs"])
+        self.graph_inputs = [list(i) for i in report["graph_inputs"]]  # per graph: each input's source
         self.code = list(report["code"])
 
     def __str__(self):
@@ -201,6 +202,13 @@ class ExplainOutput:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+    def graph_modules(self):
+        """Each graph as a torch.fx.GraphModule of ATen ops (fx_export.py says what it holds);
+        each placeholder's meta["source"] says where the frame read that input (L['x'],
+        L['self']._modules['0']._parameters['weight'])."""
+        from .fx_export import graph_module
+        return [graph_module(text, sources) for text, sources in zip(self.graphs, self.graph_inputs)]
 
 
 def explain(fn, *args, **kwargs):
