@@ -22,6 +22,7 @@
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
 #include "symbolic/continuation.h"
+#include "symbolic/tracer.h"
 #include "symbolic/guard_builder.h"
 
 namespace fastdyn::eval_hook {
@@ -75,6 +76,9 @@ bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplat
         why = "returning a named tuple whose type is unknown";
         return false;
       }
+      // A struct sequence (torch.return_types.*) is made from the tuple of its fields, a
+      // namedtuple by tuple.__new__(cls, fields) (continuation.cpp's rebuild says why).
+      t.tuple_new = !PyObject_HasAttrString(v.obj, "n_sequence_fields");
       t.kind = runtime::OutputTemplate::Kind::NamedTuple;
       t.constant = Py_NewRef(v.obj);
       t.items.resize(v.items.size());

@@ -13,7 +13,7 @@
 namespace fastdyn::runtime {
 
 OutputTemplate::OutputTemplate(const OutputTemplate& o)
-    : kind(o.kind), output(o.output), constant(o.constant), items(o.items) {
+    : kind(o.kind), output(o.output), constant(o.constant), items(o.items), tuple_new(o.tuple_new) {
   Py_XINCREF(constant);
 }
 
@@ -25,6 +25,7 @@ OutputTemplate& OutputTemplate::operator=(const OutputTemplate& o) {
     output = o.output;
     constant = o.constant;
     items = o.items;
+    tuple_new = o.tuple_new;
   }
   return *this;
 }
@@ -59,7 +60,14 @@ PyObject* build(const OutputTemplate& t, std::vector<at::Tensor>& outputs, std::
       plain.kind = OutputTemplate::Kind::Tuple;
       PyObject* items = build(plain, outputs, wrapped);
       if (!items) return nullptr;
-      PyObject* r = PyObject_CallOneArg(t.constant, items);
+      PyObject* r = nullptr;
+      if (t.tuple_new) {
+        PyObject* args = PyTuple_Pack(1, items);
+        if (args) r = PyTuple_Type.tp_new(reinterpret_cast<PyTypeObject*>(t.constant), args, nullptr);
+        Py_XDECREF(args);
+      } else {
+        r = PyObject_CallOneArg(t.constant, items);
+      }
       Py_DECREF(items);
       return r;
     }

@@ -20,7 +20,10 @@ struct OutputTemplate {
   Kind kind = Kind::Constant;
   int output = -1;                        // Output: index into the executable's outputs
   PyObject* constant = nullptr;           // Constant: strong reference; NamedTuple: its type
-  std::vector<OutputTemplate> items;      // Tuple/List
+  std::vector<OutputTemplate> items;      // Tuple/List/NamedTuple
+  // NamedTuple: made by tuple.__new__(type, items) (a namedtuple: no Python frame), else by
+  // type(items) (struct sequences, torch.Size).
+  bool tuple_new = false;
 
   OutputTemplate() = default;
   OutputTemplate(const OutputTemplate& o);

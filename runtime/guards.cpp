@@ -150,7 +150,7 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
     case AccessKind::Const:
       return Py_XNewRef(a.object);
     case AccessKind::Item:
-      if (PyTuple_CheckExact(parent)) {
+      if (PyTuple_Check(parent)) {  // a namedtuple too: the trace wraps only those indexing as tuple does
         if (a.index >= PyTuple_GET_SIZE(parent)) return nullptr;
         out = PyTuple_GET_ITEM(parent, a.index);
       } else if (PyList_CheckExact(parent)) {

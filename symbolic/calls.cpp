@@ -169,6 +169,30 @@ bool is_model_output(PyObject* type) {
 }
 
 
+bool is_namedtuple_type(PyObject* o) {
+  return PyType_Check(o) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(o), &PyTuple_Type) &&
+         PyObject_HasAttrString(o, "_fields");
+}
+
+// A namedtuple class whose __new__ is the one collections.namedtuple generated (also under
+// typing.NamedTuple): a function evaluated in a namespace named namedtuple_<typename>.
+bool namedtuple_generated_new(PyObject* type) {
+  static PyObject* const new_name = PyUnicode_InternFromString("__new__");       // NB: kept for the process
+  static PyObject* const prefix = PyUnicode_InternFromString("namedtuple_");     // NB: kept for the process
+  static PyObject* const init_name = PyUnicode_InternFromString("__init__");     // NB: kept for the process
+  if (!is_namedtuple_type(type)) return false;
+  // No __init__ of its own either: calling the class runs only what make_namedtuple folds.
+  if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), init_name) != _PyType_Lookup(&PyTuple_Type, init_name)) return false;
+  PyObject* fn = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), new_name);
+  if (fn && Py_IS_TYPE(fn, &PyStaticMethod_Type)) fn = PyStaticMethod_Type.tp_descr_get(fn, nullptr, type);
+  else if (fn) Py_INCREF(fn);
+  if (!fn) return false;
+  PyOwned owned(fn);
+  if (!PyFunction_Check(fn)) return false;
+  PyObject* name = PyDict_GetItemString(PyFunction_GET_GLOBALS(fn), "__name__");
+  return name && PyUnicode_Check(name) && PyUnicode_Tailmatch(name, prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
+}
+
 SymValue iterator_of(std::vector<SymValue> items) {
   SymValue it = SymValue::boxed(SymValue::Kind::Iterator);
   it.box->items = std::move(items);
@@ -520,10 +544,37 @@ struct Calls {
     return true;
   }
 
+  // sum(iterable, start=0) where some item or the start is a tensor: start + item + item ...,
+  // the additions eager makes, in its order (0 + a bool tensor is an int64 tensor there too).
+  // Items that are neither tensors nor ints are left to eager: CPython adds floats with its own
+  // compensated summation, and anything else runs its type's __add__.
+  static bool sum_of_tensors(Tracer& t, Args& args, Kwargs& kwargs, SymValue& out) {
+    if (args.empty() || args.size() + kwargs.size() > 2 || (!kwargs.empty() && kwargs[0].first != "start")) return false;
+    if (args[0].is_python_constant()) return false;  // folded below, with everything constant
+    PyOwned zero(PyLong_FromLong(0));
+    SymValue acc = args.size() == 2 ? args[1] : !kwargs.empty() ? kwargs[0].second : Tracer::constant(zero.p);
+    auto addable = [](const SymValue& v) {
+      return v.is_tensor() || (v.is_constant() && PyLong_Check(v.obj) && !PyBool_Check(v.obj));
+    };
+    SymValue it = t.make_iterator(args[0]);
+    Args items = remaining(it);
+    bool any_tensor = acc.is_tensor();
+    for (const SymValue& v : items) {
+      if (!addable(v)) return false;
+      any_tensor = any_tensor || v.is_tensor();
+    }
+    if (!addable(acc) || !any_tensor) return false;
+    for (const SymValue& v : items) acc = t.binary("+", acc, v);
+    it.box->pos = it.box->items.size();  // an iterator argument is exhausted, as in eager
+    out = acc;
+    return true;
+  }
+
   static bool builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
     auto is = [&](const char* name) { return fn == builtin(name); };
     const size_t n = args.size();
     if (is("len") && n == 1 && kwargs.empty()) { out = length(t, args[0]); return true; }
+    if (is("sum") && sum_of_tensors(t, args, kwargs, out)) return true;
     // type() and isinstance() of a size-derived int read its type, not its number: no pin.
     const bool typed_constant = n >= 1 && args[0].kind == SymValue::Kind::Constant;
     if (is("type") && n == 1 && typed_constant) {
@@ -761,11 +812,6 @@ struct Calls {
   }
 
 
-  static bool is_namedtuple_type(PyObject* o) {
-    return PyType_Check(o) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(o), &PyTuple_Type) &&
-           PyObject_HasAttrString(o, "_fields");
-  }
-
   static SymValue make_namedtuple(PyObject* type, Args args, Kwargs kwargs) {
     PyOwned fields(PyObject_GetAttrString(type, "_fields"));
     if (!fields.p || !PyTuple_Check(fields.p)) { PyErr_Clear(); throw Unsupported("namedtuple without _fields"); }
@@ -989,7 +1035,14 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     for (auto& kv : kwargs) kw.push_back(std::move(kv));
     return call(constant(func.p), std::move(all), std::move(kw));
   }
-  if (Calls::is_namedtuple_type(fn)) return Calls::make_namedtuple(fn, std::move(args), std::move(kwargs));
+  // A namedtuple class made by namedtuple (typing.NamedTuple included): its fields as given. One
+  // with a __new__ of its own is user code (it may change them): not folded here.
+  if (is_namedtuple_type(fn) && namedtuple_generated_new(fn)) return Calls::make_namedtuple(fn, std::move(args), std::move(kwargs));
+  // tuple.__new__(cls, items): what the __new__ that namedtuple generates (and a typing.NamedTuple
+  // returned by a compiled frame, rebuilt by calling its class) runs.
+  static PyObject* tuple_new = resolve_python_name("builtins.tuple.__new__");  // NB: kept for the process
+  if (fn == tuple_new && args.size() == 2 && kwargs.empty() && args[0].is_constant() && is_namedtuple_type(args[0].obj))
+    return Calls::make_namedtuple(args[0].obj, remaining(make_iterator(args[1])), {});
   if (Calls::is_record_type(fn)) return Calls::make_record(fn, std::move(args), std::move(kwargs));
   SymValue out;
   if (Calls::builtin_call(*this, fn, args, kwargs, out)) return out;

@@ -419,19 +419,23 @@ struct Rebuilder {
           }
           b.call_kw(static_cast<int>(v.items.size()), names.p);
         });
-      case K::NamedTuple:
+      case K::NamedTuple: {
         if (!v.obj) throw CannotRebuild("a named tuple of unknown type");
+        // A struct sequence (torch.return_types.max, ...) is made from one tuple of its fields;
+        // a namedtuple, whatever its class's __new__, is the tuple of its final fields:
+        // tuple.__new__(cls, (fields...)), what its generated __new__ (or a subclass's
+        // super().__new__) runs, with no Python frame (which the hook would meet on every call,
+        // and which for a subclass's own __new__ would run that code a second time).
+        static PyObject* tuple_new = resolve_python_name("builtins.tuple.__new__");  // NB: kept for the process
+        const bool struct_seq = PyObject_HasAttrString(v.obj, "n_sequence_fields");
         b.emit(op::PUSH_NULL, 0);
+        if (!struct_seq) b.load_const(tuple_new);
         b.load_const(v.obj);
         for (const SymValue& i : v.items) push(i);
-        if (PyObject_HasAttrString(v.obj, "n_sequence_fields")) {
-          // A struct sequence (torch.return_types.max, ...) is made from one tuple of its fields.
-          b.emit(op::BUILD_TUPLE, static_cast<int>(v.items.size()));
-          b.call(1);
-          return;
-        }
-        b.call(static_cast<int>(v.items.size()));
+        b.emit(op::BUILD_TUPLE, static_cast<int>(v.items.size()));
+        b.call(struct_seq ? 1 : 2);
         return;
+      }
       case K::Method:
         push(v.items[0]);
         b.load_attr(v.name);

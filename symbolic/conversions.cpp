@@ -12,6 +12,8 @@
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
+
+#include <cstring>
 #include "codegen/shapes/propagate.h"
 
 namespace fastdyn::symbolic {
@@ -302,6 +304,33 @@ void Tracer::add_guard(const SourcePtr& source, GuardKind kind, PyObject* obj) {
   result_.guards.push_back(std::move(g));
 }
 
+namespace {
+
+// A namedtuple class whose instances are plain tuples with names: tuple's own indexing and
+// iteration, and each of its _fields read by the getter namedtuple made for it.
+bool is_plain_namedtuple(PyTypeObject* tp) {
+  PyObject* type = reinterpret_cast<PyObject*>(tp);
+  if (!is_namedtuple_type(type)) return false;
+  // NB: by the methods the class resolves, not by slot pointers: a heap type's sq_item is the
+  // generic slot that calls __getitem__ even when __getitem__ is tuple's own.
+  static PyObject* const tuple_methods[] = {PyUnicode_InternFromString("__getitem__"), PyUnicode_InternFromString("__iter__"),
+                                            PyUnicode_InternFromString("__len__")};  // NB: kept for the process
+  for (PyObject* name : tuple_methods)
+    if (_PyType_Lookup(tp, name) != _PyType_Lookup(&PyTuple_Type, name)) return false;
+  PyOwned fields(PyObject_GetAttrString(type, "_fields"));
+  if (!fields.p || !PyTuple_Check(fields.p)) {
+    PyErr_Clear();
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.p); ++i) {
+    PyObject* descr = _PyType_Lookup(tp, PyTuple_GET_ITEM(fields.p, i));
+    if (!descr || std::strcmp(Py_TYPE(descr)->tp_name, "_collections._tuplegetter") != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   auto guard = [&](GuardKind kind) { add_guard(source, kind, obj); };
   if (runtime::is_tensor_object(obj)) {
@@ -433,6 +462,27 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       items.push_back(wrap(PyTuple_GET_ITEM(obj, i), item_src));
     }
     SymValue v = SymValue::tuple(std::move(items));
+    v.source = source;
+    return v;
+  }
+  // A namedtuple (a model's inputs or outputs handed on): its exact type, then its fields one by
+  // one, like a tuple's items; it stays a namedtuple in the trace (fields by name, unpacking).
+  // Only where every field is the class's own tuple getter and indexing is tuple's: a subclass
+  // that overrides either would compute something else than the items the guards read.
+  if (PyTuple_Check(obj) && is_plain_namedtuple(Py_TYPE(obj))) {
+    guard(GuardKind::TypeIs);
+    PyOwned fields(PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(obj)), "_fields"));
+    SymValue v;
+    v.kind = SymValue::Kind::NamedTuple;
+    v.obj = Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
+      auto item_src = std::make_shared<Source>();
+      item_src->kind = Source::Kind::Item;
+      item_src->index = static_cast<int>(i);
+      item_src->parent = source;
+      v.field_names.push_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields.p, i)));
+      v.items.push_back(wrap(PyTuple_GET_ITEM(obj, i), item_src));
+    }
     v.source = source;
     return v;
   }

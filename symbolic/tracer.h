@@ -217,6 +217,10 @@ PyObject* fold_binary(const std::string& sym, PyObject* a, PyObject* b);  // new
 bool foldable_constant(PyObject* o);       // ints, floats, strings, tuples, dtypes... (no user code)
 SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::string& name, int index = 0);
 bool is_model_output(PyObject* type);      // transformers' ModelOutput dataclasses
+bool is_namedtuple_type(PyObject* o);      // a tuple subclass with _fields (collections/typing namedtuples)
+// A namedtuple class whose __new__ is the one namedtuple generated and without an __init__ of
+// its own: calling it makes exactly tuple.__new__(cls, fields) and runs nothing else.
+bool namedtuple_generated_new(PyObject* type);
 bool has_standard_getattribute(PyTypeObject* tp);  // object's __getattribute__ (maybe with a __getattr__)
 SymValue iterator_of(std::vector<SymValue> items);
 std::vector<SymValue> remaining(const SymValue& iterator);     // the items not yet produced

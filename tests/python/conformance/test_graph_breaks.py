@@ -114,7 +114,7 @@ def int_of_tensor_as_shape(x):
     return torch.ones(n) * x.mean()
 
 
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=1, xfail=BREAK)
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def repr_of_tensor_value(x):
     y = x + 1
     k = len(repr(y))
@@ -423,7 +423,7 @@ def generator_function_consumed_by_list(x):
     return torch.stack(list(gen_scaled(x + 1, 3)))
 
 
-@CASES(lambda: (r(4, 8),), graphs=1, breaks=0, xfail=BREAK)
+@CASES(lambda: (r(4, 8),), graphs=1, breaks=0)
 def generator_expression_in_sum(x):
     return sum(x * i for i in range(1, 4))
 
