@@ -13,7 +13,6 @@
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
 
-#include <cstring>
 #include "codegen/shapes/propagate.h"
 
 namespace fastdyn::symbolic {
@@ -322,9 +321,13 @@ bool is_plain_namedtuple(PyTypeObject* tp) {
     PyErr_Clear();
     return false;
   }
+  // NB: by the type collections uses, not its name ("_collections._tuplegetter" on 3.11,
+  // "collections._tuplegetter" on 3.12).
+  static PyObject* const getter = resolve_python_name("collections._tuplegetter");  // NB: kept for the process
+  if (!getter) return false;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.p); ++i) {
     PyObject* descr = _PyType_Lookup(tp, PyTuple_GET_ITEM(fields.p, i));
-    if (!descr || std::strcmp(Py_TYPE(descr)->tp_name, "_collections._tuplegetter") != 0) return false;
+    if (!descr || reinterpret_cast<PyObject*>(Py_TYPE(descr)) != getter) return false;
   }
   return true;
 }
