@@ -112,8 +112,6 @@ struct Prepared {
   bool bytecode_return = false;  // effects or a rebuilt result: continuation.h's assemble_return
 };
 
-// The frame's result goes back through bytecode (continuation.h's assemble_return), not through
-// an output template of the graph.
 // Where each graph input is read from, as guards name it (L['x'], L['self']...weight): explain().
 std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) {
   std::vector<std::string> names;
@@ -122,6 +120,8 @@ std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) 
   return names;
 }
 
+// The frame's result goes back through bytecode (continuation.h's assemble_return), not through
+// an output template of the graph.
 void return_through_bytecode(Prepared& p) {
   p.out = runtime::OutputTemplate();
   p.trace.graph.outputs.clear();

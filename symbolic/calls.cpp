@@ -1037,7 +1037,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   }
   // A namedtuple class made by namedtuple (typing.NamedTuple included): its fields as given. One
   // with a __new__ of its own is user code (it may change them): not folded here.
-  if (is_namedtuple_type(fn) && namedtuple_generated_new(fn)) return Calls::make_namedtuple(fn, std::move(args), std::move(kwargs));
+  if (namedtuple_generated_new(fn)) return Calls::make_namedtuple(fn, std::move(args), std::move(kwargs));
   // tuple.__new__(cls, items): what the __new__ that namedtuple generates (and a typing.NamedTuple
   // returned by a compiled frame, rebuilt by calling its class) runs.
   static PyObject* tuple_new = resolve_python_name("builtins.tuple.__new__");  // NB: kept for the process

@@ -12,7 +12,6 @@
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
-
 #include "codegen/shapes/propagate.h"
 
 namespace fastdyn::symbolic {
@@ -479,12 +478,8 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     v.kind = SymValue::Kind::NamedTuple;
     v.obj = Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
-      auto item_src = std::make_shared<Source>();
-      item_src->kind = Source::Kind::Item;
-      item_src->index = static_cast<int>(i);
-      item_src->parent = source;
       v.field_names.push_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields.p, i)));
-      v.items.push_back(wrap(PyTuple_GET_ITEM(obj, i), item_src));
+      v.items.push_back(wrap(PyTuple_GET_ITEM(obj, i), child_source(source, Source::Kind::Item, "", static_cast<int>(i))));
     }
     v.source = source;
     return v;

@@ -7,6 +7,7 @@ strides and storage offset. A graph with size symbols is exported at the sizes o
 
 The graph's text is read by fastdyn's own parser (_C.graph_structure); this module only builds
 the FX objects."""
+import functools
 import operator
 import warnings
 
@@ -16,7 +17,8 @@ import torch.fx
 from . import _C
 
 
-def _dtype_of():
+@functools.cache
+def _dtypes():
     """c10 scalar type names ("Float", "BFloat16") to torch dtypes, derived from torch itself."""
     table = {}
     with warnings.catch_warnings():
@@ -30,15 +32,9 @@ def _dtype_of():
     return table
 
 
-_DTYPES = None
-
-
 def _dtype(name):
-    global _DTYPES
-    if _DTYPES is None:
-        _DTYPES = _dtype_of()
     try:
-        return _DTYPES[name]
+        return _dtypes()[name]
     except KeyError:
         raise NotImplementedError(f"fastdyn FX export: no torch dtype for {name}") from None
 
