@@ -119,7 +119,7 @@ bool is_plain_value(PyObject* o) {
   return THPDtype_Check(o) || THPDevice_Check(o);
 }
 
-bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name) {
+bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name, std::optional<SymValue>* value) {
   PyObject* o = owner.obj;
   PyTypeObject* tp = Py_TYPE(o);
   PyOwned key(PyUnicode_InternFromString(name.c_str()));
@@ -146,7 +146,8 @@ bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name) {
       PyErr_Clear();
       if (!fget.p || !PyFunction_Check(fget.p)) throw Unsupported("hasattr(" + describe(owner) + ", '" + name + "') of a property without a Python getter");
       guard_class_attr(owner, name, type_attr);
-      call(constant(fget.p), {owner}, {});
+      SymValue got = call(constant(fget.p), {owner}, {});
+      if (value) *value = std::move(got);
       return true;
     }
     if ((getter = python_dunder(Py_TYPE(type_attr), "__get__"))) {
@@ -155,7 +156,8 @@ bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name) {
       if (data || !dictptr || !*dictptr || !PyDict_GetItemWithError(*dictptr, key.p)) {
         PyErr_Clear();
         guard_class_attr(owner, name, type_attr);
-        call(constant(getter), {constant(type_attr), owner, constant(reinterpret_cast<PyObject*>(tp))}, {});
+        SymValue got = call(constant(getter), {constant(type_attr), owner, constant(reinterpret_cast<PyObject*>(tp))}, {});
+        if (value) *value = std::move(got);
         return true;
       }
     }

@@ -604,10 +604,14 @@ struct Calls {
           return true;
         }
       }
-      if (args[0].is_constant() && !t.has_attr_guarded(args[0], name)) {
-        if (has) { out = Tracer::constant(Py_False); return true; }
-        if (n == 3) { out = args[2]; return true; }
-        throw Unsupported("getattr of a missing attribute");
+      if (args[0].is_constant()) {
+        std::optional<SymValue> got;  // a getter inlined to find out: its result (run once, as eager)
+        if (!t.has_attr_guarded(args[0], name, &got)) {
+          if (has) { out = Tracer::constant(Py_False); return true; }
+          if (n == 3) { out = args[2]; return true; }
+          throw Unsupported("getattr of a missing attribute");
+        }
+        if (got) { out = has ? Tracer::constant(Py_True) : std::move(*got); return true; }
       }
       if (args[0].is_tensor() && has) {
         out = Tracer::constant(PyObject_HasAttrString(tensor_type(), name.c_str()) || name == "grad" ? Py_True : Py_False);
@@ -841,6 +845,36 @@ struct Calls {
   }
 };
 
+// module.children() / named_children(): nn.Module's generators, unrolled over the module's
+// _modules (its names guarded in order, None entries skipped, each child once). Each child is
+// also guarded as an instance with an alias slot, so that which children are one object (the
+// generators skip repeats) holds as traced.
+SymValue Tracer::module_children(const SymValue& module, bool named) {
+  PyObject** dictptr = _PyObject_GetDictPtr(module.obj);
+  PyObject* mods = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!mods || !PyDict_CheckExact(mods) || !module.source) throw Unsupported("children() of " + describe(module));
+  SourcePtr mods_src = child_source(module.source, Source::Kind::Attr, "_modules");
+  add_guard(mods_src, GuardKind::DictKeys, mods);
+  std::vector<SymValue> items;
+  std::vector<PyObject*> seen;
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(mods, &pos, &k, &v)) {
+    if (!PyUnicode_Check(k)) throw Unsupported("children() of a module with a non-str child name");
+    SourcePtr src = child_source(mods_src, Source::Kind::DictItem, PyUnicode_AsUTF8(k));
+    if (v == Py_None) {
+      add_guard(src, GuardKind::IdIs, v);
+      continue;
+    }
+    add_guard(src, GuardKind::Instance, v);
+    if (std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+    seen.push_back(v);
+    SymValue child = load_attr(module, PyUnicode_AsUTF8(k));
+    items.push_back(named ? SymValue::tuple({constant(k), child}) : child);
+  }
+  return iterator_of(std::move(items));
+}
+
 SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
                       std::vector<std::pair<std::string, SymValue>> kwargs) {
   using K = SymValue::Kind;
@@ -871,6 +905,12 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
           if (!r.p) { PyErr_Clear(); throw Unsupported("os.environ." + callable.name + " raised"); }
           return constant(r.p);
         }
+      }
+      if (args.empty() && kwargs.empty() && callable.items[0].is_constant()) {
+        static PyObject* children = resolve_python_name("torch.nn.Module.children");              // NB: kept
+        static PyObject* named_children = resolve_python_name("torch.nn.Module.named_children");  // NB: kept
+        if (callable.obj == children || callable.obj == named_children)
+          return module_children(callable.items[0], callable.obj == named_children);
       }
       args.insert(args.begin(), callable.items[0]);
       return Calls::inline_call(*this, Calls::target_of_function(*this, callable.obj), std::move(args), std::move(kwargs));

@@ -1,6 +1,6 @@
-// symbolic/containers.cpp — methods of the containers a trace builds (list.append, dict.get,
-// tuple.index ...), answered on their symbolic items; a container the caller can see is never
-// mutated here (the trace breaks and the method runs as written).
+// symbolic/containers.cpp — methods of the containers a trace builds or reads (list.append,
+// dict.get, tuple.index ...), answered on their symbolic items; a list or dict the caller can see
+// that the trace mutates gets its final contents after the graph (Tracer::mutate_visible).
 #include <algorithm>
 #include <cstring>
 
@@ -10,7 +10,39 @@
 
 namespace fastdyn::symbolic {
 
-// list.append, dict.get ...: methods of containers made in the trace.
+void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
+  using K = SymValue::Kind;
+  if (!c.box || (c.kind != K::List && c.kind != K::Dict)) throw Unsupported(what + " on " + describe(c) + " the caller can see");
+  auto o = visible_object_.find(c.box.get());
+  if (o == visible_object_.end()) throw Unsupported(what + " on a " + describe(c) + " the caller can see");
+  PyObject* obj = o->second;
+  // Iterated in the trace (a snapshot of its items): eager's iteration would see this mutation,
+  // or raise for a dict that changed size.
+  if (iterated_boxes_.count(c.box.get()))
+    throw Unsupported(what + " on a " + describe(c) + " the caller can see, after iterating it");
+  if (mutated_visible_.count(obj)) return;  // its SetContents is recorded already
+  // Read through two paths before this mutation: two boxes of one object, the other stale.
+  if (visible_boxes_[obj].size() > 1)
+    throw Unsupported(what + " on a " + describe(c) + " the caller can see, read through two paths");
+  // The items it drops are released after the graph, not where eager drops them: none may run
+  // code when released (a __del__, a finalizer).
+  auto finalizes = [](const SymValue& v) {
+    PyTypeObject* tp = v.obj ? Py_TYPE(v.obj) : nullptr;
+    return tp && (tp->tp_finalize || tp->tp_del);
+  };
+  for (const SymValue& v : c.box->items)
+    if (finalizes(v)) throw Unsupported(what + " on a " + describe(c) + " the caller can see, holding an object with a finalizer");
+  mutated_visible_.emplace(obj, c);
+  TraceResult::SideEffect e;
+  e.target = c;
+  e.value = c;  // the same box, as a value made in the trace: its items are the graph's outputs
+  e.value.source = nullptr;
+  e.kind = TraceResult::SideEffect::Kind::SetContents;
+  result_.effects.push_back(std::move(e));
+}
+
+// list.append, dict.get ...: methods of containers made in the trace, and of lists and dicts the
+// caller passed (mutations replayed: mutate_visible).
 SymValue Tracer::container_method(SymValue self, const std::string& name, std::vector<SymValue> args,
                                   std::vector<std::pair<std::string, SymValue>> kwargs) {
   Tracer& t = *this;
@@ -25,9 +57,9 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
     return src ? t.wrap(v.p, src) : Tracer::constant(v.p);
   }
   auto mutate = [&]() {
-    if (self.source) throw Unsupported(describe(self) + "." + name + "() on a container the caller can see");
     for (const SymValue& a : args)  // x.append(x): a container holding itself is left to Python
       if (self.box && a.holds_box(self.box.get())) throw Unsupported("a container that holds itself");
+    if (self.source) t.mutate_visible(self, describe(self) + "." + name + "()");
   };
   if (!kwargs.empty() && !(self.kind == K::Dict && name == "update"))
     throw Unsupported(describe(self) + "." + name + " with keyword arguments");
@@ -106,6 +138,7 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
       int i = find(args[0]);
       return i >= 0 ? self.box->items[static_cast<size_t>(i)] : (n == 2 ? args[1] : Tracer::constant(Py_None));
     }
+    if ((name == "keys" || name == "values" || name == "items") && n == 0) t.iterated_boxes_.insert(self.box.get());
     if (name == "keys" && n == 0) {
       // A real keys view (of a dict of the same keys): set operations work on it, and it is
       // what the code sees again if the trace breaks while it is on the stack.

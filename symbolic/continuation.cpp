@@ -355,6 +355,39 @@ struct Rebuilder {
     built[k] = true;
   }
 
+  // The list or dict the caller passed (v, read through its source) gets the items of v's box:
+  // target[:] = [items] for a list; dict.clear(target), dict.update(target, {items}) for a dict
+  // (its keys in the box's order, as eager's mutations left them).
+  void set_contents(const SymValue& v) {
+    if (v.kind == SymValue::Kind::List) {
+      for (const SymValue& i : v.box->items) push(i);
+      b.emit(op::BUILD_LIST, static_cast<int>(v.box->items.size()));
+      load_sourced(v);
+      b.load_const(Py_None);
+      b.load_const(Py_None);
+      b.emit(op::BUILD_SLICE, 2);
+      b.emit(op::STORE_SUBSCR, 0);
+      return;
+    }
+    static PyObject* clear = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyDict_Type), "clear");    // NB: kept
+    static PyObject* update = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyDict_Type), "update");  // NB: kept
+    b.emit(op::PUSH_NULL, 0);
+    b.load_const(clear);
+    load_sourced(v);
+    b.call(1);
+    b.emit(op::POP_TOP, 0);
+    b.emit(op::PUSH_NULL, 0);
+    b.load_const(update);
+    load_sourced(v);
+    for (size_t i = 0; i < v.box->keys.size(); ++i) {
+      b.load_const(v.box->keys[i].obj);
+      push(v.box->items[i]);
+    }
+    b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
+    b.call(2);
+    b.emit(op::POP_TOP, 0);
+  }
+
   void push(const SymValue& v) {
     using K = SymValue::Kind;
     switch (v.kind) {
@@ -536,6 +569,10 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       b.load_const(Py_None);
       b.emit(op::BUILD_SLICE, 2);
       b.emit(op::DELETE_SUBSCR, 0);
+      continue;
+    }
+    if (e.kind == TraceResult::SideEffect::Kind::SetContents) {
+      rb.set_contents(e.target);
       continue;
     }
     rb.push(e.value);

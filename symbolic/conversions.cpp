@@ -386,9 +386,26 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     throw Unsupported(source_name(*source) + " nests lists or dicts deeper than 16 (or holds itself)");
   if (PyList_CheckExact(obj) && PyList_GET_SIZE(obj) > 256)  // a guard and a value per item: too many
     throw Unsupported(source_name(*source) + " is a list of " + std::to_string(PyList_GET_SIZE(obj)) + " items");
+  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj)) {
+    // A list or dict the trace has mutated, read again through another path: the same box (the
+    // guards hold both paths to one object, guard_builder.cpp).
+    auto m = mutated_visible_.find(obj);
+    if (m != mutated_visible_.end()) {
+      guard(PyList_CheckExact(obj) ? GuardKind::TypeAndLen : GuardKind::DictKeys);
+      SymValue v = m->second;
+      v.source = source;
+      return v;
+    }
+  }
+  auto visible = [&](SymValue v) {  // a list or dict the caller passed, as read through `source`
+    visible_boxes_[obj].push_back(v.box.get());
+    visible_object_[v.box.get()] = obj;
+    v.source = source;
+    return v;
+  };
   if (PyList_CheckExact(obj)) {
-    // A list the caller passed: its items are guarded one by one; the trace may read it but not
-    // mutate it (the source marks it as visible to the caller).
+    // A list the caller passed: its items are guarded one by one; the source marks it as
+    // visible to the caller (a mutation is replayed on it: mutate_visible).
     guard(GuardKind::TypeAndLen);
     std::vector<SymValue> items;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(obj); ++i) {
@@ -398,9 +415,7 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       item_src->parent = source;
       items.push_back(wrap(PyList_GET_ITEM(obj, i), item_src));
     }
-    SymValue v = SymValue::list(std::move(items));
-    v.source = source;
-    return v;
+    return visible(SymValue::list(std::move(items)));
   }
   if (PyDict_CheckExact(obj) && PyDict_GET_SIZE(obj) <= 64) {
     // A dict the caller passed (**kwargs, a cache keyed by layer): each value guarded under its
@@ -426,8 +441,7 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
         v.box->keys.push_back(SymValue::constant(k));
         v.box->items.push_back(wrap(val, item_src));
       }
-      v.source = source;
-      return v;
+      return visible(std::move(v));
     }
   }
   // A dict of another type (OrderedDict, a registry subclass), size or kind of key, a set...:

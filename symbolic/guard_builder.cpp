@@ -129,6 +129,17 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
   std::unordered_map<const Source*, bool> size_one_free;  // by input source
   const std::vector<bool> unobserved = size_one_strides_unobserved(graph);
   for (size_t i = 0; i < unobserved.size(); ++i) size_one_free[trace.input_sources.at(i).get()] = unobserved[i];
+  // A trace that mutated a list or dict the caller passed (its final contents replayed) relied
+  // on which of the lists and dicts it read are one object: an append through one path shows
+  // through another. Those keep their aliasing, as tensors and instances always do.
+  const bool containers_aliased = std::any_of(trace.effects.begin(), trace.effects.end(), [](const TraceResult::SideEffect& e) {
+    return e.kind == TraceResult::SideEffect::Kind::SetContents;
+  });
+  auto same_or_distinct = [&](runtime::GuardNode* n, PyObject* obj) {
+    auto it = alias_slot.find(obj);
+    if (it != alias_slot.end()) tree->add_same_as(n, it->second);
+    else alias_slot.emplace(obj, tree->add_instance(n, obj));
+  };
   for (const GuardSpec& g : trace.guards) {
     runtime::GuardNode* n = node_for(*tree, *g.source);
     // A builtin is only what the name means while no global shadows it.
@@ -140,12 +151,14 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
       case GuardKind::TypeAndLen:
         tree->add_type_is(n, Py_TYPE(g.obj));
         tree->add_len_is(n, PyObject_Length(g.obj));
+        if (containers_aliased && PyList_CheckExact(g.obj)) same_or_distinct(n, g.obj);
         break;
       case GuardKind::TypeAttr: tree->add_type_attr(n, g.name, g.obj); break;
       case GuardKind::Lacks: tree->add_lacks(n, g.name); break;
       case GuardKind::DictKeys:
         tree->add_type_is(n, Py_TYPE(g.obj));
         tree->add_dict_keys(n, g.obj);
+        if (containers_aliased && PyDict_CheckExact(g.obj)) same_or_distinct(n, g.obj);
         break;
       case GuardKind::Tensor:
       case GuardKind::Instance: {

@@ -416,7 +416,7 @@ struct Handlers {
     }
     if (container.kind == SymValue::Kind::Dict) return dict_set(t, container, index, std::move(value));
     if (container.kind == SymValue::Kind::List && index.is_constant() && PyLong_Check(index.obj)) {
-      if (container.source) throw Unsupported("item assignment to a list the caller can see");
+      if (container.source) t.mutate_visible(container, "item assignment");
       auto& items = container.box->items;
       Py_ssize_t i = PyLong_AsSsize_t(index.obj);
       const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
@@ -426,7 +426,7 @@ struct Handlers {
       return;
     }
     if (container.kind == SymValue::Kind::List && index.is_constant() && PySlice_Check(index.obj)) {
-      if (container.source) throw Unsupported("slice assignment to a list the caller can see");
+      if (container.source) t.mutate_visible(container, "slice assignment");
       auto& items = container.box->items;
       Py_ssize_t start, stop, step;
       if (PySlice_Unpack(index.obj, &start, &stop, &step) < 0 || step != 1) { PyErr_Clear(); throw Unsupported("extended slice assignment"); }
@@ -452,7 +452,10 @@ struct Handlers {
       t.result_.effects.push_back(std::move(e));
       return;
     }
-    if (container.source || !index.is_constant()) throw Unsupported("del on " + describe(container));
+    if (!index.is_constant()) throw Unsupported("del on " + describe(container));
+    if (container.source && (container.kind == SymValue::Kind::List || container.kind == SymValue::Kind::Dict))
+      t.mutate_visible(container, "del");
+    else if (container.source) throw Unsupported("del on " + describe(container));
     if (container.kind == SymValue::Kind::List && PyLong_Check(index.obj)) {
       auto& items = container.box->items;
       Py_ssize_t i = PyLong_AsSsize_t(index.obj);
@@ -475,8 +478,7 @@ struct Handlers {
     throw Unsupported("del on " + describe(container));
   }
   static void dict_set(Tracer& t, SymValue& dict, const SymValue& key, SymValue value) {
-    (void)t;
-    if (dict.source) throw Unsupported("item assignment to a dict the caller can see");
+    if (dict.source) t.mutate_visible(dict, "item assignment");
     if (!key.is_constant()) throw Unsupported("dict key " + describe(key) + " is not a constant");
     auto& keys = dict.box->keys;
     for (size_t i = 0; i < keys.size(); ++i) {

@@ -91,8 +91,10 @@ struct TraceResult {
     std::string name;  // SetAttr: the attribute
     SymValue value;    // SetAttr: what is stored
     // SetAttr: target.name = value. ClearList: del target[:] (a continuation's prologue emptying
-    // the list its arguments came in, continuation.h).
-    enum class Kind : uint8_t { SetAttr, ClearList } kind = Kind::SetAttr;
+    // the list its arguments came in, continuation.h). SetContents: the list or dict the caller
+    // passed as `target` (its source) gets the items its box holds at the trace's end
+    // (target[:] = [...]; or clear() and update()): the trace mutated it.
+    enum class Kind : uint8_t { SetAttr, ClearList, SetContents } kind = Kind::SetAttr;
   };
   std::vector<SideEffect> effects;
 

@@ -187,7 +187,7 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     items.insert(items.end(), more.begin(), more.end());
     if (items.size() > 4096) throw Unsupported("a sequence of more than 4096 items built in the trace");
     if (a.kind == K::List && sym == "+=") {
-      if (a.source) throw Unsupported("+= on a list the caller can see");
+      if (a.source) mutate_visible(a, "+=");
       a.box->items = items;
       return a;
     }
@@ -207,7 +207,7 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     std::vector<SymValue> items;
     for (long k = 0; k < PyLong_AsLong(count.obj); ++k) items.insert(items.end(), seq.seq().begin(), seq.seq().end());
     if (seq.kind == K::List && sym == "*=") {
-      if (seq.source) throw Unsupported("*= on a list the caller can see");
+      if (seq.source) mutate_visible(seq, "*=");
       seq.box->items = items;
       return seq;
     }
@@ -374,9 +374,11 @@ SymValue Tracer::make_iterator(const SymValue& v) {
     case K::Tuple:
     case K::List:
     case K::NamedTuple:
+      if (v.kind == K::List) iterated_boxes_.insert(v.box.get());
       items = v.seq();
       break;
     case K::Dict:
+      iterated_boxes_.insert(v.box.get());
       items = v.box->keys;
       break;
     case K::Tensor: {

@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <optional>
+#include <set>
 #include <tuple>
 #include <stdexcept>
 #include <string>
@@ -123,7 +124,15 @@ class Tracer {
   // Whether the constant `owner` has attribute `name` (hasattr, getattr with a default). When it
   // has not, guards that it stays so, or raises Unsupported where that cannot be guarded or
   // finding out would run the class's own __getattr__.
-  bool has_attr_guarded(const SymValue& owner, const std::string& name);
+  // A getter it inlines to find out (a property's, a descriptor's Python __get__: hasattr runs
+  // it, as getattr does) leaves its result in *value, so that getattr does not run it twice.
+  bool has_attr_guarded(const SymValue& owner, const std::string& name, std::optional<SymValue>* value = nullptr);
+  // `container`, a list or dict the caller can see (it has a source), is about to be mutated
+  // (`what`: "append", "item assignment" ...). The trace mutates its symbolic items, and the
+  // transformed code gives the real object those final contents after the graph
+  // (SideEffect::SetContents), as eager would have left it. Unsupported where that could not be
+  // exact: the object was also read through another path before (two boxes of one object).
+  void mutate_visible(const SymValue& container, const std::string& what);
   // The value the trace itself stored in obj.name earlier (replayed after the graph), if any.
   const SymValue* written_attr(PyObject* obj, const std::string& name) const {
     for (const auto& [o, n, v] : written_attrs_)
@@ -183,6 +192,7 @@ class Tracer {
   SymValue subscript(const SymValue& container, const SymValue& index);
   std::vector<SymValue> unpack(const SymValue& seq, int n);
   SymValue make_iterator(const SymValue& iterable);
+  SymValue module_children(const SymValue& module, bool named);  // calls.cpp
   void guard_module_count(const SymValue& container);
   bool truth(const SymValue& v, const char* what);  // trace-time truth value, or Unsupported
 
@@ -198,6 +208,13 @@ class Tracer {
   bool grad_mode_changed_ = false;
   // Attribute values written during the trace (result_.effects), read back by later reads.
   std::vector<std::tuple<PyObject*, std::string, SymValue>> written_attrs_;
+  // Lists and dicts the caller passed (wrap), by object: the boxes of their reads, one per path
+  // read before a mutation; once the trace mutates one (mutate_visible), every later read of
+  // that object shares the mutated box.
+  std::unordered_map<PyObject*, std::vector<const SymBox*>> visible_boxes_;
+  std::unordered_map<const SymBox*, PyObject*> visible_object_;
+  std::unordered_map<PyObject*, SymValue> mutated_visible_;
+  std::set<const SymBox*> iterated_boxes_;  // lists and dicts the trace iterated (a snapshot)
 };
 
 // Python name of a value for messages: "Tensor", "int 3", "<function f>".

@@ -126,3 +126,59 @@ def output_tensors(out):
             continue
         result.extend(output_tensors(item))
     return result
+
+
+H, L, NH, V, B, S = HIDDEN, LAYERS, HEADS, VOCAB, BATCH, SEQ
+
+
+def _wide_text():
+    ids = torch.randint(0, V, (B, S))
+    mask = torch.ones(B, S, dtype=torch.long)
+    mask[1, S - 3:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _wide_pixels():
+    return {"pixel_values": torch.randn(B, 3, 32, 32)}
+
+
+COMMON = dict(num_hidden_layers=L, hidden_size=H, num_attention_heads=NH, vocab_size=V, intermediate_size=2 * H)
+SEQ2SEQ = dict(encoder_layers=L, decoder_layers=L, d_model=H, encoder_attention_heads=NH, decoder_attention_heads=NH,
+               vocab_size=V, encoder_ffn_dim=2 * H, decoder_ffn_dim=2 * H)
+
+# Eighteen more architectures (tests/python/test_hf_zoo_wide.py, bench/model_suite.py), built as
+# tiny as MODELS. name: (config class, model class, config kwargs, inputs)
+WIDE = {
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(COMMON, num_key_value_heads=2, sliding_window=4), _wide_text),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(COMMON, num_key_value_heads=2), _wide_text),
+    "phi": ("PhiConfig", "PhiForCausalLM", COMMON, _wide_text),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(COMMON, num_key_value_heads=2, head_dim=16), _wide_text),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", COMMON, _wide_text),
+    "opt": ("OPTConfig", "OPTForCausalLM",
+            dict(num_hidden_layers=L, hidden_size=H, num_attention_heads=NH, vocab_size=V, ffn_dim=2 * H,
+                 word_embed_proj_dim=H), _wide_text),
+    "falcon": ("FalconConfig", "FalconForCausalLM",
+               dict(num_hidden_layers=L, hidden_size=H, num_attention_heads=NH, vocab_size=V), _wide_text),
+    "bloom": ("BloomConfig", "BloomForCausalLM", dict(n_layer=L, hidden_size=H, n_head=NH, vocab_size=V), _wide_text),
+    "gptj": ("GPTJConfig", "GPTJForCausalLM", dict(n_layer=L, n_embd=H, n_head=NH, vocab_size=V, rotary_dim=8), _wide_text),
+    "distilbert": ("DistilBertConfig", "DistilBertModel",
+                   dict(n_layers=L, dim=H, n_heads=NH, vocab_size=V, hidden_dim=2 * H), _wide_text),
+    "roberta": ("RobertaConfig", "RobertaModel", COMMON, _wide_text),
+    "albert": ("AlbertConfig", "AlbertModel", dict(COMMON, embedding_size=32), _wide_text),
+    "electra": ("ElectraConfig", "ElectraModel", dict(COMMON, embedding_size=32), _wide_text),
+    "bart": ("BartConfig", "BartModel", SEQ2SEQ, _wide_text),
+    "clip_text": ("CLIPTextConfig", "CLIPTextModel", COMMON, _wide_text),
+    "resnet": ("ResNetConfig", "ResNetModel", dict(hidden_sizes=[16, 32], depths=[1, 1], embedding_size=16), _wide_pixels),
+    "convnext": ("ConvNextConfig", "ConvNextModel", dict(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2), _wide_pixels),
+    "swin": ("SwinConfig", "SwinModel",
+             dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4), _wide_pixels),
+}
+
+
+def build_wide(name):
+    """(model, inputs) of a WIDE architecture: random weights from a fixed seed, eval mode."""
+    import transformers
+    config_cls, model_cls, kwargs, make_inputs = WIDE[name]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(**kwargs)
+    return getattr(transformers, model_cls)(config).eval(), make_inputs()

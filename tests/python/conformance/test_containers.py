@@ -269,14 +269,14 @@ def dataclass_fields_and_asdict_like(x):
 
 # --------------------------------------------------------------------------- caller-visible mutation
 
-@CASES(lambda: ([r(4, 8)], r(4, 8)), fresh=True, xfail=MUTATION)
+@CASES(lambda: ([r(4, 8)], r(4, 8)), fresh=True)
 def caller_list_append_replayed(acc, x):
     acc.append(x * 2)
     acc.append("tag")
     return x + 1
 
 
-@CASES(lambda: ([r(4, 8), r(4, 8), 1], r(4, 8)), fresh=True, xfail=MUTATION)
+@CASES(lambda: ([r(4, 8), r(4, 8), 1], r(4, 8)), fresh=True)
 def caller_list_item_assignment_and_del_replayed(items, x):
     items[0] = items[1] + x
     items[2] = items[2] + 1
@@ -284,21 +284,21 @@ def caller_list_item_assignment_and_del_replayed(items, x):
     return items[0].sum()
 
 
-@CASES(lambda: ([r(4, 8), r(4, 8)],), fresh=True, xfail=MUTATION)
+@CASES(lambda: ([r(4, 8), r(4, 8)],), fresh=True)
 def caller_list_pop_and_insert_replayed(items):
     last = items.pop()
     items.insert(0, last * 3)
     return last
 
 
-@CASES(lambda: ({"a": r(4, 8)}, r(4, 8)), fresh=True, xfail=MUTATION)
+@CASES(lambda: ({"a": r(4, 8)}, r(4, 8)), fresh=True)
 def caller_dict_setitem_and_update_replayed(cache, x):
     cache["b"] = cache["a"] + x
     cache.update(c=x * 2, n=3)
     return cache["b"] * 2
 
 
-@CASES(lambda: ({"a": r(4, 8), "b": r(4, 8), "k": 1}, r(4, 8)), fresh=True, xfail=MUTATION)
+@CASES(lambda: ({"a": r(4, 8), "b": r(4, 8), "k": 1}, r(4, 8)), fresh=True)
 def caller_dict_pop_and_del_replayed(cache, x):
     a = cache.pop("a")
     del cache["b"]
@@ -306,14 +306,14 @@ def caller_dict_pop_and_del_replayed(cache, x):
     return a + x
 
 
-@CASES(lambda: ({"layers": [r(4, 8)], "meta": {"n": 0}}, r(4, 8)), fresh=True, xfail=MUTATION)
+@CASES(lambda: ({"layers": [r(4, 8)], "meta": {"n": 0}}, r(4, 8)), fresh=True)
 def caller_nested_containers_mutated(state, x):
     state["layers"].append(x.relu())
     state["meta"]["n"] += 1
     return state["layers"][0] + x
 
 
-@CASES(lambda: ([1, 2], r(4, 8)), fresh=True, xfail=MUTATION)
+@CASES(lambda: ([1, 2], r(4, 8)), fresh=True)
 def caller_list_cleared_and_refilled(items, x):
     items.clear()
     items.extend([x, x.sum()])
@@ -327,7 +327,7 @@ def caller_set_add_replayed(seen, x):
     return x * 2
 
 
-@CASES(lambda: (State(r(4, 8)), r(4, 8)), fresh=True, xfail=MUTATION)
+@CASES(lambda: (State(r(4, 8)), r(4, 8)), fresh=True)
 def caller_dataclass_fields_mutated(state, x):
     state.hidden = state.hidden + x
     state.count += 1
@@ -353,7 +353,6 @@ def append_and_return(items, x):
     return items
 
 
-@xfail(MUTATION)
 def test_returned_caller_list_is_the_same_object():
     jitted = fastdyn.jit(append_and_return)
     for n in range(1, 3):
@@ -415,13 +414,11 @@ def _twice_like_eager(fn, state, reset_state):
     assert report.graph_count == 1 and report.graph_break_count == 0, report
 
 
-@xfail(MUTATION)
 def test_mutable_default_argument_grows_like_eager():
     acc = append_to_default.__defaults__[0]
     _twice_like_eager(append_to_default, acc, acc.clear)
 
 
-@xfail(MUTATION)
 def test_closure_list_appended_like_eager():
     remember, store = make_counter_closure()
     _twice_like_eager(remember, store, store.clear)

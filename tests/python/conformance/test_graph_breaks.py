@@ -455,7 +455,7 @@ def attribute_write_replayed_before_break(c, x):
     return y + c.n
 
 
-@CASES(list_and_tensor, fresh=True, graphs=2, breaks=1, xfail=BREAK)
+@CASES(list_and_tensor, fresh=True, graphs=2, breaks=1)
 def list_append_replayed_before_break(items, x):
     items.append(x + 1)
     print("items", len(items))

@@ -266,6 +266,41 @@ def batch_norm_train_updates_running_stats(m, x):
     return m(x)
 
 
+class ChildrenStage(nn.Module):
+    """Iterates its own children (timm's RegStage): a child registered twice runs once, a None
+    slot is skipped, named_children gives the names."""
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.act = nn.ReLU()
+        self.b = nn.Linear(8, 8)
+        self.again = self.a
+        self.empty = None
+
+    def forward(self, x):
+        for m in self.children():
+            x = m(x)
+        names = [name for name, _ in self.named_children()]
+        return x, names
+
+
+@CASES(seeded(lambda: (ChildrenStage(), r(4, 8))))
+def module_children_and_named_children_unrolled(m, x):
+    return m(x)
+
+
+def test_children_of_a_module_whose_children_became_one_object():
+    m = ChildrenStage()
+    x = r(4, 8)
+    jitted = fastdyn.jit(m)
+    assert_same(jitted(x)[0], m(x)[0])
+    m.b = m.a  # now a, b and again are one module: children() yields it once
+    got, names = jitted(x)
+    want, want_names = m(x)
+    assert_same(got, want)
+    assert names == want_names == ["a", "act"]
+
+
 CASES.define_tests(globals())
 
 

@@ -1,0 +1,230 @@
+"""Lists and dicts the caller passed, mutated by a compiled frame (symbolic/containers.cpp
+Tracer::mutate_visible): the trace mutates their symbolic items and the transformed code gives
+the real objects their final contents after the graph. The cases that must not go wrong: the same
+object reached through two paths (before and after the mutation), aliasing that changes between
+calls, a break after the mutation, a mutation inside a call that breaks (replayed once, not
+twice), the identity of the container and of the items it keeps.
+"""
+import torch
+
+from fdcheck import call_with_stats, check_fresh, fastdyn
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def test_append_replayed_and_the_list_returned_is_the_callers():
+    def f(acc, x):
+        acc.append(x * 2)
+        return acc
+
+    acc = [r(3)]
+    first = acc[0]
+    x = r(3)
+    out, delta = call_with_stats(fastdyn.jit(f), acc, x)
+    assert delta["graphs"] == 1 and delta["graph_breaks"] == 0, delta
+    assert out is acc and acc[0] is first and len(acc) == 2
+    torch.testing.assert_close(acc[1], x * 2)
+
+
+def test_two_arguments_that_become_one_list_recompile():
+    def f(a, b, x):
+        a.append(x + 1)
+        return len(b), x * 2
+
+    jf = fastdyn.jit(f)
+    x = r(4)
+    a, b = [], []
+    (n, _), delta = call_with_stats(jf, a, b, x)
+    assert n == 0 and len(a) == 1 and b == []
+    assert delta["graphs"] == 1 and delta["graph_breaks"] == 0, delta
+    # Now one list for both: eager sees the append through b.
+    c = []
+    (n, _), delta = call_with_stats(jf, c, c, x)
+    assert n == 1 and len(c) == 1
+    assert delta["recompiles"] == 1, delta
+    # And distinct again: the first entry still serves.
+    a, b = [], [1]
+    assert jf(a, b, x)[0] == 1 and len(a) == 1 and b == [1]
+
+
+def test_one_list_through_two_paths_read_before_the_mutation_is_left_to_python():
+    def f(d, x):
+        d["a"].append(x)
+        return len(d["b"])
+
+    shared = []
+    d = {"a": shared, "b": shared}
+    assert fastdyn.jit(f)(d, r(2)) == 1  # eager: 1 (the same list)
+    assert len(shared) == 1
+
+
+def test_read_through_a_second_path_after_the_mutation_sees_it():
+    class Holder:
+        pass
+
+    def f(h, lst, x):
+        lst.append(x)
+        return len(h.items), h.items[-1] * 2
+
+    lst = [r(2)]
+    h = Holder()
+    h.items = lst
+    x = r(2)
+    (n, last), delta = call_with_stats(fastdyn.jit(f), h, lst, x)
+    assert delta["graphs"] == 1 and delta["graph_breaks"] == 0, delta
+    assert n == 2
+    torch.testing.assert_close(last, x * 2)
+    # A Holder whose list is another one: eager reads the other list.
+    other = [r(2), r(2), r(2)]
+    h2 = Holder()
+    h2.items = other
+    lst2 = [r(2)]
+    n, last = fastdyn.jit(f)(h2, lst2, x)
+    assert n == 3 and len(lst2) == 2
+    torch.testing.assert_close(last, other[-1] * 2)
+
+
+def test_a_break_after_the_mutation_keeps_one_append():
+    def f(acc, x):
+        acc.append(x + 1)
+        print("", end="")  # a graph break
+        acc.append(x + 2)
+        return x.sum()
+
+    acc = []
+    x = r(3)
+    fastdyn.jit(f)(acc, x)
+    assert len(acc) == 2
+    torch.testing.assert_close(acc[0], x + 1)
+    torch.testing.assert_close(acc[1], x + 2)
+
+
+def test_a_mutation_inside_a_call_that_breaks_happens_once():
+    def helper(acc, x):
+        acc.append(x * 3)
+        print("", end="")  # breaks inside the inlined call: the call runs as written
+        return x
+
+    def f(acc, x):
+        y = helper(acc, x)
+        return y + 1
+
+    acc = []
+    fastdyn.jit(f)(acc, r(2))
+    assert len(acc) == 1
+
+
+def test_global_list_mutated():
+    def f(x):
+        LOG.append(x.sum())
+        return x * 2
+
+    LOG.clear()
+    jf = fastdyn.jit(f)
+    _, delta = call_with_stats(jf, r(3))
+    assert delta["graphs"] == 1 and delta["graph_breaks"] == 0, delta
+    jf(r(3))
+    assert len(LOG) == 2
+
+
+LOG = []
+
+
+def test_an_exception_after_the_mutation_leaves_eagers_state():
+    def f(acc, x):
+        acc.append(x)
+        if x.shape[0] > 2:
+            raise ValueError("too long")
+        return x
+
+    acc = []
+    try:
+        fastdyn.jit(f)(acc, r(3))
+    except ValueError:
+        pass
+    assert len(acc) == 1
+
+
+def test_dict_order_after_pop_and_reinsert():
+    def f(d, x):
+        a = d.pop("a")
+        d["a"] = a + x
+        d.setdefault("z", 0)
+        return x
+
+    def make():
+        return ({"a": torch.ones(2), "b": 1}, torch.ones(2))
+
+    _, args = check_fresh(f, make)
+    assert list(args[0]) == ["b", "a", "z"]
+
+
+def test_mutated_list_hits_the_cache_on_the_next_call():
+    def f(acc, x):
+        acc.append(x * 2)
+        return x + 1
+
+    jf = fastdyn.jit(f)
+    acc = []
+    jf(acc, r(3))
+    _, delta = call_with_stats(jf, [], r(3))
+    assert delta["cache_hits"] == 1 and delta["graphs"] == 0
+
+
+def test_a_dict_mutated_while_iterating_it_raises_as_eager():
+    # CPython's test_dict: dropping d[2] runs X.__del__, which clears d; the next step of the
+    # iteration raises. Replayed after the graph, neither would happen.
+    class X(int):
+        def __del__(self):
+            d.clear()
+
+    d = {i: X(i) for i in range(8)}
+
+    def iter_and_mutate(x):
+        for k, v in d.items():
+            if k == 2:
+                d[2] = None
+        return x + 1
+
+    try:
+        fastdyn.jit(iter_and_mutate)(r(2))
+        raised = False
+    except RuntimeError:
+        raised = True
+    assert raised
+
+
+def test_a_list_appended_while_iterating_it_sees_the_new_items():
+    def f(lst, x):
+        total = x * 0
+        for v in lst:
+            total = total + v
+            if len(lst) < 4:
+                lst.append(v * 2)
+        return total
+
+    want_lst = [torch.ones(2), torch.ones(2) * 3]
+    want = f(want_lst, torch.ones(2))
+    got_lst = [torch.ones(2), torch.ones(2) * 3]
+    got = fastdyn.jit(f)(got_lst, torch.ones(2))
+    torch.testing.assert_close(got, want)
+    assert len(got_lst) == len(want_lst) == 4
+
+
+def test_dropping_an_item_with_a_finalizer_happens_where_eager_drops_it():
+    events = []
+
+    class Noisy:
+        def __del__(self):
+            events.append("del")
+
+    def f(lst, x):
+        lst[0] = None
+        events.append("after store")
+        return x + 1
+
+    lst = [Noisy()]
+    fastdyn.jit(f)(lst, r(2))
+    assert events == ["del", "after store"], events
