@@ -128,8 +128,49 @@ PyObject* Assembler::line_table(int first_line) {
   return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
+void write_exception_varint(std::string& out, int v, bool first) {
+  // Most significant 6-bit group first; bit 6 continues; bit 7 marks an entry's first byte.
+  int shift = 0;
+  while ((v >> shift) >= 64) shift += 6;
+  bool mark = first;
+  for (; shift >= 0; shift -= 6) {
+    char b = static_cast<char>((v >> shift) & 0x3f);
+    if (shift > 0) b |= 0x40;
+    if (mark) b |= static_cast<char>(0x80);
+    mark = false;
+    out.push_back(b);
+  }
+}
+
+void Assembler::add_handler(int start_label, int end_label, int target_label, int depth, bool lasti) {
+  handlers_.push_back({start_label, end_label, target_label, depth, lasti});
+}
+
+PyObject* Assembler::exception_table() {
+  resolve();
+  std::vector<int> start(items_.size() + 1, 0);
+  for (size_t i = 0; i < items_.size(); ++i) start[i + 1] = start[i] + code_units(items_[i].opcode, items_[i].arg);
+  auto at = [&](int label) {
+    const int item = label_at_.at(static_cast<size_t>(label));
+    FD_CHECK(item >= 0, "an exception-table label is unbound");
+    return start[static_cast<size_t>(item)];
+  };
+  std::string out;
+  for (const Handler& h : handlers_) {
+    const int s = at(h.start), e = at(h.end);
+    if (e <= s) continue;
+    write_exception_varint(out, s, true);
+    write_exception_varint(out, e - s, false);
+    write_exception_varint(out, at(h.target), false);
+    write_exception_varint(out, (h.depth << 1) | (h.lasti ? 1 : 0), false);
+  }
+  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+}
+
 int Assembler::max_stack_depth() const {
   std::vector<int> at_label(label_at_.size(), -1);
+  for (const Handler& h : handlers_)  // a handler starts with its depth, lasti and the exception
+    at_label[static_cast<size_t>(h.target)] = h.depth + (h.lasti ? 1 : 0) + 1;
   int depth = 0, max_depth = 0;
   for (size_t i = 0; i < items_.size(); ++i) {
     for (size_t l = 0; l < label_at_.size(); ++l)
@@ -258,7 +299,7 @@ PyCodeObject* make_code(PyCodeObject* orig, CodeBuilder& b, int argcount, PyObje
   PyObject* names_t = b.names_tuple();
   PyObject* freevars = PyObject_GetAttrString(reinterpret_cast<PyObject*>(orig), "co_freevars");
   PyObject* cellvars = PyTuple_New(0);
-  PyObject* exctable = PyBytes_FromStringAndSize("", 0);
+  PyObject* exctable = b.as().exception_table();
   if (orig->co_nfreevars > 0) flags |= CO_NESTED;
   PyCodeObject* out = nullptr;
   if (code && linetable && consts_t && names_t && varnames && freevars && cellvars && exctable) {

@@ -34,13 +34,23 @@ class Assembler {
   PyObject* code_bytes();         // new reference (bytes)
   PyObject* line_table(int first_line);  // new reference (bytes), 3.11+ locations format
   int max_stack_depth() const;    // from the interpreter's own stack effects, following jumps
+  // An exception-table entry: instructions in [start, end) jump to `target` with the stack cut
+  // to `depth` (then lasti, if asked, and the exception pushed). Entries are added in code order
+  // and must not overlap.
+  void add_handler(int start_label, int end_label, int target_label, int depth, bool lasti);
+  PyObject* exception_table();    // new reference (bytes), the 3.11+ format
 
  private:
   struct Item { uint8_t opcode; int arg; int line; int label = -1; Position pos; };
+  struct Handler { int start, end, target, depth; bool lasti; };
   void resolve();
   std::vector<Item> items_;
   std::vector<int> label_at_;     // label -> item index it is bound before
+  std::vector<Handler> handlers_;
 };
+
+// One exception-table varint (most significant 6-bit group first; `first` marks an entry's start).
+void write_exception_varint(std::string& out, int v, bool first);
 
 // Builds a code object's constants, names and instructions; loads values from Sources.
 class CodeBuilder {

@@ -3,6 +3,7 @@
 
 #include <torch/csrc/Size.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -117,20 +118,6 @@ BreakShape shape_of(const std::vector<Instruction>& insts, int first, int last, 
 }
 
 // ---- continuation code objects
-
-void write_exception_varint(std::string& out, int v, bool first) {
-  // Most significant 6-bit group first; bit 6 continues; bit 7 marks an entry's first byte.
-  int shift = 0;
-  while ((v >> shift) >= 64) shift += 6;
-  bool mark = first;
-  for (; shift >= 0; shift -= 6) {
-    char b = static_cast<char>((v >> shift) & 0x3f);
-    if (shift > 0) b |= 0x40;
-    if (mark) b |= static_cast<char>(0x80);
-    mark = false;
-    out.push_back(b);
-  }
-}
 
 PyObject* shifted_exception_table(PyCodeObject* orig, int shift) {
   std::string out;
@@ -697,6 +684,30 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       b.load_const(Py_None);
       b.emit(op::STORE_FAST, slot);
     }
+    // Inside with blocks (grad mode, nullcontext: break_blocker), the breaking instruction keeps
+    // their exception-table entries: should it raise, each block's __exit__ (on the rebuilt
+    // stack) runs before the exception leaves, as in the original code.
+    const int break_start = b.as().new_label(), break_stop = b.as().new_label();
+    // The innermost block's entry covers the instruction; the next block out covers the inner
+    // handler's cleanup (CPython's table has no overlapping ranges): follow that chain.
+    std::vector<ExceptionEntry> blocks;
+    const std::vector<ExceptionEntry> table = exception_table(orig);
+    auto covering = [&](int unit) -> const ExceptionEntry* {
+      for (const ExceptionEntry& e : table)
+        if (unit >= e.start && unit < e.end) return &e;
+      return nullptr;
+    };
+    for (const ExceptionEntry* e = covering(insts[static_cast<size_t>(trace.break_inst)].index); e && blocks.size() < 32;) {
+      const Instruction* h = nullptr;
+      for (const Instruction& in : insts)
+        if (in.index == e->target) h = &in;
+      if (!h || std::strcmp(opcode_info(h->opcode).name, "PUSH_EXC_INFO") != 0)
+        throw CannotRebuild("a break inside a block other than with");  // break_blocker refuses these
+      blocks.push_back(*e);
+      const ExceptionEntry* handler = covering(e->target);  // the with handler's own range -> its cleanup
+      e = handler ? covering(handler->target) : nullptr;     // the cleanup's range -> the next block out
+    }
+    b.as().bind(break_start);
     int label = -1;
     for (int i = trace.break_inst; i <= trace.break_end; ++i) {
       const Instruction& in = insts[static_cast<size_t>(i)];
@@ -707,6 +718,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
         copy_instruction(b, orig, in);
       }
     }
+    b.as().bind(break_stop);
     for (const Successor& s : shape.successors) {
       if (s.via_jump) b.as().bind(label);
       std::vector<bool> layout = below;
@@ -734,6 +746,35 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       b.emit(op::POP_TOP, 0);
       b.call(1);
       b.emit(op::RETURN_VALUE, 0);
+    }
+    // The blocks' handlers, innermost first, as CPython compiles a with statement's (the exits
+    // rebuilt here never suppress: grad mode's and nullcontext's return None).
+    auto rebuilt_depth = [&](int original) {  // the transformed stack below the block's exit
+      int d = 2 + nlocals;  // the continuation's NULL and placeholder, then the locals
+      for (int j = 0; j < original; ++j)
+        if (!(j < passthrough && trace.stack[static_cast<size_t>(j)].is_null())) ++d;
+      return d;
+    };
+    int from = break_start, to = break_stop;
+    for (const ExceptionEntry& e : blocks) {
+      const int depth = rebuilt_depth(e.depth);
+      const int handler = b.as().new_label(), handler_end = b.as().new_label(), cleanup = b.as().new_label(),
+                cleanup_end = b.as().new_label();
+      b.as().add_handler(from, to, handler, depth, true);
+      b.as().add_handler(handler, handler_end, cleanup, depth + 2, true);
+      b.as().bind(handler);
+      b.emit(op::PUSH_EXC_INFO, 0);
+      b.emit(op::WITH_EXCEPT_START, 0);
+      b.emit(op::POP_TOP, 0);
+      b.emit(op::RERAISE, 2);
+      b.as().bind(handler_end);
+      b.as().bind(cleanup);
+      b.emit(op::COPY, 3);
+      b.emit(op::POP_EXCEPT, 0);
+      b.emit(op::RERAISE, 1);
+      b.as().bind(cleanup_end);
+      from = cleanup;
+      to = cleanup_end;
     }
     PyOwned varnames(transformed_varnames(orig, nargs, slots.size()));
     return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);

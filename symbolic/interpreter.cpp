@@ -1091,8 +1091,19 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
                std::strcmp(opcode_info(insts[k + 1].opcode).name, "WITH_EXCEPT_START") == 0;
     return false;
   };
-  for (const ExceptionEntry& e : exception_table(code))
-    if (in.index >= e.start && in.index < e.end && !with_cleanup(e.target)) return "inside a try block";
+  // The blocks around it: the innermost entry covers the instruction, the next block out covers
+  // that handler's cleanup, and so on (CPython's ranges do not overlap). Every one must be a with.
+  const std::vector<ExceptionEntry> table = exception_table(code);
+  auto covering = [&](int unit) -> const ExceptionEntry* {
+    for (const ExceptionEntry& e : table)
+      if (unit >= e.start && unit < e.end) return &e;
+    return nullptr;
+  };
+  for (const ExceptionEntry* e = covering(in.index); e;) {
+    if (!with_cleanup(e->target)) return "inside a try block";
+    const ExceptionEntry* handler = covering(e->target);
+    e = handler ? covering(handler->target) : nullptr;
+  }
   for (const Instruction& j : insts) {
     if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
     const int target = j.next - j.arg;

@@ -291,6 +291,51 @@ def test_grad_mode_is_back_after_the_block_raises_in_a_continuation():
             assert not torch.is_grad_enabled()
 
 
+def breaking_call_raises_inside_nested_blocks(x, table):
+    with torch.enable_grad():
+        y = x * 2
+        with torch.no_grad():
+            z = y + 1
+            missing = table["absent"]  # the breaking instruction itself raises (KeyError)
+    return z, missing
+
+
+def test_grad_mode_is_back_when_the_breaking_instruction_raises_inside_blocks():
+    # The transformed code runs the breaking instruction after entering the blocks for real: it
+    # carries their handlers, which run each __exit__ (found by scripts/difftest.py, seed 961:
+    # grad mode was left off after a KeyError inside `with torch.no_grad()`).
+    jitted = fastdyn.jit(breaking_call_raises_inside_nested_blocks)
+    table = type("Table", (), {"__getitem__": lambda self, k: {}[k]})()  # a Python __getitem__: a break
+    for outer in (True, False):
+        with torch.set_grad_enabled(outer):
+            for _ in range(2):
+                with pytest.raises(KeyError) as info:
+                    jitted(r(4, 8), table)
+                assert torch.is_grad_enabled() == outer
+                frames = [(f.name, f.lineno + 1) for f in info.traceback]  # pytest counts from 0
+                assert ("breaking_call_raises_inside_nested_blocks",
+                        breaking_call_raises_inside_nested_blocks.__code__.co_firstlineno + 5) in frames, frames
+    assert fastdyn.stats()["graphs"] >= 1
+
+
+def breaking_call_inside_with_inside_try(x, table):
+    try:
+        with torch.no_grad():
+            y = x * 2
+            v = table["absent"]
+    except KeyError:
+        return "caught", torch.is_grad_enabled()
+    return y, v
+
+
+def test_a_break_inside_a_with_inside_a_try_runs_the_frame_as_written():
+    # The try's handler would need the frame's state at the break: such a frame runs eagerly,
+    # and the except clause sees the mode the with block restored.
+    table = type("Table", (), {"__getitem__": lambda self, k: {}[k]})()
+    got = fastdyn.jit(breaking_call_inside_with_inside_try)(r(4, 8), table)
+    assert got == ("caught", True) and torch.is_grad_enabled()
+
+
 @CASES(lambda: (r(4, 8).requires_grad_(),), graphs=2, breaks=1, xfail=GRADBLOCK)
 def break_inside_no_grad(x):
     with torch.no_grad():
