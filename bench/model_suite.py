@@ -267,10 +267,20 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "model_suite.json"))
+    ap.add_argument("--table", action="store_true", help="print the table of the --json results; run nothing")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print("RESULT " + json.dumps(child(args.child, args.rounds)), flush=True)
+        return 0
+    if args.table:
+        with open(args.json) as f:
+            results = json.load(f)
+        print(HEADER)
+        for name, r in results.items():
+            print(row(name, r))
+        print()
+        print(summary(results))
         return 0
     names = list(MODELS)
     if args.only:
@@ -282,9 +292,7 @@ def main():
     if os.path.exists(args.json):
         with open(args.json) as f:
             results = json.load(f)
-    print("| model | kind | equal (fastdyn err / inductor err) | fastdyn graphs / breaks | dynamo graphs / breaks | "
-          "eager ms | fastdyn x | inductor x | fastdyn first call s | inductor first call s |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|---:|")
+    print(HEADER)
     for name in names:
         r = run_child(name, args)
         results[name] = r
@@ -294,6 +302,11 @@ def main():
     print()
     print(summary({n: results[n] for n in names if n in results}))
     return 0
+
+
+HEADER = ("| model | kind | equal (fastdyn err / inductor err) | fastdyn graphs / breaks | dynamo graphs / breaks | "
+          "eager ms | fastdyn x | inductor x | fastdyn first call s | inductor first call s |\n"
+          "|---|---|---|---|---|---:|---:|---:|---:|---:|")
 
 
 def row(name, r):

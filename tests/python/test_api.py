@@ -366,3 +366,32 @@ def test_jit_keeps_the_wrapped_signature_and_metadata():
     assert f.__name__ == "forward" and f.__doc__ == "doc"
     x = torch.arange(3)
     torch.testing.assert_close(f(x), x * 2)
+
+
+def test_a_view_of_a_parameter_under_no_grad_keeps_the_graph_native():
+    # ViT's class token: `self.cls_token.expand(B, -1, -1)` under torch.no_grad. The view's
+    # flag is set (eager: views made outside grad mode keep it), and lowering took it for a
+    # backward to record: every timm ViT ran on ATen ("autograd: ... requires grad").
+    class ClassToken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            c = self.cls.expand(x.shape[0], -1, -1)
+            return self.lin(torch.cat([c, x], dim=1)).relu(), c
+
+    m = ClassToken().eval()
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        report = fastdyn.explain(m, x)
+        out, c = fastdyn.jit(m)(x)
+        assert not out.requires_grad and c.requires_grad  # eager: a view made under no_grad keeps the flag
+    code = report.code[0]
+    assert "runs on aten" not in code and "requires grad" not in code, code
+    if fastdyn._C.has_llvm_cpu:
+        assert code.startswith("backend llvm_cpu") and "kernel " in code, code
+    # In grad mode the view does require grad, as eager's.
+    out, c = fastdyn.jit(m)(x)
+    assert c.requires_grad and out.requires_grad
