@@ -284,7 +284,12 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       PyOwned key(PyUnicode_InternFromString(name.c_str()));
       PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o), key.p);
       PyObject* meta_found = _PyType_Lookup(Py_TYPE(o), key.p);
-      if (Py_TYPE(o)->tp_getattro != PyType_Type.tp_getattro || (found && python_dunder(Py_TYPE(found), "__get__")) ||
+      // A metaclass with only a __getattr__ (3.11's EnumType) is not asked for a name the
+      // normal lookup finds (an enum member in the class dict).
+      static PyObject* getattribute_name = PyUnicode_InternFromString("__getattribute__");  // NB: kept
+      const bool plain_lookup = Py_TYPE(o)->tp_getattro == PyType_Type.tp_getattro ||
+                                (found && _PyType_Lookup(Py_TYPE(o), getattribute_name) == _PyType_Lookup(&PyType_Type, getattribute_name));
+      if (!plain_lookup || (found && python_dunder(Py_TYPE(found), "__get__")) ||
           (meta_found && (Py_TYPE(meta_found) == &PyProperty_Type || python_dunder(Py_TYPE(meta_found), "__get__"))))
         throw Unsupported("class attribute '" + name + "' of " + describe(owner) + " runs Python code");
     }

@@ -3,6 +3,8 @@
 dict.items, reversed, nested, break/continue, ModuleList/Sequential). Each such function is ONE
 graph: the branch or loop vanishes into guards. The written-out tests at the end check that the
 guards notice a change (another constant, shape, flag) and that the result follows eager."""
+import enum
+
 import torch
 import torch.nn as nn
 
@@ -414,6 +416,20 @@ def loop_over_module_dict_items(layers, x):
     for name, layer in layers.items():
         x = layer(x) if name == "a" else x - layer(x)
     return x
+
+
+class Layout(str, enum.Enum):
+    """timm's Format: a str enum whose members Python 3.11 reads through the class dict (the
+    metaclass's __getattr__ is never asked)."""
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+@CASES(lambda: (r(1, 2, 3, 4), Layout.NHWC))
+def branch_on_a_str_enum_member(x, fmt):
+    if fmt == Layout.NHWC:
+        return x.permute(0, 2, 3, 1) * 2
+    return x * 2
 
 
 CASES.define_tests(globals())
