@@ -200,6 +200,9 @@ SymValue iterator_of(std::vector<SymValue> items) {
 }
 
 std::vector<SymValue> remaining(const SymValue& it) {
+  // Drained into another iterator (enumerate, zip, reversed, list()): no loop steps this one.
+  // NB: a mutation while the derived iterator runs is then not seen (check_not_iterating).
+  it.box->exhausted = true;
   return std::vector<SymValue>(it.box->items.begin() + static_cast<long>(it.box->pos), it.box->items.end());
 }
 
@@ -647,7 +650,7 @@ struct Calls {
     if (is("next") && n >= 1 && args[0].kind == SymValue::Kind::Iterator) {
       auto& box = *args[0].box;
       if (box.pos < box.items.size()) out = box.items[box.pos++];
-      else if (n == 2) out = args[1];
+      else if (n == 2) { out = args[1]; box.exhausted = true; }
       else throw Unsupported("next() of an exhausted iterator");
       return true;
     }

@@ -10,16 +10,23 @@
 
 namespace fastdyn::symbolic {
 
+void Tracer::check_not_iterating(const SymValue& c, const std::string& what) const {
+  if (!c.box) return;
+  for (const auto& [container, it] : live_iterators_)
+    if (container == c.box.get() && !it->exhausted)
+      throw Unsupported(what + " on a " + describe(c) + " while the trace iterates it");
+}
+
 void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
   using K = SymValue::Kind;
   if (!c.box || (c.kind != K::List && c.kind != K::Dict)) throw Unsupported(what + " on " + describe(c) + " the caller can see");
   auto o = visible_object_.find(c.box.get());
   if (o == visible_object_.end()) throw Unsupported(what + " on a " + describe(c) + " the caller can see");
   PyObject* obj = o->second;
-  // Iterated in the trace (a snapshot of its items): eager's iteration would see this mutation,
-  // or raise for a dict that changed size.
+  // Its keys()/values()/items() were taken in the trace (a snapshot, not linked to it): a view
+  // eager's code still iterates would see this mutation, or raise for a size change.
   if (iterated_boxes_.count(c.box.get()))
-    throw Unsupported(what + " on a " + describe(c) + " the caller can see, after iterating it");
+    throw Unsupported(what + " on a " + describe(c) + " the caller can see, after taking a view of it");
   if (mutated_visible_.count(obj)) return;  // its SetContents is recorded already
   // Read through two paths before this mutation: two boxes of one object, the other stale.
   if (visible_boxes_[obj].size() > 1)
@@ -59,6 +66,7 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
   auto mutate = [&]() {
     for (const SymValue& a : args)  // x.append(x): a container holding itself is left to Python
       if (self.box && a.holds_box(self.box.get())) throw Unsupported("a container that holds itself");
+    t.check_not_iterating(self, describe(self) + "." + name + "()");
     if (self.source) t.mutate_visible(self, describe(self) + "." + name + "()");
   };
   if (!kwargs.empty() && !(self.kind == K::Dict && name == "update"))

@@ -414,6 +414,7 @@ struct Handlers {
       t.record(*fam, {t.to_call_arg(container), t.index_arg(index), t.to_call_arg(value)}, {}, "Tensor.__setitem__");
       return;
     }
+    if (container.kind == SymValue::Kind::Dict || container.kind == SymValue::Kind::List) t.check_not_iterating(container, "item assignment");
     if (container.kind == SymValue::Kind::Dict) return dict_set(t, container, index, std::move(value));
     if (container.kind == SymValue::Kind::List && index.is_constant() && PyLong_Check(index.obj)) {
       if (container.source) t.mutate_visible(container, "item assignment");
@@ -453,6 +454,7 @@ struct Handlers {
       return;
     }
     if (!index.is_constant()) throw Unsupported("del on " + describe(container));
+    if (container.kind == SymValue::Kind::List || container.kind == SymValue::Kind::Dict) t.check_not_iterating(container, "del");
     if (container.source && (container.kind == SymValue::Kind::List || container.kind == SymValue::Kind::Dict))
       t.mutate_visible(container, "del");
     else if (container.source) throw Unsupported("del on " + describe(container));
@@ -671,6 +673,7 @@ struct Handlers {
       t.push(std::move(next));
       return;
     }
+    it.box->exhausted = true;
     t.pop();
     const int end = target(in);
     jump_to(t, end);

@@ -187,6 +187,7 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     items.insert(items.end(), more.begin(), more.end());
     if (items.size() > 4096) throw Unsupported("a sequence of more than 4096 items built in the trace");
     if (a.kind == K::List && sym == "+=") {
+      check_not_iterating(a, "+=");
       if (a.source) mutate_visible(a, "+=");
       a.box->items = items;
       return a;
@@ -207,6 +208,7 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     std::vector<SymValue> items;
     for (long k = 0; k < PyLong_AsLong(count.obj); ++k) items.insert(items.end(), seq.seq().begin(), seq.seq().end());
     if (seq.kind == K::List && sym == "*=") {
+      check_not_iterating(seq, "*=");
       if (seq.source) mutate_visible(seq, "*=");
       seq.box->items = items;
       return seq;
@@ -374,13 +376,18 @@ SymValue Tracer::make_iterator(const SymValue& v) {
     case K::Tuple:
     case K::List:
     case K::NamedTuple:
-      if (v.kind == K::List) iterated_boxes_.insert(v.box.get());
       items = v.seq();
+      if (v.kind == K::List) {
+        SymValue it = iterator_of(std::move(items));
+        live_iterators_.emplace_back(v.box.get(), it.box);
+        return it;
+      }
       break;
-    case K::Dict:
-      iterated_boxes_.insert(v.box.get());
-      items = v.box->keys;
-      break;
+    case K::Dict: {
+      SymValue it = iterator_of(v.box->keys);
+      live_iterators_.emplace_back(v.box.get(), it.box);
+      return it;
+    }
     case K::Tensor: {
       auto fam = family_of_tensor_attr("unbind");
       if (!fam) throw Unsupported("iterating a tensor needs Tensor.unbind");

@@ -133,6 +133,10 @@ class Tracer {
   // (SideEffect::SetContents), as eager would have left it. Unsupported where that could not be
   // exact: the object was also read through another path before (two boxes of one object).
   void mutate_visible(const SymValue& container, const std::string& what);
+  // Unsupported when `container` (a list or dict, made in the trace or not) has an iterator the
+  // trace is still stepping: the trace iterates a snapshot, eager's iteration would see the
+  // mutation (or raise, for a dict that changes size).
+  void check_not_iterating(const SymValue& container, const std::string& what) const;
   // The value the trace itself stored in obj.name earlier (replayed after the graph), if any.
   const SymValue* written_attr(PyObject* obj, const std::string& name) const {
     for (const auto& [o, n, v] : written_attrs_)
@@ -214,7 +218,9 @@ class Tracer {
   std::unordered_map<PyObject*, std::vector<const SymBox*>> visible_boxes_;
   std::unordered_map<const SymBox*, PyObject*> visible_object_;
   std::unordered_map<PyObject*, SymValue> mutated_visible_;
-  std::set<const SymBox*> iterated_boxes_;  // lists and dicts the trace iterated (a snapshot)
+  std::set<const SymBox*> iterated_boxes_;  // dicts whose keys()/values()/items() the trace took (a snapshot)
+  // Iterators the trace made over lists and dicts (a snapshot of their items): (container, iterator).
+  std::vector<std::pair<const SymBox*, std::shared_ptr<SymBox>>> live_iterators_;
 };
 
 // Python name of a value for messages: "Tensor", "int 3", "<function f>".

@@ -122,6 +122,7 @@ struct SymBox {
   std::vector<SymValue> keys;
   std::vector<SymValue> closure;
   size_t pos = 0;
+  bool exhausted = false;  // an iterator whose end a loop or next() has seen
 };
 
 }  // namespace fastdyn::symbolic

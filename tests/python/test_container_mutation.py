@@ -228,3 +228,31 @@ def test_dropping_an_item_with_a_finalizer_happens_where_eager_drops_it():
     lst = [Noisy()]
     fastdyn.jit(f)(lst, r(2))
     assert events == ["del", "after store"], events
+
+
+def test_a_list_made_in_the_frame_appended_while_iterating_it():
+    # The trace iterates a snapshot: without the check the loop stopped after the first item
+    # (a wrong result: 2 items where eager makes 3).
+    def f(x):
+        lst = [x]
+        for v in lst:
+            if len(lst) < 3:
+                lst.append(v * 2)
+        return len(lst), lst[-1]
+
+    n, last = fastdyn.jit(f)(torch.ones(2))
+    assert n == 3
+    torch.testing.assert_close(last, torch.ones(2) * 4)
+
+
+def test_a_list_appended_after_the_loop_over_it_stays_one_graph():
+    def f(x):
+        lst = [x, x + 1]
+        total = x * 0
+        for v in lst:
+            total = total + v
+        lst.append(total)
+        return lst
+
+    _, delta = call_with_stats(fastdyn.jit(f), torch.ones(2))
+    assert delta["graphs"] == 1 and delta["graph_breaks"] == 0, delta
