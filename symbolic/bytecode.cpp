@@ -88,6 +88,22 @@ std::vector<ExceptionEntry> exception_table(PyCodeObject* code) {
   return out;
 }
 
+std::vector<ExceptionEntry> enclosing_handlers(PyCodeObject* code, int unit) {
+  const std::vector<ExceptionEntry> table = exception_table(code);
+  auto covering = [&](int u) -> const ExceptionEntry* {
+    for (const ExceptionEntry& e : table)
+      if (u >= e.start && u < e.end) return &e;
+    return nullptr;
+  };
+  std::vector<ExceptionEntry> out;
+  for (const ExceptionEntry* e = covering(unit); e && out.size() < 32;) {
+    out.push_back(*e);
+    const ExceptionEntry* handler = covering(e->target);  // the handler's own range -> its cleanup
+    e = handler ? covering(handler->target) : nullptr;     // the cleanup's range -> the next block out
+  }
+  return out;
+}
+
 namespace {
 
 // The source line of every code unit, in one pass over code.co_lines() (public in 3.11 and 3.12):

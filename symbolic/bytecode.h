@@ -26,6 +26,10 @@ struct ExceptionEntry {
   bool lasti = false;
 };
 std::vector<ExceptionEntry> exception_table(PyCodeObject* code);
+// The entries around code unit `unit`, innermost first: the one covering it, then the one
+// covering that handler's cleanup, and so on (CPython's ranges do not overlap: an outer with
+// block covers the inner block's cleanup, not the instruction). At most 32.
+std::vector<ExceptionEntry> enclosing_handlers(PyCodeObject* code, int unit);
 
 // Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
 // Memoized per code object (code is immutable, and a first call decodes the same functions many

@@ -848,36 +848,6 @@ struct Calls {
   }
 };
 
-// module.children() / named_children(): nn.Module's generators, unrolled over the module's
-// _modules (its names guarded in order, None entries skipped, each child once). Each child is
-// also guarded as an instance with an alias slot, so that which children are one object (the
-// generators skip repeats) holds as traced.
-SymValue Tracer::module_children(const SymValue& module, bool named) {
-  PyObject** dictptr = _PyObject_GetDictPtr(module.obj);
-  PyObject* mods = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
-  if (!mods || !PyDict_CheckExact(mods) || !module.source) throw Unsupported("children() of " + describe(module));
-  SourcePtr mods_src = child_source(module.source, Source::Kind::Attr, "_modules");
-  add_guard(mods_src, GuardKind::DictKeys, mods);
-  std::vector<SymValue> items;
-  std::vector<PyObject*> seen;
-  PyObject *k, *v;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(mods, &pos, &k, &v)) {
-    if (!PyUnicode_Check(k)) throw Unsupported("children() of a module with a non-str child name");
-    SourcePtr src = child_source(mods_src, Source::Kind::DictItem, PyUnicode_AsUTF8(k));
-    if (v == Py_None) {
-      add_guard(src, GuardKind::IdIs, v);
-      continue;
-    }
-    add_guard(src, GuardKind::Instance, v);
-    if (std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
-    seen.push_back(v);
-    SymValue child = load_attr(module, PyUnicode_AsUTF8(k));
-    items.push_back(named ? SymValue::tuple({constant(k), child}) : child);
-  }
-  return iterator_of(std::move(items));
-}
-
 SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
                       std::vector<std::pair<std::string, SymValue>> kwargs) {
   using K = SymValue::Kind;

@@ -688,24 +688,13 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     // their exception-table entries: should it raise, each block's __exit__ (on the rebuilt
     // stack) runs before the exception leaves, as in the original code.
     const int break_start = b.as().new_label(), break_stop = b.as().new_label();
-    // The innermost block's entry covers the instruction; the next block out covers the inner
-    // handler's cleanup (CPython's table has no overlapping ranges): follow that chain.
-    std::vector<ExceptionEntry> blocks;
-    const std::vector<ExceptionEntry> table = exception_table(orig);
-    auto covering = [&](int unit) -> const ExceptionEntry* {
-      for (const ExceptionEntry& e : table)
-        if (unit >= e.start && unit < e.end) return &e;
-      return nullptr;
-    };
-    for (const ExceptionEntry* e = covering(insts[static_cast<size_t>(trace.break_inst)].index); e && blocks.size() < 32;) {
+    const std::vector<ExceptionEntry> blocks = enclosing_handlers(orig, insts[static_cast<size_t>(trace.break_inst)].index);
+    for (const ExceptionEntry& e : blocks) {
       const Instruction* h = nullptr;
       for (const Instruction& in : insts)
-        if (in.index == e->target) h = &in;
+        if (in.index == e.target) h = &in;
       if (!h || std::strcmp(opcode_info(h->opcode).name, "PUSH_EXC_INFO") != 0)
         throw CannotRebuild("a break inside a block other than with");  // break_blocker refuses these
-      blocks.push_back(*e);
-      const ExceptionEntry* handler = covering(e->target);  // the with handler's own range -> its cleanup
-      e = handler ? covering(handler->target) : nullptr;     // the cleanup's range -> the next block out
     }
     b.as().bind(break_start);
     int label = -1;

@@ -1094,19 +1094,9 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
                std::strcmp(opcode_info(insts[k + 1].opcode).name, "WITH_EXCEPT_START") == 0;
     return false;
   };
-  // The blocks around it: the innermost entry covers the instruction, the next block out covers
-  // that handler's cleanup, and so on (CPython's ranges do not overlap). Every one must be a with.
-  const std::vector<ExceptionEntry> table = exception_table(code);
-  auto covering = [&](int unit) -> const ExceptionEntry* {
-    for (const ExceptionEntry& e : table)
-      if (unit >= e.start && unit < e.end) return &e;
-    return nullptr;
-  };
-  for (const ExceptionEntry* e = covering(in.index); e;) {
-    if (!with_cleanup(e->target)) return "inside a try block";
-    const ExceptionEntry* handler = covering(e->target);
-    e = handler ? covering(handler->target) : nullptr;
-  }
+  // Every block around it must be a with.
+  for (const ExceptionEntry& e : enclosing_handlers(code, in.index))
+    if (!with_cleanup(e.target)) return "inside a try block";
   for (const Instruction& j : insts) {
     if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
     const int target = j.next - j.arg;

@@ -196,7 +196,7 @@ class Tracer {
   SymValue subscript(const SymValue& container, const SymValue& index);
   std::vector<SymValue> unpack(const SymValue& seq, int n);
   SymValue make_iterator(const SymValue& iterable);
-  SymValue module_children(const SymValue& module, bool named);  // calls.cpp
+  SymValue module_children(const SymValue& module, bool named);  // operators.cpp
   void guard_module_count(const SymValue& container);
   bool truth(const SymValue& v, const char* what);  // trace-time truth value, or Unsupported
 
