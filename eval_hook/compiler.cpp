@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "codegen/aten/aten_backend.h"
+#include "codegen/autograd/joint.h"
 #include "codegen/backends/backends.h"
 #include "codegen/loop/passes.h"
 #include "codegen/passes/pass_timer.h"
@@ -201,6 +202,7 @@ runtime::ExecutablePtr with_cuda_graphs(runtime::ExecutablePtr exe, const codege
   for (const codegen::Node& n : g.nodes)
     if (codegen::op_info(n.op).category == codegen::OpCategory::Random)
       not_capturable = "it draws random numbers (" + codegen::qualified_name(n.op) + "), which a capture would draw twice";
+  if (codegen::autograd::needs_autograd(g)) not_capturable = "its outputs require grad (each call makes its own autograd node)";
   return std::make_shared<runtime::CudaGraphExecutable>(std::move(exe), g.outputs.size(), family.get(), qualname,
                                                         std::move(not_capturable));
 }

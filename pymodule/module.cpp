@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "codegen/autograd/derivatives.h"
 #include "codegen/backends/backends.h"
 #include "codegen/cuda/backend.h"
 #include "runtime/cuda/cuda_api.h"
@@ -308,6 +309,11 @@ PYBIND11_MODULE(_C, m) {
     py::list out;
     for (const codegen::RouteTiming& t : codegen::cuda_route_timings())
       out.append(py::make_tuple(t.nvrtc_cubin_ms, t.nvrtc_ptx_ms, t.driver_ptx_load_ms, t.driver_cubin_load_ms));
+    return out;
+  });
+  m.def("differentiable_ops", [] {  // the derivative table's rows (tests/python/test_autograd_sweep.py)
+    py::list out;
+    for (codegen::OpId op : codegen::autograd::differentiable_ops()) out.append(codegen::qualified_name(op));
     return out;
   });
   m.def("graph_text", [](py::handle fn) -> py::object {

@@ -4,9 +4,11 @@
 #include <cstdio>
 
 #include "codegen/aten/aten_backend.h"
+#include "codegen/autograd/joint.h"
 #include "codegen/cuda/backend.h"
 #include "codegen/passes/graph_passes.h"
 #include "codegen/loop/passes.h"
+#include "runtime/autograd_function.h"
 #include "runtime/cuda/cuda_api.h"
 #ifdef FASTDYN_HAVE_LLVM
 #include "codegen/llvm/backend.h"
@@ -80,7 +82,77 @@ Backend resolve_backend(Backend requested, const Graph& g) {
   return Backend::Aten;
 }
 
+namespace {
+
+// One half of a split graph on the resolved backend, or on aten where the backend refuses it.
+PreparedGraph prepare_part(const Graph& g, Backend resolved) {
+  try {
+    return prepare_graph(g, resolved);
+  } catch (const loop::Unsupported& e) {
+    if (loop::dump_enabled("autograd")) std::fprintf(stderr, "=== autograd: a part runs on aten: %s\n", e.what());
+    PreparedGraph p;
+    p.finish = [g] { return compile_aten(g); };
+    p.program = "backend aten";
+    return p;
+  }
+}
+
+// A graph whose outputs require grad (codegen/autograd/joint.h): its forward and backwards compiled
+// apart, and joined by the autograd nodes of runtime/autograd_function.h.
+PreparedGraph prepare_autograd(const Graph& g, Backend resolved) {
+  autograd::AutogradSplit split;
+  try {
+    split = autograd::split_for_autograd(g);
+  } catch (const autograd::NoDerivative& e) {
+    throw loop::Unsupported(std::string("autograd: ") + e.what());
+  }
+  if (loop::dump_enabled("autograd")) {
+    std::fprintf(stderr, "=== autograd forward ===\n%s", print_graph(split.forward).c_str());
+    for (size_t L = 0; L < split.backward.size(); ++L)
+      std::fprintf(stderr, "=== autograd backward %zu ===\n%s", L, print_graph(split.backward[L]).c_str());
+  }
+  using Get = std::function<runtime::ExecutablePtr()>;
+  std::vector<PreparedGraph> parts{prepare_part(split.forward, resolved)};  // the forward, then each level's backward
+  for (const Graph& b : split.backward) parts.push_back(prepare_part(b, resolved));
+  auto eager = std::make_shared<std::vector<Graph>>(std::move(split.eager));
+  auto plan = std::make_shared<runtime::AutogradPlan>(std::move(split.plan));
+  // Every part's executable by `pick` (nullptr where one has none), joined.
+  auto join = [&parts, eager, plan](Get PreparedGraph::*pick) -> Get {
+    std::vector<Get> gets;
+    for (const PreparedGraph& part : parts) {
+      Get get = part.backend == Backend::Aten ? part.finish : part.*pick;  // aten needs no compile
+      if (!get) return nullptr;
+      gets.push_back(std::move(get));
+    }
+    return [gets, eager, plan]() -> runtime::ExecutablePtr {
+      std::vector<runtime::ExecutablePtr> exes;
+      for (const Get& get : gets) {
+        exes.push_back(get());
+        if (!exes.back()) return nullptr;
+      }
+      std::vector<runtime::LevelExecutables> levels;
+      for (size_t L = 0; L < eager->size(); ++L) levels.push_back({exes[L + 1], compile_aten((*eager)[L])});
+      return runtime::make_autograd_executable(exes[0], std::move(levels), *plan);
+    };
+  };
+  PreparedGraph p;
+  p.backend = resolved;
+  p.program = std::string("backend ") + backend_name(resolved) + " (autograd: a forward and " +
+              std::to_string(split.backward.size()) + " backward graph(s))";
+  for (size_t k = 0; k < parts.size(); ++k) {
+    p.tiered = p.tiered || parts[k].tiered;
+    p.program += (k ? "\n--- backward " + std::to_string(k - 1) + ": " : "\n--- forward: ") + parts[k].program;
+  }
+  p.finish = join(&PreparedGraph::finish);
+  p.load_now = join(&PreparedGraph::load_now);
+  p.from_cache = join(&PreparedGraph::from_cache);
+  return p;
+}
+
+}  // namespace
+
 PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
+  if (resolved != Backend::Aten && autograd::needs_autograd(g)) return prepare_autograd(g, resolved);
   PreparedGraph p;
   p.backend = resolved;
   // The compiling backends: the one pass list (codegen/passes/graph_passes.h), graph rewrites here,

@@ -61,4 +61,17 @@ bool operator==(const Graph& a, const Graph& b) {
   return true;
 }
 
+bool traced_without_grad(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    const OpCategory c = op_info(n.op).category;
+    if (c != OpCategory::Pointwise && c != OpCategory::Reduction && c != OpCategory::Extern) continue;
+    bool grad_input = false;
+    for_each_value_input(n, [&](ValueId v) { grad_input = grad_input || g.meta(v).requires_grad; });
+    if (!grad_input) continue;
+    for (ValueId v : n.outputs)
+      if (c10::isFloatingType(g.meta(v).dtype) && !g.meta(v).requires_grad) return true;
+  }
+  return false;
+}
+
 }  // namespace fastdyn::codegen

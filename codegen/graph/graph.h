@@ -203,6 +203,12 @@ void for_each_value_input(const Node& n, F&& f) {
   }
 }
 
+// Whether `g` was traced outside grad mode although some inputs require grad: an op that computes
+// (not a view) took such an input and gave a floating output that does not require grad. Views of
+// those inputs then still require grad (eager: `param.expand(...)` under no_grad), but nothing
+// records a backward for them.
+bool traced_without_grad(const Graph& g);
+
 std::string print_graph(const Graph& g);
 Graph parse_graph(std::string_view text);
 // One node's line without indentation ("%2: f32[4]{1} = aten::relu(%1)"), for error messages.

@@ -202,30 +202,16 @@ LoweredGraph lower(const Graph& original) {
   lg.graph = std::move(f.graph);
   lg.writebacks = std::move(f.writebacks);
   const Graph& g = lg.graph;
-  // A view of a tensor that requires grad requires grad too, also outside grad mode (eager:
-  // `param.expand(...)` under no_grad; ViT's class token), where nothing records a backward.
-  // The graph was traced outside grad mode where an op that computes (not a view) took such an
-  // input and gave a float output that does not require grad; its views then need no autograd
-  // (the runtime's own views, made in the same mode, carry the same flag as eager's).
-  const bool traced_without_grad = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
-    const OpCategory c = op_info(n.op).category;
-    if (c != OpCategory::Pointwise && c != OpCategory::Reduction && c != OpCategory::Extern) return false;
-    bool grad_input = false;
-    for (const Arg& a : n.args) {
-      if (a.kind == Arg::Kind::Value) grad_input = grad_input || g.meta(a.value).requires_grad;
-      if (a.kind == Arg::Kind::ValueList)
-        for (ValueId v : a.values) grad_input = grad_input || (v >= 0 && g.meta(v).requires_grad);
-    }
-    if (!grad_input) return false;
-    for (ValueId v : n.outputs)
-      if (c10::isFloatingType(g.meta(v).dtype) && !g.meta(v).requires_grad) return true;
-    return false;
-  });
+  // A view of a tensor that requires grad requires grad too, also outside grad mode, where nothing
+  // records a backward: such views need no autograd (the runtime's own views, made in the same
+  // mode, carry the same flag as eager's). Graphs traced in grad mode come here split by
+  // codegen/autograd/joint.h, with no value that requires grad.
+  const bool without_grad = traced_without_grad(g);
   for (const Node& n : g.nodes) {
     const OpInfo& info = op_info(n.op);
     if (info.category == OpCategory::InPlace) throw Unsupported(std::string("in-place op aten::") + info.aten + " mutates a tensor");
     for (ValueId v : n.outputs)
-      if (g.meta(v).requires_grad && !(traced_without_grad && info.category == OpCategory::View))
+      if (g.meta(v).requires_grad && !(without_grad && info.category == OpCategory::View))
         throw Unsupported("autograd: " + print_node(g, n) + " requires grad");
     try {
       lg.nodes.push_back(lower_node(g, n));

@@ -80,6 +80,6 @@ std::string print_lowered(const LoweredGraph& lg);
 // True when FASTDYN_DUMP names `pass` or "all".
 bool dump_enabled(const char* pass);
 // Every name FASTDYN_DUMP accepts (the configuration check names them).
-inline constexpr const char* kDumpPasses[] = {"rewritten", "graph", "functional", "lowered", "fused", "planned", "llvm", "all"};
+inline constexpr const char* kDumpPasses[] = {"autograd", "rewritten", "graph", "functional", "lowered", "fused", "planned", "llvm", "all"};
 
 }  // namespace fastdyn::codegen::loop

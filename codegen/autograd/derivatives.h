@@ -1,0 +1,24 @@
+// codegen/autograd/derivatives.h — the derivative table: one row per differentiable op (codegen/).
+//
+// The single source of how each op's inputs get their gradients, in the manner of PyTorch's
+// derivatives.yaml: a row names an ops.def op and a formula written with the ops a graph already
+// has (codegen/autograd/grad_builder.h). An op without a row is not differentiated by fastdyn: a
+// graph that needs its gradient keeps ATen's autograd (joint.h says where that is decided).
+// Ops whose outputs never carry a gradient (comparisons, argmax, factories, integer ops) need no
+// row: nothing reaches them.
+#pragma once
+#include "codegen/graph/graph.h"
+
+#include <vector>
+
+namespace fastdyn::codegen::autograd {
+
+class GradBuilder;
+using Formula = void (*)(GradBuilder&);
+
+// The row of `op`, or nullptr.
+Formula derivative(OpId op);
+// Every op with a row, in ops.def order (the coverage test and the gradient sweep read it).
+std::vector<OpId> differentiable_ops();
+
+}  // namespace fastdyn::codegen::autograd

@@ -1,0 +1,329 @@
+// codegen/autograd/joint.cpp — see joint.h.
+#include "codegen/autograd/joint.h"
+
+#include "codegen/autograd/derivatives.h"
+#include "codegen/capture/meta_rules.h"
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace fastdyn::codegen::autograd {
+namespace {
+
+bool is_input(const Graph& g, ValueId v) { return std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end(); }
+
+// The index of the node producing each value (graph inputs: none).
+std::unordered_map<ValueId, size_t> producers(const Graph& g, size_t end) {
+  std::unordered_map<ValueId, size_t> p;
+  for (size_t i = 0; i < end; ++i)
+    for (ValueId v : g.nodes[i].outputs) p[v] = i;
+  return p;
+}
+
+// A sub-graph of j: `inputs` become its inputs, `nodes` (indices into j.nodes, in order) its
+// nodes, `outputs` its outputs; values are renumbered and nothing requires grad.
+Graph extract(const Graph& j, const std::vector<ValueId>& inputs, const std::vector<size_t>& nodes,
+              const std::vector<ValueId>& outputs) {
+  Graph r;
+  std::unordered_map<ValueId, ValueId> map;
+  auto fresh = [](TensorMeta m) {
+    m.requires_grad = false;
+    return m;
+  };
+  for (ValueId v : inputs) {
+    if (map.count(v)) throw InternalError("autograd partition: value %" + std::to_string(v) + " is two inputs");
+    map[v] = r.add_input(fresh(j.meta(v)));
+  }
+  auto mapped = [&](ValueId v) {
+    auto it = map.find(v);
+    if (it == map.end()) throw InternalError("autograd partition: value %" + std::to_string(v) + " is read but not computed");
+    return it->second;
+  };
+  for (size_t idx : nodes) {
+    Node n = j.nodes[idx];
+    for (Arg& a : n.args) {
+      if (a.kind == Arg::Kind::Value) a.value = mapped(a.value);
+      if (a.kind == Arg::Kind::ValueList)
+        for (ValueId& v : a.values)
+          if (v >= 0) v = mapped(v);
+    }
+    for (ValueId& v : n.outputs) {
+      const ValueId nv = r.add_value(fresh(j.meta(v)));
+      map[v] = nv;
+      v = nv;
+    }
+    r.nodes.push_back(std::move(n));
+  }
+  for (ValueId v : outputs) r.outputs.push_back(mapped(v));
+  return r;
+}
+
+// Whether the backward may compute this forward node again instead of reading its output.
+bool recomputable(const Node& n) {
+  const OpCategory c = op_info(n.op).category;
+  return c == OpCategory::Pointwise || c == OpCategory::View || n.op == OpId::_to_copy || n.op == OpId::clone;
+}
+
+}  // namespace
+
+bool needs_autograd(const Graph& g) {
+  if (traced_without_grad(g)) return false;
+  for (ValueId v : g.outputs)
+    if (g.meta(v).requires_grad && !is_input(g, v)) return true;
+  return false;
+}
+
+namespace {
+
+// One level: the joint graph of `gl` seeded at `seeds` (values of gl), and its partition.
+struct LevelPart {
+  Graph backward;               // saved, then one gradient per seed -> the gradients of gl's diff inputs that get one
+  std::vector<ValueId> saved;   // forward values of gl the backward reads, in value order
+  std::vector<int32_t> edge_grad;  // per input of gl that requires grad, in input order: backward output, or -1
+};
+
+LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values) {
+  const size_t F = gl.nodes.size();
+  const std::unordered_map<ValueId, size_t> made_by = producers(gl, F);
+  Graph j = gl;
+  std::unordered_map<ValueId, ValueId> grad_of;
+  std::vector<ValueId> seeds;
+  for (ValueId v : seed_values) {
+    const TensorMeta m = gl.meta(v);
+    const ValueId seed = j.add_input(contiguous_meta(m.dtype, m.device, m.sizes, false));
+    grad_of[v] = seed;
+    seeds.push_back(seed);
+  }
+  auto accumulate = [&](ValueId x, ValueId gx) {
+    auto it = grad_of.find(x);
+    if (it == grad_of.end()) {
+      grad_of[x] = gx;
+      return;
+    }
+    GradBuilder acc(j, Node{OpId::add_Tensor, {}, {}}, {});
+    const ValueId sum = acc.add(it->second, gx);
+    grad_of[x] = sum;
+  };
+  for (size_t i = F; i-- > 0;) {
+    const Node n = j.nodes[i];
+    std::vector<ValueId> gs;
+    bool any_grad = false;
+    for (ValueId o : n.outputs) {
+      auto it = grad_of.find(o);
+      gs.push_back(it == grad_of.end() ? -1 : it->second);
+      any_grad = any_grad || it != grad_of.end();
+    }
+    bool grad_input = false;
+    for_each_value_input(n, [&](ValueId v) { grad_input = grad_input || j.meta(v).requires_grad; });
+    if (!any_grad || !grad_input) continue;
+    const Formula f = derivative(n.op);
+    if (!f) throw NoDerivative("no derivative for " + qualified_name(n.op) + " (" + print_node(gl, n) + ")");
+    GradBuilder b(j, n, gs);
+    f(b);
+    for (const GradBuilder::Given& gv : b.given()) {
+      const Arg& a = n.args[gv.pos];
+      accumulate(gv.elem >= 0 ? a.values[static_cast<size_t>(gv.elem)] : a.value, gv.grad);
+    }
+  }
+  LevelPart part;
+  std::vector<ValueId> grads_out;
+  for (ValueId in : gl.inputs) {
+    if (!gl.meta(in).requires_grad) continue;
+    auto it = grad_of.find(in);
+    part.edge_grad.push_back(it == grad_of.end() ? -1 : static_cast<int32_t>(grads_out.size()));
+    if (it != grad_of.end()) grads_out.push_back(it->second);
+  }
+
+  // The backward's nodes: those its outputs need.
+  std::unordered_set<ValueId> live(grads_out.begin(), grads_out.end());
+  std::vector<size_t> bwd_nodes;
+  for (size_t i = j.nodes.size(); i-- > F;) {
+    const Node& n = j.nodes[i];
+    if (std::none_of(n.outputs.begin(), n.outputs.end(), [&](ValueId v) { return live.count(v) > 0; })) continue;
+    bwd_nodes.push_back(i);
+    for_each_value_input(n, [&](ValueId v) { live.insert(v); });
+  }
+  std::reverse(bwd_nodes.begin(), bwd_nodes.end());
+  // The forward values it reads, in value order.
+  const std::unordered_set<ValueId> seed_set(seeds.begin(), seeds.end());
+  std::set<ValueId> read;
+  for (ValueId v : live)
+    if (v < static_cast<ValueId>(gl.values.size()) && !seed_set.count(v)) read.insert(v);
+
+  // Saved or recomputed (joint.h): a pointwise/view chain is recomputed when every value it starts
+  // from is saved anyway.
+  std::set<ValueId> anchors_saved;  // graph inputs and non-recomputable outputs the backward reads
+  for (ValueId v : read) {
+    auto it = made_by.find(v);
+    if (it == made_by.end() || !recomputable(gl.nodes[it->second])) anchors_saved.insert(v);
+  }
+  std::set<size_t> recompute;
+  std::set<ValueId> saved = anchors_saved;
+  for (auto v = read.rbegin(); v != read.rend(); ++v) {
+    if (anchors_saved.count(*v)) continue;
+    std::set<size_t> chain;  // the chain's nodes
+    std::set<ValueId> starts;  // the values it starts from
+    std::vector<ValueId> todo{*v};
+    while (!todo.empty()) {
+      const ValueId cur = todo.back();
+      todo.pop_back();
+      auto it = made_by.find(cur);
+      if (it == made_by.end() || !recomputable(gl.nodes[it->second])) {
+        starts.insert(cur);
+        continue;
+      }
+      if (!chain.insert(it->second).second) continue;
+      for_each_value_input(gl.nodes[it->second], [&](ValueId in) { todo.push_back(in); });
+    }
+    const bool free = std::all_of(starts.begin(), starts.end(), [&](ValueId st) {
+      auto it = made_by.find(st);
+      return anchors_saved.count(st) > 0 || it == made_by.end() || recompute.count(it->second) > 0;
+    });
+    if (free) {
+      recompute.insert(chain.begin(), chain.end());
+      saved.insert(starts.begin(), starts.end());
+    } else {
+      saved.insert(*v);
+    }
+  }
+  for (ValueId v : std::vector<ValueId>(saved.begin(), saved.end())) {  // recomputed: not read from the forward
+    auto it = made_by.find(v);
+    if (it != made_by.end() && recompute.count(it->second)) saved.erase(v);
+  }
+  part.saved.assign(saved.begin(), saved.end());
+  std::vector<ValueId> bwd_inputs = part.saved;
+  bwd_inputs.insert(bwd_inputs.end(), seeds.begin(), seeds.end());
+  std::vector<size_t> nodes(recompute.begin(), recompute.end());
+  nodes.insert(nodes.end(), bwd_nodes.begin(), bwd_nodes.end());
+  part.backward = extract(j, bwd_inputs, nodes, grads_out);
+  return part;
+}
+
+// g with the values `cut` read from new inputs (after g's, in order) wherever a node reads them.
+Graph cut_at(const Graph& g, const std::vector<ValueId>& cut, std::unordered_map<ValueId, ValueId>& original) {
+  Graph gl = g;
+  std::unordered_map<ValueId, ValueId> replaced;
+  for (ValueId y : cut) {
+    const ValueId ny = gl.add_input(g.meta(y));
+    replaced[y] = ny;
+    original[ny] = y;
+  }
+  for (Node& n : gl.nodes)
+    for (Arg& a : n.args) {
+      if (a.kind == Arg::Kind::Value && replaced.count(a.value)) a.value = replaced[a.value];
+      if (a.kind == Arg::Kind::ValueList)
+        for (ValueId& v : a.values)
+          if (replaced.count(v)) v = replaced[v];
+    }
+  return gl;
+}
+
+}  // namespace
+
+AutogradSplit split_for_autograd(const Graph& g) {
+  if (!g.symbols.empty() || !g.binding.empty()) throw NoDerivative("sizes that vary (a symbolic graph) are not differentiated yet");
+  for (const Node& n : g.nodes) {
+    const OpCategory c = op_info(n.op).category;
+    if (c == OpCategory::InPlace) throw NoDerivative("in-place op " + qualified_name(n.op) + " in a graph that needs a backward");
+    if (c == OpCategory::Random) throw NoDerivative("random op " + qualified_name(n.op) + " in a graph that needs a backward");
+  }
+  const std::unordered_map<ValueId, size_t> made_by = producers(g, g.nodes.size());
+  AutogradSplit split;
+  runtime::AutogradPlan& plan = split.plan;
+  plan.num_outputs = g.outputs.size();
+  // The diff outputs: the first position of each distinct computed value that requires grad. A view
+  // of an input would need autograd's view tracking: refused.
+  std::vector<int32_t> diff;
+  for (size_t p = 0; p < g.outputs.size(); ++p) {
+    const ValueId v = g.outputs[p];
+    const size_t first = static_cast<size_t>(std::find(g.outputs.begin(), g.outputs.end(), v) - g.outputs.begin());
+    plan.output_first.push_back(static_cast<int32_t>(first));
+    if (first != p || !g.meta(v).requires_grad || is_input(g, v)) continue;
+    for (ValueId cur = v;;) {
+      auto it = made_by.find(cur);
+      if (it == made_by.end()) throw NoDerivative("output " + std::to_string(p) + " is a view of an input");
+      const Node& n = g.nodes[it->second];
+      if (op_info(n.op).category != OpCategory::View) break;
+      cur = n.args.at(0).value;
+    }
+    diff.push_back(static_cast<int32_t>(p));
+  }
+  // An output that is a view of another (y and y.view(...)) would need autograd's view tracking too.
+  for (int32_t p : diff)
+    for (ValueId cur = g.outputs[static_cast<size_t>(p)];;) {
+      auto it = made_by.find(cur);
+      if (it == made_by.end() || op_info(g.nodes[it->second].op).category != OpCategory::View) break;
+      cur = g.nodes[it->second].args.at(0).value;
+      for (int32_t q : diff)
+        if (g.outputs[static_cast<size_t>(q)] == cur)
+          throw NoDerivative("output " + std::to_string(p) + " is a view of output " + std::to_string(q));
+    }
+  // Levels: 0 for an output computed from no other diff output, else one more than the highest
+  // level among those it is computed from.
+  std::unordered_map<ValueId, std::set<ValueId>> from;  // value -> the diff outputs it is computed from (itself included)
+  std::unordered_map<ValueId, int> level_of;
+  for (int32_t p : diff) level_of[g.outputs[static_cast<size_t>(p)]] = 0;
+  for (const Node& n : g.nodes) {
+    std::set<ValueId> acc;
+    for_each_value_input(n, [&](ValueId v) {
+      auto it = from.find(v);
+      if (it != from.end()) acc.insert(it->second.begin(), it->second.end());
+    });
+    for (ValueId o : n.outputs) {
+      from[o] = acc;
+      if (!level_of.count(o)) continue;
+      for (ValueId a : acc) level_of[o] = std::max(level_of[o], level_of[a] + 1);
+      from[o].insert(o);
+    }
+  }
+  int levels = 0;
+  for (const auto& [v, l] : level_of) levels = std::max(levels, l + 1);
+
+  std::set<ValueId> all_saved;
+  std::vector<std::vector<ValueId>> level_saved;
+  std::vector<int32_t> diff_inputs;
+  for (size_t k = 0; k < g.inputs.size(); ++k)
+    if (g.meta(g.inputs[k]).requires_grad) diff_inputs.push_back(static_cast<int32_t>(k));
+  for (int L = 0; L < levels; ++L) {
+    runtime::AutogradPlan::Level lv;
+    std::vector<ValueId> cut, seeds;
+    for (int32_t p : diff) {
+      const ValueId v = g.outputs[static_cast<size_t>(p)];
+      if (level_of[v] < L) {
+        cut.push_back(v);
+        lv.edge_outputs.push_back(p);
+      } else if (level_of[v] == L) {
+        seeds.push_back(v);
+        lv.outputs.push_back(p);
+      }
+    }
+    lv.edge_inputs = diff_inputs;
+    std::unordered_map<ValueId, ValueId> original;
+    Graph gl = cut_at(g, cut, original);
+    LevelPart part = differentiate(gl, seeds);
+    lv.edge_grad = part.edge_grad;
+    std::vector<ValueId> saved;
+    for (ValueId v : part.saved) saved.push_back(original.count(v) ? original[v] : v);
+    all_saved.insert(saved.begin(), saved.end());
+    level_saved.push_back(std::move(saved));
+    split.backward.push_back(std::move(part.backward));
+    gl.outputs = seeds;
+    split.eager.push_back(std::move(gl));
+    plan.levels.push_back(std::move(lv));
+  }
+  const std::vector<ValueId> saved_list(all_saved.begin(), all_saved.end());
+  for (size_t L = 0; L < plan.levels.size(); ++L)
+    for (ValueId v : level_saved[L])
+      plan.levels[L].saved.push_back(static_cast<int32_t>(std::find(saved_list.begin(), saved_list.end(), v) - saved_list.begin()));
+  std::vector<ValueId> fwd_outputs = g.outputs;
+  fwd_outputs.insert(fwd_outputs.end(), saved_list.begin(), saved_list.end());
+  std::vector<size_t> fwd_nodes(g.nodes.size());
+  for (size_t i = 0; i < fwd_nodes.size(); ++i) fwd_nodes[i] = i;
+  split.forward = extract(g, g.inputs, fwd_nodes, fwd_outputs);
+  return split;
+}
+
+}  // namespace fastdyn::codegen::autograd

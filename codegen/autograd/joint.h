@@ -1,0 +1,48 @@
+// codegen/autograd/joint.h — a graph whose outputs require grad becomes a forward graph and a
+// backward graph (codegen/ layer; the graph-rewrite step of the one pass list).
+//
+// The joint graph is the traced graph followed by its reverse-mode derivative: for each node, last
+// to first, the derivative table's row (derivatives.h) records the gradients of its inputs from
+// those of its outputs, accumulated where a value feeds several nodes. The partition then cuts the
+// joint graph in two:
+//   forward  = the traced nodes; it returns the traced outputs, then the values the backward reads
+//              ("saved"),
+//   backward = the gradient nodes, plus the forward values it recomputes instead of saving.
+// Outputs computed from other outputs that require grad form levels (runtime/autograd_plan.h): each
+// level is differentiated on the graph cut at the lower levels' outputs, which become its inputs.
+// What is saved and what is recomputed: a value the backward reads that comes out of a pointwise or
+// view chain is recomputed when every value the chain starts from is saved anyway (a graph input, or
+// the output of a matmul, conv, sdpa, reduction or other extern op the backward reads); otherwise it
+// is saved. Recomputing pointwise work is free on a memory-bound backward (it fuses into the kernels
+// that read it), so the saved bytes are never more than the saved-everything cut's.
+// Both graphs are ordinary graphs with no value that requires grad: every backend compiles them.
+// runtime/autograd_function.h wires them to autograd; `AutogradSplit` is the contract.
+// What is refused (NoDerivative: the graph keeps ATen's autograd): an op without a derivative row
+// on the path of a gradient, in-place and random ops, an output that is a view of an input, sizes
+// that vary (symbolic graphs), and a formula's own refusals.
+#pragma once
+#include "codegen/autograd/grad_builder.h"
+#include "codegen/graph/graph.h"
+#include "runtime/autograd_plan.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace fastdyn::codegen::autograd {
+
+struct AutogradSplit {
+  Graph forward;                // the graph's inputs -> the graph's outputs, then the saved values
+  std::vector<Graph> backward;  // per level: its saved values, then one gradient per level output -> one per next edge with one
+  std::vector<Graph> eager;     // per level: the traced graph with lower levels' outputs as inputs (after the graph's
+                                // inputs), returning the level's outputs: what create_graph=True differentiates on ATen
+  runtime::AutogradPlan plan;
+};
+
+// Whether compiling `g` needs an autograd node: some output computed by the graph requires grad,
+// and the graph was traced in grad mode.
+bool needs_autograd(const Graph& g);
+
+// Throws NoDerivative naming the op or the reason when the graph keeps ATen's autograd.
+AutogradSplit split_for_autograd(const Graph& g);
+
+}  // namespace fastdyn::codegen::autograd

@@ -1,0 +1,199 @@
+// runtime/autograd_function.cpp — see autograd_function.h.
+#include "runtime/autograd_function.h"
+
+#include "runtime/errors.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/saved_variable.h>
+
+#include <memory>
+#include <mutex>
+#include <type_traits>
+
+namespace fastdyn::runtime {
+namespace {
+
+namespace ag = torch::autograd;
+// torch 2.11 holds nodes by std::shared_ptr, later releases by c10::intrusive_ptr.
+using NodePtr = decltype(std::declval<ag::Edge>().function);
+
+struct Compiled {
+  ExecutablePtr forward;
+  std::vector<LevelExecutables> levels;
+  AutogradPlan plan;
+};
+
+struct OutputMeta {  // a level output's shape and options, for the zeros of a gradient that never came
+  std::vector<int64_t> sizes;
+  at::TensorOptions options;
+};
+
+class CompiledFunctionBackward final : public ag::Node {
+ public:
+  // `inputs`: the graph's inputs, then the lower levels' outputs (differentiable_backward's).
+  CompiledFunctionBackward(std::shared_ptr<const Compiled> c, size_t level, std::vector<at::Tensor> inputs)
+      : c_(std::move(c)), level_(level), inputs_(std::move(inputs)) {
+    for (const at::Tensor& t : inputs_) versions_.push_back(t.defined() ? t._version() : 0);
+  }
+  std::string name() const override { return "CompiledFunctionBackward"; }
+
+  void save(std::vector<ag::SavedVariable> saved, std::vector<OutputMeta> outs) {
+    saved_ = std::move(saved);
+    out_meta_ = std::move(outs);
+  }
+
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (ag::SavedVariable& s : saved_) s.reset_data();
+    inputs_.clear();
+    released_ = true;
+  }
+
+  ag::variable_list apply(ag::variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const AutogradPlan::Level& lv = c_->plan.levels[level_];
+    if (at::GradMode::is_enabled()) return differentiable_backward(grads);
+    std::vector<at::Tensor> args;
+    args.reserve(saved_.size() + grads.size());
+    for (const ag::SavedVariable& s : saved_) args.push_back(s.unpack());  // eager's errors
+    for (size_t k = 0; k < grads.size(); ++k) args.push_back(seed(grads[k], k));
+    std::vector<at::Tensor> outs = c_->levels[level_].backward->run(args);
+    ag::variable_list result(lv.edge_grad.size());
+    for (size_t i = 0; i < lv.edge_grad.size(); ++i)
+      if (lv.edge_grad[i] >= 0) result[i] = std::move(outs.at(static_cast<size_t>(lv.edge_grad[i])));
+    return result;
+  }
+
+ private:
+  // The gradient the compiled backward reads for level output k: contiguous, of the output's dtype.
+  at::Tensor seed(const at::Tensor& g, size_t k) const {
+    const OutputMeta& m = out_meta_.at(k);
+    if (!g.defined()) return at::zeros(m.sizes, m.options);
+    at::Tensor r = g.scalar_type() == m.options.dtype().toScalarType() ? g : g.to(m.options.dtype());
+    return r.contiguous();
+  }
+
+  // create_graph=True: the traced graph replayed on ATen from the kept inputs, and differentiated.
+  ag::variable_list differentiable_backward(const ag::variable_list& grads) {
+    const AutogradPlan::Level& lv = c_->plan.levels[level_];
+    TORCH_CHECK(!released_,
+                "Trying to backward through the graph a second time (or directly access saved tensors after they "
+                "have already been freed). Saved intermediate values of the graph are freed when you call "
+                ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+                "graph a second time or if you need to access saved tensors after calling backward.");
+    for (size_t i = 0; i < inputs_.size(); ++i)
+      TORCH_CHECK(!inputs_[i].defined() || inputs_[i]._version() == versions_[i],
+                  "one of the variables needed for gradient computation has been modified by an inplace "
+                  "operation: input ", i, " of the compiled graph is at version ", inputs_[i]._version(),
+                  "; expected version ", versions_[i], " instead.");
+    std::vector<at::Tensor> outs = c_->levels[level_].eager->run(inputs_);
+    ag::variable_list ys, gys, xs;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (!grads[k].defined()) continue;
+      ys.push_back(outs[k]);
+      gys.push_back(grads[k]);
+    }
+    for (int32_t i : lv.edge_inputs) xs.push_back(inputs_.at(static_cast<size_t>(i)));
+    const size_t num_inputs = inputs_.size() - lv.edge_outputs.size();
+    for (size_t k = 0; k < lv.edge_outputs.size(); ++k) xs.push_back(inputs_.at(num_inputs + k));
+    if (ys.empty()) return ag::variable_list(xs.size());
+    return ag::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
+  }
+
+  std::shared_ptr<const Compiled> c_;
+  size_t level_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<uint32_t> versions_;
+  std::vector<ag::SavedVariable> saved_;
+  std::vector<OutputMeta> out_meta_;
+  bool released_ = false;
+};
+
+// T is a template parameter so that only the branch of this torch's pointer type is instantiated.
+template <class P = NodePtr, class T = CompiledFunctionBackward>
+P make_node(std::shared_ptr<const Compiled> c, size_t level, std::vector<at::Tensor> inputs) {
+  if constexpr (std::is_same_v<P, std::shared_ptr<ag::Node>>)
+    return P(new T(std::move(c), level, std::move(inputs)));
+  else
+    return c10::make_intrusive<T>(std::move(c), level, std::move(inputs));
+}
+
+class AutogradExecutable final : public Executable {
+ public:
+  explicit AutogradExecutable(std::shared_ptr<const Compiled> c) : c_(std::move(c)) {}
+
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
+    const AutogradPlan& plan = c_->plan;
+    std::vector<at::Tensor> all;
+    {
+      at::AutoGradMode no_grad(false);  // the compiled forward records nothing; the nodes below do
+      all = c_->forward->run(inputs);
+    }
+    std::vector<at::Tensor> outs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(plan.num_outputs));
+    if (!at::GradMode::is_enabled()) return outs;  // the guards hold grad mode; defensive
+    for (size_t L = 0; L < plan.levels.size(); ++L) {
+      const AutogradPlan::Level& lv = plan.levels[L];
+      std::vector<at::Tensor> edges, kept = inputs;
+      for (int32_t i : lv.edge_inputs) edges.push_back(inputs.at(static_cast<size_t>(i)));
+      for (int32_t p : lv.edge_outputs) {
+        edges.push_back(outs.at(static_cast<size_t>(p)));
+        kept.push_back(outs.at(static_cast<size_t>(p)));
+      }
+      NodePtr node = make_node(c_, L, std::move(kept));
+      node->set_next_edges(ag::collect_next_edges(edges));
+      std::vector<OutputMeta> metas;
+      for (int32_t p : lv.outputs) {
+        at::Tensor& o = outs.at(static_cast<size_t>(p));
+        // A view of a buffer made outside grad mode would refuse in-place updates that eager's
+        // output takes: the output gets its own autograd identity.
+        if (o.is_view()) o = o.detach();
+        metas.push_back({o.sizes().vec(), o.options()});
+        ag::create_gradient_edge(o, node);
+      }
+      std::vector<ag::SavedVariable> saved;
+      saved.reserve(lv.saved.size());
+      for (int32_t k : lv.saved) saved.emplace_back(all.at(plan.num_outputs + static_cast<size_t>(k)).detach(), false);
+      static_cast<CompiledFunctionBackward&>(*node).save(std::move(saved), std::move(metas));
+    }
+    for (size_t p = 0; p < outs.size(); ++p)
+      if (plan.output_first[p] != static_cast<int32_t>(p)) outs[p] = outs[static_cast<size_t>(plan.output_first[p])];
+    return outs;
+  }
+
+  std::string describe() const override {
+    std::string s = "autograd: forward and " + std::to_string(c_->levels.size()) + " backward(s) compiled\n--- forward ---\n" +
+                    c_->forward->describe();
+    for (size_t L = 0; L < c_->levels.size(); ++L)
+      s += "\n--- backward " + std::to_string(L) + " ---\n" + c_->levels[L].backward->describe();
+    return s;
+  }
+  bool settled() const override {
+    bool all = c_->forward->settled();
+    for (const LevelExecutables& l : c_->levels) all = all && l.backward->settled();
+    return all;
+  }
+
+ private:
+  std::shared_ptr<const Compiled> c_;
+};
+
+}  // namespace
+
+ExecutablePtr make_autograd_executable(ExecutablePtr forward, std::vector<LevelExecutables> levels, AutogradPlan plan) {
+  if (levels.size() != plan.levels.size() || plan.output_first.size() != plan.num_outputs)
+    throw InternalError("autograd plan: inconsistent sizes");
+  for (const AutogradPlan::Level& lv : plan.levels)
+    if (lv.edge_grad.size() != lv.edge_inputs.size() + lv.edge_outputs.size())
+      throw InternalError("autograd plan: a level's edges and gradients differ in number");
+  auto c = std::make_shared<Compiled>();
+  c->forward = std::move(forward);
+  c->levels = std::move(levels);
+  c->plan = std::move(plan);
+  return std::make_shared<AutogradExecutable>(std::move(c));
+}
+
+}  // namespace fastdyn::runtime

@@ -1,0 +1,31 @@
+// runtime/autograd_plan.h — how a compiled forward and its backwards meet autograd (runtime/ layer).
+//
+// codegen/autograd/joint.h fills it when it splits a graph whose outputs require grad; the
+// autograd executable (autograd_function.h) follows it on every call. Indices, no tensors.
+//
+// Outputs come in levels: an output computed from another output that requires grad (`y` and
+// `s = y.sum()`, both returned) must receive its gradient through that output's own autograd edge,
+// as in eager, so that hooks on `y`, `y.retain_grad()` and `autograd.grad(s, y)` see it. Each
+// level has its own node, whose next edges are the inputs that require grad and the outputs of
+// lower levels; most graphs have one level.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace fastdyn::runtime {
+
+struct AutogradPlan {
+  size_t num_outputs = 0;             // the graph's outputs: the forward's first outputs; the saved values follow
+  std::vector<int32_t> output_first;  // per graph output position: the first position of the same value
+  struct Level {
+    std::vector<int32_t> outputs;       // graph output positions whose values get this level's node, in its input order
+    std::vector<int32_t> edge_inputs;   // graph input indices that require grad: the node's first next edges
+    std::vector<int32_t> edge_outputs;  // graph output positions of lower levels: the node's next edges after those
+    std::vector<int32_t> edge_grad;     // per next edge: the backward output that is its gradient, or -1
+    std::vector<int32_t> saved;         // the saved values (indices among the forward's extra outputs) its backward reads first
+  };
+  std::vector<Level> levels;
+};
+
+}  // namespace fastdyn::runtime

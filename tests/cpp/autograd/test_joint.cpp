@@ -1,0 +1,121 @@
+// tests/cpp/autograd/test_joint.cpp — the joint graph and its partition (codegen/autograd/joint.h):
+// what the forward saves, what the backward recomputes, levels, and what is refused.
+#include "codegen/autograd/derivatives.h"
+#include "codegen/autograd/joint.h"
+
+#include <gtest/gtest.h>
+
+namespace fastdyn::codegen::autograd {
+namespace {
+
+std::vector<OpId> ops(const Graph& g) {
+  std::vector<OpId> out;
+  for (const Node& n : g.nodes) out.push_back(n.op);
+  return out;
+}
+
+TEST(AutogradJoint, MulSavesTheOtherOperandAndTheBackwardIsTwoMuls) {
+  AutogradSplit s = split_for_autograd(parse_graph(R"(graph(%0: f32[4]{1} requires_grad, %1: f32[4]{1} requires_grad):
+  %2: f32[4]{1} requires_grad = aten::mul.Tensor(%0, %1)
+  return (%2)
+)"));
+  EXPECT_EQ(print_graph(s.forward), R"(graph(%0: f32[4]{1}, %1: f32[4]{1}):
+  %2: f32[4]{1} = aten::mul.Tensor(%0, %1)
+  return (%2, %0, %1)
+)");
+  EXPECT_EQ(print_graph(s.backward.at(0)), R"(graph(%0: f32[4]{1}, %1: f32[4]{1}, %2: f32[4]{1}):
+  %3: f32[4]{1} = aten::mul.Tensor(%2, %1)
+  %4: f32[4]{1} = aten::mul.Tensor(%2, %0)
+  return (%3, %4)
+)");
+  ASSERT_EQ(s.plan.levels.size(), 1u);
+  EXPECT_EQ(s.plan.levels[0].edge_inputs, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s.plan.levels[0].edge_grad, (std::vector<int32_t>{0, 1}));
+}
+
+TEST(AutogradJoint, APointwiseChainIsRecomputedFromItsInputInsteadOfSaved) {
+  // gelu's tanh form written out (GPT-2's gelu_new): only x is saved; the backward recomputes
+  // the chain, which fuses into its kernels.
+  AutogradSplit s = split_for_autograd(parse_graph(R"(graph(%0: f32[8, 16]{16, 1} requires_grad):
+  %1: f32[8, 16]{16, 1} requires_grad = aten::pow.Tensor_Scalar(%0, 3.0)
+  %2: f32[8, 16]{16, 1} requires_grad = aten::mul.Scalar(%1, 0.044715)
+  %3: f32[8, 16]{16, 1} requires_grad = aten::add.Tensor(%0, %2, 1)
+  %4: f32[8, 16]{16, 1} requires_grad = aten::mul.Scalar(%3, 0.7978845608)
+  %5: f32[8, 16]{16, 1} requires_grad = aten::tanh(%4)
+  %6: f32[8, 16]{16, 1} requires_grad = aten::add.Scalar(%5, 1.0, 1)
+  %7: f32[8, 16]{16, 1} requires_grad = aten::mul.Scalar(%0, 0.5)
+  %8: f32[8, 16]{16, 1} requires_grad = aten::mul.Tensor(%7, %6)
+  return (%8)
+)"));
+  EXPECT_EQ(s.forward.outputs.size(), 2u);  // the output, then x
+  EXPECT_EQ(s.forward.outputs[1], s.forward.inputs[0]);
+  const std::vector<OpId> b = ops(s.backward.at(0));
+  EXPECT_NE(std::find(b.begin(), b.end(), OpId::tanh), b.end());  // recomputed
+}
+
+TEST(AutogradJoint, TheOutputOfAnExternOpIsSavedNotRecomputed) {
+  AutogradSplit s = split_for_autograd(parse_graph(R"(graph(%0: f32[4, 8]{8, 1}, %1: f32[3, 8]{8, 1} requires_grad):
+  %2: f32[4, 3]{3, 1} requires_grad = aten::linear(%0, %1, None)
+  %3: f32[4, 3]{3, 1} requires_grad = aten::tanh(%2)
+  return (%3)
+)"));
+  // tanh's derivative reads its output, which comes from linear: saved, with x for the weight's gradient.
+  EXPECT_EQ(s.forward.outputs.size(), 3u);
+  EXPECT_EQ(s.forward.outputs[1], s.forward.inputs[0]);
+  EXPECT_EQ(s.forward.outputs[2], s.forward.outputs[0]);
+  EXPECT_EQ(ops(s.backward.at(0)).front(), OpId::mul_Tensor);
+  EXPECT_EQ(s.plan.levels[0].edge_inputs, (std::vector<int32_t>{1}));
+}
+
+TEST(AutogradJoint, AnOutputComputedFromAnotherOutputIsALevelAboveIt) {
+  AutogradSplit s = split_for_autograd(parse_graph(R"(graph(%0: f32[5]{1} requires_grad):
+  %1: f32[5]{1} requires_grad = aten::exp(%0)
+  %2: f32[5]{1} requires_grad = aten::mul.Tensor(%1, %1)
+  %3: f32[]{} requires_grad = aten::sum.dim_IntList(%2, None, False, None)
+  return (%1, %3)
+)"));
+  ASSERT_EQ(s.plan.levels.size(), 2u);
+  EXPECT_EQ(s.plan.levels[0].outputs, (std::vector<int32_t>{0}));
+  EXPECT_EQ(s.plan.levels[1].outputs, (std::vector<int32_t>{1}));
+  EXPECT_EQ(s.plan.levels[1].edge_outputs, (std::vector<int32_t>{0}));  // s's gradient goes to y's edge
+  EXPECT_EQ(s.plan.levels[1].edge_grad, (std::vector<int32_t>{-1, 0}));  // and none straight to x
+  EXPECT_EQ(s.eager.at(1).inputs.size(), 2u);
+}
+
+TEST(AutogradJoint, RefusalsNameTheCulprit) {
+  auto refusal = [](const char* text) {
+    try {
+      split_for_autograd(parse_graph(text));
+    } catch (const NoDerivative& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(refusal(R"(graph(%0: f32[4]{1} requires_grad):
+  %1: f32[4]{1} requires_grad = aten::cumsum(%0, 0, None)
+  return (%1)
+)").find("no derivative for aten::cumsum"), std::string::npos);
+  EXPECT_NE(refusal(R"(graph(%0: f32[2, 2]{2, 1} requires_grad):
+  %1: f32[4]{1} requires_grad = aten::view(%0, [4])
+  return (%1)
+)").find("output 0 is a view of an input"), std::string::npos);
+  EXPECT_NE(refusal(R"(graph(%0: f32[4]{1} requires_grad):
+  %1: f32[4]{1} requires_grad = aten::mul.Scalar(%0, 2.0)
+  %2: f32[4]{1} requires_grad = aten::slice.Tensor(%1, 0, 0, 4, 2)
+  return (%2)
+)").find("a slice with a step"), std::string::npos);
+}
+
+TEST(AutogradJoint, NeedsAutogradOnlyForComputedOutputsThatRequireGrad) {
+  EXPECT_TRUE(needs_autograd(parse_graph(R"(graph(%0: f32[4]{1} requires_grad):
+  %1: f32[4]{1} requires_grad = aten::exp(%0)
+  return (%1)
+)")));
+  EXPECT_FALSE(needs_autograd(parse_graph(R"(graph(%0: f32[4]{1} requires_grad, %1: f32[4]{1}):
+  %2: f32[4]{1} = aten::exp(%1)
+  return (%2, %0)
+)")));
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen::autograd

@@ -1,0 +1,228 @@
+"""Compiled graphs whose outputs require grad: what autograd users rely on behaves as in eager.
+
+The forward and backward are compiled (codegen/autograd/joint.h) and joined by one C++ autograd
+node (runtime/autograd_function.h). These tests hold the contract of that node: gradients,
+accumulation, hooks, retain_graph, eager's errors, double backward, unused outputs, and the
+ATen fallback of graphs with an op that has no derivative row.
+"""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fastdyn
+
+COMPILED = "CompiledFunctionBackward"
+
+
+@pytest.fixture(autouse=True)
+def synchronous_compile():
+    was = fastdyn._C.background_compile()
+    fastdyn.set_background_compile(False)
+    yield
+    fastdyn.set_background_compile(was)
+
+
+def mlp_step(x, w1, b1, w2):
+    h = F.gelu(F.linear(x, w1, b1))
+    return (h @ w2).tanh().sum()
+
+
+def params(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(16, 8, generator=g, requires_grad=True), torch.randn(16, generator=g, requires_grad=True),
+            torch.randn(16, 4, generator=g, requires_grad=True)]
+
+
+def test_outputs_get_the_compiled_node_and_backward_accumulates_into_grad_like_eager():
+    x = torch.randn(5, 8)
+    ps, ref = params(), params()
+    f = fastdyn.jit(mlp_step)
+    for _ in range(2):  # the second call accumulates into .grad
+        out = f(x, *ps)
+        assert out.grad_fn.name() == COMPILED
+        out.backward()
+        mlp_step(x, *ref).backward()
+    for p, r in zip(ps, ref):
+        torch.testing.assert_close(p.grad, r.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_inference_in_grad_mode_runs_compiled_and_never_calls_the_backward():
+    x = torch.randn(5, 8)
+    f = fastdyn.jit(mlp_step)
+    out = f(x, *params())
+    assert out.requires_grad and out.grad_fn.name() == COMPILED
+    torch.testing.assert_close(out, mlp_step(x, *params()), rtol=1e-5, atol=1e-5)
+
+
+def test_a_second_backward_without_retain_graph_raises_eagers_error_and_retain_graph_allows_it():
+    x = torch.randn(5, 8)
+    f = fastdyn.jit(mlp_step)
+    out = f(x, *params())
+    out.backward(retain_graph=True)
+    out.backward()  # retained: allowed
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.backward()
+
+
+def test_modifying_a_saved_input_in_place_raises_eagers_error():
+    def f(x, w):
+        return (x * w).sum()  # saves x and w
+    x = torch.randn(4, requires_grad=True)
+    w = torch.randn(4, requires_grad=True)
+    out = fastdyn.jit(f)(x, w)
+    assert out.grad_fn.name() == COMPILED
+    with torch.no_grad():
+        w.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+
+
+def test_hooks_on_inputs_and_outputs_run_and_can_change_the_gradient():
+    def f(x):
+        y = x.sin() * 2
+        return y, y.sum()
+    x = torch.randn(6, requires_grad=True)
+    seen = []
+    x.register_hook(lambda g: seen.append(("x", g.clone())))
+    y, s = fastdyn.jit(f)(x)
+    assert s.grad_fn.name() == COMPILED
+    y.register_hook(lambda g: g * 0)  # y's own gradient is dropped
+    (s + y.sum()).backward()
+    xr = x.detach().clone().requires_grad_(True)
+    yr = xr.sin() * 2
+    yr.register_hook(lambda g: g * 0)
+    (yr.sum() + yr.sum()).backward()
+    assert seen and seen[0][0] == "x"
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_autograd_grad_with_an_unused_output_and_an_output_returned_twice():
+    def f(x, w):
+        a = x @ w
+        b = a.relu()
+        return a, b, b
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 5, requires_grad=True)
+    a, b, b2 = fastdyn.jit(f)(x, w)
+    assert b is b2 and a.grad_fn.name() == COMPILED
+    gx, gw = torch.autograd.grad(b.sum(), [x, w])  # `a` gets no gradient: zeros reach the node
+    xr, wr = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    gxr, gwr = torch.autograd.grad((xr @ wr).relu().sum(), [xr, wr])
+    torch.testing.assert_close(gx, gxr)
+    torch.testing.assert_close(gw, gwr)
+
+
+def test_double_backward_with_create_graph_is_eagers():
+    def f(x):
+        return (x.tanh() * x).sum()
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    out = fastdyn.jit(f)(x)
+    assert out.grad_fn.name() == COMPILED
+    (g,) = torch.autograd.grad(out, x, create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), x)
+    xr = x.detach().clone().requires_grad_(True)
+    (gr,) = torch.autograd.grad(f(xr), xr, create_graph=True)
+    (ggr,) = torch.autograd.grad(gr.sum(), xr)
+    torch.testing.assert_close(g, gr)
+    torch.testing.assert_close(gg, ggr)
+
+
+def test_inputs_without_grad_get_none_and_non_leaf_inputs_pass_the_gradient_on():
+    def f(x, w):
+        return (x * w).exp().sum()
+    w0 = torch.randn(4, requires_grad=True)
+    w = w0 * 3  # not a leaf: the gradient flows on to w0
+    x = torch.randn(4)
+    out = fastdyn.jit(f)(x, w)
+    out.backward()
+    w0r = w0.detach().clone().requires_grad_(True)
+    f(x, w0r * 3).backward()
+    torch.testing.assert_close(w0.grad, w0r.grad)
+    assert x.grad is None
+
+
+def test_an_op_without_a_derivative_row_keeps_atens_autograd_and_trains_correctly():
+    def f(x, w):
+        return torch.cumsum(x * w, 0).sum()  # cumsum has no row
+    x = torch.randn(6)
+    w = torch.randn(6, requires_grad=True)
+    out = fastdyn.jit(f)(x, w)
+    assert out.grad_fn.name() != COMPILED
+    out.backward()
+    wr = w.detach().clone().requires_grad_(True)
+    f(x, wr).backward()
+    torch.testing.assert_close(w.grad, wr.grad)
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 10)
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, x, y):
+        h = F.relu(self.l1(x))
+        h = self.norm(F.silu(self.l2(h)) + h)
+        return F.mse_loss(self.l3(h), y)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adam", "adamw"])
+def test_train_steps_give_eagers_losses_and_parameters(opt):
+    torch.manual_seed(0)
+    model, ref = Mlp(), Mlp()
+    ref.load_state_dict(model.state_dict())
+    make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+            "adam": lambda p: torch.optim.Adam(p, lr=1e-3),
+            "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3)}[opt]
+    o1, o2 = make(model.parameters()), make(ref.parameters())
+    compiled = fastdyn.jit(model)
+    for step in range(4):
+        x, y = torch.randn(16, 32), torch.randn(16, 10)
+        loss = compiled(x, y)
+        assert loss.grad_fn.name() == COMPILED
+        o1.zero_grad()
+        loss.backward()
+        o1.step()
+        loss_ref = ref(x, y)
+        o2.zero_grad()
+        loss_ref.backward()
+        o2.step()
+        torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-6)
+    for p, r in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-5)
+
+
+def test_an_output_computed_from_another_output_takes_its_gradient_through_that_outputs_edge():
+    # y and s = f(y) both returned: s's gradient reaches y's edge (its hooks, retain_grad and
+    # autograd.grad(s, y) see it), as in eager; the graph gets one node per level.
+    def f(x):
+        y = x.exp()
+        return y, (y * y).sum()
+    x = torch.randn(5, requires_grad=True)
+    y, s = fastdyn.jit(f)(x)
+    assert s.grad_fn.name() == COMPILED and y.grad_fn.name() == COMPILED and s.grad_fn is not y.grad_fn
+    (gy,) = torch.autograd.grad(s, y, retain_graph=True)
+    torch.testing.assert_close(gy, 2 * y.detach())
+    y.retain_grad()
+    s.backward()
+    torch.testing.assert_close(y.grad, 2 * y.detach())
+    torch.testing.assert_close(x.grad, 2 * y.detach() * y.detach())
+
+
+@pytest.mark.parametrize("case", ["view_of_input", "view_of_output"])
+def test_outputs_that_are_views_of_inputs_or_outputs_keep_atens_autograd(case):
+    def view_of_input(x):
+        return x.view(6), (x * 2).sum()
+
+    def view_of_output(x):
+        y = x * 2
+        return y, y.view(6)
+    f = {"view_of_input": view_of_input, "view_of_output": view_of_output}[case]
+    x = torch.randn(2, 3, requires_grad=True)
+    outs = fastdyn.jit(f)(x)
+    assert all(o.grad_fn is None or o.grad_fn.name() != COMPILED for o in outs)
+    outs[1].sum().backward()
+    xr = x.detach().clone().requires_grad_(True)
+    f(xr)[1].sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
