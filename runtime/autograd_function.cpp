@@ -34,7 +34,8 @@ struct OutputMeta {  // a level output's shape and options, for the zeros of a g
 
 class CompiledFunctionBackward final : public ag::Node {
  public:
-  // `inputs`: the graph's inputs, then the lower levels' outputs (differentiable_backward's).
+  // `inputs`: the graph's inputs, the lower levels' outputs, then the dropout masks of the call
+  // (differentiable_backward's).
   CompiledFunctionBackward(std::shared_ptr<const Compiled> c, size_t level, std::vector<at::Tensor> inputs)
       : c_(std::move(c)), level_(level), inputs_(std::move(inputs)) {
     for (const at::Tensor& t : inputs_) versions_.push_back(t.defined() ? t._version() : 0);
@@ -98,7 +99,7 @@ class CompiledFunctionBackward final : public ag::Node {
       gys.push_back(grads[k]);
     }
     for (int32_t i : lv.edge_inputs) xs.push_back(inputs_.at(static_cast<size_t>(i)));
-    const size_t num_inputs = inputs_.size() - lv.edge_outputs.size();
+    const size_t num_inputs = inputs_.size() - lv.edge_outputs.size() - lv.eager_saved.size();
     for (size_t k = 0; k < lv.edge_outputs.size(); ++k) xs.push_back(inputs_.at(num_inputs + k));
     if (ys.empty()) return ag::variable_list(xs.size());
     return ag::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
@@ -112,6 +113,12 @@ class CompiledFunctionBackward final : public ag::Node {
   std::vector<OutputMeta> out_meta_;
   bool released_ = false;
 };
+
+bool is_input(const at::Tensor& t, const std::vector<at::Tensor>& inputs) {
+  for (const at::Tensor& in : inputs)
+    if (in.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
+  return false;
+}
 
 // T is a template parameter so that only the branch of this torch's pointer type is instantiated.
 template <class P = NodePtr, class T = CompiledFunctionBackward>
@@ -143,6 +150,7 @@ class AutogradExecutable final : public Executable {
         edges.push_back(outs.at(static_cast<size_t>(p)));
         kept.push_back(outs.at(static_cast<size_t>(p)));
       }
+      for (int32_t k : lv.eager_saved) kept.push_back(all.at(plan.num_outputs + static_cast<size_t>(k)));
       NodePtr node = make_node(c_, L, std::move(kept));
       node->set_next_edges(ag::collect_next_edges(edges));
       std::vector<OutputMeta> metas;
@@ -156,7 +164,13 @@ class AutogradExecutable final : public Executable {
       }
       std::vector<ag::SavedVariable> saved;
       saved.reserve(lv.saved.size());
-      for (int32_t k : lv.saved) saved.emplace_back(all.at(plan.num_outputs + static_cast<size_t>(k)).detach(), false);
+      for (int32_t k : lv.saved) {
+        const at::Tensor& t = all.at(plan.num_outputs + static_cast<size_t>(k));
+        // An output wired above is saved detached: a node never holds another node (or itself)
+        // through a saved value. Inputs (leaves or not) are saved as they are, like eager's.
+        const bool wired = t.defined() && t.grad_fn() && !is_input(t, inputs);
+        saved.emplace_back(wired ? t.detach() : t, false);
+      }
       static_cast<CompiledFunctionBackward&>(*node).save(std::move(saved), std::move(metas));
     }
     for (size_t p = 0; p < outs.size(); ++p)

@@ -21,8 +21,8 @@ namespace fastdyn::runtime {
 
 // `forward` returns plan.num_outputs outputs then the saved values. Per level, `backward` takes
 // its saved values then one gradient per level output, and returns one per next edge that gets
-// one; `eager` is the traced graph on ATen from the graph's inputs then the lower levels' outputs,
-// returning the level's outputs (create_graph).
+// one; `eager` is the traced graph on ATen from the graph's inputs, the lower levels' outputs and
+// the dropout masks of the call, returning the level's outputs (create_graph).
 struct LevelExecutables {
   ExecutablePtr backward, eager;
 };

@@ -24,6 +24,7 @@ struct AutogradPlan {
     std::vector<int32_t> edge_outputs;  // graph output positions of lower levels: the node's next edges after those
     std::vector<int32_t> edge_grad;     // per next edge: the backward output that is its gradient, or -1
     std::vector<int32_t> saved;         // the saved values (indices among the forward's extra outputs) its backward reads first
+    std::vector<int32_t> eager_saved;   // saved values its eager replay reads after the inputs and lower outputs (dropout masks)
   };
   std::vector<Level> levels;
 };

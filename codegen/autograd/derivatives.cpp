@@ -269,6 +269,12 @@ void d_cross_entropy(B& b) {
   b.give(0, d);
 }
 
+// native_dropout(input, p, train) -> (output, mask): grad * mask / (1 - p).
+void d_native_dropout(B& b) {
+  const double p = b.number(1);
+  b.give(0, b.scale(b.mul(b.grad(0), b.out(1)), p >= 1.0 ? 0.0 : 1.0 / (1.0 - p)));
+}
+
 // ---- linear algebra ----
 void d_matmul(B& b) {
   const ValueId a = b.in(0), m = b.in(1), g = b.grad();
@@ -438,7 +444,7 @@ const std::unordered_map<OpId, Formula>& table() {
       {OpId::masked_fill_Scalar, d_masked_fill}, {OpId::masked_fill_Tensor, d_masked_fill},
       {OpId::sum_dim_IntList, d_sum},    {OpId::mean_dim, d_mean},           {OpId::linalg_vector_norm, d_vector_norm},           {OpId::softmax_int, d_softmax},
       {OpId::log_softmax_int, d_log_softmax}, {OpId::layer_norm, d_layer_norm}, {OpId::rms_norm, d_rms_norm},
-      {OpId::mse_loss, d_mse_loss},      {OpId::cross_entropy_loss, d_cross_entropy},      {OpId::matmul, d_matmul},           {OpId::mm, d_matmul},
+      {OpId::native_dropout, d_native_dropout}, {OpId::mse_loss, d_mse_loss},      {OpId::cross_entropy_loss, d_cross_entropy},      {OpId::matmul, d_matmul},           {OpId::mm, d_matmul},
       {OpId::bmm, d_matmul},             {OpId::addmm, d_addmm},             {OpId::baddbmm, d_addmm},
       {OpId::linear, d_linear},          {OpId::scaled_dot_product_attention, d_sdpa},
       {OpId::embedding, d_embedding},    {OpId::view, d_view},               {OpId::unsqueeze, d_view},

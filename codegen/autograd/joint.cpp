@@ -221,14 +221,66 @@ Graph cut_at(const Graph& g, const std::vector<ValueId>& cut, std::unordered_map
   return gl;
 }
 
+// Dropout in training becomes native_dropout, whose second output is the mask the backward reads
+// (the same draw from the same generator: eager's CPU dropout and native_dropout both fill a
+// tensor like the input with bernoulli(1 - p)). `masks` gets the mask values.
+Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
+  Graph r = g;
+  for (Node& n : r.nodes) {
+    if (n.op != OpId::dropout || n.args.size() < 3 || !(n.args[2].kind == Arg::Kind::Bool && n.args[2].b)) continue;
+    if (!r.meta(n.outputs.at(0)).requires_grad) continue;
+    TensorMeta m = r.meta(n.args[0].value);
+    m.dtype = c10::ScalarType::Bool;
+    m.requires_grad = false;
+    m.sym_sizes.clear();
+    m.sym_strides.clear();
+    m.sym_offset.clear();
+    const ValueId mask = r.add_value(m);
+    n.op = OpId::native_dropout;
+    n.outputs.push_back(mask);
+    masks.push_back(mask);
+  }
+  return r;
+}
+
+// The eager replay of a graph with native_dropout (create_graph=True must see the masks of the
+// call, not draw new ones): each becomes input * mask * (1 / (1 - p)) with the mask an input,
+// after the graph's own, in `masks` order.
+Graph replay_masks(const Graph& g, const std::vector<ValueId>& masks) {
+  Graph r = g;
+  std::unordered_map<ValueId, ValueId> mask_input;
+  for (ValueId m : masks) mask_input[m] = r.add_input(g.meta(m));
+  std::vector<Node> nodes;
+  for (const Node& n : g.nodes) {
+    if (n.op != OpId::native_dropout) {
+      nodes.push_back(n);
+      continue;
+    }
+    const ValueId x = n.args[0].value, y = n.outputs[0];
+    const double p = n.args[1].kind == Arg::Kind::Double ? n.args[1].d : static_cast<double>(n.args[1].i);
+    TensorMeta t = r.meta(y);
+    const ValueId masked = r.add_value(t);
+    nodes.push_back(Node{OpId::mul_Tensor, {Arg::of_value(x), Arg::of_value(mask_input.at(n.outputs[1]))}, {masked}});
+    nodes.push_back(Node{OpId::mul_Scalar, {Arg::of_value(masked), Arg::of_double(p >= 1.0 ? 0.0 : 1.0 / (1.0 - p))}, {y}});
+  }
+  r.nodes = std::move(nodes);
+  return r;
+}
+
 }  // namespace
 
-AutogradSplit split_for_autograd(const Graph& g) {
-  if (!g.symbols.empty() || !g.binding.empty()) throw NoDerivative("sizes that vary (a symbolic graph) are not differentiated yet");
+AutogradSplit split_for_autograd(const Graph& traced) {
+  if (!traced.symbols.empty() || !traced.binding.empty())
+    throw NoDerivative("sizes that vary (a symbolic graph) are not differentiated yet");
+  std::vector<ValueId> masks;
+  const Graph g = with_dropout_masks(traced, masks);
   for (const Node& n : g.nodes) {
     const OpCategory c = op_info(n.op).category;
     if (c == OpCategory::InPlace) throw NoDerivative("in-place op " + qualified_name(n.op) + " in a graph that needs a backward");
-    if (c == OpCategory::Random) throw NoDerivative("random op " + qualified_name(n.op) + " in a graph that needs a backward");
+    bool grad_out = false;
+    for (ValueId v : n.outputs) grad_out = grad_out || g.meta(v).requires_grad;
+    if (c == OpCategory::Random && grad_out && n.op != OpId::native_dropout)
+      throw NoDerivative("random op " + qualified_name(n.op) + " in a graph that needs a backward");
   }
   const std::unordered_map<ValueId, size_t> made_by = producers(g, g.nodes.size());
   AutogradSplit split;
@@ -314,10 +366,16 @@ AutogradSplit split_for_autograd(const Graph& g) {
     split.eager.push_back(std::move(gl));
     plan.levels.push_back(std::move(lv));
   }
+  all_saved.insert(masks.begin(), masks.end());  // the eager replays read them
   const std::vector<ValueId> saved_list(all_saved.begin(), all_saved.end());
-  for (size_t L = 0; L < plan.levels.size(); ++L)
-    for (ValueId v : level_saved[L])
-      plan.levels[L].saved.push_back(static_cast<int32_t>(std::find(saved_list.begin(), saved_list.end(), v) - saved_list.begin()));
+  auto saved_index = [&](ValueId v) {
+    return static_cast<int32_t>(std::find(saved_list.begin(), saved_list.end(), v) - saved_list.begin());
+  };
+  for (size_t L = 0; L < plan.levels.size(); ++L) {
+    for (ValueId v : level_saved[L]) plan.levels[L].saved.push_back(saved_index(v));
+    for (ValueId m : masks) plan.levels[L].eager_saved.push_back(saved_index(m));
+    if (!masks.empty()) split.eager[L] = replay_masks(split.eager[L], masks);
+  }
   std::vector<ValueId> fwd_outputs = g.outputs;
   fwd_outputs.insert(fwd_outputs.end(), saved_list.begin(), saved_list.end());
   std::vector<size_t> fwd_nodes(g.nodes.size());

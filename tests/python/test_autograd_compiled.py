@@ -226,3 +226,28 @@ def test_outputs_that_are_views_of_inputs_or_outputs_keep_atens_autograd(case):
     xr = x.detach().clone().requires_grad_(True)
     f(xr)[1].sum().backward()
     torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_dropout_in_training_draws_eagers_mask_and_the_backward_uses_it():
+    def f(x, w):
+        h = F.dropout(F.linear(x, w), 0.4, training=True)
+        return F.dropout(h.tanh(), 0.2, training=True).sum()
+    x = torch.randn(8, 16)
+    w = torch.randn(12, 16, requires_grad=True)
+    wr = w.detach().clone().requires_grad_(True)
+    jf = fastdyn.jit(f)
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        out = jf(x, w)
+        assert out.grad_fn.name() == COMPILED
+        (g,) = torch.autograd.grad(out, w, create_graph=True)  # the replay uses this call's masks
+        (gg,) = torch.autograd.grad(g.sum(), w)
+        after = torch.rand(3)  # the generator is where eager leaves it
+        torch.manual_seed(seed)
+        ref = f(x, wr)
+        (gr,) = torch.autograd.grad(ref, wr, create_graph=True)
+        (ggr,) = torch.autograd.grad(gr.sum(), wr)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(g, gr)
+        torch.testing.assert_close(gg, ggr)
+        torch.testing.assert_close(after, torch.rand(3))

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Training steps (issue 22): eager, torch.compile and fastdyn, interleaved in one process.
+
+    python3 bench/train_step.py [--quick] [--cases mlp,gpt2,resnet18] [--rounds 15]
+
+A step is forward (the compiled model), loss, backward and the optimizer's step; fastdyn.jit and
+torch.compile wrap the model, so the backward is the compiled one, and the optimizer runs as
+written in every mode. Each mode trains its own copy of the model from the same weights on the
+same batches, and the losses are compared with eager's step by step. Also: inference of the same
+GPT-2 with grad mode left on, against inference under torch.no_grad() (the autograd node that is
+never used must cost next to nothing).
+
+Per case and mode: the median step time over interleaved rounds (steady state, one process: this
+machine's memory bandwidth differs between processes), the first step in this process (the
+compile included; the first mode to run also pays PyTorch's lazy start-up, so eager runs first),
+and the largest loss difference from eager.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fastdyn
+
+
+def make_mlp():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(4):
+        layers += [nn.Linear(512, 512), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(512, 10))
+
+    class WithLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+
+    batches = [(torch.randn(64, 512), torch.randint(0, 10, (64,))) for _ in range(4)]
+    return WithLoss(), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
+
+
+def make_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    # NB: dropout off: a graph with dropout keeps ATen's autograd (no derivative row for random ops yet).
+    config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=128, bos_token_id=999,
+                        eos_token_id=999, use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+    class WithLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = GPT2LMHeadModel(config)
+
+        def forward(self, ids):
+            return self.lm(ids, labels=ids).loss
+
+    batches = [(torch.randint(0, 1000, (1, 128)),) for _ in range(4)]
+    return WithLoss(), batches, lambda p: torch.optim.AdamW(p, lr=1e-4)
+
+
+def make_resnet18():
+    sys.path.insert(0, "bench")
+    from cnn import ResNet18
+    torch.manual_seed(0)
+    net = ResNet18(classes=10)
+
+    class WithLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+
+    batches = [(torch.randn(2, 3, 64, 64), torch.randint(0, 10, (2,))) for _ in range(4)]
+    return WithLoss(), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
+
+
+CASES = {"mlp": ("4x Linear(512) + ReLU, batch 64, cross entropy, SGD momentum", make_mlp),
+         "gpt2": ("GPT-2 2 layers, n_embd 128, 128 tokens, LM loss, AdamW", make_gpt2),
+         "resnet18": ("ResNet-18 (train-mode batch norm), 2x3x64x64, cross entropy, SGD momentum", make_resnet18)}
+MODES = ["eager", "inductor", "fastdyn"]
+
+
+def wrap(mode, model):
+    if mode == "eager":
+        return model
+    if mode == "inductor":
+        return torch.compile(model)
+    return fastdyn.jit(model)
+
+
+def train_case(name, rounds, steps_per_round):
+    make = CASES[name][1]
+    base, batches, make_opt = make()
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    runs = {}
+    for mode in MODES:
+        model, _, _ = make()
+        model.load_state_dict(state)
+        model.train()
+        opt = make_opt(model.parameters())
+        runs[mode] = (wrap(mode, model), opt, model)
+
+    def step(mode, batch):
+        fn, opt, _ = runs[mode]
+        loss = fn(*batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    first, losses = {}, {m: [] for m in MODES}
+    for mode in MODES:
+        t0 = time.perf_counter()
+        losses[mode].append(step(mode, batches[0]))
+        first[mode] = time.perf_counter() - t0
+    fastdyn.synchronize()  # kernels compiled in the background are in from here on
+    for i in range(1, len(batches)):
+        for mode in MODES:
+            losses[mode].append(step(mode, batches[i]))
+    times = {m: [] for m in MODES}
+    for _ in range(rounds):
+        for mode in MODES:
+            t0 = time.perf_counter()
+            for k in range(steps_per_round):
+                step(mode, batches[k % len(batches)])
+            times[mode].append((time.perf_counter() - t0) / steps_per_round)
+    compiled = getattr(runs["fastdyn"][0](*batches[0]).grad_fn, "name", lambda: "none")()
+    out = {}
+    for mode in MODES:
+        diff = max(abs(float(a) - float(b)) for a, b in zip(losses[mode], losses["eager"]))
+        out[mode] = {"step_ms": statistics.median(times[mode]) * 1e3, "first_ms": first[mode] * 1e3, "loss_diff": diff}
+    out["fastdyn"]["node"] = compiled
+    return out
+
+
+def inference_grad_mode(rounds):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=128, bos_token_id=999,
+                        eos_token_id=999, use_cache=False)
+    model = GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 1000, (1, 64))
+    modes = {"eager": model, "inductor": torch.compile(model), "fastdyn": fastdyn.jit(model)}
+    for m in modes.values():
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                m(ids)
+    fastdyn.synchronize()
+    times = {(m, g): [] for m in modes for g in (False, True)}
+    for _ in range(rounds):
+        for m, fn in modes.items():
+            for grad in (False, True):
+                with torch.set_grad_enabled(grad):
+                    t0 = time.perf_counter()
+                    for _ in range(10):
+                        fn(ids)
+                    times[(m, grad)].append((time.perf_counter() - t0) / 10)
+    return {f"{m} {'grad' if g else 'no_grad'}": statistics.median(v) * 1e3 for (m, g), v in times.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    rounds = 3 if a.quick else a.rounds
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; steady state interleaved in one process")
+    speedups = {m: [] for m in MODES}
+    print("| case | mode | step (ms) | vs eager | first step (ms) | max loss diff |")
+    print("|---|---|---|---|---|---|")
+    for name in a.cases.split(","):
+        r = train_case(name, rounds, 3)
+        for mode in MODES:
+            v = r[mode]
+            sp = r["eager"]["step_ms"] / v["step_ms"]
+            speedups[mode].append(sp)
+            print(f"| {name} | {mode} | {v['step_ms']:.2f} | {sp:.2f}x | {v['first_ms']:.0f} | {v['loss_diff']:.1e} |"
+                  + (f" node: {v['node']}" if "node" in v else ""), flush=True)
+    for mode in MODES:
+        g = 1.0
+        for s in speedups[mode]:
+            g *= s
+        print(f"geomean {mode}: {g ** (1 / len(speedups[mode])):.2f}x")
+    print("\nGPT-2 inference, 64 tokens (ms per call):")
+    for k, v in inference_grad_mode(rounds).items():
+        print(f"  {k}: {v:.2f}")
+
+
+if __name__ == "__main__":
+    main()
