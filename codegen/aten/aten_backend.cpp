@@ -108,6 +108,12 @@ std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg) {
       op.constant = c10::IValue(arg.ints);
       return op;
     }
+    if (is_kind(elem, c10::TypeKind::BoolType) && arg.kind == Arg::Kind::IntList) {  // bool[3] output_mask
+      c10::List<bool> bools;
+      for (int64_t i : arg.ints) bools.push_back(i != 0);
+      op.constant = c10::IValue(std::move(bools));
+      return op;
+    }
     if (arg.kind != Arg::Kind::ValueList) return std::nullopt;
     bool has_none = std::find(arg.values.begin(), arg.values.end(), -1) != arg.values.end();
     if (is_kind(elem, c10::TypeKind::TensorType) && !has_none) {

@@ -275,6 +275,95 @@ void d_native_dropout(B& b) {
   b.give(0, b.scale(b.mul(b.grad(0), b.out(1)), p >= 1.0 ? 0.0 : 1.0 / (1.0 - p)));
 }
 
+// batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps, cudnn):
+// layer_norm's formula over every dim but the channels, with the batch's statistics in training
+// and the running ones outside it.
+void d_batch_norm(B& b) {
+  const ValueId x0 = b.in(0);
+  const int64_t nd = b.dim(x0), C = b.sizes(x0)[1];
+  Ints dims{0}, per_channel(static_cast<size_t>(nd), 1);
+  for (int64_t d = 2; d < nd; ++d) dims.push_back(d);
+  per_channel[1] = C;
+  const bool training = b.arg(5).kind == Arg::Kind::Bool && b.arg(5).b;
+  const double eps = b.number(7);
+  const c10::ScalarType ct = compute_dtype(b.meta(x0).dtype);
+  const ValueId x = b.to(x0, ct), g = b.to(b.grad(), ct);
+  auto channel = [&](size_t pos) { return b.reshape(b.to(b.in(pos), ct), per_channel); };
+  ValueId xc, rstd;
+  if (training) {
+    xc = b.sub(x, b.mean(x, dims, true));
+    rstd = b.unary(Family::rsqrt, b.plus(b.mean(b.mul(xc, xc), dims, true), eps));
+  } else {
+    xc = b.sub(x, channel(3));
+    rstd = b.unary(Family::rsqrt, b.plus(channel(4), eps));
+  }
+  const ValueId xhat = b.mul(xc, rstd);
+  const bool has_w = b.arg(1).kind == Arg::Kind::Value;
+  const ValueId gxhat = has_w ? b.mul(g, channel(1)) : g;
+  if (b.needs(0)) {
+    if (training) {
+      const ValueId centred = b.sub(gxhat, b.mean(gxhat, dims, true));
+      b.give(0, b.mul(rstd, b.sub(centred, b.mul(xhat, b.mean(b.mul(gxhat, xhat), dims, true)))));
+    } else {
+      b.give(0, b.mul(gxhat, rstd));
+    }
+  }
+  if (b.needs(1)) b.give(1, b.sum(b.mul(g, xhat), dims, false));
+  if (b.needs(2)) b.give(2, b.sum(g, dims, false));
+}
+
+// conv1d/conv2d(input, weight, bias?, stride, padding, dilation, groups): ATen's convolution_backward.
+void d_conv(B& b) {
+  const ValueId x = b.in(0), w = b.in(1), g = b.grad();
+  if (b.dim(x) != b.dim(w)) b.refuse("an unbatched input");
+  const bool has_bias = b.arg(2).kind == Arg::Kind::Value;
+  const int64_t nd = b.dim(w) - 2, out_channels = b.sizes(w)[0];
+  const TensorMeta mx = b.meta(x), mw = b.meta(w);
+  const std::vector<ValueId> grads = emit(
+      b.graph(), OpId::convolution_backward,
+      {Arg::of_value(g), Arg::of_value(x), Arg::of_value(w), has_bias ? Arg::of_ints({out_channels}) : Arg::none(),
+       b.arg(3), b.arg(4), b.arg(5), Arg::of_bool(false), Arg::of_ints(Ints(static_cast<size_t>(nd), 0)), b.arg(6),
+       Arg::of_ints({1, 1, 1})},
+      {contiguous_meta(mx.dtype, mx.device, mx.sizes, false), contiguous_meta(mw.dtype, mw.device, mw.sizes, false),
+       contiguous_meta(mw.dtype, mw.device, {out_channels}, false)});
+  b.give(0, grads[0]);
+  b.give(1, grads[1]);
+  if (has_bias) b.give(2, grads[2]);
+}
+
+// max_pool2d(self, kernel, stride, padding, dilation, ceil_mode): the indices recomputed from the
+// saved input, then ATen's backward kernel.
+void d_max_pool2d(B& b) {
+  const ValueId x = b.in(0), g = b.grad();
+  if (b.dim(x) != 4) b.refuse("an unbatched input");
+  const TensorMeta mx = b.meta(x), mo = b.meta(b.out());
+  std::vector<Arg> pool{b.arg(1), b.arg(2), b.arg(3), b.arg(4), b.arg(5)};
+  std::vector<Arg> args{Arg::of_value(x)};
+  args.insert(args.end(), pool.begin(), pool.end());
+  const std::vector<ValueId> r = emit(b.graph(), OpId::max_pool2d_with_indices, args,
+                                      {contiguous_meta(mx.dtype, mx.device, mo.sizes, false),
+                                       contiguous_meta(c10::kLong, mx.device, mo.sizes, false)});
+  std::vector<Arg> bargs{Arg::of_value(g), Arg::of_value(x)};
+  bargs.insert(bargs.end(), pool.begin(), pool.end());
+  bargs.push_back(Arg::of_value(r[1]));
+  b.give(0, emit1(b.graph(), OpId::max_pool2d_with_indices_backward, bargs,
+                  contiguous_meta(mx.dtype, mx.device, mx.sizes, false)));
+}
+
+// adaptive_avg_pool2d(self, output_size): to 1x1 a mean (written out); else ATen's backward kernel.
+void d_adaptive_avg_pool2d(B& b) {
+  const ValueId x = b.in(0), g = b.grad();
+  const Ints xs = b.sizes(x);
+  const Ints& os = b.arg(1).ints;
+  if (xs.size() == 4 && os.size() == 2 && os[0] == 1 && os[1] == 1) {
+    b.give(0, b.call(Family::div, {B::t(b.expand(g, xs)), B::n(static_cast<double>(xs[2] * xs[3]))}));
+    return;
+  }
+  const TensorMeta mx = b.meta(x);
+  b.give(0, emit1(b.graph(), OpId::_adaptive_avg_pool2d_backward, {Arg::of_value(g), Arg::of_value(x)},
+                  contiguous_meta(mx.dtype, mx.device, xs, false)));
+}
+
 // ---- linear algebra ----
 void d_matmul(B& b) {
   const ValueId a = b.in(0), m = b.in(1), g = b.grad();
@@ -444,7 +533,9 @@ const std::unordered_map<OpId, Formula>& table() {
       {OpId::masked_fill_Scalar, d_masked_fill}, {OpId::masked_fill_Tensor, d_masked_fill},
       {OpId::sum_dim_IntList, d_sum},    {OpId::mean_dim, d_mean},           {OpId::linalg_vector_norm, d_vector_norm},           {OpId::softmax_int, d_softmax},
       {OpId::log_softmax_int, d_log_softmax}, {OpId::layer_norm, d_layer_norm}, {OpId::rms_norm, d_rms_norm},
-      {OpId::native_dropout, d_native_dropout}, {OpId::mse_loss, d_mse_loss},      {OpId::cross_entropy_loss, d_cross_entropy},      {OpId::matmul, d_matmul},           {OpId::mm, d_matmul},
+      {OpId::native_dropout, d_native_dropout}, {OpId::mse_loss, d_mse_loss},      {OpId::batch_norm, d_batch_norm},  {OpId::conv1d, d_conv},
+      {OpId::conv2d, d_conv},            {OpId::max_pool2d, d_max_pool2d},  {OpId::adaptive_avg_pool2d, d_adaptive_avg_pool2d},
+            {OpId::cross_entropy_loss, d_cross_entropy},      {OpId::matmul, d_matmul},           {OpId::mm, d_matmul},
       {OpId::bmm, d_matmul},             {OpId::addmm, d_addmm},             {OpId::baddbmm, d_addmm},
       {OpId::linear, d_linear},          {OpId::scaled_dot_product_attention, d_sdpa},
       {OpId::embedding, d_embedding},    {OpId::view, d_view},               {OpId::unsqueeze, d_view},

@@ -3,6 +3,7 @@
 
 #include "codegen/autograd/derivatives.h"
 #include "codegen/capture/meta_rules.h"
+#include "codegen/loop/passes.h"
 #include "runtime/errors.h"
 
 #include <algorithm>
@@ -272,8 +273,23 @@ Graph replay_masks(const Graph& g, const std::vector<ValueId>& masks) {
 AutogradSplit split_for_autograd(const Graph& traced) {
   if (!traced.symbols.empty() || !traced.binding.empty())
     throw NoDerivative("sizes that vary (a symbolic graph) are not differentiated yet");
+  // In-place ops on the graph's own values become their out-of-place twins (nn.ReLU(inplace=True));
+  // a graph that writes into its inputs keeps ATen's autograd (eager's version counters and views).
+  loop::Functional functional;
+  try {
+    functional = loop::functionalize(traced);
+  } catch (const loop::Unsupported& e) {
+    throw NoDerivative(e.what());
+  }
+  // Writes into inputs that need no gradient (batch norm's num_batches_tracked.add_(1)) are
+  // replayed by the forward as copy_ nodes after the rest, one per version bump of eager's.
+  for (const loop::WriteBack& wb : functional.writebacks) {
+    if (functional.graph.meta(wb.input).requires_grad) throw NoDerivative("the graph writes into an input that requires grad");
+    for (ValueId out : functional.graph.outputs)
+      if (out == wb.value) throw NoDerivative("the graph returns an input it writes into");
+  }
   std::vector<ValueId> masks;
-  const Graph g = with_dropout_masks(traced, masks);
+  const Graph g = with_dropout_masks(functional.graph, masks);
   for (const Node& n : g.nodes) {
     const OpCategory c = op_info(n.op).category;
     if (c == OpCategory::InPlace) throw NoDerivative("in-place op " + qualified_name(n.op) + " in a graph that needs a backward");
@@ -375,12 +391,31 @@ AutogradSplit split_for_autograd(const Graph& traced) {
     for (ValueId v : level_saved[L]) plan.levels[L].saved.push_back(saved_index(v));
     for (ValueId m : masks) plan.levels[L].eager_saved.push_back(saved_index(m));
     if (!masks.empty()) split.eager[L] = replay_masks(split.eager[L], masks);
+    for (Node& n : split.eager[L].nodes)  // the replay must not update running statistics a second time
+      if (n.op == OpId::batch_norm && n.args.at(5).kind == Arg::Kind::Bool && n.args[5].b)
+        n.args[3] = n.args[4] = Arg::none();
   }
   std::vector<ValueId> fwd_outputs = g.outputs;
   fwd_outputs.insert(fwd_outputs.end(), saved_list.begin(), saved_list.end());
+  // The values written into inputs, for the copy_ nodes below (outputs past the saved ones, which
+  // the runtime ignores).
+  for (const loop::WriteBack& wb : functional.writebacks)
+    if (std::find(fwd_outputs.begin(), fwd_outputs.end(), wb.value) == fwd_outputs.end()) fwd_outputs.push_back(wb.value);
   std::vector<size_t> fwd_nodes(g.nodes.size());
   for (size_t i = 0; i < fwd_nodes.size(); ++i) fwd_nodes[i] = i;
   split.forward = extract(g, g.inputs, fwd_nodes, fwd_outputs);
+  std::unordered_map<ValueId, ValueId> fwd_id;  // g's input and written values -> the forward's
+  for (size_t k = 0; k < g.inputs.size(); ++k) fwd_id[g.inputs[k]] = split.forward.inputs[k];
+  for (size_t k = 0; k < fwd_outputs.size(); ++k) fwd_id[fwd_outputs[k]] = split.forward.outputs[k];
+  for (const loop::WriteBack& wb : functional.writebacks) {
+    const ValueId in = fwd_id.at(wb.input);
+    auto v = fwd_id.find(wb.value);
+    if (v == fwd_id.end()) throw NoDerivative("internal: a written value is not a forward output");
+    for (int32_t k = 0; k < wb.bumps; ++k) {
+      const ValueId copied = split.forward.add_value(split.forward.meta(in));
+      split.forward.nodes.push_back(Node{OpId::copy_, {Arg::of_value(in), Arg::of_value(v->second), Arg::of_bool(false)}, {copied}});
+    }
+  }
   return split;
 }
 

@@ -41,7 +41,7 @@ bool nchw(const TensorMeta& m) {
 // together or not at all; the op itself reads and writes any layout, like its twin.
 bool pointwise_in_place(const Node& n) {
   const OpInfo& info = op_info(n.op);
-  return info.category == OpCategory::InPlace && info.lowering == Lowering::Twin &&
+  return info.category == OpCategory::InPlace && info.lowering == Lowering::Twin && info.twin != OpId::NoTwin &&
          op_info(info.twin).lowering == Lowering::Pointwise && n.outputs.size() == 1 && !n.args.empty() &&
          n.args[0].kind == Arg::Kind::Value;
 }

@@ -251,3 +251,43 @@ def test_dropout_in_training_draws_eagers_mask_and_the_backward_uses_it():
         torch.testing.assert_close(g, gr)
         torch.testing.assert_close(gg, ggr)
         torch.testing.assert_close(after, torch.rand(3))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, 2, 1))
+        self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x, y):
+        h = self.stem(x)
+        out = self.relu(self.bn1(self.conv1(h)))
+        out = self.relu(self.bn2(self.conv2(out)) + h)
+        return F.cross_entropy(self.head(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1)), y)
+
+
+def test_a_cnn_with_train_mode_batch_norm_trains_like_eager_running_statistics_included():
+    torch.manual_seed(0)
+    model, ref = SmallResNet(), SmallResNet()
+    ref.load_state_dict(model.state_dict())
+    o1 = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    o2 = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    compiled = fastdyn.jit(model)
+    for _ in range(3):
+        x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))
+        loss = compiled(x, y)
+        assert loss.grad_fn.name() == COMPILED
+        o1.zero_grad()
+        loss.backward()
+        o1.step()
+        loss_ref = ref(x, y)
+        o2.zero_grad()
+        loss_ref.backward()
+        o2.step()
+        torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
+    for (n, p), r in zip(model.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-5, msg=lambda m: f"{n}: {m}")

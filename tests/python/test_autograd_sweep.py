@@ -89,8 +89,20 @@ CASES = {
         lambda q, k, v, m: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
                             F.scaled_dot_product_attention(q, k, v, attn_mask=m)),
         [t(2, 2, 5, 8), t(2, 2, 5, 8), t(2, 2, 5, 8), nograd(5, 5)]),
+    "aten::batch_norm": (lambda x, w, b, rm, rv: (F.batch_norm(x, rm, rv, w, b, training=True),
+                                                  F.batch_norm(x, rm, rv, w, b, training=False) * 2),
+                         [t(4, 3, 5, 5), t(3), t(3), nograd(3), ("v", (3,), False)]),
+    "aten::conv2d": (lambda x, w, b: (F.conv2d(x, w, b, stride=2, padding=1), F.conv2d(x, w[:, :1].contiguous(), None, groups=3)),
+                     [t(2, 3, 9, 9), t(6, 3, 3, 3), t(6)]),
+    "aten::conv1d": (lambda x, w: F.conv1d(x, w, padding=2, dilation=2), [t(2, 3, 11), t(4, 3, 3)]),
+    "aten::max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), [t(2, 3, 9, 9)]),
+    "aten::adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, 1) + F.adaptive_avg_pool2d(x, 3).mean(), [t(2, 3, 9, 9)]),
     "aten::embedding": (lambda i, w: F.embedding(i, w), [idx(10, 2, 7), t(10, 4)]),
     "aten::embedding_dense_backward": None,  # recorded only by embedding's row
+    "aten::convolution_backward": None,  # recorded only by the conv rows
+    "aten::max_pool2d_with_indices": None,  # recorded only by max_pool2d's row
+    "aten::max_pool2d_with_indices_backward": None,
+    "aten::_adaptive_avg_pool2d_backward": None,  # recorded only by adaptive_avg_pool2d's row
     "aten::view": (lambda a: a.view(12) * 2, [t(3, 4)]),
     "aten::unsqueeze": (lambda a: a.unsqueeze(1) * 2, [t(3, 4)]),
     "aten::squeeze": (lambda a: a.squeeze() * 2, [t(3, 1, 4)]),
@@ -122,6 +134,8 @@ def make(spec, dtype, gen):
         return torch.tensor([0, -100, 3, 4, -100, 1])
     if kind == "i":
         return torch.randint(0, extra, shape, generator=gen)
+    if kind == "v":  # a variance: positive, no grad
+        return torch.rand(shape, generator=gen, dtype=dtype) + 0.5
     if kind == "m":
         return torch.rand(shape, generator=gen) > 0.3
     x = torch.randn(shape, generator=gen, dtype=dtype)
@@ -191,5 +205,7 @@ def test_gradient_matches_eager_in_float32(name):
 
 
 def test_every_derivative_row_has_a_case():
-    rows = set(_C.differentiable_ops()) | {"aten::embedding_dense_backward"}
+    recorded_by_rows = {"aten::embedding_dense_backward", "aten::convolution_backward", "aten::max_pool2d_with_indices",
+                        "aten::max_pool2d_with_indices_backward", "aten::_adaptive_avg_pool2d_backward"}
+    rows = set(_C.differentiable_ops()) | recorded_by_rows
     assert rows == set(CASES), f"rows without a case: {rows - set(CASES)}; cases without a row: {set(CASES) - rows}"
