@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Training steps (issue 22): eager, torch.compile and fastdyn, interleaved in one process.
 
-    python3 bench/train_step.py [--quick] [--cases mlp,gpt2,resnet18] [--rounds 15]
+    python3 bench/train_step.py [--quick] [--cases mlp,gpt2,resnet18] [--rounds 15] [--device cuda]
+
+On a GPU the cases are GPU-sized (SIZES below) and steps are timed with a synchronize around them.
 
 A step is forward (the compiled model), loss, backward and the optimizer's step; fastdyn.jit and
 torch.compile wrap the model, so the backward is the compiled one, and the optimizer runs as
@@ -27,12 +29,24 @@ import torch.nn.functional as F
 import fastdyn
 
 
+# (CPU, GPU) sizes per case.
+SIZES = {"mlp": ({"width": 512, "batch": 64}, {"width": 2048, "batch": 1024}),
+         "gpt2": ({"embd": 128, "heads": 4, "tokens": 128, "batch": 1}, {"embd": 768, "heads": 12, "tokens": 512, "batch": 4}),
+         "resnet18": ({"batch": 2, "size": 64}, {"batch": 32, "size": 224})}
+DEVICE = "cpu"
+
+
+def size(case):
+    return SIZES[case][0 if DEVICE == "cpu" else 1]
+
+
 def make_mlp():
     torch.manual_seed(0)
+    w, n = size("mlp")["width"], size("mlp")["batch"]
     layers = []
     for _ in range(4):
-        layers += [nn.Linear(512, 512), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.Linear(512, 10))
+        layers += [nn.Linear(w, w), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(w, 10))
 
     class WithLoss(nn.Module):
         def __init__(self):
@@ -42,7 +56,7 @@ def make_mlp():
         def forward(self, x, y):
             return F.cross_entropy(self.net(x), y)
 
-    batches = [(torch.randn(64, 512), torch.randint(0, 10, (64,))) for _ in range(4)]
+    batches = [(torch.randn(n, w), torch.randint(0, 10, (n,))) for _ in range(4)]
     return WithLoss(), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
 
 
@@ -50,8 +64,10 @@ def make_gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     # NB: dropout off: a graph with dropout keeps ATen's autograd (no derivative row for random ops yet).
-    config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=128, bos_token_id=999,
-                        eos_token_id=999, use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    z = size("gpt2")
+    config = GPT2Config(n_layer=2, n_embd=z["embd"], n_head=z["heads"], vocab_size=1000, n_positions=z["tokens"],
+                        bos_token_id=999, eos_token_id=999, use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0)
 
     class WithLoss(nn.Module):
         def __init__(self):
@@ -61,7 +77,7 @@ def make_gpt2():
         def forward(self, ids):
             return self.lm(ids, labels=ids).loss
 
-    batches = [(torch.randint(0, 1000, (1, 128)),) for _ in range(4)]
+    batches = [(torch.randint(0, 1000, (z["batch"], z["tokens"])),) for _ in range(4)]
     return WithLoss(), batches, lambda p: torch.optim.AdamW(p, lr=1e-4)
 
 
@@ -79,7 +95,8 @@ def make_resnet18():
         def forward(self, x, y):
             return F.cross_entropy(self.net(x), y)
 
-    batches = [(torch.randn(2, 3, 64, 64), torch.randint(0, 10, (2,))) for _ in range(4)]
+    z = size("resnet18")
+    batches = [(torch.randn(z["batch"], 3, z["size"], z["size"]), torch.randint(0, 10, (z["batch"],))) for _ in range(4)]
     return WithLoss(), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
 
 
@@ -97,15 +114,21 @@ def wrap(mode, model):
     return fastdyn.jit(model)
 
 
+def sync():
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
+
+
 def train_case(name, rounds, steps_per_round):
     make = CASES[name][1]
     base, batches, make_opt = make()
+    batches = [tuple(t.to(DEVICE) for t in b) for b in batches]
     state = {k: v.clone() for k, v in base.state_dict().items()}
     runs = {}
     for mode in MODES:
         model, _, _ = make()
         model.load_state_dict(state)
-        model.train()
+        model.to(DEVICE).train()
         opt = make_opt(model.parameters())
         runs[mode] = (wrap(mode, model), opt, model)
 
@@ -119,8 +142,10 @@ def train_case(name, rounds, steps_per_round):
 
     first, losses = {}, {m: [] for m in MODES}
     for mode in MODES:
+        sync()
         t0 = time.perf_counter()
         losses[mode].append(step(mode, batches[0]))
+        sync()
         first[mode] = time.perf_counter() - t0
     fastdyn.synchronize()  # kernels compiled in the background are in from here on
     for i in range(1, len(batches)):
@@ -129,9 +154,11 @@ def train_case(name, rounds, steps_per_round):
     times = {m: [] for m in MODES}
     for _ in range(rounds):
         for mode in MODES:
+            sync()
             t0 = time.perf_counter()
             for k in range(steps_per_round):
                 step(mode, batches[k % len(batches)])
+            sync()
             times[mode].append((time.perf_counter() - t0) / steps_per_round)
     compiled = getattr(runs["fastdyn"][0](*batches[0]).grad_fn, "name", lambda: "none")()
     out = {}
@@ -147,8 +174,8 @@ def inference_grad_mode(rounds):
     torch.manual_seed(0)
     config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=128, bos_token_id=999,
                         eos_token_id=999, use_cache=False)
-    model = GPT2LMHeadModel(config).eval()
-    ids = torch.randint(0, 1000, (1, 64))
+    model = GPT2LMHeadModel(config).eval().to(DEVICE)
+    ids = torch.randint(0, 1000, (1, 64), device=DEVICE)
     modes = {"eager": model, "inductor": torch.compile(model), "fastdyn": fastdyn.jit(model)}
     for m in modes.values():
         for grad in (False, True):
@@ -160,9 +187,11 @@ def inference_grad_mode(rounds):
         for m, fn in modes.items():
             for grad in (False, True):
                 with torch.set_grad_enabled(grad):
+                    sync()
                     t0 = time.perf_counter()
                     for _ in range(10):
                         fn(ids)
+                    sync()
                     times[(m, grad)].append((time.perf_counter() - t0) / 10)
     return {f"{m} {'grad' if g else 'no_grad'}": statistics.median(v) * 1e3 for (m, g), v in times.items()}
 
@@ -172,10 +201,15 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
-    torch.set_num_threads(2)
+    global DEVICE
+    DEVICE = a.device
+    if DEVICE == "cpu":
+        torch.set_num_threads(2)
     rounds = 3 if a.quick else a.rounds
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; steady state interleaved in one process")
+    where = torch.cuda.get_device_name() if DEVICE != "cpu" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}; steady state interleaved in one process")
     speedups = {m: [] for m in MODES}
     print("| case | mode | step (ms) | vs eager | first step (ms) | max loss diff |")
     print("|---|---|---|---|---|---|")
@@ -192,7 +226,7 @@ def main():
         for s in speedups[mode]:
             g *= s
         print(f"geomean {mode}: {g ** (1 / len(speedups[mode])):.2f}x")
-    print("\nGPT-2 inference, 64 tokens (ms per call):")
+    print("\nGPT-2 (2 layers, n_embd 128) inference, 64 tokens (ms per call):")
     for k, v in inference_grad_mode(rounds).items():
         print(f"  {k}: {v:.2f}")
 
