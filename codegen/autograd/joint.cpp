@@ -155,11 +155,19 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
     if (v < static_cast<ValueId>(gl.values.size()) && !seed_set.count(v)) read.insert(v);
 
   // Saved or recomputed (joint.h): a pointwise/view chain is recomputed when every value it starts
-  // from is saved anyway.
+  // from is saved anyway. So is anything computed from no input at all (an attention mask from
+  // arange and cumsum): the backward's constant folding computes it once, like the forward's.
+  std::unordered_set<ValueId> input_free;
+  for (const Node& n : gl.nodes) {
+    bool free = op_info(n.op).category != OpCategory::Random;
+    for_each_value_input(n, [&](ValueId v) { free = free && input_free.count(v) > 0; });
+    if (free) input_free.insert(n.outputs.begin(), n.outputs.end());
+  }
+  auto may_recompute = [&](const Node& n) { return recomputable(n) || input_free.count(n.outputs.at(0)) > 0; };
   std::set<ValueId> anchors_saved;  // graph inputs and non-recomputable outputs the backward reads
   for (ValueId v : read) {
     auto it = made_by.find(v);
-    if (it == made_by.end() || !recomputable(gl.nodes[it->second])) anchors_saved.insert(v);
+    if (it == made_by.end() || !may_recompute(gl.nodes[it->second])) anchors_saved.insert(v);
   }
   std::set<size_t> recompute;
   std::set<ValueId> saved = anchors_saved;
@@ -172,7 +180,7 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
       const ValueId cur = todo.back();
       todo.pop_back();
       auto it = made_by.find(cur);
-      if (it == made_by.end() || !recomputable(gl.nodes[it->second])) {
+      if (it == made_by.end() || !may_recompute(gl.nodes[it->second])) {
         starts.insert(cur);
         continue;
       }

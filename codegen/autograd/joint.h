@@ -13,7 +13,7 @@
 // What is saved and what is recomputed: a value the backward reads that comes out of a pointwise or
 // view chain is recomputed when every value the chain starts from is saved anyway (a graph input, or
 // the output of a matmul, conv, sdpa, reduction or other extern op the backward reads); otherwise it
-// is saved. Recomputing pointwise work is free on a memory-bound backward (it fuses into the kernels
+// is saved; values computed from no input (masks from arange) are recomputed. Recomputing pointwise work is free on a memory-bound backward (it fuses into the kernels
 // that read it), so the saved bytes are never more than the saved-everything cut's.
 // Both graphs are ordinary graphs with no value that requires grad: every backend compiles them.
 // runtime/autograd_function.h wires them to autograd; `AutogradSplit` is the contract.

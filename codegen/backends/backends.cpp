@@ -92,7 +92,7 @@ PreparedGraph prepare_part(const Graph& g, Backend resolved) {
     if (loop::dump_enabled("autograd")) std::fprintf(stderr, "=== autograd: a part runs on aten: %s\n", e.what());
     PreparedGraph p;
     p.finish = [g] { return compile_aten(g); };
-    p.program = "backend aten";
+    p.program = std::string("backend aten (") + backend_name(resolved) + " refused it: " + e.what() + ")";
     return p;
   }
 }

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import fastdyn
 
 COMPILED = "CompiledFunctionBackward"
+pytestmark = pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="needs fastdyn with the llvm_cpu backend")
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,8 @@
 Each row of the table has a case here: a function whose traced graph records that op, run compiled
 (the output's grad_fn is the compiled node, and the graph holds the op), differentiated with a random
 upstream gradient, and compared with eager's gradients: in float64 tightly, in float32 loosely.
-A row without a case fails `test_every_derivative_row_has_a_case`.
+A row without a case fails `test_every_derivative_row_has_a_case`. The sweep runs on the CPU where
+fastdyn has llvm_cpu, and on a GPU where there is one (the cuda backend; the device script).
 """
 import pytest
 import torch
@@ -128,22 +129,26 @@ CASES = {
 }
 
 
-def make(spec, dtype, gen):
+def make(spec, dtype, gen, device):
     kind, shape, extra = spec
     if kind == "i" and extra < 0:  # class indices with ignored (-100) rows
-        return torch.tensor([0, -100, 3, 4, -100, 1])
+        return torch.tensor([0, -100, 3, 4, -100, 1], device=device)
     if kind == "i":
-        return torch.randint(0, extra, shape, generator=gen)
+        return torch.randint(0, extra, shape, generator=gen).to(device)
     if kind == "v":  # a variance: positive, no grad
-        return torch.rand(shape, generator=gen, dtype=dtype) + 0.5
+        return (torch.rand(shape, generator=gen, dtype=dtype) + 0.5).to(device)
     if kind == "m":
-        return torch.rand(shape, generator=gen) > 0.3
+        return (torch.rand(shape, generator=gen) > 0.3).to(device)
     x = torch.randn(shape, generator=gen, dtype=dtype)
     if extra:
         x = x.abs() + 0.5
+    x = x.to(device)
     if kind == "t":
         x.requires_grad_(True)
     return x
+
+
+DEVICES = (["cpu"] if _C.has_llvm_cpu else []) + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(autouse=True)
@@ -158,10 +163,10 @@ def as_tuple(o):
     return o if isinstance(o, (tuple, list)) else (o,)
 
 
-def run_case(name, dtype):
+def run_case(name, dtype, device):
     fn, specs = CASES[name]
     gen = torch.Generator().manual_seed(hash(name) % 1000)
-    args = [make(s, dtype, gen) for s in specs]
+    args = [make(s, dtype, gen, device) for s in specs]
     eager_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
 
     def wrapped(*xs):  # a fresh code object per case: its own cache entry
@@ -177,7 +182,7 @@ def run_case(name, dtype):
     text = _C.graph_text(wrapped) or ""
     traced = {"aten::native_dropout": "aten::dropout"}.get(name, name)
     assert traced in text, f"{traced} is not in the traced graph:\n{text}"
-    ups = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in ref]
+    ups = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(device) for o in ref]
     diff = [a for a in args if a.requires_grad]
     diff_ref = [a for a in eager_args if a.requires_grad]
     got = torch.autograd.grad([o for o in outs], diff, ups, allow_unused=True)
@@ -194,14 +199,16 @@ def run_case(name, dtype):
 SWEEP = sorted(k for k, v in CASES.items() if v is not None)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", SWEEP)
-def test_gradient_matches_eager_in_float64(name):
-    run_case(name, torch.float64)
+def test_gradient_matches_eager_in_float64(name, device):
+    run_case(name, torch.float64, device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", SWEEP)
-def test_gradient_matches_eager_in_float32(name):
-    run_case(name, torch.float32)
+def test_gradient_matches_eager_in_float32(name, device):
+    run_case(name, torch.float32, device)
 
 
 def test_every_derivative_row_has_a_case():
