@@ -18,9 +18,17 @@ compile included; the first mode to run also pays PyTorch's lazy start-up, so ea
 and the largest loss difference from eager.
 """
 import argparse
+import os
 import statistics
 import sys
+import tempfile
 import time
+
+# Cold first steps: empty compile caches for both compilers (inductor's FX graph cache and
+# fastdyn's kernel cache would otherwise serve a second run from disk).
+_cache = tempfile.mkdtemp(prefix="train_step_")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_cache, "inductor"))
+os.environ.setdefault("FASTDYN_CACHE_DIR", os.path.join(_cache, "fastdyn"))
 
 import torch
 import torch.nn as nn

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -142,7 +143,9 @@ class AutogradExecutable final : public Executable {
     }
     std::vector<at::Tensor> outs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(plan.num_outputs));
     if (!at::GradMode::is_enabled()) return outs;  // the guards hold grad mode; defensive
+    size_t next_view = 0;
     for (size_t L = 0; L < plan.levels.size(); ++L) {
+      make_views(outs, inputs, next_view, static_cast<int32_t>(L));
       const AutogradPlan::Level& lv = plan.levels[L];
       std::vector<at::Tensor> edges, kept = inputs;
       for (int32_t i : lv.edge_inputs) edges.push_back(inputs.at(static_cast<size_t>(i)));
@@ -173,9 +176,25 @@ class AutogradExecutable final : public Executable {
       }
       static_cast<CompiledFunctionBackward&>(*node).save(std::move(saved), std::move(metas));
     }
+    make_views(outs, inputs, next_view, INT32_MAX);
     for (size_t p = 0; p < outs.size(); ++p)
       if (plan.output_first[p] != static_cast<int32_t>(p)) outs[p] = outs[static_cast<size_t>(plan.output_first[p])];
     return outs;
+  }
+
+  // Makes plan.views[next..] whose level is below `below` again as views of their bases, in grad
+  // mode (their bases are wired by then).
+  void make_views(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& inputs, size_t& next,
+                  int32_t below) const {
+    const std::vector<AutogradPlan::View>& views = c_->plan.views;
+    for (; next < views.size() && views[next].level < below; ++next) {
+      const AutogradPlan::View& view = views[next];
+      at::Tensor& t = outs.at(static_cast<size_t>(view.position));
+      const at::Tensor& base =
+          view.of_input ? inputs.at(static_cast<size_t>(view.base)) : outs.at(static_cast<size_t>(view.base));
+      if (!t.is_alias_of(base)) throw InternalError("autograd: a view output does not share its base's memory");
+      t = base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+    }
   }
 
   std::string describe() const override {

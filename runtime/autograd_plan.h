@@ -21,12 +21,23 @@ struct AutogradPlan {
   struct Level {
     std::vector<int32_t> outputs;       // graph output positions whose values get this level's node, in its input order
     std::vector<int32_t> edge_inputs;   // graph input indices that require grad: the node's first next edges
-    std::vector<int32_t> edge_outputs;  // graph output positions of lower levels: the node's next edges after those
+    std::vector<int32_t> edge_outputs;  // graph output positions of lower levels (views included): the next edges after those
     std::vector<int32_t> edge_grad;     // per next edge: the backward output that is its gradient, or -1
     std::vector<int32_t> saved;         // the saved values (indices among the forward's extra outputs) its backward reads first
     std::vector<int32_t> eager_saved;   // saved values its eager replay reads after the inputs and lower outputs (dropout masks)
   };
   std::vector<Level> levels;
+  // Outputs that are views of an input or of a diff output: after the nodes are wired, each is made
+  // again as base.as_strided(its sizes, strides, offset) in grad mode, so that autograd sees the view
+  // eager returns (in-place updates through it, its gradient through the base).
+  struct View {
+    int32_t position = -1;  // graph output position
+    bool of_input = false;
+    int32_t base = -1;      // graph input index, or graph output position of a diff output
+    int32_t level = -1;     // its base's level (-1: an input): made before the nodes of higher levels are wired,
+                            // whose next edges may name it
+  };
+  std::vector<View> views;  // by level
 };
 
 }  // namespace fastdyn::runtime

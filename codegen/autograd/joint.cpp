@@ -310,38 +310,54 @@ AutogradSplit split_for_autograd(const Graph& traced) {
   AutogradSplit split;
   runtime::AutogradPlan& plan = split.plan;
   plan.num_outputs = g.outputs.size();
-  // The diff outputs: the first position of each distinct computed value that requires grad. A view
-  // of an input would need autograd's view tracking: refused.
-  std::vector<int32_t> diff;
+  // The outputs that require grad: the first position of each distinct computed value. One that is a
+  // view of an input or of another such output (x.view(...), y and y[:, -1]) is re-made by the
+  // runtime as a view of that base with grad mode on (runtime/autograd_plan.h `views`), as eager
+  // makes it; the others are the diff outputs, which get the nodes.
+  std::vector<int32_t> candidates;
   for (size_t p = 0; p < g.outputs.size(); ++p) {
     const ValueId v = g.outputs[p];
     const size_t first = static_cast<size_t>(std::find(g.outputs.begin(), g.outputs.end(), v) - g.outputs.begin());
     plan.output_first.push_back(static_cast<int32_t>(first));
-    if (first != p || !g.meta(v).requires_grad || is_input(g, v)) continue;
+    if (first == p && g.meta(v).requires_grad && !is_input(g, v)) candidates.push_back(static_cast<int32_t>(p));
+  }
+  auto output_position = [&](ValueId v) -> int32_t {
+    for (int32_t q : candidates)
+      if (g.outputs[static_cast<size_t>(q)] == v) return q;
+    return -1;
+  };
+  std::vector<int32_t> diff;
+  std::unordered_map<int32_t, runtime::AutogradPlan::View> view_of;  // output position -> its base
+  for (int32_t p : candidates) {
+    const ValueId v = g.outputs[static_cast<size_t>(p)];
     for (ValueId cur = v;;) {
       auto it = made_by.find(cur);
-      if (it == made_by.end()) throw NoDerivative("output " + std::to_string(p) + " is a view of an input");
+      if (it == made_by.end()) {  // the chain reached a graph input
+        const int32_t k = static_cast<int32_t>(std::find(g.inputs.begin(), g.inputs.end(), cur) - g.inputs.begin());
+        view_of[p] = {p, true, k};
+        break;
+      }
       const Node& n = g.nodes[it->second];
       if (op_info(n.op).category != OpCategory::View) break;
       cur = n.args.at(0).value;
+      if (const int32_t q = output_position(cur); q >= 0) {
+        view_of[p] = {p, false, q};
+        break;
+      }
     }
-    diff.push_back(static_cast<int32_t>(p));
+    if (!view_of.count(p)) diff.push_back(p);
   }
-  // An output that is a view of another (y and y.view(...)) would need autograd's view tracking too.
-  for (int32_t p : diff)
-    for (ValueId cur = g.outputs[static_cast<size_t>(p)];;) {
-      auto it = made_by.find(cur);
-      if (it == made_by.end() || op_info(g.nodes[it->second].op).category != OpCategory::View) break;
-      cur = g.nodes[it->second].args.at(0).value;
-      for (int32_t q : diff)
-        if (g.outputs[static_cast<size_t>(q)] == cur)
-          throw NoDerivative("output " + std::to_string(p) + " is a view of output " + std::to_string(q));
-    }
+  for (auto& [p, view] : view_of) {
+    while (!view.of_input && view_of.count(view.base)) view = {p, view_of[view.base].of_input, view_of[view.base].base};
+  }
   // Levels: 0 for an output computed from no other diff output, else one more than the highest
-  // level among those it is computed from.
-  std::unordered_map<ValueId, std::set<ValueId>> from;  // value -> the diff outputs it is computed from (itself included)
+  // level among those it is computed from. A view output is at its base's level (-1 for a view of
+  // an input): what the graph computes from it takes its gradient through the view's edge.
+  std::unordered_map<ValueId, std::set<ValueId>> from;  // value -> the outputs it is computed from (itself included)
   std::unordered_map<ValueId, int> level_of;
+  std::unordered_map<ValueId, const runtime::AutogradPlan::View*> view_value;
   for (int32_t p : diff) level_of[g.outputs[static_cast<size_t>(p)]] = 0;
+  for (const auto& [p, view] : view_of) view_value[g.outputs[static_cast<size_t>(p)]] = &view;
   for (const Node& n : g.nodes) {
     std::set<ValueId> acc;
     for_each_value_input(n, [&](ValueId v) {
@@ -350,13 +366,30 @@ AutogradSplit split_for_autograd(const Graph& traced) {
     });
     for (ValueId o : n.outputs) {
       from[o] = acc;
+      if (auto vv = view_value.find(o); vv != view_value.end()) {
+        const runtime::AutogradPlan::View& view = *vv->second;
+        level_of[o] = view.of_input ? -1 : level_of.at(g.outputs[static_cast<size_t>(view.base)]);
+        from[o].insert(o);
+        continue;
+      }
       if (!level_of.count(o)) continue;
       for (ValueId a : acc) level_of[o] = std::max(level_of[o], level_of[a] + 1);
       from[o].insert(o);
     }
   }
   int levels = 0;
-  for (const auto& [v, l] : level_of) levels = std::max(levels, l + 1);
+  for (int32_t p : diff) levels = std::max(levels, level_of[g.outputs[static_cast<size_t>(p)]] + 1);
+  for (auto& [p, view] : view_of) {
+    view.level = level_of.at(g.outputs[static_cast<size_t>(p)]);
+    plan.views.push_back(view);
+  }
+  std::sort(plan.views.begin(), plan.views.end(), [](const auto& a, const auto& b) {
+    return a.level != b.level ? a.level < b.level : a.position < b.position;
+  });
+  // Cut points of level L: the diff outputs below it and the view outputs below it, in position order.
+  std::vector<int32_t> cut_candidates = diff;
+  for (const auto& [p, view] : view_of) cut_candidates.push_back(p);
+  std::sort(cut_candidates.begin(), cut_candidates.end());
 
   std::set<ValueId> all_saved;
   std::vector<std::vector<ValueId>> level_saved;
@@ -366,12 +399,12 @@ AutogradSplit split_for_autograd(const Graph& traced) {
   for (int L = 0; L < levels; ++L) {
     runtime::AutogradPlan::Level lv;
     std::vector<ValueId> cut, seeds;
-    for (int32_t p : diff) {
+    for (int32_t p : cut_candidates) {
       const ValueId v = g.outputs[static_cast<size_t>(p)];
       if (level_of[v] < L) {
         cut.push_back(v);
         lv.edge_outputs.push_back(p);
-      } else if (level_of[v] == L) {
+      } else if (level_of[v] == L && !view_of.count(p)) {
         seeds.push_back(v);
         lv.outputs.push_back(p);
       }

@@ -212,7 +212,7 @@ def test_an_output_computed_from_another_output_takes_its_gradient_through_that_
 
 
 @pytest.mark.parametrize("case", ["view_of_input", "view_of_output"])
-def test_outputs_that_are_views_of_inputs_or_outputs_keep_atens_autograd(case):
+def test_outputs_that_are_views_of_inputs_or_outputs_are_views_to_autograd_as_in_eager(case):
     def view_of_input(x):
         return x.view(6), (x * 2).sum()
 
@@ -222,10 +222,33 @@ def test_outputs_that_are_views_of_inputs_or_outputs_keep_atens_autograd(case):
     f = {"view_of_input": view_of_input, "view_of_output": view_of_output}[case]
     x = torch.randn(2, 3, requires_grad=True)
     outs = fastdyn.jit(f)(x)
-    assert all(o.grad_fn is None or o.grad_fn.name() != COMPILED for o in outs)
-    outs[1].sum().backward()
     xr = x.detach().clone().requires_grad_(True)
-    f(xr)[1].sum().backward()
+    ref = f(xr)
+    assert outs[0]._base is (x if case == "view_of_input" else None)
+    if case == "view_of_output":
+        assert outs[1]._base is outs[0] and outs[0].grad_fn.name() == COMPILED
+        outs[1].mul_(3)  # an in-place update through the view reaches the base, for autograd too
+        ref[1].mul_(3)
+        torch.testing.assert_close(outs[0], ref[0])
+    (outs[0].sum() + outs[1].sum()).backward()
+    (ref[0].sum() + ref[1].sum()).backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_what_the_graph_computes_from_a_returned_view_reaches_the_views_hooks():
+    def f(x):
+        y = x.exp()
+        v = y[0]
+        return y, v, (v * 2).sum()
+    x = torch.randn(2, 3, requires_grad=True)
+    y, v, s = fastdyn.jit(f)(x)
+    assert s.grad_fn.name() == COMPILED and v._base is y
+    seen = []
+    v.register_hook(lambda g: seen.append(g.clone()))
+    s.backward()
+    torch.testing.assert_close(seen[0], torch.full((3,), 2.0))  # s's gradient passed through v's edge
+    xr = x.detach().clone().requires_grad_(True)
+    f(xr)[2].backward()
     torch.testing.assert_close(x.grad, xr.grad)
 
 

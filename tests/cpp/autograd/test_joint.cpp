@@ -95,15 +95,43 @@ TEST(AutogradJoint, RefusalsNameTheCulprit) {
   %1: f32[4]{1} requires_grad = aten::cumsum(%0, 0, None)
   return (%1)
 )").find("no derivative for aten::cumsum"), std::string::npos);
-  EXPECT_NE(refusal(R"(graph(%0: f32[2, 2]{2, 1} requires_grad):
-  %1: f32[4]{1} requires_grad = aten::view(%0, [4])
-  return (%1)
-)").find("output 0 is a view of an input"), std::string::npos);
   EXPECT_NE(refusal(R"(graph(%0: f32[4]{1} requires_grad):
   %1: f32[4]{1} requires_grad = aten::mul.Scalar(%0, 2.0)
   %2: f32[4]{1} requires_grad = aten::slice.Tensor(%1, 0, 0, 4, 2)
   return (%2)
 )").find("a slice with a step"), std::string::npos);
+}
+
+TEST(AutogradJoint, OutputsThatAreViewsOfAnInputOrAnOutputAreRemadeByTheRuntime) {
+  AutogradSplit s = split_for_autograd(parse_graph(R"(graph(%0: f32[2, 2]{2, 1} requires_grad):
+  %1: f32[4]{1} requires_grad = aten::view(%0, [4])
+  %2: f32[2, 2]{2, 1} requires_grad = aten::exp(%0)
+  %3: f32[2]{2} requires_grad = aten::select.int(%2, 1, 0)
+  return (%1, %2, %3)
+)"));
+  ASSERT_EQ(s.plan.views.size(), 2u);
+  EXPECT_TRUE(s.plan.views[0].of_input);
+  EXPECT_EQ(s.plan.views[0].base, 0);
+  EXPECT_FALSE(s.plan.views[1].of_input);
+  EXPECT_EQ(s.plan.views[1].base, 1);  // output 1, the exp
+  ASSERT_EQ(s.plan.levels.size(), 1u);
+  EXPECT_EQ(s.plan.levels[0].outputs, (std::vector<int32_t>{1}));
+}
+
+TEST(AutogradJoint, WhatTheGraphComputesFromAReturnedViewTakesItsGradientThroughTheView) {
+  // HF's lm_head reads hidden_states[:, slice] (an alias) that is also returned.
+  AutogradSplit s = split_for_autograd(parse_graph(R"(graph(%0: f32[4]{1} requires_grad):
+  %1: f32[4]{1} requires_grad = aten::exp(%0)
+  %2: f32[2, 2]{2, 1} requires_grad = aten::view(%1, [2, 2])
+  %3: f32[2, 2]{2, 1} requires_grad = aten::mul.Scalar(%2, 2.0)
+  return (%1, %2, %3)
+)"));
+  ASSERT_EQ(s.plan.views.size(), 1u);
+  EXPECT_EQ(s.plan.views[0].level, 0);  // the exp's level
+  ASSERT_EQ(s.plan.levels.size(), 2u);
+  EXPECT_EQ(s.plan.levels[1].outputs, (std::vector<int32_t>{2}));
+  EXPECT_EQ(s.plan.levels[1].edge_outputs, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s.plan.levels[1].edge_grad, (std::vector<int32_t>{-1, -1, 0}));  // through the view only
 }
 
 TEST(AutogradJoint, NeedsAutogradOnlyForComputedOutputsThatRequireGrad) {
