@@ -168,6 +168,26 @@ class Mlp(nn.Module):
         return F.mse_loss(self.l3(h), y)
 
 
+def train_like_eager(model, ref, make_opt, batches):
+    """Train steps of fastdyn.jit(model) and of ref (same weights) give the same losses, and the
+    same parameters and buffers (running statistics included) after them."""
+    o1, o2 = make_opt(model.parameters()), make_opt(ref.parameters())
+    compiled = fastdyn.jit(model)
+    for batch in batches:
+        loss = compiled(*batch)
+        assert loss.grad_fn.name() == COMPILED
+        o1.zero_grad()
+        loss.backward()
+        o1.step()
+        loss_ref = ref(*batch)
+        o2.zero_grad()
+        loss_ref.backward()
+        o2.step()
+        torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
+    for (n, p), r in zip(model.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-5, msg=lambda m: f"{n}: {m}")
+
+
 @pytest.mark.parametrize("opt", ["sgd", "adam", "adamw"])
 def test_train_steps_give_eagers_losses_and_parameters(opt):
     torch.manual_seed(0)
@@ -176,22 +196,7 @@ def test_train_steps_give_eagers_losses_and_parameters(opt):
     make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
             "adam": lambda p: torch.optim.Adam(p, lr=1e-3),
             "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3)}[opt]
-    o1, o2 = make(model.parameters()), make(ref.parameters())
-    compiled = fastdyn.jit(model)
-    for step in range(4):
-        x, y = torch.randn(16, 32), torch.randn(16, 10)
-        loss = compiled(x, y)
-        assert loss.grad_fn.name() == COMPILED
-        o1.zero_grad()
-        loss.backward()
-        o1.step()
-        loss_ref = ref(x, y)
-        o2.zero_grad()
-        loss_ref.backward()
-        o2.step()
-        torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-6)
-    for p, r in zip(model.parameters(), ref.parameters()):
-        torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-5)
+    train_like_eager(model, ref, make, [(torch.randn(16, 32), torch.randn(16, 10)) for _ in range(4)])
 
 
 def test_an_output_computed_from_another_output_takes_its_gradient_through_that_outputs_edge():
@@ -298,20 +303,5 @@ def test_a_cnn_with_train_mode_batch_norm_trains_like_eager_running_statistics_i
     torch.manual_seed(0)
     model, ref = SmallResNet(), SmallResNet()
     ref.load_state_dict(model.state_dict())
-    o1 = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    o2 = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-    compiled = fastdyn.jit(model)
-    for _ in range(3):
-        x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))
-        loss = compiled(x, y)
-        assert loss.grad_fn.name() == COMPILED
-        o1.zero_grad()
-        loss.backward()
-        o1.step()
-        loss_ref = ref(x, y)
-        o2.zero_grad()
-        loss_ref.backward()
-        o2.step()
-        torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
-    for (n, p), r in zip(model.state_dict().items(), ref.state_dict().values()):
-        torch.testing.assert_close(p, r, rtol=1e-4, atol=1e-5, msg=lambda m: f"{n}: {m}")
+    train_like_eager(model, ref, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                     [(torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))) for _ in range(3)])
