@@ -410,7 +410,8 @@ void d_linear(B& b) {  // linear(input, weight, bias?)
 // scaled_dot_product_attention(q, k, v, attn_mask?, dropout_p, is_causal, scale?, enable_gqa):
 // the attention weights recomputed from q and k (what the math kernel's backward saves).
 void d_sdpa(B& b) {
-  if (b.number(4) != 0.0) b.refuse("dropout_p > 0 draws random numbers");
+  // On the CPU joint.cpp writes an sdpa with dropout out first; a GPU's fused kernels draw their own way.
+  if (b.number(4) != 0.0) b.refuse("dropout_p > 0 on a GPU draws random numbers as the fused kernel does");
   if (b.arg(7).kind == Arg::Kind::Bool && b.arg(7).b) b.refuse("enable_gqa");
   const ValueId q = b.in(0), k = b.in(1), v = b.in(2), g = b.grad();
   const int64_t L = b.sizes(q)[b.sizes(q).size() - 2], S = b.sizes(k)[b.sizes(k).size() - 2];

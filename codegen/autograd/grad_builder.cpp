@@ -5,8 +5,8 @@
 
 namespace fastdyn::codegen::autograd {
 
-GradBuilder::GradBuilder(Graph& j, Node node, std::vector<ValueId> grads)
-    : j_(j), node_(std::move(node)), grads_(std::move(grads)) {}
+GradBuilder::GradBuilder(Graph& j, Node node, std::vector<ValueId> grads, bool forward)
+    : j_(j), node_(std::move(node)), grads_(std::move(grads)), forward_(forward) {}
 
 const Arg& GradBuilder::arg(size_t pos) const {
   if (pos >= node_.args.size()) throw InternalError("derivative of " + print_node(j_, node_) + " reads argument " + std::to_string(pos));
@@ -62,7 +62,7 @@ ValueId GradBuilder::call(Family f, std::vector<CallArg> args, std::vector<std::
 std::vector<ValueId> GradBuilder::call_tuple(Family f, std::vector<CallArg> args,
                                              std::vector<std::pair<std::string, CallArg>> kwargs) {
   CaptureContext ctx;
-  ctx.grad_enabled = false;  // the backward is computed, not differentiated again
+  ctx.grad_enabled = forward_;  // the backward is computed, not differentiated again
   CaptureResult r = record_call(j_, ctx, f, args, kwargs);
   // A binder's refusal here is a formula that does not fit this case (a dtype the op rejects):
   // the graph keeps ATen's autograd.

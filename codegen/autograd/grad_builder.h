@@ -28,7 +28,9 @@ struct NoDerivative : std::runtime_error {
 class GradBuilder {
  public:
   // `node` is a copy (formulas append to j.nodes); grads[k] is output k's gradient or -1.
-  GradBuilder(Graph& j, Node node, std::vector<ValueId> grads);
+  // `forward`: what it records is forward computation (a rewrite before differentiating), whose
+  // outputs require grad where their inputs do; otherwise backward values, which never do.
+  GradBuilder(Graph& j, Node node, std::vector<ValueId> grads, bool forward = false);
 
   // ---- the forward node ----
   const Node& node() const { return node_; }
@@ -95,6 +97,7 @@ class GradBuilder {
   Node node_;
   std::vector<ValueId> grads_;
   std::vector<Given> given_;
+  bool forward_ = false;
 };
 
 }  // namespace fastdyn::codegen::autograd

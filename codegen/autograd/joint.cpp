@@ -7,6 +7,8 @@
 #include "runtime/errors.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -230,6 +232,62 @@ Graph cut_at(const Graph& g, const std::vector<ValueId>& cut, std::unordered_map
   return gl;
 }
 
+// scaled_dot_product_attention with dropout on the CPU runs ATen's math kernel, whose dropout draws
+// from the generator like F.dropout: it is written out as that kernel computes it (q and k scaled
+// by sqrt(scale), -inf where masked, softmax, dropout, @ v), so that the dropout's mask can be
+// saved. On a GPU the fused kernels draw their own way: refused there (the sdpa row says why).
+Graph write_out_sdpa_dropout(const Graph& g) {
+  Graph r = g;
+  r.nodes.clear();
+  std::unordered_map<ValueId, ValueId> renamed;
+  auto rename = [&](Node& n) {
+    for (Arg& a : n.args) {
+      if (a.kind == Arg::Kind::Value && renamed.count(a.value)) a.value = renamed[a.value];
+      if (a.kind == Arg::Kind::ValueList)
+        for (ValueId& v : a.values)
+          if (renamed.count(v)) v = renamed[v];
+    }
+  };
+  for (Node n : g.nodes) {
+    rename(n);
+    const bool target = n.op == OpId::scaled_dot_product_attention && n.args.at(4).kind == Arg::Kind::Double &&
+                        n.args[4].d > 0.0 && g.meta(n.outputs[0]).device.is_cpu() && g.meta(n.outputs[0]).requires_grad &&
+                        !(n.args[7].kind == Arg::Kind::Bool && n.args[7].b);
+    if (!target) {
+      r.nodes.push_back(std::move(n));
+      continue;
+    }
+    GradBuilder b(r, n, {}, /*forward=*/true);
+    using B = GradBuilder;
+    const ValueId q = b.in(0), k = b.in(1), v = b.in(2);
+    const std::vector<int64_t> qs = b.sizes(q), ks = b.sizes(k);
+    const int64_t L = qs[qs.size() - 2], S = ks[ks.size() - 2];
+    const double scale = b.arg(6).kind == Arg::Kind::None ? 1.0 / std::sqrt(static_cast<double>(qs.back())) : b.number(6);
+    const double root = std::sqrt(scale);
+    const double ninf = -std::numeric_limits<double>::infinity();
+    ValueId att = b.matmul(b.scale(q, root), b.mT(b.scale(k, root)));
+    auto masked = [&](ValueId keep) {
+      return b.call(Family::masked_fill, {B::t(att), B::t(b.call(Family::logical_not, {B::t(keep)})), B::n(ninf)});
+    };
+    if (b.arg(5).kind == Arg::Kind::Bool && b.arg(5).b)
+      att = masked(b.call(Family::tril, {B::t(b.call(Family::ones, {B::ints({L, S})},
+                                                         {{"dtype", CallArg::of_dtype(c10::kBool)},
+                                                          {"device", CallArg::of_device(b.meta(q).device)}}))}));
+    if (b.arg(3).kind == Arg::Kind::Value)
+      att = b.meta(b.arg(3).value).dtype == c10::kBool ? masked(b.arg(3).value) : b.add(att, b.arg(3).value);
+    att = b.call(Family::softmax, {B::t(att), B::i(-1)});
+    att = b.call(Family::dropout, {B::t(att), B::n(n.args[4].d), CallArg::of_bool(true)});
+    const ValueId out = b.matmul(att, v);
+    const TensorMeta &want = g.meta(n.outputs[0]), &got = r.meta(out);
+    if (got.sizes != want.sizes || got.strides != want.strides || got.dtype != want.dtype)
+      throw NoDerivative("scaled_dot_product_attention with dropout: the written-out kernel's layout differs");
+    renamed[n.outputs[0]] = out;
+  }
+  for (ValueId& v : r.outputs)
+    if (renamed.count(v)) v = renamed[v];
+  return r;
+}
+
 // Dropout in training becomes native_dropout, whose second output is the mask the backward reads
 // (the same draw from the same generator: eager's CPU dropout and native_dropout both fill a
 // tensor like the input with bernoulli(1 - p)). `masks` gets the mask values.
@@ -285,7 +343,7 @@ AutogradSplit split_for_autograd(const Graph& traced) {
   // a graph that writes into its inputs keeps ATen's autograd (eager's version counters and views).
   loop::Functional functional;
   try {
-    functional = loop::functionalize(traced);
+    functional = loop::functionalize(write_out_sdpa_dropout(traced), /*random_ok=*/true);
   } catch (const loop::Unsupported& e) {
     throw NoDerivative(e.what());
   }

@@ -61,7 +61,7 @@ TensorMeta fresh_meta(const TensorMeta& like, std::vector<int64_t> strides) {
 
 class Functionalizer {
  public:
-  explicit Functionalizer(const Graph& g) : g_(g) {}
+  Functionalizer(const Graph& g, bool random_ok) : g_(g), random_ok_(random_ok) {}
 
   Functional run() {
     const size_t nv = g_.values.size();
@@ -139,7 +139,7 @@ class Functionalizer {
         if (m.sizes[d] > 1 && m.strides[d] == 0)  // eager refuses the write (elements share memory)
           throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " into an expanded tensor");
       for (ValueId o : n.outputs) root_[static_cast<size_t>(o)] = r;
-      if (has_random_op())  // NB: the backend replays a failed call on ATen: a replay must draw the same numbers
+      if (!random_ok_ && has_random_op())  // NB: the backend replays a failed call on ATen: a replay must draw the same numbers
         throw Unsupported("a graph that draws random numbers mutates a tensor in place");
       last_mutation_[r] = i;
       mutations_at_[r].push_back(i);
@@ -263,6 +263,7 @@ class Functionalizer {
   }
 
   const Graph& g_;
+  bool random_ok_;
   std::vector<ValueId> root_;
   std::vector<int32_t> producer_;
   std::unordered_map<ValueId, size_t> last_mutation_;  // class root -> index of its last in-place node
@@ -272,6 +273,6 @@ class Functionalizer {
 
 }  // namespace
 
-Functional functionalize(const Graph& g) { return Functionalizer(g).run(); }
+Functional functionalize(const Graph& g, bool random_ok) { return Functionalizer(g, random_ok).run(); }
 
 }  // namespace fastdyn::codegen::loop

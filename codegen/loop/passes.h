@@ -65,8 +65,10 @@ struct Functional {
   Graph graph;
   std::vector<WriteBack> writebacks;
 };
-// Throws Unsupported for mutations it cannot express (writes into views, see functionalize.cpp).
-Functional functionalize(const Graph& g);
+// Throws Unsupported for mutations it cannot express (writes into views, see functionalize.cpp), and
+// for in-place ops in a graph with random ops unless `random_ok` (the autograd split: it replays
+// nothing on ATen, where a backend's fallback would draw again).
+Functional functionalize(const Graph& g, bool random_ok = false);
 // Functionalizes, then lowers each node.
 LoweredGraph lower(const Graph& g);
 Program fuse(const LoweredGraph& lg);

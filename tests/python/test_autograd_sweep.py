@@ -87,9 +87,12 @@ CASES = {
     "aten::baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2), [t(3, 5), t(2, 3, 4), t(2, 4, 5)]),
     "aten::linear": (F.linear, [t(2, 3, 4), t(5, 4), t(5)]),
     "aten::scaled_dot_product_attention": (
-        lambda q, k, v, m: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                            F.scaled_dot_product_attention(q, k, v, attn_mask=m)),
-        [t(2, 2, 5, 8), t(2, 2, 5, 8), t(2, 2, 5, 8), nograd(5, 5)]),
+        lambda q, k, v, m, b: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                               # with dropout: written out as ATen's CPU math kernel, mask included
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=b, dropout_p=0.3)
+                               if q.is_cpu else q),
+        [t(2, 2, 5, 8), t(2, 2, 5, 8), t(2, 2, 5, 8), nograd(5, 5), mask(5, 5)]),
     "aten::batch_norm": (lambda x, w, b, rm, rv: (F.batch_norm(x, rm, rv, w, b, training=True),
                                                   F.batch_norm(x, rm, rv, w, b, training=False) * 2),
                          [t(4, 3, 5, 5), t(3), t(3), nograd(3), ("v", (3,), False)]),
