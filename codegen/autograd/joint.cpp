@@ -4,6 +4,7 @@
 #include "codegen/autograd/derivatives.h"
 #include "codegen/capture/meta_rules.h"
 #include "codegen/loop/passes.h"
+#include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
 
 #include <algorithm>
@@ -336,9 +337,27 @@ Graph replay_masks(const Graph& g, const std::vector<ValueId>& masks) {
 
 }  // namespace
 
-AutogradSplit split_for_autograd(const Graph& traced) {
-  if (!traced.symbols.empty() || !traced.binding.empty())
-    throw NoDerivative("sizes that vary (a symbolic graph) are not differentiated yet");
+// A graph specialised to one call's sizes (shapes::specialize), or one whose symbols were all
+// pinned, as a plain static graph: the split
+// and its formulas work on numbers; the halves compile for these sizes (kernels that read sizes at
+// run time are not shared across sizes yet).
+Graph without_symbols(const Graph& g) {
+  Graph r = g;
+  r.binding.clear();
+  r.symbols.clear();  // pinned ones: their hints are the numbers already
+  for (TensorMeta& m : r.values) {
+    m.sym_sizes.clear();
+    m.sym_strides.clear();
+    m.sym_offset.clear();
+  }
+  for (Node& n : r.nodes)
+    for (Arg& a : n.args) a.sym_ints.clear();
+  return r;
+}
+
+AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
+  if (shapes::is_dynamic(symbolic_or_not)) throw NoDerivative("internal: a symbolic graph is split once per size, specialised");
+  const Graph traced = without_symbols(symbolic_or_not);
   // In-place ops on the graph's own values become their out-of-place twins (nn.ReLU(inplace=True));
   // a graph that writes into its inputs keeps ATen's autograd (eager's version counters and views).
   loop::Functional functional;

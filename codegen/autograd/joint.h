@@ -18,8 +18,8 @@
 // Both graphs are ordinary graphs with no value that requires grad: every backend compiles them.
 // runtime/autograd_function.h wires them to autograd; `AutogradSplit` is the contract.
 // What is refused (NoDerivative: the graph keeps ATen's autograd): an op without a derivative row
-// on the path of a gradient, in-place and random ops, an output that is a view of an input, sizes
-// that vary (symbolic graphs), and a formula's own refusals.
+// on the path of a gradient, writes into inputs that require grad, sdpa with dropout on a GPU, and
+// a formula's own refusals. A graph whose sizes vary is split once per size met (specialised).
 #pragma once
 #include "codegen/autograd/grad_builder.h"
 #include "codegen/graph/graph.h"

@@ -305,3 +305,18 @@ def test_a_cnn_with_train_mode_batch_norm_trains_like_eager_running_statistics_i
     ref.load_state_dict(model.state_dict())
     train_like_eager(model, ref, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
                      [(torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))) for _ in range(3)])
+
+
+def test_sizes_that_vary_get_a_compiled_backward_at_each_size():
+    def f(x, w):
+        return (F.gelu(x @ w) * 2).sum(-1)
+    w = torch.randn(8, 16, requires_grad=True)
+    wr = w.detach().clone().requires_grad_(True)
+    jf = fastdyn.jit(f)
+    for n in (3, 5, 7, 9):  # automatic dynamic makes the batch a size symbol after the second
+        x = torch.randn(n, 8)
+        out = jf(x, w)
+        assert out.grad_fn.name() == COMPILED, n
+        out.sum().backward()
+        f(x, wr).sum().backward()
+        torch.testing.assert_close(w.grad, wr.grad)
