@@ -159,6 +159,17 @@ def train_case(name, rounds, steps_per_round):
     for i in range(1, len(batches)):
         for mode in MODES:
             losses[mode].append(step(mode, batches[i]))
+    peak = {}  # on a GPU: the step's peak allocated memory above what was allocated before it
+    for mode in MODES:
+        if DEVICE == "cpu":
+            peak[mode] = float("nan")
+            continue
+        sync()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step(mode, batches[0])
+        sync()
+        peak[mode] = (torch.cuda.max_memory_allocated() - before) / 2**20
     times = {m: [] for m in MODES}
     for _ in range(rounds):
         for mode in MODES:
@@ -172,7 +183,8 @@ def train_case(name, rounds, steps_per_round):
     out = {}
     for mode in MODES:
         diff = max(abs(float(a) - float(b)) for a, b in zip(losses[mode], losses["eager"]))
-        out[mode] = {"step_ms": statistics.median(times[mode]) * 1e3, "first_ms": first[mode] * 1e3, "loss_diff": diff}
+        out[mode] = {"step_ms": statistics.median(times[mode]) * 1e3, "first_ms": first[mode] * 1e3, "loss_diff": diff,
+                     "peak_mib": peak[mode]}
     out["fastdyn"]["node"] = compiled
     return out
 
@@ -219,15 +231,15 @@ def main():
     where = torch.cuda.get_device_name() if DEVICE != "cpu" else f"CPU, {torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}; steady state interleaved in one process")
     speedups = {m: [] for m in MODES}
-    print("| case | mode | step (ms) | vs eager | first step (ms) | max loss diff |")
-    print("|---|---|---|---|---|---|")
+    print("| case | mode | step (ms) | vs eager | first step (ms) | max loss diff | step peak (MiB) |")
+    print("|---|---|---|---|---|---|---|")
     for name in a.cases.split(","):
         r = train_case(name, rounds, 3)
         for mode in MODES:
             v = r[mode]
             sp = r["eager"]["step_ms"] / v["step_ms"]
             speedups[mode].append(sp)
-            print(f"| {name} | {mode} | {v['step_ms']:.2f} | {sp:.2f}x | {v['first_ms']:.0f} | {v['loss_diff']:.1e} |"
+            print(f"| {name} | {mode} | {v['step_ms']:.2f} | {sp:.2f}x | {v['first_ms']:.0f} | {v['loss_diff']:.1e} | {v['peak_mib']:.0f} |"
                   + (f" node: {v['node']}" if "node" in v else ""), flush=True)
     for mode in MODES:
         g = 1.0

@@ -312,6 +312,20 @@ void d_batch_norm(B& b) {
   if (b.needs(2)) b.give(2, b.sum(g, dims, false));
 }
 
+// native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps) ->
+// (out, save_mean, save_invstd), which joint.cpp records for an affine batch norm in training:
+// ATen's own backward kernel (cuDNN's or the CPU one, as eager), from the saved statistics.
+void d_native_batch_norm(B& b) {
+  const TensorMeta mx = b.meta(b.in(0)), mw = b.meta(b.in(1)), mb = b.meta(b.in(2));
+  const std::vector<ValueId> grads = emit(
+      b.graph(), OpId::native_batch_norm_backward,
+      {Arg::of_value(b.grad(0)), b.arg(0), b.arg(1), b.arg(3), b.arg(4), Arg::of_value(b.out(1)), Arg::of_value(b.out(2)),
+       Arg::of_bool(true), b.arg(7), Arg::of_ints({1, 1, 1})},
+      {contiguous_meta(mx.dtype, mx.device, mx.sizes, false), contiguous_meta(mw.dtype, mw.device, mw.sizes, false),
+       contiguous_meta(mb.dtype, mb.device, mb.sizes, false)});
+  for (size_t k = 0; k < 3; ++k) b.give(k, grads[k]);
+}
+
 // conv1d/conv2d(input, weight, bias?, stride, padding, dilation, groups): ATen's convolution_backward.
 void d_conv(B& b) {
   const ValueId x = b.in(0), w = b.in(1), g = b.grad();
@@ -534,7 +548,7 @@ const std::unordered_map<OpId, Formula>& table() {
       {OpId::masked_fill_Scalar, d_masked_fill}, {OpId::masked_fill_Tensor, d_masked_fill},
       {OpId::sum_dim_IntList, d_sum},    {OpId::mean_dim, d_mean},           {OpId::linalg_vector_norm, d_vector_norm},           {OpId::softmax_int, d_softmax},
       {OpId::log_softmax_int, d_log_softmax}, {OpId::layer_norm, d_layer_norm}, {OpId::rms_norm, d_rms_norm},
-      {OpId::native_dropout, d_native_dropout}, {OpId::mse_loss, d_mse_loss},      {OpId::batch_norm, d_batch_norm},  {OpId::conv1d, d_conv},
+      {OpId::native_dropout, d_native_dropout}, {OpId::mse_loss, d_mse_loss},      {OpId::batch_norm, d_batch_norm},  {OpId::native_batch_norm, d_native_batch_norm},  {OpId::conv1d, d_conv},
       {OpId::conv2d, d_conv},            {OpId::max_pool2d, d_max_pool2d},  {OpId::adaptive_avg_pool2d, d_adaptive_avg_pool2d},
             {OpId::cross_entropy_loss, d_cross_entropy},      {OpId::matmul, d_matmul},           {OpId::mm, d_matmul},
       {OpId::bmm, d_matmul},             {OpId::addmm, d_addmm},             {OpId::baddbmm, d_addmm},

@@ -311,6 +311,25 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
   return r;
 }
 
+// An affine batch norm in training becomes native_batch_norm, whose saved mean and inverse std the
+// backward kernel reads (as eager's autograd saves them).
+Graph with_batch_norm_stats(const Graph& g) {
+  Graph r = g;
+  for (Node& n : r.nodes) {
+    if (n.op != OpId::batch_norm || !(n.args.at(5).kind == Arg::Kind::Bool && n.args[5].b)) continue;
+    if (n.args[1].kind != Arg::Kind::Value || n.args[2].kind != Arg::Kind::Value) continue;
+    if (!r.meta(n.outputs.at(0)).requires_grad) continue;
+    const TensorMeta x = r.meta(n.args[0].value);
+    const c10::ScalarType stat = x.dtype == c10::kHalf || x.dtype == c10::kBFloat16 ? c10::kFloat : x.dtype;
+    const ValueId mean = r.add_value(contiguous_meta(stat, x.device, {x.sizes.at(1)}, false));
+    const ValueId invstd = r.add_value(contiguous_meta(stat, x.device, {x.sizes.at(1)}, false));
+    n.op = OpId::native_batch_norm;
+    n.args.resize(8);  // native_batch_norm has no cudnn_enabled
+    n.outputs = {n.outputs[0], mean, invstd};
+  }
+  return r;
+}
+
 // The eager replay of a graph with native_dropout (create_graph=True must see the masks of the
 // call, not draw new ones): each becomes input * mask * (1 / (1 - p)) with the mask an input,
 // after the graph's own, in `masks` order.
@@ -374,7 +393,7 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
       if (out == wb.value) throw NoDerivative("the graph returns an input it writes into");
   }
   std::vector<ValueId> masks;
-  const Graph g = with_dropout_masks(functional.graph, masks);
+  const Graph g = with_batch_norm_stats(with_dropout_masks(functional.graph, masks));
   for (const Node& n : g.nodes) {
     const OpCategory c = op_info(n.op).category;
     if (c == OpCategory::InPlace) throw NoDerivative("in-place op " + qualified_name(n.op) + " in a graph that needs a backward");
@@ -510,7 +529,7 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
     for (ValueId m : masks) plan.levels[L].eager_saved.push_back(saved_index(m));
     if (!masks.empty()) split.eager[L] = replay_masks(split.eager[L], masks);
     for (Node& n : split.eager[L].nodes)  // the replay must not update running statistics a second time
-      if (n.op == OpId::batch_norm && n.args.at(5).kind == Arg::Kind::Bool && n.args[5].b)
+      if ((n.op == OpId::batch_norm || n.op == OpId::native_batch_norm) && n.args.at(5).kind == Arg::Kind::Bool && n.args[5].b)
         n.args[3] = n.args[4] = Arg::none();
   }
   std::vector<ValueId> fwd_outputs = g.outputs;

@@ -93,7 +93,7 @@ CASES = {
                                F.scaled_dot_product_attention(q, k, v, attn_mask=b, dropout_p=0.3)
                                if q.is_cpu else q),
         [t(2, 2, 5, 8), t(2, 2, 5, 8), t(2, 2, 5, 8), nograd(5, 5), mask(5, 5)]),
-    "aten::batch_norm": (lambda x, w, b, rm, rv: (F.batch_norm(x, rm, rv, w, b, training=True),
+    "aten::batch_norm": (lambda x, w, b, rm, rv: (F.batch_norm(x, rm, rv, None, None, training=True),
                                                   F.batch_norm(x, rm, rv, w, b, training=False) * 2),
                          [t(4, 3, 5, 5), t(3), t(3), nograd(3), ("v", (3,), False)]),
     "aten::conv2d": (lambda x, w, b: (F.conv2d(x, w, b, stride=2, padding=1), F.conv2d(x, w[:, :1].contiguous(), None, groups=3)),
@@ -107,6 +107,10 @@ CASES = {
     "aten::max_pool2d_with_indices": None,  # recorded only by max_pool2d's row
     "aten::max_pool2d_with_indices_backward": None,
     "aten::_adaptive_avg_pool2d_backward": None,  # recorded only by adaptive_avg_pool2d's row
+    # traced as aten::batch_norm; the split records it for an affine batch norm in training
+    "aten::native_batch_norm": (lambda x, w, b, rm, rv: F.batch_norm(x * 2, rm, rv, w, b, training=True),
+                                [t(4, 3, 5, 5), t(3), t(3), nograd(3), ("v", (3,), False)]),
+    "aten::native_batch_norm_backward": None,  # recorded only by native_batch_norm's row
     "aten::view": (lambda a: a.view(12) * 2, [t(3, 4)]),
     "aten::unsqueeze": (lambda a: a.unsqueeze(1) * 2, [t(3, 4)]),
     "aten::squeeze": (lambda a: a.squeeze() * 2, [t(3, 1, 4)]),
@@ -183,7 +187,7 @@ def run_case(name, dtype, device):
     assert any(o.grad_fn is not None and o.grad_fn.name() == "CompiledFunctionBackward" for o in outs), \
         f"{name}: the graph ran on ATen ({[o.grad_fn for o in outs]})"
     text = _C.graph_text(wrapped) or ""
-    traced = {"aten::native_dropout": "aten::dropout"}.get(name, name)
+    traced = {"aten::native_dropout": "aten::dropout", "aten::native_batch_norm": "aten::batch_norm"}.get(name, name)
     assert traced in text, f"{traced} is not in the traced graph:\n{text}"
     ups = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(device) for o in ref]
     diff = [a for a in args if a.requires_grad]
@@ -216,6 +220,7 @@ def test_gradient_matches_eager_in_float32(name, device):
 
 def test_every_derivative_row_has_a_case():
     recorded_by_rows = {"aten::embedding_dense_backward", "aten::convolution_backward", "aten::max_pool2d_with_indices",
-                        "aten::max_pool2d_with_indices_backward", "aten::_adaptive_avg_pool2d_backward"}
+                        "aten::max_pool2d_with_indices_backward", "aten::_adaptive_avg_pool2d_backward",
+                        "aten::native_batch_norm_backward"}
     rows = set(_C.differentiable_ops()) | recorded_by_rows
     assert rows == set(CASES), f"rows without a case: {rows - set(CASES)}; cases without a row: {set(CASES) - rows}"
