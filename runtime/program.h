@@ -46,6 +46,7 @@ struct Buffer {
   int32_t slot = -1;
   std::vector<int64_t> sizes, strides;
   at::TensorOptions options;  // dtype and device
+  int32_t alloc_step = 0;     // allocated just before this step
 };
 
 // A kernel launch: args[i] is the slot whose data pointer is the kernel's i-th argument, sizes[j]
@@ -90,6 +91,7 @@ struct Program {
   std::vector<Constant> constants;
   std::vector<Buffer> buffers;
   std::vector<Step> steps;            // in order
+  std::vector<std::vector<int32_t>> release_after;  // per step (or empty): the slots nothing reads after it
   std::vector<SlotTensor> outputs;    // the program's results, in order
   std::vector<MutatedInput> mutated_inputs;
   // The original graph on ATen, op by op: it runs instead of the steps when a mutated input

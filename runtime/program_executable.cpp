@@ -35,6 +35,9 @@ ProgramExecutable::ProgramExecutable(Program p) : p_(std::move(p)) {
   check_program(p_);
   for (const Step& step : p_.steps)
     if (const auto* launch = std::get_if<KernelLaunch>(&step)) max_kernel_args_ = std::max(max_kernel_args_, launch->args.size());
+  for (size_t i = 0; i < p_.buffers.size(); ++i) buffers_by_step_.push_back(i);
+  std::stable_sort(buffers_by_step_.begin(), buffers_by_step_.end(),
+                   [&](size_t a, size_t b) { return p_.buffers[a].alloc_step < p_.buffers[b].alloc_step; });
 }
 
 std::vector<at::Tensor> ProgramExecutable::run(const std::vector<at::Tensor>& inputs) {
@@ -63,16 +66,37 @@ std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tenso
   std::vector<at::Tensor> slots(static_cast<size_t>(p_.num_slots));
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.input_slots[i])] = inputs[i];
   for (const Constant& c : p_.constants) slots[static_cast<size_t>(c.slot)] = c.value;
-  for (const Buffer& b : p_.buffers) slots[static_cast<size_t>(b.slot)] = at::empty_strided(b.sizes, b.strides, b.options);
+  size_t next_buffer = 0;  // buffers_by_step_: allocated just before the step that first writes them
   std::vector<void*> args(max_kernel_args_, nullptr);
-  for (const Step& step : p_.steps) {
+  for (size_t si = 0; si < p_.steps.size(); ++si) {
+    for (; next_buffer < buffers_by_step_.size() && p_.buffers[buffers_by_step_[next_buffer]].alloc_step <= static_cast<int32_t>(si);
+         ++next_buffer) {
+      const Buffer& b = p_.buffers[buffers_by_step_[next_buffer]];
+      slots[static_cast<size_t>(b.slot)] = at::empty_strided(b.sizes, b.strides, b.options);
+    }
+    run_step(p_.steps[si], slots, args);
+    if (si < p_.release_after.size())
+      for (int32_t slot : p_.release_after[si]) slots[static_cast<size_t>(slot)].reset();  // its last reader is done
+  }
+  for (; next_buffer < buffers_by_step_.size(); ++next_buffer) {  // written by no step (an empty output)
+    const Buffer& b = p_.buffers[buffers_by_step_[next_buffer]];
+    slots[static_cast<size_t>(b.slot)] = at::empty_strided(b.sizes, b.strides, b.options);
+  }
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(p_.outputs.size());
+  for (const SlotTensor& s : p_.outputs) outputs.push_back(materialise(s, slots));
+  return outputs;
+}
+
+void ProgramExecutable::run_step(const Step& step, std::vector<at::Tensor>& slots, std::vector<void*>& args) const {
+  {
     if (const auto* launch = std::get_if<KernelLaunch>(&step)) {
       for (size_t i = 0; i < launch->args.size(); ++i) {
         const at::Tensor& t = slots[static_cast<size_t>(launch->args[i])];
         args[i] = t.defined() ? t.data_ptr() : nullptr;
       }
       launch->kernel->launch(args.data(), launch->sizes.empty() ? nullptr : launch->sizes.data());
-      continue;
+      return;
     }
     const auto& call = *std::get_if<ExternCall>(&step);
     std::vector<at::Tensor> ins;
@@ -92,10 +116,6 @@ std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tenso
       slots[static_cast<size_t>(r.slot)] = std::move(t);
     }
   }
-  std::vector<at::Tensor> outputs;
-  outputs.reserve(p_.outputs.size());
-  for (const SlotTensor& s : p_.outputs) outputs.push_back(materialise(s, slots));
-  return outputs;
 }
 
 bool ProgramExecutable::overlaps_another_input(const std::vector<at::Tensor>& inputs) const {

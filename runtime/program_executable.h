@@ -32,10 +32,12 @@ class ProgramExecutable final : public Executable {
 
  private:
   std::vector<at::Tensor> run_steps(const std::vector<at::Tensor>& inputs) const;
+  void run_step(const Step& step, std::vector<at::Tensor>& slots, std::vector<void*>& args) const;
   bool overlaps_another_input(const std::vector<at::Tensor>& inputs) const;
 
   Program p_;
   size_t max_kernel_args_ = 0;
+  std::vector<size_t> buffers_by_step_;  // indices into p_.buffers, by allocation step
 };
 
 }  // namespace fastdyn::runtime

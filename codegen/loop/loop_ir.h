@@ -173,6 +173,9 @@ struct Program {
   // Filled by plan_memory: per value, and per slot the value whose metadata allocates it.
   std::vector<ValuePlan> plans;
   std::vector<ValueId> slot_owner;
+  // Per slot (plan_memory): the step before which its buffer is allocated, and the step after
+  // which nothing reads it any more (-1: it lives to the end: inputs, outputs, constants).
+  std::vector<int64_t> slot_alloc, slot_release;
 };
 
 // Text form, e.g.

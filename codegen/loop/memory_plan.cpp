@@ -97,6 +97,30 @@ Program plan_memory(Program p) {
     ValuePlan& pl = p.plans[v];
     if (pl.kind == ValuePlan::Kind::Alias) pl.slot = p.plans[static_cast<size_t>(pl.root)].slot;
   }
+  // Lifetimes: a buffer is allocated before its first write and every buffer or extern result is
+  // dropped after its last reader, as eager frees a tensor when its last use is done (what a
+  // backward program holds at once is then what eager's autograd would).
+  std::vector<int64_t> written_at(nv, -1);
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    if (p.steps[s].kind == Step::Kind::Extern)
+      for (ValueId v : p.graph.nodes[static_cast<size_t>(p.steps[s].index)].outputs) written_at[static_cast<size_t>(v)] = static_cast<int64_t>(s);
+  const size_t slots = p.slot_owner.size();
+  p.slot_alloc.assign(slots, -1);
+  p.slot_release.assign(slots, -1);
+  std::vector<bool> forever(slots, false);
+  for (size_t v = 0; v < nv; ++v) {
+    const ValuePlan& pl = p.plans[v];
+    if (pl.kind != ValuePlan::Kind::Buffer && pl.kind != ValuePlan::Kind::Extern) continue;
+    const size_t s = static_cast<size_t>(pl.slot);
+    if (pinned[v]) forever[s] = true;
+    const int64_t born = pl.kind == ValuePlan::Kind::Buffer ? first[v] : written_at[v];
+    if (pl.kind == ValuePlan::Kind::Buffer)
+      p.slot_alloc[s] = p.slot_alloc[s] < 0 ? std::max<int64_t>(born, 0) : std::min(p.slot_alloc[s], std::max<int64_t>(born, 0));
+    p.slot_release[s] = std::max({p.slot_release[s], last[v], born});
+  }
+  for (ValueId v : p.graph.inputs) forever[static_cast<size_t>(p.plans[static_cast<size_t>(v)].slot)] = true;
+  for (size_t s = 0; s < slots; ++s)
+    if (forever[s] || p.slot_release[s] < 0) p.slot_release[s] = -1;
   return p;
 }
 

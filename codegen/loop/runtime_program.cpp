@@ -92,7 +92,8 @@ runtime::Program runtime_program(const Program& p, const std::string& backend, s
     const ValueId v = p.slot_owner[s];
     if (p.plans[static_cast<size_t>(v)].kind != ValuePlan::Kind::Buffer) continue;
     const TensorMeta& m = g.meta(v);
-    r.buffers.push_back({static_cast<int32_t>(s), m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device)});
+    r.buffers.push_back({static_cast<int32_t>(s), m.sizes, m.strides, at::TensorOptions().dtype(m.dtype).device(m.device),
+                         s < p.slot_alloc.size() ? static_cast<int32_t>(std::max<int64_t>(p.slot_alloc[s], 0)) : 0});
   }
   size_t e = 0;
   for (const Step& s : p.steps) {
@@ -112,6 +113,10 @@ runtime::Program runtime_program(const Program& p, const std::string& backend, s
     ++e;
   }
   for (ValueId v : g.outputs) r.outputs.push_back(slot_tensor(p, backend, v));
+  r.release_after.resize(r.steps.size());
+  for (size_t s = 0; s < p.slot_release.size(); ++s)
+    if (p.slot_release[s] >= 0 && static_cast<size_t>(p.slot_release[s]) < r.steps.size())
+      r.release_after[static_cast<size_t>(p.slot_release[s])].push_back(static_cast<int32_t>(s));
   for (const WriteBack& w : p.writebacks) {
     size_t i = 0;
     while (g.inputs.at(i) != w.input) ++i;
