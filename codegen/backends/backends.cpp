@@ -116,13 +116,20 @@ PreparedGraph prepare_autograd(const Graph& g, Backend resolved) {
   for (const Graph& b : split.backward) parts.push_back(prepare_part(b, resolved));
   auto eager = std::make_shared<std::vector<Graph>>(std::move(split.eager));
   auto plan = std::make_shared<runtime::AutogradPlan>(std::move(split.plan));
-  // Every part's executable by `pick` (nullptr where one has none), joined.
-  auto join = [&parts, eager, plan](Get PreparedGraph::*pick) -> Get {
+  // Every part's executable by `pick` (nullptr where one has none), joined. A part builds once: a
+  // from_cache that found the forward's kernels but not the backward's leaves the forward built,
+  // and the finish that follows takes it (a backend's build hands its program over: it cannot run twice).
+  std::vector<std::shared_ptr<runtime::ExecutablePtr>> built;
+  for (size_t k = 0; k < parts.size(); ++k) built.push_back(std::make_shared<runtime::ExecutablePtr>());
+  auto join = [&parts, &built, eager, plan](Get PreparedGraph::*pick) -> Get {
     std::vector<Get> gets;
-    for (const PreparedGraph& part : parts) {
-      Get get = part.backend == Backend::Aten ? part.finish : part.*pick;  // aten needs no compile
+    for (size_t k = 0; k < parts.size(); ++k) {
+      Get get = parts[k].backend == Backend::Aten ? parts[k].finish : parts[k].*pick;  // aten needs no compile
       if (!get) return nullptr;
-      gets.push_back(std::move(get));
+      gets.push_back([get, once = built[k]]() -> runtime::ExecutablePtr {
+        if (!*once) *once = get();
+        return *once;
+      });
     }
     return [gets, eager, plan]() -> runtime::ExecutablePtr {
       std::vector<runtime::ExecutablePtr> exes;
