@@ -64,3 +64,10 @@ def reset(request):
 def check():
     from fdcheck import check as check_fn
     return check_fn
+
+
+@pytest.fixture
+def synchronous_compile():
+    """Kernels compile before the first call returns (no ATen baseline tier): a test that checks
+    what a compiled graph does sees it from the first call. The `reset` fixture restores it."""
+    fastdyn.set_background_compile(False)

@@ -13,15 +13,8 @@ import torch.nn.functional as F
 import fastdyn
 
 COMPILED = "CompiledFunctionBackward"
-pytestmark = pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="needs fastdyn with the llvm_cpu backend")
-
-
-@pytest.fixture(autouse=True)
-def synchronous_compile():
-    was = fastdyn._C.background_compile()
-    fastdyn.set_background_compile(False)
-    yield
-    fastdyn.set_background_compile(was)
+pytestmark = [pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="needs fastdyn with the llvm_cpu backend"),
+              pytest.mark.usefixtures("synchronous_compile")]
 
 
 def mlp_step(x, w1, b1, w2):

@@ -8,15 +8,8 @@ import fastdyn
 transformers = pytest.importorskip("transformers")
 import hf_zoo  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="needs fastdyn with the llvm_cpu backend")
-
-
-@pytest.fixture(autouse=True)
-def synchronous_compile():
-    was = fastdyn._C.background_compile()
-    fastdyn.set_background_compile(False)
-    yield
-    fastdyn.set_background_compile(was)
+pytestmark = [pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="needs fastdyn with the llvm_cpu backend"),
+              pytest.mark.usefixtures("synchronous_compile")]
 
 
 def compiled_nodes(t):

@@ -14,6 +14,9 @@ import fastdyn
 from fastdyn import _C
 
 
+pytestmark = pytest.mark.usefixtures("synchronous_compile")
+
+
 def t(*shape, positive=False):
     return ("t", shape, positive)
 
@@ -156,14 +159,6 @@ def make(spec, dtype, gen, device):
 
 
 DEVICES = (["cpu"] if _C.has_llvm_cpu else []) + (["cuda"] if torch.cuda.is_available() else [])
-
-
-@pytest.fixture(autouse=True)
-def synchronous_compile():
-    was = _C.background_compile()
-    fastdyn.set_background_compile(False)
-    yield
-    fastdyn.set_background_compile(was)
 
 
 def as_tuple(o):
