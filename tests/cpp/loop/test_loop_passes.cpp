@@ -115,6 +115,29 @@ TEST(LoopPasses, MemoryPlanReusesDeadTemporaries) {
   EXPECT_EQ(p.plans[5].slot, p.plans[7].slot);
 }
 
+TEST(LoopPasses, MemoryPlanDropsEachValueAfterItsLastReader) {
+  // Steps: exp -> %2 (0), mm -> %4 (1), exp -> %5 (2), mm -> %6 (3), exp -> %7 (4), mm -> %8 (5).
+  Program p = build_program(parse_graph(R"(graph(%0: f32[16]{1}, %1: f32[16, 16]{16, 1}):
+  %2: f32[16]{1} = aten::exp(%0)
+  %3: f32[16, 1]{1, 1} = aten::unsqueeze(%2, 1)
+  %4: f32[16, 16]{16, 1} = aten::mm(%3, %3)
+  %5: f32[16, 16]{16, 1} = aten::exp(%4)
+  %6: f32[16, 16]{16, 1} = aten::mm(%5, %1)
+  %7: f32[16, 16]{16, 1} = aten::exp(%6)
+  %8: f32[16, 16]{16, 1} = aten::mm(%7, %1)
+  return (%8)
+)"));
+  ASSERT_EQ(p.steps.size(), 6u);
+  auto slot = [&](ValueId v) { return static_cast<size_t>(p.plans[static_cast<size_t>(v)].slot); };
+  EXPECT_EQ(p.slot_alloc[slot(2)], 0);
+  EXPECT_EQ(p.slot_release[slot(2)], 1);   // the first mm reads it through the unsqueeze view
+  EXPECT_EQ(p.slot_release[slot(4)], 2);   // an extern result, dropped after the exp that reads it
+  EXPECT_EQ(p.slot_alloc[slot(5)], 2);     // %5 and %7 share a slot: from %5's write to %7's read
+  EXPECT_EQ(p.slot_release[slot(5)], 5);
+  EXPECT_EQ(p.slot_release[slot(8)], -1);  // the output lives on
+  EXPECT_EQ(p.slot_release[slot(0)], -1);  // inputs are the caller's
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen::loop
 
