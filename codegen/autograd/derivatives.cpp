@@ -130,6 +130,28 @@ void d_leaky_relu(B& b) {
   const double slope = b.node().args.size() > 1 && b.arg(1).kind != Arg::Kind::None ? b.number(1) : 0.01;
   b.give(0, b.call(Family::where, {B::t(b.call(Family::gt, {B::t(x), B::n(0.0)})), B::t(g), B::t(b.scale(g, slope))}));
 }
+// hardtanh(self, min_val, max_val) and relu6: the gradient where min < x < max (eager's
+// hardtanh_backward, strict at both ends).
+ValueId inside(B& b, ValueId x, double lo, double hi) {
+  return b.call(Family::logical_and, {B::t(b.call(Family::gt, {B::t(x), B::n(lo)})), B::t(b.call(Family::lt, {B::t(x), B::n(hi)}))});
+}
+void d_hardtanh(B& b) {
+  const bool relu6 = b.node().op == OpId::relu6;
+  const double lo = relu6 ? 0.0 : b.node().args.size() > 1 ? b.number(1) : -1.0;
+  const double hi = relu6 ? 6.0 : b.node().args.size() > 2 ? b.number(2) : 1.0;
+  b.give(0, where0(b, inside(b, b.in(0), lo, hi), b.grad()));
+}
+// NB: eager's hardsigmoid_backward multiplies by 1/6 rounded to float, in double too.
+void d_hardsigmoid(B& b) {
+  b.give(0, where0(b, inside(b, b.in(0), -3.0, 3.0), b.scale(b.grad(), static_cast<double>(1.0f / 6.0f))));
+}
+// hardswish: 0 below -3, g * (x / 3 + 1/2) up to 3, g above (eager's hardswish_backward).
+void d_hardswish(B& b) {
+  const ValueId x = b.in(0), g = b.grad();
+  const ValueId mid = b.mul(g, b.plus(b.scale(x, 1.0 / 3.0), 0.5));
+  const ValueId upper = b.call(Family::where, {B::t(b.call(Family::le, {B::t(x), B::n(3.0)})), B::t(mid), B::t(g)});
+  b.give(0, b.call(Family::where, {B::t(b.call(Family::lt, {B::t(x), B::n(-3.0)})), B::n(0.0), B::t(upper)}));
+}
 // clamp(self, min?, max?) and clamp_min(self, min): the gradient passes where the input was kept.
 void d_clamp(B& b) {
   const ValueId x = b.in(0);
@@ -543,6 +565,8 @@ const std::unordered_map<OpId, Formula>& table() {
       {OpId::pow_Tensor_Scalar, d_pow_Tensor_Scalar},                        {OpId::sin, d_sin},
       {OpId::cos, d_cos},                {OpId::abs, d_abs},                 {OpId::erf, d_erf},
       {OpId::silu, d_silu},              {OpId::gelu, d_gelu},               {OpId::leaky_relu, d_leaky_relu},
+      {OpId::hardtanh, d_hardtanh},      {OpId::relu6, d_hardtanh},          {OpId::hardsigmoid, d_hardsigmoid},
+      {OpId::hardswish, d_hardswish},
       {OpId::clamp, d_clamp},            {OpId::clamp_Tensor, d_clamp},      {OpId::clamp_min, d_clamp},
       {OpId::where_self, d_where_self},  {OpId::where_ScalarOther, d_where_self}, {OpId::where_ScalarSelf, d_where_self},
       {OpId::masked_fill_Scalar, d_masked_fill}, {OpId::masked_fill_Tensor, d_masked_fill},

@@ -313,3 +313,25 @@ def test_sizes_that_vary_get_a_compiled_backward_at_each_size():
         out.sum().backward()
         f(x, wr).sum().backward()
         torch.testing.assert_close(w.grad, wr.grad)
+
+
+def test_a_mobilenet_style_cnn_trains_like_eager():
+    # depthwise and pointwise convs, train-mode batch norm, hardswish, a global mean
+    def block(cin, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                             nn.Hardswish(), nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU6())
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), block(8, 16, 1), block(16, 16, 2))
+            self.head = nn.Linear(16, 5)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.head(self.body(x).mean((2, 3))), y)
+
+    torch.manual_seed(0)
+    model, ref = Net(), Net()
+    ref.load_state_dict(model.state_dict())
+    train_like_eager(model, ref, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                     [(torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))) for _ in range(3)])

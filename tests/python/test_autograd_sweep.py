@@ -64,6 +64,10 @@ CASES = {
     "aten::silu": (F.silu, [t(3, 4)]),
     "aten::gelu": (lambda a: F.gelu(a) + F.gelu(a, approximate="tanh"), [t(3, 4)]),
     "aten::leaky_relu": (lambda a: F.leaky_relu(a, 0.2), [t(3, 4)]),
+    "aten::hardtanh": (lambda a: F.hardtanh(a * 3, -2.0, 1.5), [t(3, 4)]),
+    "aten::relu6": (lambda a: F.relu6(a * 8), [t(3, 4)]),
+    "aten::hardsigmoid": (lambda a: F.hardsigmoid(a * 4), [t(3, 4)]),
+    "aten::hardswish": (lambda a: F.hardswish(a * 4), [t(3, 4)]),
     "aten::clamp": (lambda a: torch.clamp(a, -0.5, 0.5), [t(3, 4)]),
     "aten::clamp.Tensor": (lambda a, lo: torch.clamp(a, min=lo), [t(3, 4), nograd(4)]),
     "aten::clamp_min": (lambda a: F.normalize(a, dim=1), [t(3, 4)]),  # norm.clamp_min(eps)
