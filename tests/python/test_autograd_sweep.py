@@ -6,6 +6,8 @@ upstream gradient, and compared with eager's gradients: in float64 tightly, in f
 A row without a case fails `test_every_derivative_row_has_a_case`. The sweep runs on the CPU where
 fastdyn has llvm_cpu, and on a GPU where there is one (the cuda backend; the device script).
 """
+import zlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -151,8 +153,10 @@ def make(spec, dtype, gen, device):
         return torch.randint(0, extra, shape, generator=gen).to(device)
     if kind == "v":  # a variance: positive, no grad
         return (torch.rand(shape, generator=gen, dtype=dtype) + 0.5).to(device)
-    if kind == "m":
-        return (torch.rand(shape, generator=gen) > 0.3).to(device)
+    if kind == "m":  # a boolean mask with a True in every row (a fully masked attention row is NaN)
+        m = torch.rand(shape, generator=gen) > 0.3
+        m[..., 0] = True
+        return m.to(device)
     x = torch.randn(shape, generator=gen, dtype=dtype)
     if extra:
         x = x.abs() + 0.5
@@ -171,7 +175,7 @@ def as_tuple(o):
 
 def run_case(name, dtype, device):
     fn, specs = CASES[name]
-    gen = torch.Generator().manual_seed(hash(name) % 1000)
+    gen = torch.Generator().manual_seed(zlib.crc32(name.encode()) % 1000)  # the same inputs in every process
     args = [make(s, dtype, gen, device) for s in specs]
     eager_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
 
