@@ -48,6 +48,17 @@ def size(case):
     return SIZES[case][0 if DEVICE == "cpu" else 1]
 
 
+class CrossEntropyOf(nn.Module):
+    """A classifier's train-step loss: cross entropy of net(x) against the labels y."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.net(x), y)
+
+
 def make_mlp():
     torch.manual_seed(0)
     w, n = size("mlp")["width"], size("mlp")["batch"]
@@ -55,23 +66,14 @@ def make_mlp():
     for _ in range(4):
         layers += [nn.Linear(w, w), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(w, 10))
-
-    class WithLoss(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = model
-
-        def forward(self, x, y):
-            return F.cross_entropy(self.net(x), y)
-
     batches = [(torch.randn(n, w), torch.randint(0, 10, (n,))) for _ in range(4)]
-    return WithLoss(), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
+    return CrossEntropyOf(model), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
 
 
 def make_gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    # NB: dropout off: a graph with dropout keeps ATen's autograd (no derivative row for random ops yet).
+    # NB: dropout off, for one table on both machines: on a GPU, sdpa with dropout keeps ATen's autograd.
     z = size("gpt2")
     config = GPT2Config(n_layer=2, n_embd=z["embd"], n_head=z["heads"], vocab_size=1000, n_positions=z["tokens"],
                         bos_token_id=999, eos_token_id=999, use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -94,18 +96,9 @@ def make_resnet18():
     from cnn import ResNet18
     torch.manual_seed(0)
     net = ResNet18(classes=10)
-
-    class WithLoss(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = net
-
-        def forward(self, x, y):
-            return F.cross_entropy(self.net(x), y)
-
     z = size("resnet18")
     batches = [(torch.randn(z["batch"], 3, z["size"], z["size"]), torch.randint(0, 10, (z["batch"],))) for _ in range(4)]
-    return WithLoss(), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
+    return CrossEntropyOf(net), batches, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)
 
 
 CASES = {"mlp": ("4x Linear(512) + ReLU, batch 64, cross entropy, SGD momentum", make_mlp),

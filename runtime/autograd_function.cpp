@@ -115,12 +115,6 @@ class CompiledFunctionBackward final : public ag::Node {
   bool released_ = false;
 };
 
-bool is_input(const at::Tensor& t, const std::vector<at::Tensor>& inputs) {
-  for (const at::Tensor& in : inputs)
-    if (in.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
-  return false;
-}
-
 // T is a template parameter so that only the branch of this torch's pointer type is instantiated.
 template <class P = NodePtr, class T = CompiledFunctionBackward>
 P make_node(std::shared_ptr<const Compiled> c, size_t level, std::vector<at::Tensor> inputs) {
@@ -167,12 +161,9 @@ class AutogradExecutable final : public Executable {
       }
       std::vector<ag::SavedVariable> saved;
       saved.reserve(lv.saved.size());
-      for (int32_t k : lv.saved) {
+      for (int32_t k : lv.saved) {  // inputs (leaves or not) are saved as they are, like eager's
         const at::Tensor& t = all.at(plan.num_outputs + static_cast<size_t>(k));
-        // An output wired above is saved detached: a node never holds another node (or itself)
-        // through a saved value. Inputs (leaves or not) are saved as they are, like eager's.
-        const bool wired = t.defined() && t.grad_fn() && !is_input(t, inputs);
-        saved.emplace_back(wired ? t.detach() : t, false);
+        saved.emplace_back(plan.saved_detached[static_cast<size_t>(k)] && t.defined() ? t.detach() : t, false);
       }
       static_cast<CompiledFunctionBackward&>(*node).save(std::move(saved), std::move(metas));
     }

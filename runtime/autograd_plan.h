@@ -18,6 +18,9 @@ namespace fastdyn::runtime {
 struct AutogradPlan {
   size_t num_outputs = 0;             // the graph's outputs: the forward's first outputs; the saved values follow
   std::vector<int32_t> output_first;  // per graph output position: the first position of the same value
+  // Per saved value: it is a graph output, which gets a node (or a view of a base with one): it is
+  // saved detached, so that a node never holds another node, or itself, through a saved value.
+  std::vector<bool> saved_detached;
   struct Level {
     std::vector<int32_t> outputs;       // graph output positions whose values get this level's node, in its input order
     std::vector<int32_t> edge_inputs;   // graph input indices that require grad: the node's first next edges

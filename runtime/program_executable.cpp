@@ -66,22 +66,24 @@ std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tenso
   std::vector<at::Tensor> slots(static_cast<size_t>(p_.num_slots));
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.input_slots[i])] = inputs[i];
   for (const Constant& c : p_.constants) slots[static_cast<size_t>(c.slot)] = c.value;
-  size_t next_buffer = 0;  // buffers_by_step_: allocated just before the step that first writes them
-  std::vector<void*> args(max_kernel_args_, nullptr);
-  for (size_t si = 0; si < p_.steps.size(); ++si) {
-    for (; next_buffer < buffers_by_step_.size() && p_.buffers[buffers_by_step_[next_buffer]].alloc_step <= static_cast<int32_t>(si);
-         ++next_buffer) {
+  // Buffers are allocated just before the step that first writes them (buffers_by_step_); those
+  // of a program without steps, after the loop.
+  size_t next_buffer = 0;
+  auto allocate_before = [&](size_t step) {
+    for (; next_buffer < buffers_by_step_.size(); ++next_buffer) {
       const Buffer& b = p_.buffers[buffers_by_step_[next_buffer]];
+      if (static_cast<size_t>(b.alloc_step) > step) break;
       slots[static_cast<size_t>(b.slot)] = at::empty_strided(b.sizes, b.strides, b.options);
     }
+  };
+  std::vector<void*> args(max_kernel_args_, nullptr);
+  for (size_t si = 0; si < p_.steps.size(); ++si) {
+    allocate_before(si);
     run_step(p_.steps[si], slots, args);
     if (si < p_.release_after.size())
       for (int32_t slot : p_.release_after[si]) slots[static_cast<size_t>(slot)].reset();  // its last reader is done
   }
-  for (; next_buffer < buffers_by_step_.size(); ++next_buffer) {  // written by no step (an empty output)
-    const Buffer& b = p_.buffers[buffers_by_step_[next_buffer]];
-    slots[static_cast<size_t>(b.slot)] = at::empty_strided(b.sizes, b.strides, b.options);
-  }
+  allocate_before(SIZE_MAX);
   std::vector<at::Tensor> outputs;
   outputs.reserve(p_.outputs.size());
   for (const SlotTensor& s : p_.outputs) outputs.push_back(materialise(s, slots));
@@ -89,32 +91,30 @@ std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tenso
 }
 
 void ProgramExecutable::run_step(const Step& step, std::vector<at::Tensor>& slots, std::vector<void*>& args) const {
-  {
-    if (const auto* launch = std::get_if<KernelLaunch>(&step)) {
-      for (size_t i = 0; i < launch->args.size(); ++i) {
-        const at::Tensor& t = slots[static_cast<size_t>(launch->args[i])];
-        args[i] = t.defined() ? t.data_ptr() : nullptr;
-      }
-      launch->kernel->launch(args.data(), launch->sizes.empty() ? nullptr : launch->sizes.data());
-      return;
+  if (const auto* launch = std::get_if<KernelLaunch>(&step)) {
+    for (size_t i = 0; i < launch->args.size(); ++i) {
+      const at::Tensor& t = slots[static_cast<size_t>(launch->args[i])];
+      args[i] = t.defined() ? t.data_ptr() : nullptr;
     }
-    const auto& call = *std::get_if<ExternCall>(&step);
-    std::vector<at::Tensor> ins;
-    ins.reserve(call.inputs.size());
-    for (const SlotTensor& s : call.inputs) ins.push_back(materialise(s, slots));
-    std::vector<at::Tensor> outs = call.exe->run(ins);
-    for (size_t o = 0; o < call.outputs.size(); ++o) {
-      const ExternResult& r = call.outputs[o];
-      if (r.slot < 0) continue;
-      at::Tensor t = std::move(outs[o]);
-      // Kernels address extern results with the graph's strides: keep that promise.
-      if (t.defined() && t.strides() != c10::IntArrayRef(r.strides) && t.numel() > 1) {
-        at::Tensor fixed = at::empty_strided(r.sizes, r.strides, t.options());
-        fixed.copy_(t);
-        t = fixed;
-      }
-      slots[static_cast<size_t>(r.slot)] = std::move(t);
+    launch->kernel->launch(args.data(), launch->sizes.empty() ? nullptr : launch->sizes.data());
+    return;
+  }
+  const auto& call = *std::get_if<ExternCall>(&step);
+  std::vector<at::Tensor> ins;
+  ins.reserve(call.inputs.size());
+  for (const SlotTensor& s : call.inputs) ins.push_back(materialise(s, slots));
+  std::vector<at::Tensor> outs = call.exe->run(ins);
+  for (size_t o = 0; o < call.outputs.size(); ++o) {
+    const ExternResult& r = call.outputs[o];
+    if (r.slot < 0) continue;
+    at::Tensor t = std::move(outs[o]);
+    // Kernels address extern results with the graph's strides: keep that promise.
+    if (t.defined() && t.strides() != c10::IntArrayRef(r.strides) && t.numel() > 1) {
+      at::Tensor fixed = at::empty_strided(r.sizes, r.strides, t.options());
+      fixed.copy_(t);
+      t = fixed;
     }
+    slots[static_cast<size_t>(r.slot)] = std::move(t);
   }
 }
 

@@ -50,18 +50,20 @@ ValueId unreduce(B& b, ValueId g, ValueId x, const Ints& dims) {
 ValueId where0(B& b, ValueId cond, ValueId g) { return b.call(Family::where, {B::t(cond), B::t(g), B::n(0.0)}); }
 
 // ---- pointwise ----
+// add/sub/rsub's alpha (argument 2; 1 where the overload has none).
+double alpha(const B& b) { return b.node().args.size() > 2 ? b.number(2) : 1.0; }
 void d_add(B& b) {
   const ValueId g = b.grad();
   b.give(0, g);
-  if (b.needs(1)) b.give(1, b.scale(g, b.node().args.size() > 2 ? b.number(2) : 1.0));
+  if (b.needs(1)) b.give(1, b.scale(g, alpha(b)));
 }
 void d_first_only(B& b) { b.give(0, b.grad()); }  // add/sub .Scalar, clone, alias, expand, _to_copy
 void d_sub(B& b) {
   const ValueId g = b.grad();
   b.give(0, g);
-  if (b.needs(1)) b.give(1, b.scale(g, -(b.node().args.size() > 2 ? b.number(2) : 1.0)));
+  if (b.needs(1)) b.give(1, b.scale(g, -alpha(b)));
 }
-void d_rsub_Scalar(B& b) { b.give(0, b.scale(b.grad(), -(b.node().args.size() > 2 ? b.number(2) : 1.0))); }
+void d_rsub_Scalar(B& b) { b.give(0, b.scale(b.grad(), -alpha(b))); }
 void d_mul_Tensor(B& b) {
   const ValueId g = b.grad();
   if (b.needs(0)) b.give(0, b.mul(g, b.in(1)));
@@ -200,11 +202,12 @@ void d_vector_norm(B& b) {
   const ValueId r = b.div(b.mul(x, g), y);
   b.give(0, b.call(Family::masked_fill, {B::t(r), B::t(b.call(Family::eq, {B::t(y), B::n(0.0)})), B::n(0.0)}));
 }
-void d_softmax(B& b) {
-  const ValueId y = b.out(), gy = b.mul(b.grad(), y);
-  const int64_t d = wrap(b.arg(1).i, b.dim(y));
-  b.give(0, b.sub(gy, b.mul(y, b.sum(gy, {d}, true))));
+// The gradient through softmax's output y along `dim`: g * y - y * sum(g * y).
+ValueId softmax_grad(B& b, ValueId y, ValueId g, int64_t dim) {
+  const ValueId gy = b.mul(g, y);
+  return b.sub(gy, b.mul(y, b.sum(gy, {dim}, true)));
 }
+void d_softmax(B& b) { b.give(0, softmax_grad(b, b.out(), b.grad(), wrap(b.arg(1).i, b.dim(b.out())))); }
 void d_log_softmax(B& b) {
   const ValueId y = b.out(), g = b.grad();
   const int64_t d = wrap(b.arg(1).i, b.dim(y));
@@ -212,22 +215,29 @@ void d_log_softmax(B& b) {
 }
 // Normalisation in float32 at least, as ATen computes half-precision norms.
 c10::ScalarType compute_dtype(c10::ScalarType t) { return t == c10::kHalf || t == c10::kBFloat16 ? c10::kFloat : t; }
-void d_layer_norm(B& b) {
-  const ValueId x0 = b.in(0);
-  const int64_t nd = b.dim(x0), k = static_cast<int64_t>(b.arg(1).ints.size());
+// The last k of nd dims: what layer_norm and rms_norm normalise over.
+Ints last_dims(int64_t nd, int64_t k) {
   Ints dims;
   for (int64_t d = nd - k; d < nd; ++d) dims.push_back(d);
+  return dims;
+}
+// A normalisation's input gradient over `dims`, from the gradient at x̂ (weight applied), x̂ and
+// 1/std: rstd * (gxhat - mean(gxhat) - x̂ * mean(gxhat * x̂)); `centred` norms (layer, batch) subtract
+// the mean, rms_norm does not.
+ValueId normalised_grad(B& b, ValueId gxhat, ValueId xhat, ValueId rstd, const Ints& dims, bool centred) {
+  const ValueId g = centred ? b.sub(gxhat, b.mean(gxhat, dims, true)) : gxhat;
+  return b.mul(rstd, b.sub(g, b.mul(xhat, b.mean(b.mul(gxhat, xhat), dims, true))));
+}
+void d_layer_norm(B& b) {
+  const ValueId x0 = b.in(0);
+  const Ints dims = last_dims(b.dim(x0), static_cast<int64_t>(b.arg(1).ints.size()));
   const c10::ScalarType ct = compute_dtype(b.meta(x0).dtype);
   const ValueId x = b.to(x0, ct), g = b.to(b.grad(), ct);
   const ValueId xc = b.sub(x, b.mean(x, dims, true));
   const ValueId rstd = b.unary(Family::rsqrt, b.plus(b.mean(b.mul(xc, xc), dims, true), b.number(4)));
   const ValueId xhat = b.mul(xc, rstd);
-  const bool has_w = b.arg(2).kind == Arg::Kind::Value;
-  const ValueId gxhat = has_w ? b.mul(g, b.in(2)) : g;
-  if (b.needs(0)) {
-    const ValueId centred = b.sub(gxhat, b.mean(gxhat, dims, true));
-    b.give(0, b.mul(rstd, b.sub(centred, b.mul(xhat, b.mean(b.mul(gxhat, xhat), dims, true)))));
-  }
+  const ValueId gxhat = b.arg(2).kind == Arg::Kind::Value ? b.mul(g, b.in(2)) : g;
+  if (b.needs(0)) b.give(0, normalised_grad(b, gxhat, xhat, rstd, dims, /*centred=*/true));
   if (b.needs(2)) b.give(2, b.mul(g, xhat));
   if (b.needs(3)) b.give(3, g);
 }
@@ -241,17 +251,14 @@ double finfo_eps(c10::ScalarType t) {
 }
 void d_rms_norm(B& b) {
   const ValueId x0 = b.in(0);
-  const int64_t nd = b.dim(x0), k = static_cast<int64_t>(b.arg(1).ints.size());
-  Ints dims;
-  for (int64_t d = nd - k; d < nd; ++d) dims.push_back(d);
+  const Ints dims = last_dims(b.dim(x0), static_cast<int64_t>(b.arg(1).ints.size()));
   const c10::ScalarType ct = compute_dtype(b.meta(x0).dtype);
   const double eps = b.arg(3).kind == Arg::Kind::None ? finfo_eps(b.meta(x0).dtype) : b.number(3);
   const ValueId x = b.to(x0, ct), g = b.to(b.grad(), ct);
   const ValueId rstd = b.unary(Family::rsqrt, b.plus(b.mean(b.mul(x, x), dims, true), eps));
   const ValueId xhat = b.mul(x, rstd);
-  const bool has_w = b.arg(2).kind == Arg::Kind::Value;
-  const ValueId gxhat = has_w ? b.mul(g, b.in(2)) : g;
-  if (b.needs(0)) b.give(0, b.mul(rstd, b.sub(gxhat, b.mul(xhat, b.mean(b.mul(gxhat, xhat), dims, true)))));
+  const ValueId gxhat = b.arg(2).kind == Arg::Kind::Value ? b.mul(g, b.in(2)) : g;
+  if (b.needs(0)) b.give(0, normalised_grad(b, gxhat, xhat, rstd, dims, /*centred=*/false));
   if (b.needs(2)) b.give(2, b.mul(g, xhat));
 }
 void d_mse_loss(B& b) {
@@ -320,16 +327,8 @@ void d_batch_norm(B& b) {
     rstd = b.unary(Family::rsqrt, b.plus(channel(4), eps));
   }
   const ValueId xhat = b.mul(xc, rstd);
-  const bool has_w = b.arg(1).kind == Arg::Kind::Value;
-  const ValueId gxhat = has_w ? b.mul(g, channel(1)) : g;
-  if (b.needs(0)) {
-    if (training) {
-      const ValueId centred = b.sub(gxhat, b.mean(gxhat, dims, true));
-      b.give(0, b.mul(rstd, b.sub(centred, b.mul(xhat, b.mean(b.mul(gxhat, xhat), dims, true)))));
-    } else {
-      b.give(0, b.mul(gxhat, rstd));
-    }
-  }
+  const ValueId gxhat = b.arg(1).kind == Arg::Kind::Value ? b.mul(g, channel(1)) : g;
+  if (b.needs(0)) b.give(0, training ? normalised_grad(b, gxhat, xhat, rstd, dims, /*centred=*/true) : b.mul(gxhat, rstd));
   if (b.needs(1)) b.give(1, b.sum(b.mul(g, xhat), dims, false));
   if (b.needs(2)) b.give(2, b.sum(g, dims, false));
 }
@@ -444,30 +443,17 @@ void d_linear(B& b) {  // linear(input, weight, bias?)
   if (b.arg(2).kind == Arg::Kind::Value && b.needs(2)) b.give(2, g);
 }
 // scaled_dot_product_attention(q, k, v, attn_mask?, dropout_p, is_causal, scale?, enable_gqa):
-// the attention weights recomputed from q and k (what the math kernel's backward saves).
+// the attention weights recomputed from q and k (attention_weights, derivatives.h).
 void d_sdpa(B& b) {
   // On the CPU joint.cpp writes an sdpa with dropout out first; a GPU's fused kernels draw their own way.
   if (b.number(4) != 0.0) b.refuse("dropout_p > 0 on a GPU draws random numbers as the fused kernel does");
   if (b.arg(7).kind == Arg::Kind::Bool && b.arg(7).b) b.refuse("enable_gqa");
   const ValueId q = b.in(0), k = b.in(1), v = b.in(2), g = b.grad();
-  const int64_t L = b.sizes(q)[b.sizes(q).size() - 2], S = b.sizes(k)[b.sizes(k).size() - 2];
-  const double scale = b.arg(6).kind == Arg::Kind::None ? 1.0 / std::sqrt(static_cast<double>(b.sizes(q).back())) : b.number(6);
-  ValueId s = b.scale(b.matmul(q, b.mT(k)), scale);
-  const double ninf = -std::numeric_limits<double>::infinity();
-  if (b.arg(5).kind == Arg::Kind::Bool && b.arg(5).b) {
-    const ValueId ones = b.call(Family::ones, {B::ints({L, S})}, {{"dtype", CallArg::of_dtype(c10::kBool)},
-                                                                 {"device", CallArg::of_device(b.meta(q).device)}});
-    s = b.call(Family::where, {B::t(b.call(Family::tril, {B::t(ones)})), B::t(s), B::n(ninf)});
-  }
-  if (b.arg(3).kind == Arg::Kind::Value) {
-    const ValueId mask = b.arg(3).value;
-    s = b.meta(mask).dtype == c10::kBool ? b.call(Family::where, {B::t(mask), B::t(s), B::n(ninf)}) : b.add(s, mask);
-  }
-  const ValueId p = b.call(Family::softmax, {B::t(s), B::i(-1)});
+  const double scale = attention_scale(b);
+  const ValueId p = attention_weights(b);
   if (b.needs(2)) b.give(2, b.matmul(b.mT(p), g));
   if (b.needs(0) || b.needs(1)) {
-    const ValueId dp = b.matmul(g, b.mT(v));
-    const ValueId ds = b.mul(p, b.sub(dp, b.sum(b.mul(dp, p), {-1}, true)));
+    const ValueId ds = softmax_grad(b, p, b.matmul(g, b.mT(v)), -1);
     if (b.needs(0)) b.give(0, b.scale(b.matmul(ds, k), scale));
     if (b.needs(1)) b.give(1, b.scale(b.matmul(b.mT(ds), q), scale));
   }
@@ -590,6 +576,30 @@ const std::unordered_map<OpId, Formula>& table() {
 }
 
 }  // namespace
+
+double attention_scale(const GradBuilder& b) {
+  const std::vector<int64_t> qs = b.sizes(b.in(0));
+  return b.arg(6).kind == Arg::Kind::None ? 1.0 / std::sqrt(static_cast<double>(qs.back())) : b.number(6);
+}
+
+ValueId attention_weights(GradBuilder& b) {
+  const ValueId q = b.in(0), k = b.in(1);
+  const std::vector<int64_t> qs = b.sizes(q), ks = b.sizes(k);
+  const int64_t L = qs[qs.size() - 2], S = ks[ks.size() - 2];
+  const double root = std::sqrt(attention_scale(b));
+  ValueId att = b.matmul(b.scale(q, root), b.mT(b.scale(k, root)));
+  auto masked = [&](ValueId keep) {
+    return b.call(Family::masked_fill, {B::t(att), B::t(b.call(Family::logical_not, {B::t(keep)})),
+                                        B::n(-std::numeric_limits<double>::infinity())});
+  };
+  if (b.arg(5).kind == Arg::Kind::Bool && b.arg(5).b)
+    att = masked(b.call(Family::tril, {B::t(b.call(Family::ones, {B::ints({L, S})},
+                                                       {{"dtype", CallArg::of_dtype(c10::kBool)},
+                                                        {"device", CallArg::of_device(b.meta(q).device)}}))}));
+  if (b.arg(3).kind == Arg::Kind::Value)
+    att = b.meta(b.arg(3).value).dtype == c10::kBool ? masked(b.arg(3).value) : b.add(att, b.arg(3).value);
+  return b.call(Family::softmax, {B::t(att), B::i(-1)});
+}
 
 Formula derivative(OpId op) {
   auto it = table().find(op);

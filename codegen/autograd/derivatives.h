@@ -18,6 +18,13 @@ using Formula = void (*)(GradBuilder&);
 
 // The row of `op`, or nullptr.
 Formula derivative(OpId op);
+
+// For a builder whose node is a scaled_dot_product_attention call: its scale (1/sqrt(E) unless
+// given), and its attention weights softmax(q kᵀ · scale, masked) as ATen's math kernel computes
+// them (q and k each scaled by sqrt(scale), -inf where masked). The sdpa row recomputes them;
+// joint.cpp writes an sdpa with dropout out with them.
+double attention_scale(const GradBuilder& b);
+ValueId attention_weights(GradBuilder& b);
 // Every op with a row, in ops.def order (the coverage test and the gradient sweep read it).
 std::vector<OpId> differentiable_ops();
 

@@ -31,6 +31,8 @@ class GradBuilder {
   // `forward`: what it records is forward computation (a rewrite before differentiating), whose
   // outputs require grad where their inputs do; otherwise backward values, which never do.
   GradBuilder(Graph& j, Node node, std::vector<ValueId> grads, bool forward = false);
+  // Records backward ops with no forward node (gradient accumulation).
+  explicit GradBuilder(Graph& j) : GradBuilder(j, Node{OpId::add_Tensor, {}, {}}, {}) {}
 
   // ---- the forward node ----
   const Node& node() const { return node_; }

@@ -8,8 +8,6 @@
 #include "runtime/errors.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -48,12 +46,7 @@ Graph extract(const Graph& j, const std::vector<ValueId>& inputs, const std::vec
   };
   for (size_t idx : nodes) {
     Node n = j.nodes[idx];
-    for (Arg& a : n.args) {
-      if (a.kind == Arg::Kind::Value) a.value = mapped(a.value);
-      if (a.kind == Arg::Kind::ValueList)
-        for (ValueId& v : a.values)
-          if (v >= 0) v = mapped(v);
-    }
+    for_each_value_input_ref(n, [&](ValueId& v) { v = mapped(v); });
     for (ValueId& v : n.outputs) {
       const ValueId nv = r.add_value(fresh(j.meta(v)));
       map[v] = nv;
@@ -107,8 +100,7 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
       grad_of[x] = gx;
       return;
     }
-    GradBuilder acc(j, Node{OpId::add_Tensor, {}, {}}, {});
-    const ValueId sum = acc.add(it->second, gx);
+    const ValueId sum = GradBuilder(j).add(it->second, gx);
     grad_of[x] = sum;
   };
   for (size_t i = F; i-- > 0;) {
@@ -224,12 +216,9 @@ Graph cut_at(const Graph& g, const std::vector<ValueId>& cut, std::unordered_map
     original[ny] = y;
   }
   for (Node& n : gl.nodes)
-    for (Arg& a : n.args) {
-      if (a.kind == Arg::Kind::Value && replaced.count(a.value)) a.value = replaced[a.value];
-      if (a.kind == Arg::Kind::ValueList)
-        for (ValueId& v : a.values)
-          if (replaced.count(v)) v = replaced[v];
-    }
+    for_each_value_input_ref(n, [&](ValueId& v) {
+      if (auto it = replaced.find(v); it != replaced.end()) v = it->second;
+    });
   return gl;
 }
 
@@ -241,16 +230,10 @@ Graph write_out_sdpa_dropout(const Graph& g) {
   Graph r = g;
   r.nodes.clear();
   std::unordered_map<ValueId, ValueId> renamed;
-  auto rename = [&](Node& n) {
-    for (Arg& a : n.args) {
-      if (a.kind == Arg::Kind::Value && renamed.count(a.value)) a.value = renamed[a.value];
-      if (a.kind == Arg::Kind::ValueList)
-        for (ValueId& v : a.values)
-          if (renamed.count(v)) v = renamed[v];
-    }
-  };
   for (Node n : g.nodes) {
-    rename(n);
+    for_each_value_input_ref(n, [&](ValueId& v) {
+      if (auto it = renamed.find(v); it != renamed.end()) v = it->second;
+    });
     const bool target = n.op == OpId::scaled_dot_product_attention && n.args.at(4).kind == Arg::Kind::Double &&
                         n.args[4].d > 0.0 && g.meta(n.outputs[0]).device.is_cpu() && g.meta(n.outputs[0]).requires_grad &&
                         !(n.args[7].kind == Arg::Kind::Bool && n.args[7].b);
@@ -259,26 +242,9 @@ Graph write_out_sdpa_dropout(const Graph& g) {
       continue;
     }
     GradBuilder b(r, n, {}, /*forward=*/true);
-    using B = GradBuilder;
-    const ValueId q = b.in(0), k = b.in(1), v = b.in(2);
-    const std::vector<int64_t> qs = b.sizes(q), ks = b.sizes(k);
-    const int64_t L = qs[qs.size() - 2], S = ks[ks.size() - 2];
-    const double scale = b.arg(6).kind == Arg::Kind::None ? 1.0 / std::sqrt(static_cast<double>(qs.back())) : b.number(6);
-    const double root = std::sqrt(scale);
-    const double ninf = -std::numeric_limits<double>::infinity();
-    ValueId att = b.matmul(b.scale(q, root), b.mT(b.scale(k, root)));
-    auto masked = [&](ValueId keep) {
-      return b.call(Family::masked_fill, {B::t(att), B::t(b.call(Family::logical_not, {B::t(keep)})), B::n(ninf)});
-    };
-    if (b.arg(5).kind == Arg::Kind::Bool && b.arg(5).b)
-      att = masked(b.call(Family::tril, {B::t(b.call(Family::ones, {B::ints({L, S})},
-                                                         {{"dtype", CallArg::of_dtype(c10::kBool)},
-                                                          {"device", CallArg::of_device(b.meta(q).device)}}))}));
-    if (b.arg(3).kind == Arg::Kind::Value)
-      att = b.meta(b.arg(3).value).dtype == c10::kBool ? masked(b.arg(3).value) : b.add(att, b.arg(3).value);
-    att = b.call(Family::softmax, {B::t(att), B::i(-1)});
-    att = b.call(Family::dropout, {B::t(att), B::n(n.args[4].d), CallArg::of_bool(true)});
-    const ValueId out = b.matmul(att, v);
+    const ValueId att = b.call(Family::dropout, {GradBuilder::t(attention_weights(b)), GradBuilder::n(n.args[4].d),
+                                                 CallArg::of_bool(true)});
+    const ValueId out = b.matmul(att, b.in(2));
     const TensorMeta &want = g.meta(n.outputs[0]), &got = r.meta(out);
     if (got.sizes != want.sizes || got.strides != want.strides || got.dtype != want.dtype)
       throw NoDerivative("scaled_dot_product_attention with dropout: the written-out kernel's layout differs");
@@ -297,12 +263,9 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
   for (Node& n : r.nodes) {
     if (n.op != OpId::dropout || n.args.size() < 3 || !(n.args[2].kind == Arg::Kind::Bool && n.args[2].b)) continue;
     if (!r.meta(n.outputs.at(0)).requires_grad) continue;
-    TensorMeta m = r.meta(n.args[0].value);
+    TensorMeta m = r.meta(n.args[0].value);  // static: the split works on a graph without symbols
     m.dtype = c10::ScalarType::Bool;
     m.requires_grad = false;
-    m.sym_sizes.clear();
-    m.sym_strides.clear();
-    m.sym_offset.clear();
     const ValueId mask = r.add_value(m);
     n.op = OpId::native_dropout;
     n.outputs.push_back(mask);
@@ -354,12 +317,9 @@ Graph replay_masks(const Graph& g, const std::vector<ValueId>& masks) {
   return r;
 }
 
-}  // namespace
-
 // A graph specialised to one call's sizes (shapes::specialize), or one whose symbols were all
-// pinned, as a plain static graph: the split
-// and its formulas work on numbers; the halves compile for these sizes (kernels that read sizes at
-// run time are not shared across sizes yet).
+// pinned, as a plain static graph: the split and its formulas work on numbers, and the halves
+// compile for these sizes (kernels that read sizes at run time are not shared across sizes yet).
 Graph without_symbols(const Graph& g) {
   Graph r = g;
   r.binding.clear();
@@ -373,6 +333,8 @@ Graph without_symbols(const Graph& g) {
     for (Arg& a : n.args) a.sym_ints.clear();
   return r;
 }
+
+}  // namespace
 
 AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   if (shapes::is_dynamic(symbolic_or_not)) throw NoDerivative("internal: a symbolic graph is split once per size, specialised");
@@ -524,6 +486,8 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   auto saved_index = [&](ValueId v) {
     return static_cast<int32_t>(std::find(saved_list.begin(), saved_list.end(), v) - saved_list.begin());
   };
+  for (ValueId v : saved_list)  // the runtime wires graph outputs (not inputs) to nodes: saved detached
+    plan.saved_detached.push_back(!is_input(g, v) && std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end());
   for (size_t L = 0; L < plan.levels.size(); ++L) {
     for (ValueId v : level_saved[L]) plan.levels[L].saved.push_back(saved_index(v));
     for (ValueId m : masks) plan.levels[L].eager_saved.push_back(saved_index(m));

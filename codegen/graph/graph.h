@@ -202,6 +202,16 @@ void for_each_value_input(const Node& n, F&& f) {
         if (v >= 0) f(v);
   }
 }
+// The same, with each read as a reference that f may rename (a pass rewiring a node's inputs).
+template <class F>
+void for_each_value_input_ref(Node& n, F&& f) {
+  for (Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value) f(a.value);
+    if (a.kind == Arg::Kind::ValueList)
+      for (ValueId& v : a.values)
+        if (v >= 0) f(v);
+  }
+}
 
 // Whether `g` was traced outside grad mode although some inputs require grad: an op that computes
 // (not a view) took such an input and gave a floating output that does not require grad. Views of

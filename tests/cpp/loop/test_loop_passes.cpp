@@ -98,9 +98,8 @@ TEST(LoopGolden, ExternThenFusedEpilogueThroughViews) {
   EXPECT_EQ(p.plans[6].kind, ValuePlan::Kind::Alias);  // the output slice is a view of the sigmoid
 }
 
-TEST(LoopPasses, MemoryPlanReusesDeadTemporaries) {
-  // two materialised temporaries of equal size, the first dead before the second is written
-  Program p = build_program(parse_graph(R"(graph(%0: f32[16]{1}, %1: f32[16, 16]{16, 1}):
+// Steps: exp -> %2 (0), mm -> %4 (1), exp -> %5 (2), mm -> %6 (3), exp -> %7 (4), mm -> %8 (5).
+const char* kExpMmChain = R"(graph(%0: f32[16]{1}, %1: f32[16, 16]{16, 1}):
   %2: f32[16]{1} = aten::exp(%0)
   %3: f32[16, 1]{1, 1} = aten::unsqueeze(%2, 1)
   %4: f32[16, 16]{16, 1} = aten::mm(%3, %3)
@@ -109,24 +108,18 @@ TEST(LoopPasses, MemoryPlanReusesDeadTemporaries) {
   %7: f32[16, 16]{16, 1} = aten::exp(%6)
   %8: f32[16, 16]{16, 1} = aten::mm(%7, %1)
   return (%8)
-)"));
+)";
+
+TEST(LoopPasses, MemoryPlanReusesDeadTemporaries) {
+  // two materialised temporaries of equal size, the first dead before the second is written
+  Program p = build_program(parse_graph(kExpMmChain));
   EXPECT_EQ(p.plans[5].kind, ValuePlan::Kind::Buffer);
   EXPECT_EQ(p.plans[7].kind, ValuePlan::Kind::Buffer);
   EXPECT_EQ(p.plans[5].slot, p.plans[7].slot);
 }
 
 TEST(LoopPasses, MemoryPlanDropsEachValueAfterItsLastReader) {
-  // Steps: exp -> %2 (0), mm -> %4 (1), exp -> %5 (2), mm -> %6 (3), exp -> %7 (4), mm -> %8 (5).
-  Program p = build_program(parse_graph(R"(graph(%0: f32[16]{1}, %1: f32[16, 16]{16, 1}):
-  %2: f32[16]{1} = aten::exp(%0)
-  %3: f32[16, 1]{1, 1} = aten::unsqueeze(%2, 1)
-  %4: f32[16, 16]{16, 1} = aten::mm(%3, %3)
-  %5: f32[16, 16]{16, 1} = aten::exp(%4)
-  %6: f32[16, 16]{16, 1} = aten::mm(%5, %1)
-  %7: f32[16, 16]{16, 1} = aten::exp(%6)
-  %8: f32[16, 16]{16, 1} = aten::mm(%7, %1)
-  return (%8)
-)"));
+  Program p = build_program(parse_graph(kExpMmChain));
   ASSERT_EQ(p.steps.size(), 6u);
   auto slot = [&](ValueId v) { return static_cast<size_t>(p.plans[static_cast<size_t>(v)].slot); };
   EXPECT_EQ(p.slot_alloc[slot(2)], 0);
