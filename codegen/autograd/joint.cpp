@@ -337,7 +337,7 @@ Graph without_symbols(const Graph& g) {
 }  // namespace
 
 AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
-  if (shapes::is_dynamic(symbolic_or_not)) throw NoDerivative("internal: a symbolic graph is split once per size, specialised");
+  if (shapes::is_dynamic(symbolic_or_not)) throw InternalError("autograd split of a symbolic graph (compile_dynamic splits each size, specialised)");
   const Graph traced = without_symbols(symbolic_or_not);
   // In-place ops on the graph's own values become their out-of-place twins (nn.ReLU(inplace=True));
   // a graph that writes into its inputs keeps ATen's autograd (eager's version counters and views).
@@ -511,7 +511,7 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   for (const loop::WriteBack& wb : functional.writebacks) {
     const ValueId in = fwd_id.at(wb.input);
     auto v = fwd_id.find(wb.value);
-    if (v == fwd_id.end()) throw NoDerivative("internal: a written value is not a forward output");
+    if (v == fwd_id.end()) throw InternalError("autograd split: a value written into an input is not a forward output");
     for (int32_t k = 0; k < wb.bumps; ++k) {
       const ValueId copied = split.forward.add_value(split.forward.meta(in));
       split.forward.nodes.push_back(Node{OpId::copy_, {Arg::of_value(in), Arg::of_value(v->second), Arg::of_bool(false)}, {copied}});
