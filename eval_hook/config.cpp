@@ -70,6 +70,7 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_LLVM_ARGS", SettingKind::Text, {}},
       {"FASTDYN_LLVM_PIPELINE", SettingKind::Text, {}},
       {"FASTDYN_VECTOR_BITS", SettingKind::Text, {}},
+      {"FASTDYN_MASKED_TAIL", SettingKind::Flag, {}},
       {"FASTDYN_BUILD_TESTS", SettingKind::Text, {}},  // setup.py's
       {"FASTDYN_BUILD_JOBS", SettingKind::Text, {}},
       {"FASTDYN_CPYTHON_TESTS", SettingKind::Text, {}},  // the test suite's

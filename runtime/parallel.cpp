@@ -14,3 +14,7 @@ extern "C" void fastdyn_parallel_for(int64_t n, int64_t grain, FastdynParallelBo
   }
   at::parallel_for(0, n, grain, [body, ctx](int64_t begin, int64_t end) { body(ctx, begin, end); });
 }
+
+extern "C" void fastdyn_parallel_work(int64_t n, int64_t work_per_task, FastdynParallelBody body, void* ctx) {
+  fastdyn_parallel_for(n, fastdyn_grain_for(work_per_task), body, ctx);
+}

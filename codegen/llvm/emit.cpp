@@ -116,7 +116,7 @@ void KernelEmitter::emit() {
   auto* ptr = llvm::PointerType::get(ctx_, 0);
   llvm::Value* pack = b_.CreateAlloca(ptr, b_.getInt64(3));
   for (unsigned i = 0; i < 3; ++i) b_.CreateStore(f->getArg(i), b_.CreateGEP(ptr, pack, {b_.getInt64(i)}));
-  b_.CreateCall(parallel_for(), {tasks_v(), grain_v(), body_, pack});
+  b_.CreateCall(parallel_work(), {tasks_v(), work_v(), body_, pack});
   b_.CreateRetVoid();
 }
 
@@ -181,11 +181,10 @@ llvm::Value* KernelEmitter::tasks_v() {
   return b_.CreateMul(t, blocks_v());
 }
 
-// Tasks per thread at least: small work stays on the calling thread (kGrainElements).
-llvm::Value* KernelEmitter::grain_v() {
-  if (split_) return b_.getInt64(1);
+// Elements of work per task; the runtime turns it into tasks per thread (fastdyn_grain_for), so
+// that small work stays on the calling thread.
+llvm::Value* KernelEmitter::work_v() {
   auto min = [&](llvm::Value* x, llvm::Value* y) { return b_.CreateSelect(b_.CreateICmpSLT(x, y), x, y); };
-  auto max = [&](llvm::Value* x, llvm::Value* y) { return b_.CreateSelect(b_.CreateICmpSGT(x, y), x, y); };
   llvm::Value* work = b_.getInt64(1);
   if (pure_) {
     if (loop_size_.size() > n_outer_) work = min(loop_len(loop_size_.size() - 1), b_.getInt64(kRowBlock));
@@ -194,7 +193,7 @@ llvm::Value* KernelEmitter::grain_v() {
     work = b_.CreateMul(work, b_.getInt64(static_cast<int64_t>(k_.stages.size())));
   }
   if (column_) work = b_.CreateMul(work, b_.getInt64(col_width_));
-  return max(b_.getInt64(1), b_.CreateSDiv(b_.getInt64(kGrainElements), max(work, b_.getInt64(1))));
+  return work;
 }
 
 // A parallel body `void name(ctx, begin, end)`, internal to the module: becomes body_ and fn_, and
@@ -224,12 +223,15 @@ llvm::Function* KernelEmitter::begin_entry() {
   return f;
 }
 
-// The runtime's fastdyn_parallel_for(tasks, grain, body, ctx) (runtime/parallel.h).
-llvm::FunctionCallee KernelEmitter::parallel_for() {
+// The runtime's fastdyn_parallel_for(tasks, grain, body, ctx) and fastdyn_parallel_work(tasks,
+// work per task, body, ctx) (runtime/parallel.h).
+llvm::FunctionCallee KernelEmitter::parallel_for() { return runtime_loop("fastdyn_parallel_for"); }
+llvm::FunctionCallee KernelEmitter::parallel_work() { return runtime_loop("fastdyn_parallel_work"); }
+llvm::FunctionCallee KernelEmitter::runtime_loop(const char* name) {
   auto* ptr = llvm::PointerType::get(ctx_, 0);
   auto* i64 = b_.getInt64Ty();
   auto* pf_ty = llvm::FunctionType::get(b_.getVoidTy(), {i64, i64, ptr, ptr}, false);
-  return m_.getOrInsertFunction("fastdyn_parallel_for", pf_ty);
+  return m_.getOrInsertFunction(name, pf_ty);
 }
 
 // The loop dims after merging neighbours that every access walks contiguously, and the task
@@ -290,7 +292,7 @@ void KernelEmitter::prepare() {
   // Rows longer than a block are cut into blocks; so is a row of symbolic length, always (one
   // block when short): the same code then serves every length.
   blocked_ = pure_ && loop_size_.size() > n_outer_ && (loop_size_.back() > kRowBlock || !loop_sym_.back().is_constant());
-  // The task count and grain are code (tasks_v, grain_v): with symbolic sizes they are too.
+  // The task count and work are code (tasks_v, work_v): with symbolic sizes they are too.
   choose_column_mode();
   choose_streaming_store();
   choose_split_mode();
@@ -377,21 +379,23 @@ llvm::Value* KernelEmitter::entry_alloca(llvm::Type* t) {
 }
 
 void KernelEmitter::emit_task(llvm::Value* task) {
+  // The task's coordinates, fastest first: the block of a row, the column group, then the outer
+  // loops innermost first (tasks_v is their product). The slowest one is what is left of the task:
+  // it needs no remainder and nothing divides by it (each 64-bit division by a size symbol is a
+  // fast and a slow path in the machine code, compile time that dynamic kernels paid for nothing).
   llvm::Value* o = task;
-  llvm::Value* block = b_.getInt64(0);
-  if (blocked_) {
-    llvm::Value* blocks = blocks_v();
-    o = b_.CreateUDiv(task, blocks);
-    block = b_.CreateURem(task, blocks);
-  }
+  size_t left = (blocked_ ? 1 : 0) + n_outer_;
+  auto take = [&](llvm::Value* radix) {
+    if (--left == 0) return o;
+    llvm::Value* c = b_.CreateURem(o, radix);
+    o = b_.CreateUDiv(o, radix);
+    return c;
+  };
+  llvm::Value* block = blocked_ ? take(blocks_v()) : b_.getInt64(0);
   llvm::Value* group = nullptr;
   const size_t lane = n_outer_ - 1;
   llvm::Value* lane_size = column_ ? loop_len(lane) : nullptr;
-  if (column_) {
-    llvm::Value* groups = col_groups_v();
-    group = b_.CreateURem(o, groups);
-    o = b_.CreateUDiv(o, groups);
-  }
+  if (column_) group = take(col_groups_v());
   // Outer multi-index, innermost fastest (column mode: the lane loop's first point of the group).
   std::vector<llvm::Value*> oidx(n_outer_);
   for (size_t l = n_outer_; l-- > 0;) {
@@ -399,9 +403,7 @@ void KernelEmitter::emit_task(llvm::Value* task) {
       oidx[l] = b_.CreateMul(group, b_.getInt64(col_width_));
       continue;
     }
-    llvm::Value* n = loop_len(l);
-    oidx[l] = b_.CreateURem(o, n);
-    o = b_.CreateUDiv(o, n);
+    oidx[l] = take(loop_len(l));
   }
   if (!column_) {
     run_stages(oidx, block, 0);
@@ -518,6 +520,7 @@ std::string KernelEmitter::plan_key() {
   plan();
   KeyWriter w;
   w.i64(vf_);
+  w.i64(masked_tail_);
   w.i64(pure_);
   w.i64(static_cast<int64_t>(n_outer_));
   w.i64(static_cast<int64_t>(loop_size_.size()));

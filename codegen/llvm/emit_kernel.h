@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -58,8 +59,6 @@ constexpr int64_t kSplitMaxChunks = 64;
 constexpr int kUnroll = 4;
 // A pure pointwise kernel's rows are split into blocks of this many elements across threads.
 constexpr int64_t kRowBlock = 16384;
-// Work (elements) below which a parallel chunk is not worth a thread.
-constexpr int64_t kGrainElements = 32768;
 
 // What a number that has a size expression reads as once the kernel is planned (plan()): no
 // emitted code may depend on it (every use of such a number goes through size()), and a use
@@ -132,11 +131,13 @@ class KernelEmitter {
   llvm::Value* blocks_v();
   llvm::Value* col_groups_v();
   llvm::Value* tasks_v();
-  llvm::Value* grain_v();
+  llvm::Value* work_v();
   llvm::Function* begin_body(const std::string& name);
   void begin_function(llvm::Function* f);
   llvm::Function* begin_entry();
   llvm::FunctionCallee parallel_for();
+  llvm::FunctionCallee parallel_work();
+  llvm::FunctionCallee runtime_loop(const char* name);
   void for_loop(llvm::Value* lo, llvm::Value* hi, llvm::Value* step, const std::function<void(llvm::Value*)>& body);
   void if_then(llvm::Value* cond, const std::function<void()>& body);
   llvm::Value* entry_alloca(llvm::Type* t);
@@ -158,6 +159,8 @@ class KernelEmitter {
   void cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t block,
                const std::function<void(llvm::Value*, llvm::Value*)>& body);
   void innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat);
+  bool masked_remainder(size_t s, size_t loop) const;
+  llvm::Value* lanes_below(llvm::Value* n);
 
   // ---- emit_point.cpp: one point, lanes wide ----
   ST value_type(size_t s, int32_t instr) const { return k_.stages[s].instrs.at(static_cast<size_t>(instr)).type; }
@@ -226,6 +229,13 @@ class KernelEmitter {
   int32_t nt_store_ = -1;     // stage 0's store that streams, or -1
   int64_t nt_align_ = 1;      // bytes its vector stores are aligned to
   bool nt_active_ = false;    // emitting the aligned vector loop, where that store streams
+  llvm::Value* mask_ = nullptr;  // emitting a masked vector step: the lanes that are points (<vf_ x i1>)
+  // Row remainders may be masked vector steps (masked_remainder); FASTDYN_MASKED_TAIL=0 keeps the
+  // scalar tail, read per kernel so that a benchmark can compare both in one process.
+  const bool masked_tail_ = [] {
+    const char* env = std::getenv("FASTDYN_MASKED_TAIL");
+    return !(env && (std::string(env) == "0" || std::string(env) == "off" || std::string(env) == "false" || std::string(env) == "no"));
+  }();
   bool split_ = false;        // split mode (choose_split_mode)
   int64_t split_chunks_ = 1;
   llvm::Value* split_lo_ = nullptr;  // split mode: the current chunk's range of the first loop

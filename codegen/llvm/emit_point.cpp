@@ -207,7 +207,12 @@ llvm::Value* KernelEmitter::load(const Addr& a, llvm::Value* base, const std::ve
   }
   if (contiguous) {
     auto* vt = llvm::FixedVectorType::get(et, static_cast<unsigned>(lanes));
-    auto* ld = b_.CreateAlignedLoad(vt, b_.CreateGEP(et, p, {off}), llvm::MaybeAlign(et->getPrimitiveSizeInBits() / 8));
+    const llvm::Align align(et->getPrimitiveSizeInBits() / 8);
+    llvm::Value* at = b_.CreateGEP(et, p, {off});
+    // A masked step's lanes past the row read as 0 (any value would do: lowerings divide integers
+    // only by constants, and what those lanes compute is never stored or accumulated).
+    llvm::Value* ld = mask_ ? static_cast<llvm::Value*>(b_.CreateMaskedLoad(vt, at, align, mask_, llvm::Constant::getNullValue(vt)))
+                            : b_.CreateAlignedLoad(vt, at, llvm::MaybeAlign(align));
     return widen(ld, a.storage, compute, lanes);
   }
   llvm::Value* v = llvm::UndefValue::get(vec_type(compute, lanes));
@@ -236,9 +241,12 @@ void KernelEmitter::store(const Addr& a, llvm::Value* base, const std::vector<ll
                       llvm::MDNode::get(ctx_, {llvm::ConstantAsMetadata::get(b_.getInt32(1))}));
       return;
     }
-    b_.CreateAlignedStore(v, b_.CreateGEP(et, p, {off}), llvm::MaybeAlign(et->getPrimitiveSizeInBits() / 8));
+    const llvm::Align align(et->getPrimitiveSizeInBits() / 8);
+    if (mask_) b_.CreateMaskedStore(v, b_.CreateGEP(et, p, {off}), align, mask_);
+    else b_.CreateAlignedStore(v, b_.CreateGEP(et, p, {off}), llvm::MaybeAlign(align));
     return;
   }
+  FD_CHECK(!mask_, "llvm emitter: a masked step with a store that is not contiguous");
   if (uniform) {  // every lane writes the same element: the last lane wins, as in the scalar loop
     b_.CreateStore(b_.CreateExtractElement(v, lanes - 1), b_.CreateGEP(et, p, {off}));
     return;
@@ -274,12 +282,15 @@ void KernelEmitter::run_point(size_t s, int lanes, const std::vector<llvm::Value
         here = b_.CreateAdd(splat(flat, lanes), lane_steps(lanes, 1));
       }
       llvm::Value* take = better(red.op, vt, x, best);
+      if (mask_) take = b_.CreateAnd(take, mask_);
       b_.CreateStore(b_.CreateSelect(take, x, best), accp);
       b_.CreateStore(b_.CreateSelect(take, here, bi), idxp);
       continue;
     }
     llvm::Value* accp = lanes == 1 && !column_ ? a.sc : (a.blk[slot] ? a.blk[slot] : a.vec[slot]);
-    b_.CreateStore(combine(red.op, vt, b_.CreateLoad(vec_type(vt, lanes), accp), x), accp);
+    llvm::Value* acc = b_.CreateLoad(vec_type(vt, lanes), accp);
+    llvm::Value* next = combine(red.op, vt, acc, x);
+    b_.CreateStore(mask_ ? b_.CreateSelect(mask_, next, acc) : next, accp);
   }
 }
 

@@ -322,7 +322,40 @@ void KernelEmitter::cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t 
   });
 }
 
-// Row mode's innermost loop: vector body (blocked, see cascade), then the scalar tail.
+// Whether the points of stage s that whole vectors leave over at the end of a row run as one
+// masked vector step (lanes_below) rather than a scalar loop: the row's own vector code then serves
+// its last points too, so a row whose length is a size symbol costs LLVM one copy of the stage
+// where vector loop + scalar tail cost two (the dynamic compile paid ~1.5-1.9x the static one for
+// it). It needs every access of the stage to be contiguous along the row or the same for every
+// lane (a masked load/store then touches exactly the row's points; a gather, a strided access or
+// a store every lane writes would need masking of its own), and masked memory operations the
+// target has for the element sizes involved: AVX-512 (vector_bits 512: BW and VL are required
+// for it) has them for every size, AVX2 only for 4- and 8-byte elements (LLVM would split
+// smaller ones into a branch per lane).
+bool KernelEmitter::masked_remainder(size_t s, size_t loop) const {
+  if (!masked_tail_ || vf_ <= 1 || loop::has_scan(k_.stages[s])) return false;
+  const bool all_sizes = vf_ >= 16;
+  for (const auto* addrs : {&load_addr_[s], &store_addr_[s]})
+    for (const Addr& a : *addrs) {
+      if (a.dynamic >= 0) return false;
+      const int64_t st = stride(a, loop);
+      if (st != 1 && (st != 0 || addrs == &store_addr_[s])) return false;
+      const size_t bytes = c10::elementSize(a.storage);
+      if (!all_sizes && bytes != 4 && bytes != 8) return false;
+    }
+  return true;
+}
+
+// <vf_ x i1>: lane i is on where i < n (n may exceed vf_).
+llvm::Value* KernelEmitter::lanes_below(llvm::Value* n) {
+  llvm::Value* n32 = b_.CreateTrunc(b_.CreateSelect(b_.CreateICmpSLT(n, b_.getInt64(vf_)), n, b_.getInt64(vf_)), b_.getInt32Ty());
+  llvm::SmallVector<llvm::Constant*, 16> iota;
+  for (int i = 0; i < vf_; ++i) iota.push_back(b_.getInt32(static_cast<uint32_t>(i)));
+  return b_.CreateICmpULT(llvm::ConstantVector::get(iota), b_.CreateVectorSplat(static_cast<unsigned>(vf_), n32));
+}
+
+// Row mode's innermost loop: vector body (blocked, see cascade), then the points left over: a
+// masked vector step where masked_remainder allows, else a scalar tail.
 void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l, llvm::Value* lo, llvm::Value* hi, llvm::Value* flat) {
   const Stage& st = k_.stages[s];
   auto scalar_loop = [&](llvm::Value* from, llvm::Value* to) {
@@ -363,6 +396,9 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   }
   llvm::Value* n = b_.CreateSub(hi, lo);
   llvm::Value* vec_end = b_.CreateAdd(lo, b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vf_)), b_.getInt64(vf_)));
+  const auto* cn = llvm::dyn_cast<llvm::ConstantInt>(n);
+  const bool masked = !(cn && cn->getSExtValue() % vf_ == 0) && masked_remainder(s, n_outer_ + l);
+  llvm::Value* vector_hi = masked ? hi : vec_end;
   // A short row (at most two unrolled steps, known statically: softmax over 64 or 128 keys)
   // gains little from independent accumulators but pays for four copies of the stage's code in
   // compile time; it runs one vector at a time.
@@ -393,12 +429,14 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
     }
     for_loop(start, bhi, b_.getInt64(vf_), [&](llvm::Value* j) {
       idx[l] = j;
+      if (masked) mask_ = lanes_below(b_.CreateSub(bhi, j));
       run_point(s, vf_, idx, b_.CreateAdd(flat, j));
+      mask_ = nullptr;
     });
   };
-  if (flush_in_loop) vector_body(lo, vec_end);
-  else cascade(s, lo, vec_end, kSumBlock, vector_body);
-  scalar_loop(vec_end, hi);
+  if (flush_in_loop) vector_body(lo, vector_hi);
+  else cascade(s, lo, vector_hi, kSumBlock, vector_body);
+  if (!masked) scalar_loop(vec_end, hi);
 }
 
 }  // namespace fastdyn::codegen::llvm_emit::detail

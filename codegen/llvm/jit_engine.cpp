@@ -223,6 +223,7 @@ struct RuntimeSymbol {
 };
 const RuntimeSymbol kRuntimeSymbols[] = {
     {"fastdyn_parallel_for", reinterpret_cast<void*>(&fastdyn_parallel_for)},
+    {"fastdyn_parallel_work", reinterpret_cast<void*>(&fastdyn_parallel_work)},
     {"__truncsfbf2", reinterpret_cast<void*>(&fastdyn_truncsfbf2)},
     {"__truncdfbf2", reinterpret_cast<void*>(&fastdyn_truncdfbf2)},
 };

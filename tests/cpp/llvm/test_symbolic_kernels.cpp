@@ -208,6 +208,66 @@ TEST(SymbolicKernels, TheBackendEmitsEachPlannedKernelOnce) {
   EXPECT_EQ(kernels_emitted() - before, first) << "a later size emitted its kernels again";
 }
 
+// The LLVM text of every kernel of g specialised to n, concatenated.
+std::string kernels_text(const Graph& g, int64_t n) {
+  const loop::Program p = loop::build_program(rewrite_graph(shapes::specialize(g, {n})).graph);
+  std::string text;
+  for (const loop::Kernel& k : p.kernels) {
+    llvm_jit::ModuleBuilder mb = llvm_jit::new_module("k");
+    llvm_emit::emit_kernel(llvm_emit::kernel_input(p, k), *mb.module, llvm_jit::host_target().vector_bits, "k");
+    llvm::raw_string_ostream os(text);
+    mb.module->print(os, nullptr);
+  }
+  return text;
+}
+
+// The points of a symbolic row past its last whole vector run as one masked vector step of the
+// row's own vector code, not as a scalar copy of the stage (half of a dynamic kernel's LLVM
+// time went to that copy): lanes past the row neither load, store nor accumulate. Every length
+// from 1 (a row shorter than one vector) to 3 vectors + 15, so every remainder, with ties for
+// argmax across the whole vectors and the remainder (the first index wins, as in ATen). Fails
+// where a masked lane reads past the row (values), accumulates (sum, max) or stores.
+TEST(SymbolicKernels, TheRowRemainderIsOneMaskedVectorStep) {
+  Graph g = symbolic_graph({4, 9}, 1, [](Graph& g) {
+    ValueId r = record(g, Family::round, {CallArg::tensor(0)});
+    ValueId s = record(g, Family::softmax, {CallArg::tensor(r), CallArg::of_int(-1)});
+    ValueId a = record(g, Family::argmax, {CallArg::tensor(r), CallArg::of_int(-1)});
+    ValueId t = record(g, Family::sum, {CallArg::tensor(0), CallArg::of_int(-1)});
+    ValueId p = record(g, Family::sin, {CallArg::tensor(0)});
+    return std::vector<ValueId>{s, a, t, p};
+  });
+  std::vector<int64_t> sizes;
+  for (int64_t n = 1; n <= 63; ++n) sizes.push_back(n);
+  for (int64_t n : sizes) {
+    const Graph sg = shapes::specialize(g, {n});
+    const at::Tensor x = at::randn({4, n}) * 2;
+    const std::vector<at::Tensor> got = compile_llvm_cpu(sg)->run({x});
+    const std::vector<at::Tensor> want = compile_aten(sg)->run({x});
+    ASSERT_EQ(got.size(), 4u);
+    EXPECT_TRUE(at::allclose(got[0], want[0], 1e-5, 1e-6)) << "softmax, length " << n;
+    EXPECT_TRUE(at::equal(got[1], want[1])) << "argmax, length " << n << ": " << got[1] << want[1];
+    EXPECT_TRUE(at::allclose(got[2], want[2], 1e-5, 1e-5 * std::sqrt(double(n)))) << "sum, length " << n;
+    EXPECT_TRUE(at::allclose(got[3], want[3], 1e-6, 1e-6)) << "sin, length " << n;
+  }
+  if (llvm_jit::host_target().vector_bits < 128) GTEST_SKIP() << "no vectors on this target";
+  const std::string text = kernels_text(g, 37);
+  EXPECT_NE(text.find("@llvm.masked.load"), std::string::npos) << text;
+  EXPECT_NE(text.find("@llvm.masked.store"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Sleef_sinf1_"), std::string::npos) << "a scalar copy of the sin stage:\n" << text;
+}
+
+// A read across the rows (x.t().contiguous(): stride 24 along the row written) cannot be a masked
+// contiguous load; its kernel keeps the scalar tail, and still computes every length.
+TEST(SymbolicKernels, AStridedReadKeepsTheScalarTail) {
+  Graph g = symbolic_graph({9, 24}, 0, [](Graph& g) {
+    ValueId t = record(g, Family::t, {CallArg::tensor(0)});
+    return std::vector<ValueId>{record(g, Family::contiguous, {CallArg::tensor(t)})};
+  });
+  compiles_per_size(g, {9, 24}, 0, {1, 5, 17, 37, 64});
+  const std::string text = kernels_text(g, 37);
+  EXPECT_EQ(text.find("@llvm.masked.store"), std::string::npos) << text;
+}
+
 // A graph that was never symbolic emits exactly what it did: no size parameters.
 TEST(SymbolicKernels, StaticGraphsHaveNoSizeParameters) {
   Graph g;
