@@ -230,6 +230,7 @@ class KernelEmitter {
   int64_t nt_align_ = 1;      // bytes its vector stores are aligned to
   bool nt_active_ = false;    // emitting the aligned vector loop, where that store streams
   llvm::Value* mask_ = nullptr;  // emitting a masked vector step: the lanes that are points (<vf_ x i1>)
+  llvm::Value* whole_ = nullptr;  // ... and whether that is every lane (i1)
   // Row remainders may be masked vector steps (masked_remainder); FASTDYN_MASKED_TAIL=0 keeps the
   // scalar tail, read per kernel so that a benchmark can compare both in one process.
   const bool masked_tail_ = [] {

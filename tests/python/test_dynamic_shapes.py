@@ -396,3 +396,32 @@ def test_kernels_take_sizes_as_arguments_one_build_serves_every_length(name):
     s = fastdyn.stats()
     assert s["frames_compiled"] == 2 and s["sizes_compiled"] == len(lengths) - 1, s
     assert missed[2:] == [0] * (len(lengths) - 2), missed
+
+
+@pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32, torch.int16, torch.uint8, torch.bool])
+@pytest.mark.parametrize("masked", ["1", "0"])
+def test_row_remainders_of_every_element_size(dtype, masked, monkeypatch):
+    # A row of symbolic length ends in a masked vector step of the row's own code (1-, 2-, 4- and
+    # 8-byte elements under AVX-512; 4 and 8 only under AVX2, where the others keep the scalar
+    # tail), or, with FASTDYN_MASKED_TAIL=0, in the scalar tail: both compute every length from 1
+    # (shorter than a vector) on, with loads, stores, sums, max and argmax (ties: the first index).
+    monkeypatch.setenv("FASTDYN_MASKED_TAIL", masked)
+
+    def f(x):
+        y = x * 3 + x if dtype != torch.bool else x & x.flip(-1)
+        return y, y.sum(-1), x.amax(-1), x.argmax(-1) if dtype != torch.bool else x.any(-1)
+
+    g = fastdyn.jit(f, dynamic=True)
+    gen = torch.Generator().manual_seed(0)
+    for n in [1, 3, 15, 16, 17, 31, 40, 63, 100]:
+        if dtype.is_floating_point:
+            x = torch.randint(-4, 5, (3, n), generator=gen).to(dtype)  # small integers: ties and exact sums
+        elif dtype == torch.bool:
+            x = torch.randint(0, 2, (3, n), generator=gen).bool()
+        else:
+            x = torch.randint(0, 5, (3, n), generator=gen).to(dtype)
+        for got, want in zip(g(x), f(x)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert fastdyn.stats()["frames_compiled"] == 2  # length 1 (specialised), then every length
