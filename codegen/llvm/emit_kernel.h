@@ -218,6 +218,7 @@ class KernelEmitter {
   std::vector<int32_t> loop_dim_;
   int64_t inner_numel_ = 1;
   bool blocked_ = false;      // pure pointwise: rows cut into blocks (long, or of symbolic length)
+  bool ranged_ = false;       // pure pointwise over one symbolic row: tasks are its vectors (prepare)
   bool planned_ = false;
   // Size parameters: the symbols read, in order, and per function the values made of them.
   std::vector<shapes::SymbolId> params_;

@@ -17,6 +17,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -238,6 +239,10 @@ TEST(SymbolicKernels, TheRowRemainderIsOneMaskedVectorStep) {
   });
   std::vector<int64_t> sizes;
   for (int64_t n = 1; n <= 63; ++n) sizes.push_back(n);
+  // 4 x 20001 points: the pointwise kernel's row is shared by two threads (a range of its vectors
+  // each; the second starts mid-row) and ends in a remainder of 4.
+  sizes.push_back(20001);
+  at::set_num_threads(2);
   for (int64_t n : sizes) {
     const Graph sg = shapes::specialize(g, {n});
     const at::Tensor x = at::randn({4, n}) * 2;
