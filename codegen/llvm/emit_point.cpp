@@ -305,9 +305,10 @@ void KernelEmitter::run_point(size_t s, int lanes, const std::vector<llvm::Value
       continue;
     }
     llvm::Value* accp = lanes == 1 && !column_ ? a.sc : (a.blk[slot] ? a.blk[slot] : a.vec[slot]);
-    llvm::Value* acc = b_.CreateLoad(vec_type(vt, lanes), accp);
-    llvm::Value* next = combine(red.op, vt, acc, x);
-    b_.CreateStore(mask_ ? b_.CreateSelect(mask_, next, acc) : next, accp);
+    // A masked step's lanes past the row add the identity: the select is on the new value, off
+    // the accumulator's chain from one step to the next.
+    if (mask_) x = b_.CreateSelect(mask_, x, identity(red.op, vt, lanes));
+    b_.CreateStore(combine(red.op, vt, b_.CreateLoad(vec_type(vt, lanes), accp), x), accp);
   }
 }
 
