@@ -7,7 +7,11 @@
 #include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -274,8 +278,29 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
   return r;
 }
 
-// An affine batch norm in training becomes native_batch_norm, whose saved mean and inverse std the
-// backward kernel reads (as eager's autograd saves them).
+// Whether eager's batch_norm runs cuDNN's kernels for this call (ATen's _batch_norm_impl_index,
+// in training): a GPU input of at least 3 dims, not bfloat16, half only with float weights, weight,
+// bias and both running statistics or neither, a batch cuDNN takes, cudnn_enabled, eps at least
+// cuDNN's minimum, fewer than 2^31 elements.
+bool eager_uses_cudnn(const Graph& g, const Node& n) {
+  const TensorMeta& x = g.meta(n.args[0].value);
+  const TensorMeta& w = g.meta(n.args[1].value);
+  const bool stats = n.args[3].kind == Arg::Kind::Value, var = n.args[4].kind == Arg::Kind::Value;
+  int64_t numel = 1;
+  for (int64_t s : x.sizes) numel *= s;
+  const double eps = n.args[7].kind == Arg::Kind::Double ? n.args[7].d : static_cast<double>(n.args[7].i);
+  return x.device.is_cuda() && x.dtype != c10::kBFloat16 && w.dtype != c10::kBFloat16 &&
+         (x.dtype != c10::kHalf || w.dtype == c10::kFloat) && stats == var && x.sizes.size() >= 3 &&
+         x.sizes[0] <= 880801 && n.args.size() > 8 && n.args[8].kind == Arg::Kind::Bool && n.args[8].b &&
+         at::detail::getCUDAHooks().compiledWithCuDNN() && eps >= at::detail::getCUDAHooks().batchnormMinEpsilonCuDNN() &&
+         at::detail::getCUDAHooks().versionCuDNN() >= 5110L && numel < std::numeric_limits<int32_t>::max();
+}
+
+// An affine batch norm in training becomes the op eager's autograd records, with the statistics
+// its backward kernel reads: cudnn_batch_norm where eager runs cuDNN (its reserve space saved too;
+// its size is cuDNN's to say, so its meta is a placeholder nothing reads), else native_batch_norm.
+// NB: on an H200, ATen's native kernels took 3.0 ms of a ResNet-18 step's batch norms against
+// cuDNN's 2.0 ms in eager.
 Graph with_batch_norm_stats(const Graph& g) {
   Graph r = g;
   for (Node& n : r.nodes) {
@@ -286,9 +311,11 @@ Graph with_batch_norm_stats(const Graph& g) {
     const c10::ScalarType stat = x.dtype == c10::kHalf || x.dtype == c10::kBFloat16 ? c10::kFloat : x.dtype;
     const ValueId mean = r.add_value(contiguous_meta(stat, x.device, {x.sizes.at(1)}, false));
     const ValueId invstd = r.add_value(contiguous_meta(stat, x.device, {x.sizes.at(1)}, false));
-    n.op = OpId::native_batch_norm;
-    n.args.resize(8);  // native_batch_norm has no cudnn_enabled
+    const bool cudnn = eager_uses_cudnn(r, n);
+    n.op = cudnn ? OpId::cudnn_batch_norm : OpId::native_batch_norm;
+    n.args.resize(8);  // neither has cudnn_enabled
     n.outputs = {n.outputs[0], mean, invstd};
+    if (cudnn) n.outputs.push_back(r.add_value(contiguous_meta(c10::kByte, x.device, {0}, false)));
   }
   return r;
 }
@@ -493,7 +520,8 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
     for (ValueId m : masks) plan.levels[L].eager_saved.push_back(saved_index(m));
     if (!masks.empty()) split.eager[L] = replay_masks(split.eager[L], masks);
     for (Node& n : split.eager[L].nodes)  // the replay must not update running statistics a second time
-      if ((n.op == OpId::batch_norm || n.op == OpId::native_batch_norm) && n.args.at(5).kind == Arg::Kind::Bool && n.args[5].b)
+      if ((n.op == OpId::batch_norm || n.op == OpId::native_batch_norm || n.op == OpId::cudnn_batch_norm) &&
+          n.args.at(5).kind == Arg::Kind::Bool && n.args[5].b)
         n.args[3] = n.args[4] = Arg::none();
   }
   std::vector<ValueId> fwd_outputs = g.outputs;

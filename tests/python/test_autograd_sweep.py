@@ -116,10 +116,15 @@ CASES = {
     "aten::max_pool2d_with_indices": None,  # recorded only by max_pool2d's row
     "aten::max_pool2d_with_indices_backward": None,
     "aten::_adaptive_avg_pool2d_backward": None,  # recorded only by adaptive_avg_pool2d's row
-    # traced as aten::batch_norm; the split records it for an affine batch norm in training
+    # traced as aten::batch_norm; the split records native_batch_norm for an affine batch norm in
+    # training, or cudnn_batch_norm where eager runs cuDNN's (a GPU input of 3 dims or more: this
+    # 2-d one stays native there)
     "aten::native_batch_norm": (lambda x, w, b, rm, rv: F.batch_norm(x * 2, rm, rv, w, b, training=True),
-                                [t(4, 3, 5, 5), t(3), t(3), nograd(3), ("v", (3,), False)]),
+                                [t(8, 3), t(3), t(3), nograd(3), ("v", (3,), False)]),
     "aten::native_batch_norm_backward": None,  # recorded only by native_batch_norm's row
+    "aten::cudnn_batch_norm": (lambda x, w, b, rm, rv: F.batch_norm(x * 2, rm, rv, w, b, training=True),
+                               [t(4, 3, 5, 5), t(3), t(3), nograd(3), ("v", (3,), False)]),
+    "aten::cudnn_batch_norm_backward": None,  # recorded only by cudnn_batch_norm's row
     "aten::view": (lambda a: a.view(12) * 2, [t(3, 4)]),
     "aten::unsqueeze": (lambda a: a.unsqueeze(1) * 2, [t(3, 4)]),
     "aten::squeeze": (lambda a: a.squeeze() * 2, [t(3, 1, 4)]),
@@ -190,7 +195,8 @@ def run_case(name, dtype, device):
     assert any(o.grad_fn is not None and o.grad_fn.name() == "CompiledFunctionBackward" for o in outs), \
         f"{name}: the graph ran on ATen ({[o.grad_fn for o in outs]})"
     text = _C.graph_text(wrapped) or ""
-    traced = {"aten::native_dropout": "aten::dropout", "aten::native_batch_norm": "aten::batch_norm"}.get(name, name)
+    traced = {"aten::native_dropout": "aten::dropout", "aten::native_batch_norm": "aten::batch_norm",
+              "aten::cudnn_batch_norm": "aten::batch_norm"}.get(name, name)
     assert traced in text, f"{traced} is not in the traced graph:\n{text}"
     ups = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(device) for o in ref]
     diff = [a for a in args if a.requires_grad]
@@ -232,6 +238,6 @@ def test_gradient_matches_eager_in_float32(name, device):
 def test_every_derivative_row_has_a_case():
     recorded_by_rows = {"aten::embedding_dense_backward", "aten::convolution_backward", "aten::max_pool2d_with_indices",
                         "aten::max_pool2d_with_indices_backward", "aten::_adaptive_avg_pool2d_backward",
-                        "aten::native_batch_norm_backward"}
+                        "aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward"}
     rows = set(_C.differentiable_ops()) | recorded_by_rows
     assert rows == set(CASES), f"rows without a case: {rows - set(CASES)}; cases without a row: {set(CASES) - rows}"
