@@ -425,3 +425,19 @@ def test_row_remainders_of_every_element_size(dtype, masked, monkeypatch):
         for got, want in zip(g(x), f(x)):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert fastdyn.stats()["frames_compiled"] == 2  # length 1 (specialised), then every length
+
+
+@pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+def test_whole_tensor_reductions_over_a_symbolic_length():
+    # No outer loop: long inputs are cut into chunks over the threads (split mode), each chunk
+    # ending in its own masked remainder; short ones run on one thread. Small integers as floats:
+    # sums are exact, and argmax meets ties.
+    def f(x):
+        return x.sum(), x.amax(), x.argmax(), (x * 2).softmax(0), x.cumsum(0)
+
+    g = fastdyn.jit(f, dynamic=True)
+    gen = torch.Generator().manual_seed(0)
+    for n in [1, 2, 5, 16, 17, 100, 1023, 4097, 65537, 100003, 1 << 20]:
+        x = torch.randint(-50, 50, (n,), generator=gen).float()
+        for got, want in zip(g(x), f(x)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-3)
