@@ -92,8 +92,12 @@ std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg) {
   }
   Operand op;
   if (arg.kind == Arg::Kind::None) {
-    if (!optional) return std::nullopt;
-    return op;  // a default-constructed IValue is None
+    if (optional) return op;  // a default-constructed IValue is None
+    // A Tensor argument ATen's own autograd passes undefined (the efficient-attention backward's
+    // attn_bias when there is none): an undefined tensor, which the kernel checks itself.
+    if (!is_kind(type, c10::TypeKind::TensorType)) return std::nullopt;
+    op.constant = c10::IValue(at::Tensor());
+    return op;
   }
   if (is_kind(type, c10::TypeKind::TensorType)) {
     if (arg.kind != Arg::Kind::Value) return std::nullopt;

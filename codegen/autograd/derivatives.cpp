@@ -477,6 +477,27 @@ void d_sdpa(B& b) {
     if (b.needs(1)) b.give(1, b.scale(b.matmul(b.mT(ds), q), scale));
   }
 }
+// _scaled_dot_product_efficient_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p,
+// is_causal, scale) -> (out, logsumexp, philox_seed, philox_offset), which joint.cpp records for
+// attention in training on a GPU: the kernel's own backward, from the saved output and log-sum-exp.
+void d_efficient_attention(B& b) {
+  // q, k, v's gradients come out of the kernel in its [B, L, H, E] layout, transposed.
+  auto bhle = [&](size_t pos) {
+    TensorMeta m = b.meta(b.in(pos));
+    const int64_t B = m.sizes[0], H = m.sizes[1], L = m.sizes[2], E = m.sizes[3];
+    m = contiguous_meta(m.dtype, m.device, m.sizes, false);
+    m.strides = {L * H * E, E, H * E, 1};
+    return m;
+  };
+  const std::vector<ValueId> grads = emit(
+      b.graph(), OpId::_scaled_dot_product_efficient_attention_backward,
+      {Arg::of_value(b.grad(0)), b.arg(0), b.arg(1), b.arg(2), b.arg(3), Arg::of_value(b.out(0)), Arg::of_value(b.out(1)),
+       Arg::of_value(b.out(2)), Arg::of_value(b.out(3)), Arg::of_double(0.0),
+       Arg::of_ints({b.needs(0), b.needs(1), b.needs(2), false}), b.arg(6), b.arg(7)},
+      {bhle(0), bhle(1), bhle(2), contiguous_meta(b.meta(b.in(0)).dtype, b.meta(b.in(0)).device, {0}, false)});
+  for (size_t k = 0; k < 3; ++k)
+    if (b.needs(k)) b.give(k, grads[k]);
+}
 void d_embedding(B& b) {  // embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
   if (b.arg(4).kind == Arg::Kind::Bool && b.arg(4).b) b.refuse("sparse gradients");
   const ValueId w = b.in(0), g = b.grad();
@@ -581,7 +602,7 @@ const std::unordered_map<OpId, Formula>& table() {
       {OpId::conv2d, d_conv},            {OpId::max_pool2d, d_max_pool2d},  {OpId::adaptive_avg_pool2d, d_adaptive_avg_pool2d},
             {OpId::cross_entropy_loss, d_cross_entropy},      {OpId::matmul, d_matmul},           {OpId::mm, d_matmul},
       {OpId::bmm, d_matmul},             {OpId::addmm, d_addmm},             {OpId::baddbmm, d_addmm},
-      {OpId::linear, d_linear},          {OpId::scaled_dot_product_attention, d_sdpa},
+      {OpId::linear, d_linear},          {OpId::scaled_dot_product_attention, d_sdpa},  {OpId::_scaled_dot_product_efficient_attention, d_efficient_attention},
       {OpId::embedding, d_embedding},    {OpId::view, d_view},               {OpId::unsqueeze, d_view},
       {OpId::squeeze, d_view},           {OpId::squeeze_dim, d_view},        {OpId::squeeze_dims, d_view},
       {OpId::alias, d_first_only},       {OpId::expand, d_first_only},       {OpId::permute, d_permute},

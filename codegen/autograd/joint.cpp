@@ -278,6 +278,40 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
   return r;
 }
 
+// Attention in training on a GPU where eager's sdpa runs the memory-efficient kernel and this one
+// surely can (float32, where flash attention does not apply; 4-d q, k, v of one batch and head
+// count, head dims a multiple of 8 up to 128 with unit last stride; no mask, no dropout, no GQA)
+// becomes that kernel's op: its backward reads the saved output and log-sum-exp and never
+// materialises the [B, H, L, S] weights that the sdpa row recomputes (GPT-2's step peak on an
+// H200 was 598 MiB against eager's 367 with the recompute).
+Graph with_efficient_attention(const Graph& g) {
+  Graph r = g;
+  for (Node& n : r.nodes) {
+    if (n.op != OpId::scaled_dot_product_attention || !r.meta(n.outputs.at(0)).requires_grad) continue;
+    const TensorMeta &q = r.meta(n.args[0].value), &k = r.meta(n.args[1].value), &v = r.meta(n.args[2].value);
+    auto arg_is = [&](size_t i, Arg::Kind kind) { return n.args.size() <= i || n.args[i].kind == kind; };
+    const bool no_dropout = n.args.size() <= 4 || (n.args[4].kind == Arg::Kind::Double ? n.args[4].d == 0.0
+                                                   : n.args[4].kind == Arg::Kind::Int && n.args[4].i == 0);
+    const bool no_gqa = n.args.size() <= 7 || n.args[7].kind != Arg::Kind::Bool || !n.args[7].b;
+    bool ok = q.device.is_cuda() && arg_is(3, Arg::Kind::None) && no_dropout && no_gqa;
+    for (const TensorMeta* m : {&q, &k, &v})
+      ok = ok && m->dtype == c10::kFloat && m->sizes.size() == 4 && m->strides.size() == 4 && m->strides[3] == 1 &&
+           m->sizes[3] % 8 == 0 && m->sizes[3] <= 128 && m->sizes[0] == q.sizes[0] && m->sizes[1] == q.sizes[1] &&
+           m->device == q.device;
+    if (!ok || k.sizes[3] != q.sizes[3] || k.sizes[2] != v.sizes[2]) continue;
+    const int64_t B = q.sizes[0], H = q.sizes[1], L = q.sizes[2];
+    const ValueId lse = r.add_value(contiguous_meta(c10::kFloat, q.device, {B, H, (L + 31) / 32 * 32}, false));
+    const ValueId seed = r.add_value(contiguous_meta(c10::kLong, q.device, {}, false));
+    const ValueId offset = r.add_value(contiguous_meta(c10::kLong, q.device, {}, false));
+    const Arg is_causal = n.args.size() > 5 ? n.args[5] : Arg::of_bool(false);
+    const Arg scale = n.args.size() > 6 ? n.args[6] : Arg::none();
+    n.op = OpId::_scaled_dot_product_efficient_attention;
+    n.args = {n.args[0], n.args[1], n.args[2], Arg::none(), Arg::of_bool(true), Arg::of_double(0.0), is_causal, scale};
+    n.outputs = {n.outputs[0], lse, seed, offset};
+  }
+  return r;
+}
+
 // Whether eager's batch_norm runs cuDNN's kernels for this call (ATen's _batch_norm_impl_index,
 // in training): a GPU input of at least 3 dims, not bfloat16, half only with float weights, weight,
 // bias and both running statistics or neither, a batch cuDNN takes, cudnn_enabled, eps at least
@@ -382,7 +416,7 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
       if (out == wb.value) throw NoDerivative("the graph returns an input it writes into");
   }
   std::vector<ValueId> masks;
-  const Graph g = with_batch_norm_stats(with_dropout_masks(functional.graph, masks));
+  const Graph g = with_efficient_attention(with_batch_norm_stats(with_dropout_masks(functional.graph, masks)));
   for (const Node& n : g.nodes) {
     const OpCategory c = op_info(n.op).category;
     if (c == OpCategory::InPlace) throw NoDerivative("in-place op " + qualified_name(n.op) + " in a graph that needs a backward");

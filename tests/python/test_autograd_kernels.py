@@ -71,3 +71,26 @@ def test_train_mode_batch_norm_on_a_gpu_runs_cudnns_kernels_as_eager_does():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert "aten::cudnn_batch_norm_backward" in seen, sorted(seen)
     assert "aten::native_batch_norm_backward" not in seen, sorted(seen)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_attention_in_training_on_a_gpu_runs_the_memory_efficient_backward():
+    # Eager's float32 sdpa on a GPU runs the memory-efficient kernel and its backward; the compiled
+    # graph records the same pair (the sdpa row's recompute of the [B, H, L, S] weights took
+    # their memory and bmm time), with eager's gradients.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 70, 64, device="cuda", requires_grad=True) for _ in range(3))
+    ref = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q * 2, k, v, is_causal=True).relu()
+
+    out = fastdyn.jit(f)(q, k, v)
+    assert out.grad_fn.name() == COMPILED
+    up = torch.randn_like(out)
+    seen = ops_during(lambda: out.backward(up))
+    f(*ref).backward(up)
+    for got, want in zip((q.grad, k.grad, v.grad), (r.grad for r in ref)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert "aten::_scaled_dot_product_efficient_attention_backward" in seen, sorted(seen)
+    assert "aten::bmm" not in seen and "aten::matmul" not in seen, sorted(seen)

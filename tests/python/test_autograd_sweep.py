@@ -102,6 +102,13 @@ CASES = {
                                F.scaled_dot_product_attention(q, k, v, attn_mask=b, dropout_p=0.3)
                                if q.is_cpu else q),
         [t(2, 2, 5, 8), t(2, 2, 5, 8), t(2, 2, 5, 8), nograd(5, 5), mask(5, 5)]),
+    # traced as sdpa; the split records it for attention in training on a GPU in float32 (elsewhere
+    # this case runs the sdpa row): L 7 pads the saved log-sum-exp, S 9 differs from L
+    "aten::_scaled_dot_product_efficient_attention": (
+        lambda q, k, v: (F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2,
+                         F.scaled_dot_product_attention(q, k, v, scale=0.3)),
+        [t(2, 3, 7, 16), t(2, 3, 9, 16), t(2, 3, 9, 8)]),
+    "aten::_scaled_dot_product_efficient_attention_backward": None,  # recorded only by the row above
     "aten::batch_norm": (lambda x, w, b, rm, rv: (F.batch_norm(x, rm, rv, None, None, training=True),
                                                   F.batch_norm(x, rm, rv, w, b, training=False) * 2),
                          [t(4, 3, 5, 5), t(3), t(3), nograd(3), ("v", (3,), False)]),
@@ -196,7 +203,8 @@ def run_case(name, dtype, device):
         f"{name}: the graph ran on ATen ({[o.grad_fn for o in outs]})"
     text = _C.graph_text(wrapped) or ""
     traced = {"aten::native_dropout": "aten::dropout", "aten::native_batch_norm": "aten::batch_norm",
-              "aten::cudnn_batch_norm": "aten::batch_norm"}.get(name, name)
+              "aten::cudnn_batch_norm": "aten::batch_norm",
+              "aten::_scaled_dot_product_efficient_attention": "aten::scaled_dot_product_attention"}.get(name, name)
     assert traced in text, f"{traced} is not in the traced graph:\n{text}"
     ups = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(device) for o in ref]
     diff = [a for a in args if a.requires_grad]
@@ -238,6 +246,7 @@ def test_gradient_matches_eager_in_float32(name, device):
 def test_every_derivative_row_has_a_case():
     recorded_by_rows = {"aten::embedding_dense_backward", "aten::convolution_backward", "aten::max_pool2d_with_indices",
                         "aten::max_pool2d_with_indices_backward", "aten::_adaptive_avg_pool2d_backward",
-                        "aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward"}
+                        "aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward",
+                        "aten::_scaled_dot_product_efficient_attention_backward"}
     rows = set(_C.differentiable_ops()) | recorded_by_rows
     assert rows == set(CASES), f"rows without a case: {rows - set(CASES)}; cases without a row: {set(CASES) - rows}"
