@@ -288,7 +288,8 @@ Graph with_efficient_attention(const Graph& g) {
   Graph r = g;
   for (Node& n : r.nodes) {
     if (n.op != OpId::scaled_dot_product_attention || !r.meta(n.outputs.at(0)).requires_grad) continue;
-    const TensorMeta &q = r.meta(n.args[0].value), &k = r.meta(n.args[1].value), &v = r.meta(n.args[2].value);
+    // NB: copies: add_value below grows the value table that r.meta refers into.
+    const TensorMeta q = r.meta(n.args[0].value), k = r.meta(n.args[1].value), v = r.meta(n.args[2].value);
     auto arg_is = [&](size_t i, Arg::Kind kind) { return n.args.size() <= i || n.args[i].kind == kind; };
     const bool no_dropout = n.args.size() <= 4 || (n.args[4].kind == Arg::Kind::Double ? n.args[4].d == 0.0
                                                    : n.args[4].kind == Arg::Kind::Int && n.args[4].i == 0);
