@@ -280,35 +280,66 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
 
 // Attention in training on a GPU where eager's sdpa runs the memory-efficient kernel and this one
 // surely can (float32, where flash attention does not apply; 4-d q, k, v of one batch and head
-// count, head dims a multiple of 8 up to 128 with unit last stride; no mask, no dropout, no GQA)
-// becomes that kernel's op: its backward reads the saved output and log-sum-exp and never
-// materialises the [B, H, L, S] weights that the sdpa row recomputes (GPT-2's step peak on an
-// H200 was 598 MiB against eager's 367 with the recompute).
+// count, head dims a multiple of 8 up to 128 with unit last stride; no dropout, no GQA; a mask, if
+// any, boolean or float32 over a key length that is a multiple of 16) becomes that kernel's op:
+// its backward reads the saved output and log-sum-exp and never materialises the [B, H, L, S]
+// weights that the sdpa row recomputes. A mask becomes the additive bias eager's sdpa makes of it
+// (0 where kept, -inf where masked), expanded to [B, H, L, S]; with the key length a multiple of 16
+// its rows are aligned as the kernel needs without the padding eager would add.
 Graph with_efficient_attention(const Graph& g) {
   Graph r = g;
-  for (Node& n : r.nodes) {
-    if (n.op != OpId::scaled_dot_product_attention || !r.meta(n.outputs.at(0)).requires_grad) continue;
+  r.nodes.clear();
+  for (Node n : g.nodes) {
+    if (n.op != OpId::scaled_dot_product_attention || !g.meta(n.outputs.at(0)).requires_grad) {
+      r.nodes.push_back(std::move(n));
+      continue;
+    }
     // NB: copies: add_value below grows the value table that r.meta refers into.
     const TensorMeta q = r.meta(n.args[0].value), k = r.meta(n.args[1].value), v = r.meta(n.args[2].value);
-    auto arg_is = [&](size_t i, Arg::Kind kind) { return n.args.size() <= i || n.args[i].kind == kind; };
     const bool no_dropout = n.args.size() <= 4 || (n.args[4].kind == Arg::Kind::Double ? n.args[4].d == 0.0
                                                    : n.args[4].kind == Arg::Kind::Int && n.args[4].i == 0);
     const bool no_gqa = n.args.size() <= 7 || n.args[7].kind != Arg::Kind::Bool || !n.args[7].b;
-    bool ok = q.device.is_cuda() && arg_is(3, Arg::Kind::None) && no_dropout && no_gqa;
+    const bool masked = n.args.size() > 3 && n.args[3].kind == Arg::Kind::Value;
+    bool ok = q.device.is_cuda() && no_dropout && no_gqa && (masked || n.args.size() <= 3 || n.args[3].kind == Arg::Kind::None);
     for (const TensorMeta* m : {&q, &k, &v})
       ok = ok && m->dtype == c10::kFloat && m->sizes.size() == 4 && m->strides.size() == 4 && m->strides[3] == 1 &&
            m->sizes[3] % 8 == 0 && m->sizes[3] <= 128 && m->sizes[0] == q.sizes[0] && m->sizes[1] == q.sizes[1] &&
            m->device == q.device;
-    if (!ok || k.sizes[3] != q.sizes[3] || k.sizes[2] != v.sizes[2]) continue;
-    const int64_t B = q.sizes[0], H = q.sizes[1], L = q.sizes[2];
+    ok = ok && k.sizes[3] == q.sizes[3] && k.sizes[2] == v.sizes[2];
+    const int64_t B = q.sizes[0], H = q.sizes[1], L = q.sizes[2], S = ok ? k.sizes[2] : 0;
+    if (ok && masked) {
+      const TensorMeta mask = r.meta(n.args[3].value);
+      ok = (mask.dtype == c10::kBool || mask.dtype == c10::kFloat) && S % 16 == 0 && !mask.sizes.empty() &&
+           mask.sizes.size() <= 4 && mask.sizes.back() == S && mask.device == q.device;
+    }
+    if (!ok) {
+      r.nodes.push_back(std::move(n));
+      continue;
+    }
+    Arg bias = Arg::none();
+    if (masked) {
+      GradBuilder b(r, n, {}, /*forward=*/true);
+      const TensorMeta mask = r.meta(n.args[3].value);
+      ValueId add = n.args[3].value;
+      if (mask.dtype == c10::kBool)
+        add = b.call(Family::masked_fill,
+                     {GradBuilder::t(b.call(Family::zeros, {GradBuilder::ints(mask.sizes)},
+                                            {{"dtype", CallArg::of_dtype(c10::kFloat)}, {"device", CallArg::of_device(q.device)}})),
+                      GradBuilder::t(b.call(Family::logical_not, {GradBuilder::t(add)})),
+                      GradBuilder::n(-std::numeric_limits<double>::infinity())});
+      else
+        add = b.call(Family::contiguous, {GradBuilder::t(add)});
+      bias = Arg::of_value(b.call(Family::expand, {GradBuilder::t(add), GradBuilder::ints({B, H, L, S})}));
+    }
     const ValueId lse = r.add_value(contiguous_meta(c10::kFloat, q.device, {B, H, (L + 31) / 32 * 32}, false));
     const ValueId seed = r.add_value(contiguous_meta(c10::kLong, q.device, {}, false));
     const ValueId offset = r.add_value(contiguous_meta(c10::kLong, q.device, {}, false));
     const Arg is_causal = n.args.size() > 5 ? n.args[5] : Arg::of_bool(false);
     const Arg scale = n.args.size() > 6 ? n.args[6] : Arg::none();
     n.op = OpId::_scaled_dot_product_efficient_attention;
-    n.args = {n.args[0], n.args[1], n.args[2], Arg::none(), Arg::of_bool(true), Arg::of_double(0.0), is_causal, scale};
+    n.args = {n.args[0], n.args[1], n.args[2], bias, Arg::of_bool(true), Arg::of_double(0.0), is_causal, scale};
     n.outputs = {n.outputs[0], lse, seed, offset};
+    r.nodes.push_back(std::move(n));
   }
   return r;
 }

@@ -74,16 +74,20 @@ def test_train_mode_batch_norm_on_a_gpu_runs_cudnns_kernels_as_eager_does():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_attention_in_training_on_a_gpu_runs_the_memory_efficient_backward():
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_attention_in_training_on_a_gpu_runs_the_memory_efficient_backward(mask):
     # Eager's float32 sdpa on a GPU runs the memory-efficient kernel and its backward; the compiled
     # graph records the same pair (the sdpa row's recompute of the [B, H, L, S] weights took
-    # their memory and bmm time), with eager's gradients.
+    # their memory and bmm time), with eager's gradients; a mask (Hugging Face's causal one is
+    # boolean) becomes the kernel's additive bias as in eager.
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 70, 64, device="cuda", requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(2, 4, 64, 64, device="cuda", requires_grad=True) for _ in range(3))
     ref = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    keep = torch.ones(64, 64, device="cuda", dtype=torch.bool).tril()[None, None]
+    m = None if mask is None else keep if mask == "bool" else torch.randn(2, 1, 64, 64, device="cuda")
 
     def f(q, k, v):
-        return F.scaled_dot_product_attention(q * 2, k, v, is_causal=True).relu()
+        return F.scaled_dot_product_attention(q * 2, k, v, attn_mask=m, is_causal=m is None).relu()
 
     out = fastdyn.jit(f)(q, k, v)
     assert out.grad_fn.name() == COMPILED
