@@ -83,7 +83,11 @@ struct Operand {
 bool is_kind(const c10::TypePtr& t, c10::TypeKind k) { return t->kind() == k; }
 
 // Returns the operand for `arg` at schema argument `sa`, or nullopt when the kinds do not fit.
-std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg) {
+// `backward`: the op is one of ATen's backward kernels (its name ends in _backward), whose Tensor
+// arguments for inputs the forward did not have are passed undefined by ATen's own autograd (the
+// efficient-attention backward's attn_bias): there None becomes an undefined tensor; anywhere else
+// None for a non-optional argument is a capture bug and is rejected.
+std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg, bool backward) {
   c10::TypePtr type = sa.real_type();
   bool optional = false;
   if (is_kind(type, c10::TypeKind::OptionalType)) {
@@ -93,9 +97,7 @@ std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg) {
   Operand op;
   if (arg.kind == Arg::Kind::None) {
     if (optional) return op;  // a default-constructed IValue is None
-    // A Tensor argument ATen's own autograd passes undefined (the efficient-attention backward's
-    // attn_bias when there is none): an undefined tensor, which the kernel checks itself.
-    if (!is_kind(type, c10::TypeKind::TensorType)) return std::nullopt;
+    if (!backward || !is_kind(type, c10::TypeKind::TensorType)) return std::nullopt;
     op.constant = c10::IValue(at::Tensor());
     return op;
   }
@@ -332,6 +334,9 @@ class Compiler {
                       std::to_string(params.size()));
 
     s.operands.reserve(params.size());
+    const std::string& name = schema.name();
+    const std::string suffix = "_backward";
+    const bool backward = name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
     for (size_t a = 0; a < params.size(); ++a) {
       const c10::Argument& sa = params[a];
       if (a >= n.args.size()) {
@@ -344,7 +349,7 @@ class Compiler {
         s.operands.push_back(std::move(o));
         continue;
       }
-      std::optional<Operand> o = match_argument(sa, n.args[a]);
+      std::optional<Operand> o = match_argument(sa, n.args[a], backward);
       if (!o)
         fail(index, "argument " + std::to_string(a) + " ('" + sa.name() + "': " + sa.real_type()->str() + ") got " +
                         arg_kind_name(n.args[a].kind));

@@ -288,6 +288,15 @@ TEST(AtenBackendErrors, NoneForNonOptionalAndIntListForTensorListAreRejected) {
                        {"argument 0", "a tensor list"});
 }
 
+// ATen's backward kernels take undefined tensors where the forward had no such input (ATen's own
+// autograd passes them so): None there compiles; the same None for mul's tensor above does not.
+TEST(AtenBackendErrors, NoneForABackwardKernelsTensorArgumentIsAnUndefinedTensor) {
+  const Graph g = parse_graph("graph(%0: f32[2, 3, 4, 4]{48, 16, 4, 1}):\n"
+                              "  %1: f32[2, 3, 2, 2]{12, 4, 2, 1} = aten::_adaptive_avg_pool2d_backward(%0, None)\n"
+                              "  return (%1)\n");
+  EXPECT_NO_THROW(compile_aten(g));
+}
+
 TEST(AtenBackendErrors, OutputCountMustMatchReturns) {
   expect_compile_error(parse_graph("graph(%0: f32[3]{1}):\n"
                                    "  %1: f32[3]{1}, %2: f32[3]{1} = aten::relu(%0)\n"
