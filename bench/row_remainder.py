@@ -40,12 +40,6 @@ def make(case, k):
     return eval(SRC[case].replace("K", repr(k)), {"torch": torch, "F": F})
 
 
-def jit(fn, dynamic, masked):
-    import fastdyn
-    run = fastdyn.jit(fn, dynamic=dynamic)
-    return run, masked
-
-
 def first_call(run, masked, x):
     old = os.environ.get("FASTDYN_MASKED_TAIL")
     os.environ["FASTDYN_MASKED_TAIL"] = "1" if masked else "0"
@@ -95,7 +89,7 @@ def main():
                 for i, (_, dynamic, masked) in enumerate(MODES):
                     k += 1e-3
                     fn = make(case, k)
-                    run, _ = jit(fn, dynamic, masked)
+                    run = fastdyn.jit(fn, dynamic=dynamic)
                     out, t = first_call(run, masked, x)
                     torch.testing.assert_close(out, fn(x), rtol=1e-4, atol=1e-4)
                     best[i] = min(best[i], t)

@@ -52,8 +52,6 @@ def main():
                 for i in range(args.steps):
                     step(i)
                 torch.cuda.synchronize()
-            events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA or
-                      getattr(e, "self_device_time_total", 0) > 0]
             kernels = sorted(((e.key, e.self_device_time_total, e.count) for e in prof.key_averages()
                               if getattr(e, "self_device_time_total", 0) > 0), key=lambda r: -r[1])
             total = sum(t for _, t, _ in kernels) / args.steps
@@ -61,7 +59,6 @@ def main():
             print(f"\n=== {case} / {mode}: CUDA time per step {total / 1e3:.3f} ms, {count:.0f} kernels/copies per step")
             for name, t, c in kernels[:args.top]:
                 print(f"  {t / args.steps / 1e3:8.3f} ms  x{c / args.steps:5.1f}  {name[:150]}")
-            del events
         fastdyn.reset()
 
 

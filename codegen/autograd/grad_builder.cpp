@@ -31,13 +31,7 @@ bool GradBuilder::needs(size_t pos, int elem) const {
 }
 
 double GradBuilder::number(size_t pos) const {
-  const Arg& a = arg(pos);
-  switch (a.kind) {
-    case Arg::Kind::Int: return static_cast<double>(a.i);
-    case Arg::Kind::Double: return a.d;
-    case Arg::Kind::Bool: return a.b ? 1.0 : 0.0;
-    default: break;
-  }
+  if (const std::optional<double> v = arg(pos).number()) return *v;
   throw InternalError("derivative of " + print_node(j_, node_) + ": argument " + std::to_string(pos) + " is not a number");
 }
 

@@ -297,8 +297,7 @@ Graph with_efficient_attention(const Graph& g) {
     }
     // NB: copies: add_value below grows the value table that r.meta refers into.
     const TensorMeta q = r.meta(n.args[0].value), k = r.meta(n.args[1].value), v = r.meta(n.args[2].value);
-    const bool no_dropout = n.args.size() <= 4 || (n.args[4].kind == Arg::Kind::Double ? n.args[4].d == 0.0
-                                                   : n.args[4].kind == Arg::Kind::Int && n.args[4].i == 0);
+    const bool no_dropout = n.args.size() <= 4 || n.args[4].number() == 0.0;
     const bool no_gqa = n.args.size() <= 7 || n.args[7].kind != Arg::Kind::Bool || !n.args[7].b;
     const bool masked = n.args.size() > 3 && n.args[3].kind == Arg::Kind::Value;
     bool ok = q.device.is_cuda() && no_dropout && no_gqa && (masked || n.args.size() <= 3 || n.args[3].kind == Arg::Kind::None);
@@ -359,7 +358,7 @@ bool eager_uses_cudnn(const Graph& g, const Node& n) {
   const bool stats = n.args[3].kind == Arg::Kind::Value, var = n.args[4].kind == Arg::Kind::Value;
   int64_t numel = 1;
   for (int64_t s : x.sizes) numel *= s;
-  const double eps = n.args[7].kind == Arg::Kind::Double ? n.args[7].d : static_cast<double>(n.args[7].i);
+  const double eps = n.args[7].number().value_or(0.0);
   return x.device.is_cuda() && x.dtype != c10::kBFloat16 && w.dtype != c10::kBFloat16 &&
          (x.dtype != c10::kHalf || w.dtype == c10::kFloat) && stats == var && x.sizes.size() >= 3 &&
          x.sizes[0] <= 880801 && n.args.size() > 8 && n.args[8].kind == Arg::Kind::Bool && n.args[8].b &&
@@ -405,7 +404,7 @@ Graph replay_masks(const Graph& g, const std::vector<ValueId>& masks) {
       continue;
     }
     const ValueId x = n.args[0].value, y = n.outputs[0];
-    const double p = n.args[1].kind == Arg::Kind::Double ? n.args[1].d : static_cast<double>(n.args[1].i);
+    const double p = n.args[1].number().value_or(0.0);
     TensorMeta t = r.meta(y);
     const ValueId masked = r.add_value(t);
     nodes.push_back(Node{OpId::mul_Tensor, {Arg::of_value(x), Arg::of_value(mask_input.at(n.outputs[1]))}, {masked}});

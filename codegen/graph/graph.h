@@ -135,6 +135,15 @@ struct Arg {
   static Arg of_device(c10::Device dev) { Arg a; a.kind = Kind::Device; a.device = dev; return a; }
   static Arg of_string(std::string s) { Arg a; a.kind = Kind::String; a.str = std::move(s); return a; }
   bool operator==(const Arg& o) const;
+  // An Int, Double or Bool argument as a double; nullopt for any other kind.
+  std::optional<double> number() const {
+    switch (kind) {
+      case Kind::Int: return static_cast<double>(i);
+      case Kind::Double: return d;
+      case Kind::Bool: return b ? 1.0 : 0.0;
+      default: return std::nullopt;
+    }
+  }
 };
 
 struct Node {

@@ -240,7 +240,8 @@ class KernelEmitter {
   }();
   bool split_ = false;        // split mode (choose_split_mode)
   int64_t split_chunks_ = 1;
-  llvm::Value* split_lo_ = nullptr;  // split mode: the current chunk's range of the first loop
+  // The current range of the first inner loop: split mode's chunk, or a ranged kernel's thread share.
+  llvm::Value* split_lo_ = nullptr;
   llvm::Value* split_hi_ = nullptr;
   std::vector<llvm::Value*> arg_best_;  // per reduction of the last inner stage: an arg's best value
   std::vector<llvm::Value*> scans_;     // per instr of the current inner stage: a CumSum's running sum

@@ -330,9 +330,8 @@ void KernelEmitter::cascade(size_t s, llvm::Value* lo, llvm::Value* hi, int64_t 
 // needs every access of the stage to be contiguous along the row or the same for every lane (a
 // masked load/store then touches exactly the row's points; a gather, a strided access or a store
 // every lane writes would need masking of its own), and masked memory operations the target has
-// for the element sizes involved: AVX-512 (vector_bits 512: BW and VL are required
-// for it) has them for every size, AVX2 only for 4- and 8-byte elements (LLVM would split
-// smaller ones into a branch per lane).
+// for the element sizes involved: AVX-512 (vector_bits 512 requires BW and VL) has them for every
+// size, AVX2 only for 4- and 8-byte elements (LLVM would split smaller ones into a branch per lane).
 bool KernelEmitter::masked_remainder(size_t s, size_t loop) const {
   if (!masked_tail_ || vf_ <= 1 || loop::has_scan(k_.stages[s])) return false;
   const bool all_sizes = vf_ >= 16;
