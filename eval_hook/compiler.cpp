@@ -10,6 +10,7 @@
 #include "codegen/aten/aten_backend.h"
 #include "codegen/autograd/joint.h"
 #include "codegen/backends/backends.h"
+#include "codegen/graph/source_location.h"
 #include "codegen/loop/passes.h"
 #include "codegen/passes/pass_timer.h"
 #include "eval_hook/config.h"
@@ -19,6 +20,7 @@
 #include "runtime/deferred_executable.h"
 #include "runtime/dynamic_executable.h"
 #include "runtime/errors.h"
+#include "runtime/journal.h"
 #include "runtime/tiered_executable.h"
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
@@ -329,6 +331,13 @@ void set_transformed_function(CacheEntry& entry, PyCodeObject* code, const symbo
   entry.nargs = symbolic::argument_slots(frame.code);
 }
 
+std::vector<std::string> node_locations(const codegen::Graph& g) {
+  std::vector<std::string> out;
+  out.reserve(g.nodes.size());
+  for (const codegen::Node& n : g.nodes) out.push_back(codegen::location_text(n.loc));
+  return out;
+}
+
 void log_entry(const char* qualname, const CacheEntry& entry) {
   const Config& cfg = config();
   if (cfg.log_graphs && !entry.graph_text.empty()) log_event("graph", std::string(qualname) + "\n" + entry.graph_text);
@@ -401,6 +410,7 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
     if (!entry->graph) throw InternalError("creating the compiled graph object failed");
     entry->graph_text = codegen::print_graph(trace.graph);
     entry->input_sources = input_source_names(trace);
+    if (runtime::journal::on()) outcome.node_locations = node_locations(trace.graph);
   }
   skip_record_constructors(trace.return_value);
   for (const SymValue& v : trace.stack) skip_record_constructors(v);
@@ -473,6 +483,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   entry->graph_text = codegen::print_graph(p.trace.graph);
   entry->input_sources = input_source_names(p.trace);
   entry->code_text = exe->describe();
+  if (runtime::journal::on()) outcome.node_locations = node_locations(p.trace.graph);
   const char* qualname = PyUnicode_AsUTF8(frame.code->co_qualname);
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
   if (!entry->graph) throw InternalError("creating the compiled graph object failed");

@@ -26,6 +26,7 @@ struct CompileOutcome {
   std::string reason;
   std::string filename;
   int lineno = -1;
+  std::vector<std::string> node_locations;  // the report's: each graph op's Python line (journal on)
 };
 
 // Traces and compiles the frame, its graph for `backend` (the request: enable()'s or the jit

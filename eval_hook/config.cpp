@@ -71,6 +71,8 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_LLVM_PIPELINE", SettingKind::Text, {}},
       {"FASTDYN_VECTOR_BITS", SettingKind::Text, {}},
       {"FASTDYN_MASKED_TAIL", SettingKind::Flag, {}},
+      {"FASTDYN_REPORT", SettingKind::Text, {}},  // the HTML report's file (python/fastdyn/report.py)
+      {"FASTDYN_CHECK", SettingKind::Flag, {}},   // accuracy mode (runtime/accuracy_check.h)
       {"FASTDYN_BUILD_TESTS", SettingKind::Text, {}},  // setup.py's
       {"FASTDYN_BUILD_JOBS", SettingKind::Text, {}},
       {"FASTDYN_CPYTHON_TESTS", SettingKind::Text, {}},  // the test suite's

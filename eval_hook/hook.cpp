@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "codegen/backends/backends.h"
 #include "eval_hook/code_state.h"
 #include "eval_hook/compiler.h"
 #include "eval_hook/config.h"
@@ -14,6 +15,8 @@
 #include "eval_hook/skip_rules.h"
 #include "runtime/errors.h"
 #include "runtime/guards.h"
+#include "runtime/journal.h"
+#include "symbolic/continuation.h"
 
 namespace fastdyn::eval_hook {
 namespace {
@@ -122,8 +125,76 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
   return result;
 }
 
+// ---- the report's journal (runtime/journal.h): what the hook decided, per code object ----------
+
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+std::string utf8(PyObject* s) {
+  const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
+  if (!c) PyErr_Clear();
+  return c ? c : "?";
+}
+
+// Names the code object: the collector groups events by "code" and shows its source.
+Fields code_fields(PyCodeObject* code) {
+  return {{"code", std::to_string(reinterpret_cast<uintptr_t>(code))},
+          {"qualname", utf8(code->co_qualname)},
+          {"filename", utf8(code->co_filename)},
+          {"firstlineno", std::to_string(code->co_firstlineno)},
+          {"continuation", symbolic::is_resume_prologue(code, 0) ? "1" : "0"}};
+}
+
+// Items end with '\x1e' (ASCII's record separator): a guard's description may span lines.
+std::string records(const std::vector<std::string>& items) {
+  std::string s;
+  for (const std::string& l : items) s += l + '\x1e';
+  return s;
+}
+
+// The guard of the newest entry that this frame fails: why it recompiles (or misses at the limit).
+std::string failed_guard(const CodeState& st, Frame* frame) {
+  if (st.entries.empty()) return "";
+  ModeGuard off(Request{});  // describing a guard may run a user __repr__
+  runtime::GuardFailure failure;
+  st.entries.front()->guards->check(guard_frame(frame), &failure);
+  return failure.description;
+}
+
+void journal_entry(PyCodeObject* code, int index, const CompileOutcome& out, codegen::Backend requested, int32_t graph,
+                   double start_ms, double ms) {
+  const CacheEntry& e = *out.entry;
+  Fields f = code_fields(code);
+  std::vector<std::string> guards;
+  {
+    ModeGuard off(Request{});
+    guards = e.guards->describe();
+  }
+  f.insert(f.end(), {{"entry", std::to_string(index)},
+                     {"graph_text", e.graph_text},
+                     {"input_sources", records(e.input_sources)},
+                     {"node_locations", records(out.node_locations)},
+                     {"guards", records(guards)},
+                     {"program_text", e.code_text},
+                     {"requested_backend", codegen::backend_name(requested)},
+                     {"start_ms", std::to_string(start_ms)}});
+  runtime::journal::Event ev;
+  ev.graph = graph;
+  ev.kind = "entry";
+  ev.fields = std::move(f);
+  ev.ms = ms;
+  runtime::journal::add(std::move(ev));
+}
+
 void report_break(const CompileOutcome& out, PyCodeObject* code) {
   stats().graph_breaks++;
+  if (runtime::journal::on()) {
+    Fields f = code_fields(code);
+    f.insert(f.end(), {{"reason", out.reason},
+                       {"break_file", out.filename},
+                       {"break_line", std::to_string(out.lineno)},
+                       {"continued", out.broke ? "1" : "0"}});
+    runtime::journal::add("break", std::move(f));
+  }
   if (config().log_graph_breaks) {
     const char* name = PyUnicode_AsUTF8(code->co_qualname);
     log_event("graph_break", std::string(name ? name : "?") + " at " + out.filename + ":" +
@@ -148,8 +219,17 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   fi.shapes = &st->shapes;
 
   CompileOutcome out;
+  const bool journal = runtime::journal::on();
+  const int32_t journal_graph = journal ? runtime::journal::new_graph() : -1;
+  if (journal && st->compiles > 0) {
+    Fields f = code_fields(code);
+    f.insert(f.end(), {{"entry", std::to_string(st->compiles)}, {"guard", failed_guard(*st, frame)}});
+    runtime::journal::add("recompile", std::move(f));
+  }
+  const double start_ms = journal ? runtime::journal::now_ms() : 0.0;
   {
     ModeGuard off(Request{});  // no re-entrance while compiling
+    runtime::journal::Scope scope(journal_graph);  // what the layers below record is this graph's
     try {
       out = compile_frame(fi, request.target);
     } catch (const std::exception& e) {
@@ -180,6 +260,8 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   }
   switch (out.kind) {
     case CompileOutcome::Kind::Compiled: {
+      if (journal)
+        journal_entry(code, st->compiles, out, request.target.backend, journal_graph, start_ms, runtime::journal::now_ms() - start_ms);
       stats().frames_compiled++;
       if (out.graph_ops > 0) stats().graphs++;
       if (st->compiles > 0) {
@@ -219,16 +301,17 @@ void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame)
   // Off for this thread: describing a guard may run a user __repr__, and the warnings machinery
   // (a user's showwarning) runs as written.
   ModeGuard off(Request{});
-  std::string why = "a guard failed";
-  if (!st.entries.empty()) {
-    runtime::GuardFailure failure;
-    st.entries.front()->guards->check(guard_frame(frame), &failure);
-    if (!failure.description.empty()) why = failure.description;
-  }
+  std::string why = failed_guard(st, frame);
+  if (why.empty()) why = "a guard failed";
   const std::string msg = std::string("fastdyn: ") + (name ? name : "?") + " reached the recompile limit (" +
                           std::to_string(config().recompile_limit) + " entries); calls that match none run eagerly. "
                           "The guard that failed: " + why + ". Raise the limit with fastdyn.set_recompile_limit(n) "
                           "or FASTDYN_RECOMPILE_LIMIT.";
+  if (runtime::journal::on()) {
+    Fields f = code_fields(code);
+    f.emplace_back("text", msg);
+    runtime::journal::add("limit", std::move(f));
+  }
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) < 0) {

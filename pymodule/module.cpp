@@ -20,11 +20,13 @@
 #include "eval_hook/config.h"
 #include "eval_hook/hook.h"
 #include "eval_hook/skip_rules.h"
+#include "pymodule/check_bindings.h"
 #include "pymodule/graph_export.h"
 #include "pymodule/jit_function.h"
 #include "runtime/background_compiler.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/errors.h"
+#include "runtime/journal.h"
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
 #ifdef FASTDYN_HAVE_LLVM
@@ -220,6 +222,21 @@ PYBIND11_MODULE(_C, m) {
     return t ? py::reinterpret_borrow<py::object>(t) : py::none();
   });
   m.def("explain", &explain);
+  // The report's journal (runtime/journal.h; python/fastdyn/report.py reads it).
+  m.def("journal_on", [](bool on) { runtime::journal::set_on(on); });
+  m.def("journal_is_on", [] { return runtime::journal::on(); });
+  m.def("journal_clear", [] { runtime::journal::clear(); });
+  m.def("journal_events", [] {
+    size_t dropped = 0;
+    std::vector<runtime::journal::Event> events = runtime::journal::snapshot(&dropped);
+    py::list out;
+    for (const runtime::journal::Event& e : events) {
+      py::dict fields;
+      for (const auto& [k, v] : e.fields) fields[py::str(k)] = py::bytes(v).attr("decode")("utf-8", "replace");
+      out.append(py::make_tuple(e.graph, e.kind, fields, e.ms));
+    }
+    return py::make_tuple(out, dropped);
+  });
   m.def("graph_structure", &pymodule::graph_structure);  // explain()'s graph text as data (FX export)
   // Python's atexit: the background worker and the engine's prewarm thread end before static
   // destructors run (a running compile finishes; queued ones are dropped).
@@ -321,4 +338,5 @@ PYBIND11_MODULE(_C, m) {
     if (!st || st == eval_hook::skip_marker() || st->entries.empty()) return py::none();
     return py::str(st->entries.front()->graph_text);
   });
+  pymodule::bind_check(m);  // accuracy mode: set_check, check_divergences... (check_bindings.h)
 }

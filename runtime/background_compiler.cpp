@@ -1,6 +1,8 @@
 // runtime/background_compiler.cpp — see background_compiler.h.
 #include "runtime/background_compiler.h"
 
+#include "runtime/journal.h"
+
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -96,6 +98,13 @@ void run_below_user_threads(const char* name) {
 }
 
 bool submit_background(BackgroundTask task) {
+  // The report attributes what the task records (kernels, their code) to the submitter's graph.
+  if (const int32_t graph = journal::current(); graph >= 0) {
+    task = [graph, inner = std::move(task)] {
+      journal::Scope scope(graph);
+      inner();
+    };
+  }
   Worker& w = worker();
   std::lock_guard<std::mutex> lock(w.mutex);
   if (w.shut_down) return false;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <new>
 
+#include "runtime/accuracy_check.h"
 #include "runtime/errors.h"
 
 namespace fastdyn::runtime {
@@ -110,6 +111,7 @@ PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t 
     elements += inputs.back().numel();
   }
   std::vector<at::Tensor> outputs;
+  const CheckLabel label(self->name);  // accuracy mode: divergences name the function
   if (elements < kReleaseGilElements) {
     outputs = self->exe->run(inputs);
   } else {

@@ -4,11 +4,13 @@
 #include <algorithm>
 
 #include "runtime/errors.h"
+#include "runtime/journal.h"
 
 namespace fastdyn::runtime {
 
 DynamicExecutable::DynamicExecutable(std::vector<Symbol> symbols, Instantiate instantiate, std::string program, size_t max_sizes)
-    : symbols_(std::move(symbols)), instantiate_(std::move(instantiate)), program_(std::move(program)), max_sizes_(std::max<size_t>(max_sizes, 1)) {}
+    : symbols_(std::move(symbols)), instantiate_(std::move(instantiate)), program_(std::move(program)), max_sizes_(std::max<size_t>(max_sizes, 1)),
+      journal_graph_(journal::current()) {}
 
 ExecutablePtr DynamicExecutable::find_or_build(const Binding& b) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -19,6 +21,8 @@ ExecutablePtr DynamicExecutable::find_or_build(const Binding& b) {
     return lru_.front().exe;
   }
   // NB: compiled under the lock: two threads meeting a new size at once compile it once.
+  // The report shows the kernels of the first sizes met (every later size has the same kernels).
+  journal::Scope scope(built_ == 0 ? journal_graph_ : -1);
   ExecutablePtr exe = instantiate_(b);
   if (!exe) throw InternalError("dynamic executable: instantiating sizes failed");
   ++built_;

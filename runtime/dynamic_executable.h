@@ -57,6 +57,7 @@ class DynamicExecutable final : public Executable {
   Instantiate instantiate_;
   std::string program_;
   size_t max_sizes_;
+  int32_t journal_graph_;  // the report's graph it was compiled for (runtime/journal.h), -1 none
   mutable std::mutex mutex_;
   std::list<Slot> lru_;  // most recently used first
   std::map<Binding, std::list<Slot>::iterator> index_;

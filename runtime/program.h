@@ -26,14 +26,20 @@
 
 namespace fastdyn::runtime {
 
-// How a step's input or a program output is made from a slot: the slot's tensor as it is, or,
-// with `view`, t.as_strided(sizes, strides, t.storage_offset() + offset_delta).
+// How a step's input or a program output is made from a slot (slot_view): the slot's tensor as
+// it is, or, with `view`, t.as_strided(sizes, strides, t.storage_offset() + offset_delta).
 struct SlotTensor {
   int32_t slot = -1;
   bool view = false;
   std::vector<int64_t> sizes, strides;  // view only
   int64_t offset_delta = 0;             // view only, in elements
 };
+
+inline at::Tensor slot_view(const SlotTensor& s, const std::vector<at::Tensor>& slots) {
+  const at::Tensor& t = slots[static_cast<size_t>(s.slot)];
+  if (!s.view) return t;
+  return t.as_strided(s.sizes, s.strides, t.storage_offset() + s.offset_delta);
+}
 
 // A tensor the program holds itself (a folded constant), placed in `slot` on every call.
 struct Constant {
@@ -83,6 +89,8 @@ struct MutatedInput {
   int32_t version_bumps = 1;
 };
 
+struct CheckPlan;  // accuracy_check.h
+
 struct Program {
   std::string backend;  // "llvm_cpu": describe()'s first line, and error messages
   std::string text;     // the backend's program, for describe() (explain, FASTDYN_LOG=code)
@@ -98,6 +106,8 @@ struct Program {
   // shares memory with another input, or when a step throws (program_executable.h says why).
   // Required when mutated_inputs is not empty.
   ExecutablePtr aliased;
+  // Accuracy mode (accuracy_check.h): set only when the program was built with the mode on.
+  std::shared_ptr<const CheckPlan> check;
 };
 
 // Throws InternalError naming the first inconsistency (a slot out of range, a launch without a

@@ -4,8 +4,10 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "runtime/accuracy_check.h"
 #include "runtime/errors.h"
 
 namespace fastdyn::runtime {
@@ -21,12 +23,6 @@ std::pair<uintptr_t, uintptr_t> extent(const at::Tensor& t) {
   }
   const auto item = static_cast<int64_t>(t.element_size());
   return {base + static_cast<uintptr_t>(lo * item), base + static_cast<uintptr_t>((hi + 1) * item)};
-}
-
-at::Tensor materialise(const SlotTensor& s, const std::vector<at::Tensor>& slots) {
-  const at::Tensor& t = slots[static_cast<size_t>(s.slot)];
-  if (!s.view) return t;
-  return t.as_strided(s.sizes, s.strides, t.storage_offset() + s.offset_delta);
 }
 
 }  // namespace
@@ -63,9 +59,18 @@ std::vector<at::Tensor> ProgramExecutable::run(const std::vector<at::Tensor>& in
 std::string ProgramExecutable::describe() const { return "backend " + p_.backend + "\n" + p_.text; }
 
 std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tensor>& inputs) const {
+  if (p_.check && check_enabled()) [[unlikely]]
+    return run_steps_as<true>(inputs);
+  return run_steps_as<false>(inputs);
+}
+
+template <bool kChecked>
+std::vector<at::Tensor> ProgramExecutable::run_steps_as(const std::vector<at::Tensor>& inputs) const {
   std::vector<at::Tensor> slots(static_cast<size_t>(p_.num_slots));
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.input_slots[i])] = inputs[i];
   for (const Constant& c : p_.constants) slots[static_cast<size_t>(c.slot)] = c.value;
+  std::optional<CheckedCall> check;
+  if constexpr (kChecked) check.emplace(*p_.check, inputs, slots);
   // Buffers are allocated just before the step that first writes them (buffers_by_step_); those
   // of a program without steps, after the loop.
   size_t next_buffer = 0;
@@ -80,13 +85,14 @@ std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tenso
   for (size_t si = 0; si < p_.steps.size(); ++si) {
     allocate_before(si);
     run_step(p_.steps[si], slots, args);
+    if constexpr (kChecked) check->after_step(si, slots);
     if (si < p_.release_after.size())
       for (int32_t slot : p_.release_after[si]) slots[static_cast<size_t>(slot)].reset();  // its last reader is done
   }
   allocate_before(SIZE_MAX);
   std::vector<at::Tensor> outputs;
   outputs.reserve(p_.outputs.size());
-  for (const SlotTensor& s : p_.outputs) outputs.push_back(materialise(s, slots));
+  for (const SlotTensor& s : p_.outputs) outputs.push_back(slot_view(s, slots));
   return outputs;
 }
 
@@ -102,7 +108,7 @@ void ProgramExecutable::run_step(const Step& step, std::vector<at::Tensor>& slot
   const auto& call = *std::get_if<ExternCall>(&step);
   std::vector<at::Tensor> ins;
   ins.reserve(call.inputs.size());
-  for (const SlotTensor& s : call.inputs) ins.push_back(materialise(s, slots));
+  for (const SlotTensor& s : call.inputs) ins.push_back(slot_view(s, slots));
   std::vector<at::Tensor> outs = call.exe->run(ins);
   for (size_t o = 0; o < call.outputs.size(); ++o) {
     const ExternResult& r = call.outputs[o];

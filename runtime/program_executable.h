@@ -12,6 +12,10 @@
 // op on ATen, which mutates exactly as eager. So do calls where a step throws (x.add_(1);
 // x[bad_index]): eager raises with x already written, and ATen replays the ops, mutation and
 // error included. After a successful call the mutated inputs' version counters are bumped.
+//
+// Accuracy mode (accuracy_check.h): a program built with a check plan, called while the mode is
+// on, compares each kernel's values with ATen's as the steps run; otherwise its calls test one
+// pointer more.
 #pragma once
 #include <string>
 #include <vector>
@@ -32,6 +36,9 @@ class ProgramExecutable final : public Executable {
 
  private:
   std::vector<at::Tensor> run_steps(const std::vector<at::Tensor>& inputs) const;
+  // kChecked: accuracy mode's call (accuracy_check.h), which compares each kernel's values.
+  template <bool kChecked>
+  std::vector<at::Tensor> run_steps_as(const std::vector<at::Tensor>& inputs) const;
   void run_step(const Step& step, std::vector<at::Tensor>& slots, std::vector<void*>& args) const;
   bool overlaps_another_input(const std::vector<at::Tensor>& inputs) const;
 

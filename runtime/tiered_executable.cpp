@@ -2,6 +2,7 @@
 #include "runtime/tiered_executable.h"
 
 #include "runtime/background_compiler.h"
+#include "runtime/journal.h"
 #include "runtime/errors.h"
 
 namespace fastdyn::runtime {
@@ -58,6 +59,7 @@ std::shared_ptr<TieredExecutable> compile_in_background(ExecutablePtr baseline, 
     if (!t) return;
     if (fast) t->publish(std::move(fast));
     else t->fail(why);
+    if (journal::recording()) journal::add("ready", {{"failed", why}}, journal::now_ms());
   });
   return tiered;
 }

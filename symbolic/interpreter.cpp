@@ -15,7 +15,9 @@
 
 #include "runtime/errors.h"
 #include "codegen/shapes/propagate.h"
+#include "codegen/graph/source_location.h"
 #include "runtime/guards.h"
+#include "runtime/journal.h"
 #include "symbolic/assembler.h"
 #include "symbolic/continuation.h"
 #include "symbolic/opcodes.h"
@@ -952,6 +954,21 @@ void index_instructions(FrameState& f) {
   }
 }
 
+// The report's source lines: nodes this instruction recorded that an inlined call's own
+// instructions did not already claim get this frame's line.
+void Tracer::stamp_locations(const FrameState& f, int line, size_t first_node) {
+  std::vector<codegen::Node>& nodes = result_.graph.nodes;
+  int32_t loc = -1;
+  for (size_t i = first_node; i < nodes.size(); ++i) {
+    if (nodes[i].loc >= 0) continue;
+    if (loc < 0) {
+      const char* file = PyUnicode_AsUTF8(f.code->co_filename);
+      loc = codegen::intern_location(file ? file : "?", line);
+    }
+    nodes[i].loc = loc;
+  }
+}
+
 void Tracer::run_frame() {
   const auto& table = Handlers::table();
   FrameState& f = fr();
@@ -976,7 +993,9 @@ void Tracer::run_frame() {
     Handlers::Fn fn = table[in.opcode];
     if (!fn) throw Unsupported(std::string("opcode ") + opcode_info(in.opcode).name + " is not supported");
     f.next_pc = f.pc + 1;
+    const size_t nodes_before = result_.graph.nodes.size();
     fn(*this, in);
+    if (runtime::journal::on()) stamp_locations(f, in.line, nodes_before);
     f.pc = f.next_pc;
   }
 }

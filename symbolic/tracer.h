@@ -182,6 +182,7 @@ class Tracer {
 
   // Runs the frame on top of frames_ to its return (or to stop_at_, for the root).
   void run_frame();
+  void stamp_locations(const FrameState& f, int line, size_t first_node);
   void capture_break_state();
 
   // ---- calls.cpp ----

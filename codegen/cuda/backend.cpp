@@ -10,6 +10,7 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_kernel.h"
 #include "runtime/errors.h"
+#include "runtime/journal.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/program_executable.h"
 
@@ -174,6 +175,8 @@ PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
   for (const loop::Kernel& k : p->kernels) {
     sources->push_back(cuda_emit::emit_cuda(loop::kernel_input(*p, k)));
     if (loop::dump_enabled("cuda")) std::fprintf(stderr, "=== cuda %s ===\n%s", k.name.c_str(), sources->back().source.c_str());
+    if (runtime::journal::recording())
+      runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "cuda"}, {"code", sources->back().source}});
   }
   timer.lap("emit cuda");
   std::vector<loop::Extern> externs;

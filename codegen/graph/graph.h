@@ -150,6 +150,9 @@ struct Node {
   OpId op;
   std::vector<Arg> args;         // ATen schema order, every positional and keyword argument
   std::vector<ValueId> outputs;  // a Tensor[] return expands to one value per element
+  // The Python line that recorded it (source_location.h), -1 unknown. Set only while the
+  // report's journal is on; passes that copy a node carry it, so kernels know their lines.
+  int32_t loc = -1;
 };
 
 // Where a size symbol comes from: dim `dim` of graph input number `input` (an index into

@@ -12,6 +12,7 @@
 #include "codegen/loop/runtime_program.h"
 #include "runtime/errors.h"
 #include "runtime/host_kernel.h"
+#include "runtime/journal.h"
 #include "runtime/program_executable.h"
 
 #include <ATen/ATen.h>
@@ -107,11 +108,13 @@ std::unique_ptr<EmittedModule> emit_module(const llvm_emit::KernelInput& input, 
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
   std::vector<int32_t> params = llvm_emit::emit_kernel(input, *mb.module, bits, kSymbol);
   ++g_emitted;
-  if (loop::dump_enabled("llvm")) {
+  if (loop::dump_enabled("llvm") || runtime::journal::recording()) {
     std::string ir;
     llvm::raw_string_ostream os(ir);
     mb.module->print(os, nullptr);
-    std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), os.str().c_str());
+    os.flush();
+    if (loop::dump_enabled("llvm")) std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), ir.c_str());
+    runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"code", std::move(ir)}});
   }
   auto key = std::make_shared<std::string>("llvm_cpu 4 vector_bits=" + std::to_string(bits) + "\n");
   {
@@ -134,8 +137,9 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
   if (!*keep) {
     const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
     const std::string plan_key = llvm_emit::emit_key(input, bits);
-    // NB: FASTDYN_DUMP=llvm prints every kernel's IR, so it always emits.
-    if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key); known && !loop::dump_enabled("llvm")) {
+    // NB: FASTDYN_DUMP=llvm prints every kernel's IR, and the report records it, so both always emit.
+    if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key);
+        known && !loop::dump_enabled("llvm") && !runtime::journal::recording()) {
       std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
       if (!addrs.empty()) {
         size_values(known->params);

@@ -227,6 +227,7 @@ class Fuser {
     Stage* dst;
     const Kernel* kernel;
     size_t kdims;
+    std::vector<int32_t>* nodes;  // the kernel's Kernel::nodes
     std::vector<std::pair<Access, int32_t>> memo;  // resolved reads of this stage
     int32_t reduction_base = 0;                     // renumbering of Reduced when merging
     int32_t stage_base = 0;                         // renumbering of StageValue when merging
@@ -245,6 +246,7 @@ class Fuser {
     int32_t id;
     ValueId v = a.value;
     if (inline_[static_cast<size_t>(v)]) {
+      add_node(*sc.nodes, producer_[static_cast<size_t>(v)]);
       const NodeLowering& l = *lowering_of(v);
       std::vector<int32_t> map = rebuild_instrs(sc, l.body, a.index);
       id = map[static_cast<size_t>(l.result)];
@@ -303,7 +305,7 @@ class Fuser {
       k.stages.emplace_back();
       k.stages.back().per_outer = per_outer;
     }
-    StageCtx sc{&k.stages.back(), &k, static_cast<size_t>(k.dims()), {}, reduction_base, stage_base, stage_maps};
+    StageCtx sc{&k.stages.back(), &k, static_cast<size_t>(k.dims()), &k.nodes, {}, reduction_base, stage_base, stage_maps};
     if (into_last) {
       // Reads of values this stage already stores at the same point become the stored register.
       for (const Store& s : sc.dst->stores) sc.memo.emplace_back(s.dst, s.instr);
@@ -410,17 +412,22 @@ class Fuser {
         ValueId v = n.outputs[0];
         if (inline_[static_cast<size_t>(v)]) return;
         p_.plans[static_cast<size_t>(v)].kind = ValuePlan::Kind::Buffer;
-        add_kernel(build_pointwise(v, l));
+        add_kernel(build_pointwise(v, l), static_cast<int32_t>(i));
         return;
       }
       case NodeLowering::Kind::Kernels:
         for (ValueId v : n.outputs) p_.plans[static_cast<size_t>(v)].kind = ValuePlan::Kind::Buffer;
-        for (const KernelDef& d : l.kernels) add_kernel(build(d));
+        for (const KernelDef& d : l.kernels) add_kernel(build(d), static_cast<int32_t>(i));
         return;
     }
   }
 
-  void add_kernel(Built b) {
+  static void add_node(std::vector<int32_t>& nodes, int32_t node) {
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+  }
+
+  void add_kernel(Built b, int32_t node) {  // node: the graph node scheduled, -1 a write-back
+    if (node >= 0) add_node(b.kernel.nodes, node);
     if (last_ && merge(*last_, b)) return;
     b.kernel.name = "k" + std::to_string(p_.kernels.size());
     p_.kernels.push_back(b.kernel);
@@ -446,14 +453,14 @@ class Fuser {
                  "write-back of v" + std::to_string(w.value) + " reads a mutated input yet is not inline");
         inline_[static_cast<size_t>(w.value)] = false;
         p_.plans[static_cast<size_t>(w.value)].kind = ValuePlan::Kind::Buffer;
-        add_kernel(build_pointwise(w.value, *l));
+        add_kernel(build_pointwise(w.value, *l), producer_[static_cast<size_t>(w.value)]);
         b = build_copy(w.value, w.input);
       }
       last.push_back(std::move(b));
     }
     for (Built& b : last) {
       last_ = nullptr;
-      add_kernel(std::move(b));
+      add_kernel(std::move(b), -1);
     }
     last_ = nullptr;
   }
@@ -554,8 +561,10 @@ class Fuser {
     }
     if (!reads_are_safe(a.kernel, merged, b_base)) return false;
     for (Stage& s : merged.stages) compact_loads(s);
+    for (int32_t n : b.kernel.nodes) add_node(merged.nodes, n);
     a.kernel = std::move(merged);
     p_.kernels.back().stages = a.kernel.stages;
+    p_.kernels.back().nodes = a.kernel.nodes;
     a.pure_pointwise = a.pure_pointwise && b.pure_pointwise && into_last && merged.stages.size() == 1;
     return true;
   }

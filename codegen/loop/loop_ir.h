@@ -133,6 +133,9 @@ struct Kernel {
   std::string name;
   std::vector<int64_t> outer, inner;
   std::vector<Stage> stages;
+  // The graph nodes it computes (each once; an inlined producer is in every kernel that inlines
+  // it): the report's groups and source lines. No backend reads it.
+  std::vector<int32_t> nodes;
   int64_t dims() const { return static_cast<int64_t>(outer.size() + inner.size()); }
 };
 

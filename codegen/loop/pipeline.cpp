@@ -3,7 +3,9 @@
 #include "codegen/loop/passes.h"
 
 #include "runtime/format.h"
+#include "codegen/graph/source_location.h"
 #include "codegen/passes/pass_timer.h"
+#include "runtime/journal.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +73,25 @@ std::string print_lowered(const LoweredGraph& lg) {
   return os.str();
 }
 
+namespace {
+
+// The report's view of each fused kernel: its loop IR, the graph values it computes and the
+// Python lines they came from.
+void journal_kernels(const Program& p) {
+  for (const Kernel& k : p.kernels) {
+    std::string values, locations;
+    for (int32_t n : k.nodes) {
+      const Node& node = p.graph.nodes[static_cast<size_t>(n)];
+      if (!node.outputs.empty()) values += (values.empty() ? "" : " ") + std::to_string(node.outputs[0]);
+      const std::string where = location_text(node.loc);
+      if (!where.empty() && locations.find(where + "\n") == std::string::npos) locations += where + "\n";
+    }
+    runtime::journal::add("kernel", {{"name", k.name}, {"loop_ir", print_kernel(p, k)}, {"values", values}, {"locations", locations}});
+  }
+}
+
+}  // namespace
+
 Program build_program(const Graph& g) {
   PassTimer timer;
   auto lap = [&](const char* pass) { timer.lap(pass); };
@@ -89,6 +110,7 @@ Program build_program(const Graph& g) {
   p = plan_memory(std::move(p));
   lap("plan_memory");
   if (dump_enabled("planned")) std::fprintf(stderr, "=== planned ===\n%s", print_program(p).c_str());
+  if (runtime::journal::recording()) journal_kernels(p);
   return p;
 }
 

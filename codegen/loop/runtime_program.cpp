@@ -4,16 +4,14 @@
 #include "codegen/aten/aten_backend.h"
 #include "codegen/aten/channels_last_conv.h"
 #include "codegen/aten/prepacked_linear.h"
+#include "codegen/loop/check_plan.h"
 #include "codegen/loop/kernel_input.h"
 #include "runtime/errors.h"
 
 #include <algorithm>
 
 namespace fastdyn::codegen::loop {
-namespace {
 
-// How the runtime makes value v from the slots: its slot's tensor, or a view of it (an alias of
-// its root; a buffer in a slot first allocated for a value of another shape).
 runtime::SlotTensor slot_tensor(const Program& p, const std::string& backend, ValueId v) {
   const ValuePlan& pl = p.plans[static_cast<size_t>(v)];
   const TensorMeta& m = p.graph.meta(v);
@@ -35,8 +33,6 @@ runtime::SlotTensor slot_tensor(const Program& p, const std::string& backend, Va
   }
   return t;
 }
-
-}  // namespace
 
 Extern compile_extern(const Graph& g, const Node& n) {
   Extern e;
@@ -123,6 +119,8 @@ runtime::Program runtime_program(const Program& p, const std::string& backend, s
     r.mutated_inputs.push_back({static_cast<int32_t>(i), w.bumps});
   }
   r.aliased = std::move(aliased);
+  // NB: only in accuracy mode: the plan compiles the whole graph once more, on ATen.
+  if (runtime::check_enabled()) r.check = check_plan(p, backend);
   return r;
 }
 

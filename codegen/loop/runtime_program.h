@@ -11,6 +11,11 @@
 
 namespace fastdyn::codegen::loop {
 
+// How the runtime makes value v from the slots: its slot's tensor, or a view of it (an alias of
+// its root; a buffer in a slot first allocated for a value of another shape). InternalError when
+// v is never materialised.
+runtime::SlotTensor slot_tensor(const Program& p, const std::string& backend, ValueId v);
+
 // An op the kernels do not compute: the aten backend (or, on CPU, aten/prepacked_linear.h or
 // aten/channels_last_conv.h) runs its node, alone.
 struct Extern {
@@ -23,7 +28,8 @@ Extern compile_extern(const Graph& g, const Node& n);
 // The runtime program of `p` for backend `backend` (its name, for describe() and errors): one step
 // for each of p.steps, but each kernel launch's kernel and sizes are left empty, for the backend
 // to set once the kernels are compiled. `externs` are p's Extern steps in order; folded
-// `constants` are the graph's last inputs.
+// `constants` are the graph's last inputs. In accuracy mode (runtime/accuracy_check.h) the program
+// carries its check plan (check_plan.h).
 runtime::Program runtime_program(const Program& p, const std::string& backend, std::string text, std::vector<Extern> externs,
                                  std::vector<at::Tensor> constants, runtime::ExecutablePtr aliased);
 

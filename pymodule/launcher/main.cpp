@@ -38,11 +38,14 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: fastdyn run [--] script.py [args...]\n"
+    "usage: fastdyn run [--report out.html] [--] script.py [args...]\n"
     "       fastdyn --help | --version\n"
     "\n"
     "Runs script.py as __main__ under the Python that fastdyn was built with, exactly like\n"
     "`python script.py args...`, with the fastdyn JIT enabled (fastdyn.enable()).\n"
+    "\n"
+    "  --report out.html   write an HTML report of graphs, breaks, recompiles and kernels when\n"
+    "                      the script exits (the same as FASTDYN_REPORT=out.html)\n"
     "\n"
     "environment:\n"
     "  FASTDYN_DISABLE=1   run the script without enabling fastdyn (for A/B comparisons)\n"
@@ -159,6 +162,13 @@ int main(int argc, char** argv) {
   }
 
   int next = 2;  // argv index of the script
+  // --report PATH (or --report=PATH): python/fastdyn/report.py reads FASTDYN_REPORT at import.
+  if (next < argc && std::strncmp(argv[next], "--report", 8) == 0 && (argv[next][8] == '=' || argv[next][8] == 0)) {
+    const char* path = argv[next][8] == '=' ? argv[next] + 9 : (next + 1 < argc ? argv[next + 1] : nullptr);
+    if (path == nullptr || *path == 0) return usage_error("--report needs the report's file name");
+    ::setenv("FASTDYN_REPORT", path, 1);
+    next += argv[next][8] == '=' ? 1 : 2;
+  }
   if (next < argc && std::strcmp(argv[next], "--") == 0) {
     ++next;
   } else if (next < argc && argv[next][0] == '-') {

@@ -4,6 +4,7 @@
     fastdyn.enable()          # every Python frame of the process is a candidate
     @fastdyn.jit              # or opt in per function / nn.Module
     fastdyn.explain(f, *args) # graphs, breaks, guards
+    fastdyn.report("out.html")  # after fastdyn.start_report() or FASTDYN_REPORT: the HTML report
 
 This package is the public surface only; the interpreter, guards, bytecode assembly and code
 generation are C++ in fastdyn._C.
@@ -44,9 +45,13 @@ from .api import (
     set_recompile_limit,
     recompile_limit,
 )
+from ._report import report, start_report, stop_report
+
+_report.install_from_environment()  # FASTDYN_REPORT=out.html: record, write at exit
 
 __all__ = [
     "GraphBreakError", "ExplainOutput", "enable", "disable", "jit", "mark_dynamic", "explain", "stats",
     "reset", "skip", "synchronize", "set_background_compile", "set_recompile_limit", "recompile_limit",
+    "report", "start_report", "stop_report",
 ]
 __version__ = "0.1.0"

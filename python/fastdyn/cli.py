@@ -25,11 +25,14 @@ import sys
 import types
 
 USAGE = """\
-usage: python -m fastdyn [run] [--] script.py [args...]
+usage: python -m fastdyn [run] [--report out.html] [--] script.py [args...]
        python -m fastdyn --help | --version
 
 Runs script.py as __main__, exactly like `python script.py args...`, with the fastdyn JIT
 enabled (fastdyn.enable()).
+
+  --report out.html   write an HTML report of graphs, breaks, recompiles and kernels when the
+                      script exits (the same as FASTDYN_REPORT=out.html)
 
 environment:
   FASTDYN_DISABLE=1   run the script without enabling fastdyn (for A/B comparisons)
@@ -57,6 +60,14 @@ def main(argv=None):
         from . import __version__
         print(f"fastdyn {__version__} (Python {sys.version.split()[0]}, {sys.executable})")
         return 0
+    if args and (args[0] == "--report" or args[0].startswith("--report=")):
+        path = args[0][len("--report="):] if "=" in args[0] else (args[1] if len(args) > 1 else "")
+        if not path:
+            return _usage_error("--report needs the report's file name")
+        args = args[1:] if "=" in args[0] else args[2:]
+        os.environ["FASTDYN_REPORT"] = path
+        from . import _report
+        _report.install_from_environment()
     if args and args[0] == "--":
         args = args[1:]
     elif args and args[0].startswith("-"):

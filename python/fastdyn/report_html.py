@@ -1,0 +1,948 @@
+"""fastdyn's HTML report (issue 23): one self-contained page of what fastdyn did.
+
+The native side collects a plain dict (code objects with their source, graph breaks, compiled
+entries with graphs, guards, programs, kernels and timings, recompiles, the accuracy check);
+`render(data)` turns it into one HTML file that needs nothing else: no network, no fonts, no
+external CSS or JS (a small inline script only opens collapsed sections; the page reads fine with
+JS off). Graphs are drawn as inline SVG by a small layered layout here. Every text from the data
+is escaped. `max_bytes` bounds the output: the biggest parts are cut step by step (generated code,
+loop IR, graph pictures, guard lists, ...) and each cut is named in a visible `<p class="omitted">`.
+
+    from fastdyn import report_html
+    report_html.write(data, "fastdyn_report.html")
+"""
+import html
+import os
+import re
+from dataclasses import dataclass, field, replace
+
+__all__ = ["render", "write", "fix_for", "parse_graph", "FIXES"]
+
+# --------------------------------------------------------------------------------------------
+# Fix suggestions: the first regex that matches a break reason gives its fix. No match, no fix.
+FIXES = [
+    (r"built-in function print|\bprint\b|logging|logger|warnings?\.warn|acquire of _thread",
+     "Printing or logging inside compiled code breaks the graph: move it out of the hot function, "
+     "or call it after the compiled region."),
+    (r"Tensor\.(item|tolist)\(\)|<class '(int|float|bool)'>|\.item\(\)",
+     "Reading a tensor's value into a Python number ends the graph: keep it a tensor "
+     "(torch.where, torch.clamp, tensor arithmetic) or read it after the compiled region."),
+    (r"branch depends on a tensor|__bool__|\bbool\(|control flow",
+     "Python control flow on a tensor value: avoid if/while on tensor values; compute both sides "
+     "and select with torch.where (or a mask)."),
+    (r"numpy|\bnp\.",
+     "NumPy is not traced: use the torch equivalent, or do the NumPy work outside the compiled "
+     "function."),
+    (r"depends on tensor data|data[- ]dependent",
+     "The result depends on tensor data (shape or value): use a fixed-shape form (e.g. torch.where "
+     "with a mask instead of nonzero / boolean indexing), or do it outside the compiled function."),
+    (r"requires_grad|no_grad|enable_grad|set_grad_enabled|grad mode",
+     "Grad mode changes inside the function: use `torch.no_grad()` outside the loop / around the "
+     "call instead of toggling it inside."),
+    (r"\brandom\b",
+     "Python's random module is not traced: use torch.rand / torch.randint, or draw the number "
+     "outside and pass it in."),
+    (r"TorchFunctionMode|TorchDispatchMode",
+     "fastdyn does not compile while a torch function/dispatch mode is active: leave the mode "
+     "before calling the hot function."),
+    (r"is not supported|unsupported",
+     "fastdyn cannot trace this call: move it out of the compiled function, or into a helper "
+     "marked @fastdyn.skip (which runs eagerly)."),
+]
+_FIXES = [(re.compile(rx), fix) for rx, fix in FIXES]
+
+# Ops that backends run as extern calls (library kernels) rather than fuse.
+_EXTERN = re.compile(r"^(matmul|mm|addmm|bmm|baddbmm|linear|conv\w*|_convolution\w*|"
+                     r"scaled_dot_product_attention|_scaled_dot_product\w*|embedding\w*)$")
+
+
+def fix_for(reason):
+    """The fix text for a break reason, or None."""
+    for rx, fix in _FIXES:
+        if rx.search(reason or ""):
+            return fix
+    return None
+
+
+def esc(x):
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def _num(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return str(v) if isinstance(v, int) else f"{v:.4g}"
+
+
+def _ms(v):
+    return "?" if v is None else f"{v:.2f} ms"
+
+
+def _ident(s):
+    return re.sub(r"[^A-Za-z0-9_-]", "_", str(s))
+
+
+# --------------------------------------------------------------------------------------------
+# Size bound: each level cuts more; render() tries them in order until the page fits.
+@dataclass(frozen=True)
+class Limits:
+    gen_lines: int = None      # generated code lines per kernel (0: left out)
+    ir_lines: int = None       # loop IR / program text lines
+    node_cap: int = 400        # ops drawn per graph
+    guard_cap: int = None      # guards listed per entry
+    source_lines: int = None   # source lines shown per code object
+    text_chars: int = None     # any other single text
+    rows: int = None           # rows of any other list (breaks, stats, kernels, ...)
+    max_entries: int = None    # entries per code object
+    max_codes: int = None      # code objects
+
+
+LEVELS = [
+    Limits(),
+    Limits(gen_lines=200),
+    Limits(gen_lines=40, ir_lines=300),
+    Limits(gen_lines=40, ir_lines=60, node_cap=150),
+    Limits(gen_lines=20, ir_lines=40, node_cap=150, guard_cap=20, source_lines=400,
+           text_chars=2000, rows=200),
+    Limits(gen_lines=0, ir_lines=0, node_cap=40, guard_cap=5, source_lines=100, text_chars=300,
+           rows=30, max_entries=4),
+]
+
+
+@dataclass
+class Ctx:
+    lim: Limits
+    cuts: dict = field(default_factory=dict)   # what -> [times, amount left out]
+    diverged: dict = field(default_factory=dict)  # (code id, entry, kernel) -> divergence
+    svgs: dict = field(default_factory=dict)      # graph pictures, kept across size levels
+
+    def cut(self, what, amount):
+        """Record that `amount` `what` (e.g. 'source lines') were left out."""
+        c = self.cuts.setdefault(what, [0, 0])
+        c[0] += 1
+        c[1] += amount
+
+    def text(self, s):
+        s = "" if s is None else str(s)
+        n = self.lim.text_chars
+        if n is not None and len(s) > n:
+            self.cut("characters of long texts (reasons, guards, names)", len(s) - n)
+            return s[:n] + f" … [{len(s) - n:,} characters left out]"
+        return s
+
+    def rows(self, items, what):
+        items = list(items or [])
+        n = self.lim.rows
+        if n is not None and len(items) > n:
+            self.cut(what, len(items) - n)
+            return items[:n], len(items) - n
+        return items, 0
+
+    def notes(self):
+        return [f"{amount:,} {what} left out" + (f" (in {times:,} places)" if times > 1 else "")
+                for what, (times, amount) in self.cuts.items()]
+
+
+def clip_lines(text, n, ctx, what):
+    """(head of text, note or ''): the first n lines (and at most n*200 characters)."""
+    text = text or ""
+    if n is None or len(text) <= n * 200 and text.rstrip("\n").count("\n") < n:
+        return text, ""
+    head = "\n".join(text.split("\n", n)[:n])[: n * 200]
+    lines = text.count("\n") + 1 - (head.count("\n") + 1 if head else 0)
+    ctx.cut(f"characters of {what}", len(text) - len(head))
+    return head, (f"… {lines:,} more lines ({len(text) - len(head):,} characters) left out "
+                  "(report size bound)")
+
+
+def pre(cls, text, ctx, limit, what):
+    body, note = clip_lines(text, limit, ctx, what)
+    tail = f'\n<span class="cut">{esc(note)}</span>' if note else ""
+    return f'<pre class="{cls}">{esc(body)}{tail}</pre>'
+
+
+# --------------------------------------------------------------------------------------------
+# Graph text parsing.
+_VAL = re.compile(r"%(\d+)")
+_DECL = re.compile(r"%(\d+)\s*:")
+_NAME = re.compile(r"\s*([A-Za-z_][\w:.]*)\s*\(")
+
+
+@dataclass
+class Op:
+    index: int
+    line: str
+    name: str           # None: a line not understood (drawn as an opaque node)
+    outs: list          # [(value id, type text)]
+    args: list          # value ids read
+
+
+def _decls(text):
+    """'%0: f32[8]{1}, %1: i64[]{}' -> [(0, 'f32[8]{1}'), (1, 'i64[]{}')]."""
+    ms = list(_DECL.finditer(text))
+    out = []
+    for i, m in enumerate(ms):
+        end = ms[i + 1].start() if i + 1 < len(ms) else len(text)
+        out.append((int(m.group(1)), text[m.end():end].strip().rstrip(",").strip()))
+    return out
+
+
+def _uniq(xs):
+    return list(dict.fromkeys(int(x) for x in xs))
+
+
+def _parse_op(index, s):
+    lhs, sep, rhs = s.partition(" = ")
+    if not sep:
+        return Op(index, s, None, [], [])
+    outs = _decls(lhs) or [(int(v), "") for v in _VAL.findall(lhs)]
+    m = _NAME.match(rhs)
+    return Op(index, s, m.group(1) if m else None, outs, _uniq(_VAL.findall(rhs)))
+
+
+def parse_graph(text):
+    """(inputs [(id, type)], ops [Op], returns [id]) of a graph text; never raises."""
+    inputs, ops, returns, seen_sig = [], [], [], False
+    for line in (text or "").splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if not seen_sig and s.startswith("graph("):
+            seen_sig = True
+            inner = s[6:s.rindex(")")] if ")" in s else s[6:]
+            inputs = _decls(inner)
+        elif s.startswith("return"):
+            returns = _uniq(_VAL.findall(s))
+        else:
+            ops.append(_parse_op(len(ops), s))
+    return inputs, ops, returns
+
+
+def _short_type(t):
+    return re.sub(r"\{[^}]*\}\s*$", "", t or "").strip()
+
+
+def _short_name(name):
+    return name.rsplit("::", 1)[-1] if name else "?"
+
+
+# --------------------------------------------------------------------------------------------
+# Graph layout: rows by longest path; an edge over several rows gets a small dummy node per row
+# it crosses (so it bends around nodes); order in rows by barycenter sweeps with kernel members
+# kept adjacent; then x (node centres) pulled towards neighbours.
+NW, NH, DW, GX, GY, MARGIN = 160, 38, 12, 28, 58, 20
+DUMMY_BUDGET = 3000
+
+
+@dataclass
+class Node:
+    key: str
+    kind: str            # input | op | output | dummy
+    classes: str
+    value: str           # data-value
+    label: list          # two text lines
+    title: str
+    group: str = None    # kernel name
+    values: str = ""     # data-values: every output of an op
+    preds: list = field(default_factory=list)
+    succs: list = field(default_factory=list)
+    via: dict = field(default_factory=dict)   # pred key -> the value id read from it
+    row: int = 0
+    x: float = 0.0       # centre
+    w: float = NW
+
+
+def _group_sort(nodes, key):
+    groups = {}
+    for n in nodes:
+        groups.setdefault(n.group or "\0" + n.key, []).append(n)
+    ordered = sorted(groups.values(), key=lambda g: sum(key[n.key] for n in g) / len(g))
+    return [n for g in ordered for n in sorted(g, key=lambda n: key[n.key])]
+
+
+def _gap(a, b):
+    return (a.w + b.w) / 2 + (GX if a.kind != "dummy" and b.kind != "dummy" else 6)
+
+
+def _place_row(row, desired):
+    xs = []
+    for i, n in enumerate(row):
+        xs.append(desired[n.key] if not i else max(desired[n.key], xs[-1] + _gap(row[i - 1], n)))
+    shift = sum(desired[n.key] - x for n, x in zip(row, xs)) / len(row)
+    for n, x in zip(row, xs):
+        n.x = x + shift
+
+
+def _assign_rows(nodes, by_key):
+    for n in nodes:
+        if n.kind == "op":
+            n.row = 1 + max((by_key[p].row for p in n.preds if by_key[p].kind == "op"), default=0)
+    last = max((n.row for n in nodes if n.kind == "op"), default=0)
+    for n in nodes:
+        if n.kind == "input":
+            n.row = max(0, min((by_key[s].row for s in n.succs if by_key[s].kind == "op"),
+                               default=1) - 1)
+        elif n.kind == "output":
+            n.row = last + 1
+
+
+def _add_dummies(nodes, by_key):
+    """Chains of dummy nodes for long edges: {(pred key, succ key): [dummy, ...]}."""
+    long_edges = sorted(((by_key[p], n) for n in nodes for p in n.preds
+                         if n.row - by_key[p].row > 1), key=lambda e: e[1].row - e[0].row)
+    chains, budget = {}, DUMMY_BUDGET
+    for p, n in long_edges:
+        if n.row - p.row - 1 > budget:
+            break
+        budget -= n.row - p.row - 1
+        chain = [Node(f"d{p.key}-{n.key}-{r}", "dummy", "", "", [], "", row=r, w=DW)
+                 for r in range(p.row + 1, n.row)]
+        for a, b in zip([p] + chain, chain + [n]):
+            if a is p:
+                p.succs[p.succs.index(n.key)] = b.key
+            else:
+                a.succs.append(b.key)
+            if b is n:
+                n.preds[n.preds.index(p.key)] = a.key
+            else:
+                b.preds.append(a.key)
+        chains[(p.key, n.key)] = chain
+        nodes.extend(chain)
+        by_key.update((d.key, d) for d in chain)
+    return chains
+
+
+def layout(nodes):
+    """Set row and x of each node; returns the dummy chains of long edges (_add_dummies).
+    The nodes' preds/succs then name the dummies."""
+    by_key = {n.key: n for n in nodes}
+    _assign_rows(nodes, by_key)
+    chains = _add_dummies(nodes, by_key)
+    rows = {}
+    for n in nodes:
+        rows.setdefault(n.row, []).append(n)
+    rows = [rows[r] for r in sorted(rows)]
+    pos = {}
+
+    def index_pos(row):
+        for i, n in enumerate(row):
+            pos[n.key] = i - (len(row) - 1) / 2
+
+    def mean(keys, own):
+        return sum(pos[k] for k in keys) / len(keys) if keys else own
+
+    for row in rows:
+        index_pos(row)
+    for _ in range(4):   # ordering sweeps: down by predecessors, up by successors
+        for attr, seq in (("preds", rows[1:]), ("succs", rows[-2::-1])):
+            for row in seq:
+                key = {n.key: mean(getattr(n, attr), pos[n.key]) for n in row}
+                row[:] = _group_sort(row, key)
+                index_pos(row)
+    for row in rows:
+        _place_row(row, {n.key: 0 for n in row})
+    for _ in range(3):   # coordinates: pull each node towards its neighbours' mean x
+        for attr, seq in (("preds", rows[1:]), ("succs", rows[-2::-1]), ("preds", rows[1:])):
+            for row in seq:
+                nb = {n.key: [by_key[k].x for k in getattr(n, attr)] for n in row}
+                _place_row(row, {k: sum(v) / len(v) if v else by_key[k].x for k, v in nb.items()})
+    low = min((n.x - n.w / 2 for n in nodes), default=0)
+    for n in nodes:
+        n.x += MARGIN - low
+    return chains
+
+
+def _ny(n):
+    return MARGIN + 16 + n.row * (NH + GY)
+
+
+def _clip(s, n=22):
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def build_nodes(graph_text, sources, locations, kernels, cap):
+    """Nodes of a graph (at most cap ops) and the number of ops not drawn."""
+    inputs, ops, returns = parse_graph(graph_text)
+    kernel_of = {}
+    for k in kernels:
+        for v in k.get("values") or []:
+            kernel_of.setdefault(v, str(k.get("name", "?")))
+    drawn, left = ops[:cap], max(0, len(ops) - cap)
+    producer, nodes = {}, []
+    used = {a for op in drawn for a in op.args} | set(returns)
+    for i, (v, t) in enumerate(inputs):
+        if left and v not in used:
+            continue
+        src = sources[i] if i < len(sources) else f"%{v}"
+        n = Node(f"in{v}", "input", "node input", str(v), [_clip(src), _clip(_short_type(t))],
+                 f"input %{v} = {src}: {t}")
+        producer[v] = n
+        nodes.append(n)
+    for op in drawn:
+        loc = locations[op.index] if op.index < len(locations) else ""
+        group = next((kernel_of[v] for v, _ in op.outs if v in kernel_of), None)
+        base = _short_name(op.name).split(".")[0]
+        kind = ("opaque" if op.name is None else "extern" if _EXTERN.match(base)
+                else "fused" if group else "plain")
+        shape = _short_type(op.outs[0][1]) if op.outs else ""
+        if len(op.outs) > 1:
+            shape += f" +{len(op.outs) - 1}"
+        label = [_clip(_short_name(op.name) if op.name else op.line), _clip(shape)]
+        n = Node(f"op{op.index}", "op", f"node op {kind}", " ".join(str(v) for v, _ in op.outs[:1]),
+                 label, op.line + (f"\n@ {loc}" if loc else ""), group,
+                 " ".join(str(v) for v, _ in op.outs))
+        for a in op.args:
+            if a in producer and producer[a].key not in n.preds:
+                n.preds.append(producer[a].key)
+                n.via[producer[a].key] = str(a)
+        for v, _ in op.outs:
+            producer[v] = n
+        nodes.append(n)
+    for j, v in enumerate(returns):
+        if v not in producer:
+            continue
+        n = Node(f"out{j}", "output", "node output", str(v), [f"output {j}", f"%{v}"],
+                 f"output {j} = %{v}", preds=[producer[v].key], via={producer[v].key: str(v)})
+        nodes.append(n)
+    by_key = {n.key: n for n in nodes}
+    for n in nodes:
+        for p in n.preds:
+            by_key[p].succs.append(n.key)
+    return nodes, left, len(ops)
+
+
+def _kernel_rects(members, others):
+    """Rectangles (x, y, w, h) behind a kernel's nodes: row by row, consecutive rows merged
+    while no other node falls inside."""
+    def box(ns):
+        x0, y0 = min(n.x for n in ns) - NW / 2 - 8, min(_ny(n) for n in ns) - 18
+        x1, y1 = max(n.x for n in ns) + NW / 2 + 8, max(_ny(n) for n in ns) + NH + 8
+        return x0, y0, x1 - x0, y1 - y0
+
+    def clear(b):
+        x, y, w, h = b
+        return not any(x < o.x + NW / 2 and o.x - NW / 2 < x + w and y < _ny(o) + NH
+                       and _ny(o) < y + h for o in others)
+    rows = {}
+    for n in members:
+        rows.setdefault(n.row, []).append(n)
+    groups = []
+    for r in sorted(rows):
+        if groups and groups[-1][1] == r - 1 and clear(box(groups[-1][0] + rows[r])):
+            groups[-1] = (groups[-1][0] + rows[r], r)
+        else:
+            groups.append((rows[r], r))
+    return [box(ns) for ns, _ in groups]
+
+
+def _edge_path(s, n, chain):
+    """A path from s's bottom to n's top through the dummy nodes of a long edge."""
+    x, y = s.x, _ny(s) + NH
+    d = [f"M{x:.0f},{y:.0f}"]
+    for t in chain + [n]:
+        x2, y2 = t.x, _ny(t) - (1 if t is n else 0)
+        dy = (y2 - y) / 2
+        d.append(f"C{x:.0f},{y + dy:.0f} {x2:.0f},{y2 - dy:.0f} {x2:.0f},{y2:.0f}")
+        if t is not n:
+            y = y2 + NH
+            d.append(f"L{x2:.0f},{y:.0f}")
+        x = x2
+    return " ".join(d)
+
+
+def graph_svg(entry, code_id, ctx):
+    """(svg html, note html) for an entry's graph (laid out once per node cap)."""
+    key = (code_id, entry.get("index"), ctx.lim.node_cap)
+    if key not in ctx.svgs:
+        ctx.svgs[key] = _graph_svg(entry, code_id, ctx)
+    svg, left, total = ctx.svgs[key]
+    note = ""
+    if left:
+        ctx.cut("graph ops not drawn", left)
+        note = (f'<p class="note graph-cap">This graph has {total:,} ops; only the first '
+                f'{ctx.lim.node_cap:,} are drawn.</p>')
+    return svg, note
+
+
+def _graph_svg(entry, code_id, ctx):
+    kernels = entry.get("kernels") or []
+    nodes, left, total = build_nodes(entry.get("graph_text"), entry.get("input_sources") or [],
+                                     entry.get("node_locations") or [], kernels, ctx.lim.node_cap)
+    edges = [(p, n) for n in nodes for p in n.preds]
+    real = list(nodes)
+    chains = layout(nodes)
+    by_key = {n.key: n for n in nodes}
+    width = max((n.x + n.w / 2 for n in nodes), default=0) + MARGIN
+    height = max((_ny(n) for n in nodes), default=0) + NH + MARGIN
+    mid = f"arrow-c{_ident(code_id)}-e{_ident(entry.get('index'))}"
+    out = [f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" data-code="{esc(code_id)}" '
+           f'data-entry="{esc(entry.get("index"))}" width="{width:.0f}" height="{height:.0f}" '
+           f'viewBox="0 0 {width:.0f} {height:.0f}" role="img">',
+           f'<defs><marker id="{mid}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+           f'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/>'
+           f'</marker></defs>']
+    for k in kernels:
+        name = str(k.get("name", "?"))
+        members = [n for n in nodes if n.kind == "op" and n.group == name]
+        if not members:
+            continue
+        others = [n for n in real if n.group != name]
+        bad = " diverged" if (code_id, entry.get("index"), name) in ctx.diverged else ""
+        out.append(f'<g class="kernel{bad}" data-kernel="{esc(name)}"><title>kernel {esc(name)}'
+                   f'</title>')
+        for x, y, w, h in _kernel_rects(members, others):
+            out.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{h:.0f}" rx="8"/>'
+                       f'<text x="{x + 6:.0f}" y="{y + 12:.0f}">{esc(name)}</text>')
+        out.append("</g>")
+    out.append('<g class="edges">')
+    for p, n in edges:
+        s = by_key[p]
+        out.append(f'<path class="edge" data-from="{esc(n.via[p])}" data-to="{esc(n.value)}" '
+                   f'd="{_edge_path(s, n, chains.get((p, n.key), []))}" '
+                   f'marker-end="url(#{mid})"/>')
+    out.append("</g>")
+    for n in real:
+        rx = NH / 2 if n.kind != "op" else 5
+        extra = f' data-values="{esc(n.values)}"' if n.kind == "op" else ""
+        out.append(f'<g class="{n.classes}" data-value="{esc(n.value)}"{extra}>'
+                   f'<title>{esc(n.title)}</title>'
+                   f'<rect x="{n.x - NW / 2:.0f}" y="{_ny(n)}" width="{NW}" height="{NH}" '
+                   f'rx="{rx:.0f}"/><text x="{n.x:.0f}" y="{_ny(n) + 15}" class="l1">'
+                   f'{esc(n.label[0])}</text><text x="{n.x:.0f}" y="{_ny(n) + 30}" class="l2">'
+                   f'{esc(n.label[1])}</text>'
+                   f'</g>')
+    out.append("</svg>")
+    return "\n".join(out), left, total
+
+
+LEGEND = ('<p class="legend"><span class="sw input">input</span><span class="sw fused">fused op'
+          '</span><span class="sw plain">op (not fused)</span><span class="sw extern">extern op'
+          '</span><span class="sw output">output</span><span class="sw kernel">kernel</span></p>')
+
+
+# --------------------------------------------------------------------------------------------
+# Sections.
+def _same_file(a, b):
+    if not a or not b:
+        return False
+    return os.path.normpath(a) == os.path.normpath(b) or (
+        os.path.basename(a) == os.path.basename(b) and not (os.path.isabs(a) and os.path.isabs(b)))
+
+
+def _loc_link(loc, code, shown):
+    """A 'file.py:12' location as a link to the marked source line when it is shown."""
+    f, _, line = str(loc).rpartition(":")
+    if line.isdigit() and _same_file(f, code.get("filename")) and int(line) in shown:
+        return f'<a href="#code{_ident(code.get("id"))}-L{line}">{esc(loc)}</a>'
+    return esc(loc)
+
+
+def _break_text(b):
+    fix = fix_for(b.get("reason"))
+    how = "a continuation runs the rest" if b.get("continued") else "the frame ran eagerly"
+    out = f'<div class="reason">⚠ {esc(b.get("reason"))} <em>({how})</em></div>'
+    return out + (f'<div class="fix">fix: {esc(fix)}</div>' if fix else "")
+
+
+def source_html(code, ctx):
+    """The source with line numbers and break markers, then breaks elsewhere; returns
+    (html, set of line numbers shown)."""
+    cid, first = code.get("id"), int(code.get("firstlineno") or 1)
+    src = code.get("source")
+    lines = list(src) if src else []
+    if ctx.lim.source_lines is not None and len(lines) > ctx.lim.source_lines:
+        ctx.cut("source lines", len(lines) - ctx.lim.source_lines)
+        lines = lines[: ctx.lim.source_lines]
+    shown = set(range(first, first + len(lines)))
+    breaks, _ = ctx.rows(code.get("breaks"), "graph breaks")
+    breaks = [dict(b, reason=ctx.text(b.get("reason"))) for b in breaks]
+    here, elsewhere = {}, []
+    for b in breaks:
+        if _same_file(b.get("filename"), code.get("filename")) and b.get("lineno") in shown:
+            here.setdefault(b["lineno"], []).append(b)
+        else:
+            elsewhere.append(b)
+    hot = set()
+    for e in code.get("entries") or []:
+        for loc in (e.get("node_locations") or []):
+            f, _, ln = str(loc).rpartition(":")
+            if ln.isdigit() and _same_file(f, code.get("filename")):
+                hot.add(int(ln))
+    out = []
+    if src:
+        out.append(f'<table class="source" data-code="{esc(cid)}">')
+        for i, text in enumerate(lines):
+            ln = first + i
+            bs = here.get(ln, [])
+            cls = "src-line" + (" has-break" if bs else "") + (" hot" if ln in hot else "")
+            marks = "".join(f'<span class="break" data-line="{ln}" title="{esc(b.get("reason"))}">'
+                            f'●</span>' for b in bs)
+            out.append(f'<tr id="code{_ident(cid)}-L{ln}" class="{cls}"><td class="ln">{ln}</td>'
+                       f'<td class="mark">{marks}</td><td class="text">{esc(ctx.text(text).rstrip())}'
+                       f'</td></tr>')
+            for b in bs:
+                out.append(f'<tr class="break-note"><td></td><td></td><td>{_break_text(b)}'
+                           f'</td></tr>')
+        out.append('</table><p class="legend muted"><span class="brk-sym">●</span> graph break '
+                   '(hover for the reason) · <span class="hotmark"></span> line with ops in a graph'
+                   '</p>')
+        if len(lines) < len(src):
+            out.append(f'<p class="note">… {len(src) - len(lines):,} more source lines left out.</p>')
+    else:
+        out.append('<p class="note">Source not available.</p>')
+    if elsewhere:
+        out.append('<h4>Breaks at other lines (inlined code)</h4><ul class="breaks-elsewhere">')
+        for b in elsewhere:
+            out.append(f'<li class="break" data-line="{esc(b.get("lineno"))}" '
+                       f'data-file="{esc(b.get("filename"))}" title="{esc(b.get("reason"))}">'
+                       f'<code>{esc(b.get("filename"))}:{esc(b.get("lineno"))}</code>'
+                       f'{_break_text(b)}</li>')
+        out.append("</ul>")
+    return "\n".join(out), shown
+
+
+def kernel_html(kernel, code, entry, shown, ctx):
+    cid, ei, name = code.get("id"), entry.get("index"), str(kernel.get("name", "?"))
+    div = ctx.diverged.get((cid, ei, name))
+    vals = ", ".join(f"%{v}" for v in kernel.get("values") or [])
+    locs = ", ".join(_loc_link(l, code, shown) for l in kernel.get("locations") or [])
+    out = [f'<details class="kernel-code{" diverged" if div else ""}" '
+           f'id="code{_ident(cid)}-e{_ident(ei)}-{_ident(name)}" data-kernel="{esc(name)}"'
+           f'{" open" if div else ""}>',
+           f'<summary>kernel <b>{esc(name)}</b> <span class="muted">ops {esc(vals) or "—"}'
+           f'</span></summary>']
+    if div:
+        out.append(f'<p class="warning">This kernel diverged from eager: max abs err '
+                   f'{_num(div.get("max_abs_err"))} (atol {_num(div.get("atol"))}), max rel err '
+                   f'{_num(div.get("max_rel_err"))} (rtol {_num(div.get("rtol"))}).</p>')
+    out.append(f'<p>Source lines: {locs or "unknown"}</p>')
+    out.append("<h5>Loop IR</h5>" + pre("kernel-ir", kernel.get("loop_ir"), ctx, ctx.lim.ir_lines,
+                                        "loop IR"))
+    code_text, lang = kernel.get("code"), kernel.get("code_language") or ""
+    if code_text is not None:
+        out.append(f'<h5>Generated code {esc("(" + lang + ")" if lang else "")}</h5>')
+        if ctx.lim.gen_lines == 0:
+            n = code_text.count("\n") + 1
+            ctx.cut("characters of generated code", len(code_text))
+            out.append(f'<pre class="kernel-generated"><span class="cut">generated code left out '
+                       f'({n:,} lines, {len(code_text):,} characters; report size bound)</span></pre>')
+        else:
+            out.append(pre("kernel-generated", code_text, ctx, ctx.lim.gen_lines,
+                           "generated code"))
+    out.append("</details>")
+    return "\n".join(out)
+
+
+def timings_html(entry, ctx):
+    rows, _ = ctx.rows(entry.get("timings"), "timing rows")
+    top = max((float(t.get("ms") or 0) for t in rows), default=0) or 1
+    out = ['<table class="timings"><tr><th>pass</th><th>ms</th><th></th></tr>']
+    for t in rows:
+        ms = float(t.get("ms") or 0)
+        out.append(f'<tr><td>{esc(ctx.text(t.get("pass")))}</td><td class="num">{ms:.3f}</td>'
+                   f'<td class="barcell"><span class="bar" style="width:{100 * ms / top:.1f}%">'
+                   f'</span></td></tr>')
+    out.append("</table>")
+    out.append(f'<p class="compile-time">compile (calling thread): {_ms(entry.get("compile_ms"))}'
+               f' · kernels ready: {_ms(entry.get("ready_ms"))}</p>')
+    return "\n".join(out)
+
+
+def entry_html(entry, code, shown, open_, ctx):
+    cid, ei = code.get("id"), entry.get("index")
+    kernels = entry.get("kernels") or []
+    out = [f'<details class="entry" id="code{_ident(cid)}-e{_ident(ei)}" data-code="{esc(cid)}" '
+           f'data-entry="{esc(ei)}"{" open" if open_ else ""}>',
+           f'<summary>entry {esc(ei)} · {esc(entry.get("backend") or "?")} · '
+           f'{len(kernels)} kernel(s) · compile {_ms(entry.get("compile_ms"))}</summary>']
+    if entry.get("recompile_reason"):
+        out.append(f'<p class="recompile-reason">recompiled because: <code>'
+                   f'{esc(ctx.text(entry["recompile_reason"]))}</code></p>')
+    srcs, _ = ctx.rows(entry.get("input_sources"), "input sources")
+    if srcs:
+        out.append('<h4>Inputs</h4><table class="inputs"><tr><th>#</th><th>read from</th></tr>')
+        out += [f'<tr><td>{i}</td><td><code>{esc(ctx.text(s))}</code></td></tr>'
+                for i, s in enumerate(srcs)]
+        out.append("</table>")
+    if (entry.get("graph_text") or "").strip():
+        svg, note = graph_svg(entry, cid, ctx)
+        out += ["<h4>Graph</h4>", LEGEND, f'<div class="graph-wrap">{svg}</div>', note]
+    else:
+        out.append('<p class="note">No graph in this entry.</p>')
+    guards = list(entry.get("guards") or [])
+    cap = ctx.lim.guard_cap
+    out.append(f'<h4>Guards ({len(guards)})</h4><ul class="guards">')
+    out += [f'<li class="guard"><code>{esc(ctx.text(g))}</code></li>' for g in guards[:cap]]
+    out.append("</ul>")
+    if cap is not None and len(guards) > cap:
+        ctx.cut("guards", len(guards) - cap)
+        out.append(f'<p class="note">… {len(guards) - cap:,} more guards left out.</p>')
+    if entry.get("program_text"):
+        out.append('<details class="program"><summary>Program (' + esc(entry.get("backend")) +
+                   ')</summary>' + pre("program", entry["program_text"], ctx, ctx.lim.ir_lines,
+                                       "program text") + "</details>")
+    ks, _ = ctx.rows(kernels, "kernels")
+    if ks:
+        out.append(f'<h4>Kernels ({len(kernels)})</h4>')
+        out += [kernel_html(k, code, entry, shown, ctx) for k in ks]
+    out.append("<h4>Timings</h4>" + timings_html(entry, ctx))
+    out.append("</details>")
+    return "\n".join(out)
+
+
+def code_html(code, i, ctx):
+    cid = code.get("id")
+    entries = list(code.get("entries") or [])
+    recs = code.get("recompiles") or []
+    breaks = code.get("breaks") or []
+    out = [f'<details class="code" id="code{_ident(cid)}" data-code="{esc(cid)}"'
+           f'{" open" if i < 3 else ""}>',
+           f'<summary>{esc(ctx.text(code.get("qualname")))} <span class="muted">'
+           f'{esc(ctx.text(code.get("filename")))}:{esc(code.get("firstlineno"))} · '
+           f'{len(entries)} entr{"y" if len(entries) == 1 else "ies"} · {len(breaks)} break(s) · '
+           f'{len(recs)} recompile(s)</span>'
+           f'{" <span class=badge>recompile limit</span>" if code.get("limit") else ""}</summary>']
+    if code.get("limit"):
+        out.append(f'<p class="limit warning">⚠ {esc(ctx.text(code["limit"]))}</p>')
+    src, shown = source_html(code, ctx)
+    out += ["<h3>Source</h3>", src]
+    if recs:
+        rows, left = ctx.rows(recs, "recompile rows")
+        out.append('<h3>Recompiles</h3><table class="recompiles"><tr><th>entry</th>'
+                   '<th>guard that failed</th></tr>')
+        out += [f'<tr class="recompile" data-entry="{esc(r.get("entry"))}"><td>'
+                f'<a href="#code{_ident(cid)}-e{_ident(r.get("entry"))}">{esc(r.get("entry"))}</a>'
+                f'</td><td><code>{esc(ctx.text(r.get("guard")))}</code></td></tr>' for r in rows]
+        out.append("</table>" + (f'<p class="note">… {left:,} more left out.</p>' if left else ""))
+    n = ctx.lim.max_entries
+    if n is not None and len(entries) > n:
+        ctx.cut("compiled entries", len(entries) - n)
+        out.append(f'<p class="note">Only the first {n} of {len(entries)} entries are shown.</p>')
+        entries = entries[:n]
+    if entries:
+        out.append("<h3>Compiled entries</h3>")
+        out += [entry_html(e, code, shown, j < 2, ctx) for j, e in enumerate(entries)]
+    out.append("</details>")
+    return "\n".join(out)
+
+
+def _kv_table(cls, d, ctx):
+    rows, left = ctx.rows((d or {}).items(), "table rows")
+    out = [f'<table class="{cls}">']
+    out += [f'<tr><th>{esc(ctx.text(k))}</th><td class="num">{esc(ctx.text(_num(v)))}</td></tr>'
+            for k, v in rows]
+    return "\n".join(out) + "</table>" + (f'<p class="note">… {left} more rows.</p>' if left else "")
+
+
+def header_html(data, ctx):
+    argv = " ".join(str(a) for a in data.get("argv") or [])
+    return (f'<header><h1>{esc(ctx.text(data.get("title") or "fastdyn report"))}</h1>'
+            f'<p class="meta">created {esc(ctx.text(data.get("created")))} · '
+            f'<code>{esc(ctx.text(argv))}</code></p>'
+            + _kv_table("fastdyn-info", data.get("fastdyn"), ctx) + "</header>")
+
+
+def summary_html(data, ctx):
+    codes = data.get("codes") or []
+    entries = [e for c in codes for e in c.get("entries") or []]
+    counts = [("code objects", len(codes)),
+              ("graphs", sum(1 for e in entries if (e.get("graph_text") or "").strip())),
+              ("graph breaks", sum(len(c.get("breaks") or []) for c in codes)),
+              ("recompiles", sum(len(c.get("recompiles") or []) for c in codes)),
+              ("kernels", sum(len(e.get("kernels") or []) for e in entries)),
+              ("recompile limits hit", sum(1 for c in codes if c.get("limit")))]
+    out = ['<section id="summary"><h2>Summary</h2><div class="side"><table class="counts">']
+    out += [f'<tr data-count="{esc(k)}"><th>{esc(k)}</th><td class="num">{v}</td></tr>'
+            for k, v in counts]
+    out.append("</table>")
+    out.append(_kv_table("stats", data.get("stats"), ctx) + "</div></section>")
+    return "\n".join(out)
+
+
+def toc_html(codes, ctx):
+    out = ['<nav id="toc"><h2>Code objects</h2><ol>']
+    for c in codes:
+        bad = " <span class=badge>limit</span>" if c.get("limit") else ""
+        out.append(f'<li><a href="#code{_ident(c.get("id"))}">{esc(ctx.text(c.get("qualname")))}'
+                   f'</a> <span class="muted">{esc(ctx.text(os.path.basename(str(c.get("filename") or ""))))}'
+                   f':{esc(c.get("firstlineno"))} · {len(c.get("entries") or [])} entr(ies), '
+                   f'{len(c.get("breaks") or [])} break(s), {len(c.get("recompiles") or [])} '
+                   f'recompile(s)</span>{bad}</li>')
+    return "\n".join(out) + "</ol></nav>"
+
+
+def check_html(check, codes, ctx):
+    names = {c.get("id"): c.get("qualname") for c in codes}
+    divs, left = ctx.rows(check.get("divergences"), "divergence rows")
+    out = ['<section id="check"><h2>Accuracy check</h2>',
+           f'<p>graphs checked: <b>{esc(check.get("graphs_checked"))}</b> · diverging: '
+           f'<b>{len(check.get("divergences") or [])}</b></p>']
+    if not divs:
+        out.append('<p class="ok">No kernel diverged from eager.</p></section>')
+        return "\n".join(out)
+    out.append('<table class="divergences"><tr><th>code</th><th>entry</th><th>kernel</th>'
+               '<th>value</th><th>dtype</th><th>max abs err / atol</th><th>max rel err / rtol</th>'
+               '<th>inputs file</th><th>detail</th></tr>')
+    for d in divs:
+        cid, ei, k = d.get("code_id"), d.get("entry"), str(d.get("kernel"))
+        out.append(
+            f'<tr class="divergence" data-kernel="{esc(k)}" data-code="{esc(cid)}" '
+            f'data-entry="{esc(ei)}"><td><a href="#code{_ident(cid)}">'
+            f'{esc(ctx.text(names.get(cid, cid)))}</a></td><td>{esc(ei)}</td>'
+            f'<td><a href="#code{_ident(cid)}-e{_ident(ei)}-{_ident(k)}">{esc(k)}</a></td>'
+            f'<td>%{esc(d.get("value"))}</td><td>{esc(d.get("dtype"))}</td>'
+            f'<td class="num">{_num(d.get("max_abs_err"))} / {_num(d.get("atol"))}</td>'
+            f'<td class="num">{_num(d.get("max_rel_err"))} / {_num(d.get("rtol"))}</td>'
+            f'<td><code>{esc(ctx.text(d.get("inputs_file") or "—"))}</code></td>'
+            f'<td>{esc(ctx.text(d.get("detail")))}</td></tr>')
+    out.append("</table>" + (f'<p class="note">… {left} more.</p>' if left else "") + "</section>")
+    return "\n".join(out)
+
+
+def omitted_html(notes, anchor):
+    if not notes:
+        return ""
+    items = "".join(f'<p class="omitted">{esc(n)}</p>' for n in notes)
+    return f'<section class="omitted-notes" id="{anchor}"><h2>Left out</h2>{items}</section>'
+
+
+# --------------------------------------------------------------------------------------------
+CSS = """
+:root{--fg:#1d2330;--muted:#5b6475;--line:#d8dde6;--panel:#f5f7fa;--brk:#c62828;--brkbg:#fdecea}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+ color:var(--fg);margin:0 auto;max-width:1320px;padding:16px 24px}
+code,pre,.source,svg.graph text{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,
+ "DejaVu Sans Mono","Liberation Mono",monospace}
+code{font-size:12.5px} pre{font-size:12px;background:var(--panel);border:1px solid var(--line);
+ border-radius:6px;padding:8px 10px;overflow:auto;max-height:420px;margin:6px 0}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;border-bottom:1px solid var(--line);
+ padding-bottom:4px;margin:26px 0 8px}h3{font-size:15px;margin:16px 0 6px}h4{font-size:14px;
+ margin:14px 0 4px}h5{font-size:13px;margin:10px 0 2px;color:var(--muted)}
+table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid var(--line);padding:3px 8px;
+ text-align:left;vertical-align:top}th{background:var(--panel);font-weight:600}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.muted,.meta{color:var(--muted);font-weight:normal}.note{color:var(--muted);font-style:italic}
+.side{display:flex;gap:24px;align-items:flex-start;flex-wrap:wrap}
+a{color:#1557b0}summary{cursor:pointer}
+details.code{border:1px solid var(--line);border-radius:8px;padding:6px 14px;margin:14px 0}
+details.code>summary{font-size:16px;font-weight:600;padding:4px 0}
+details.entry{border-left:3px solid #90a4c8;padding:2px 0 2px 12px;margin:14px 0}
+details.entry>summary{font-weight:600;font-size:14.5px}
+details.kernel-code{border:1px solid var(--line);border-radius:6px;padding:4px 10px;margin:6px 0}
+details.kernel-code.diverged,tr.divergence td{background:#fff1f0}
+table.source{border:1px solid var(--line);border-radius:6px;width:100%;font-size:12.5px}
+table.source td{border:none;padding:0 6px}table.source td.ln{color:var(--muted);text-align:right;
+ width:1%;white-space:nowrap;user-select:none}table.source td.mark{width:1%}
+table.source td.text{white-space:pre-wrap}tr.hot td.ln{border-left:3px solid #90a4c8}
+tr.has-break td{background:var(--brkbg)}span.break,.brk-sym{color:var(--brk);font-weight:700;cursor:help}
+tr.break-note td{background:var(--brkbg);font-family:system-ui,sans-serif;padding:0 6px 6px}
+.hotmark{display:inline-block;width:3px;height:12px;background:#90a4c8}
+.reason{color:var(--brk)}.fix{color:#1b5e20}ul.breaks-elsewhere li{margin:4px 0}
+.omitted,.warning{background:#fff4d6;border:1px solid #f0c36d;border-radius:6px;padding:6px 10px}
+.limit{font-weight:600}.ok{color:#1b5e20}.cut{color:#8a5a00;font-style:italic}
+.badge{background:#c62828;color:#fff;border-radius:9px;padding:0 7px;font-size:11px;margin-left:6px}
+.recompile-reason{background:#eef3fb;border-radius:6px;padding:4px 8px}
+ul.guards{margin:4px 0;padding-left:20px;max-height:320px;overflow:auto}li.guard{margin:1px 0}
+table.timings td.barcell{width:260px}span.bar{display:inline-block;height:10px;min-width:1px;
+ background:#5c8ddb;border-radius:2px}
+.graph-wrap{overflow:auto;border:1px solid var(--line);border-radius:6px;
+ background:#fcfdff}
+svg.graph text{font-size:11px;text-anchor:middle;fill:#1d2330}svg.graph .l2{fill:#5b6475}
+svg.graph g.node rect{stroke:#5b6475;stroke-width:1;fill:#fff}
+svg.graph g.input rect{fill:#e3f2e5;stroke:#2e7d32}svg.graph g.output rect{fill:#e4e9f7;stroke:#283593}
+svg.graph g.fused rect{fill:#dcebff;stroke:#1565c0}svg.graph g.extern rect{fill:#ffe6cc;stroke:#c25e00;
+ stroke-width:1.6}svg.graph g.opaque rect{fill:#eee;stroke-dasharray:3 2}
+svg.graph g.kernel rect{fill:#eef5ff;stroke:#7ea6e0;stroke-dasharray:5 3}
+svg.graph g.kernel text{fill:#1565c0;font-weight:700;text-anchor:start}
+svg.graph g.kernel.diverged rect{fill:#ffe9e7;stroke:#c62828}
+svg.graph path.edge{fill:none;stroke:#7a8599;stroke-width:1.2}svg.graph .arrowhead{fill:#7a8599}
+.legend .sw{display:inline-block;border:1px solid #5b6475;border-radius:4px;padding:0 6px;
+ margin-right:6px;font-size:12px}.sw.input{background:#e3f2e5}.sw.output{background:#e4e9f7}
+.sw.fused{background:#dcebff}.sw.extern{background:#ffe6cc}.sw.kernel{background:#eef5ff;
+ border-style:dashed}#toolbar button{margin-right:6px}
+"""
+
+JS = """
+function fdOpen(id){var e=document.getElementById(id);while(e){if(e.tagName==='DETAILS')e.open=true;
+e=e.parentElement;}}
+window.addEventListener('hashchange',function(){fdOpen(decodeURIComponent(location.hash.slice(1)));});
+document.addEventListener('click',function(ev){var a=ev.target.closest&&ev.target.closest('a[href^="#"]');
+if(a)fdOpen(decodeURIComponent(a.getAttribute('href').slice(1)));});
+if(location.hash)fdOpen(decodeURIComponent(location.hash.slice(1)));
+(function(){var t=document.getElementById('toolbar');if(!t)return;[['expand all',true],
+['collapse all',false]].forEach(function(p){var b=document.createElement('button');b.textContent=p[0];
+b.onclick=function(){document.querySelectorAll('details').forEach(function(d){d.open=p[1];});};
+t.appendChild(b);});})();
+"""
+
+
+def _page(data, ctx):
+    codes = list(data.get("codes") or [])
+    check = data.get("check")
+    if check:
+        for d in check.get("divergences") or []:
+            ctx.diverged.setdefault((d.get("code_id"), d.get("entry"), str(d.get("kernel"))), d)
+    n = ctx.lim.max_codes
+    if n is not None and len(codes) > n:
+        ctx.cut("code objects", len(codes) - n)
+    shown = codes if n is None else codes[:n]
+    body = [summary_html(data, ctx)]
+    if check:
+        body.append(check_html(check, codes, ctx))
+    body.append(toc_html(shown, ctx))
+    body.append('<section id="codes"><h2>Code objects in detail</h2>')
+    body += [code_html(c, i, ctx) for i, c in enumerate(shown)]
+    body.append("</section>")
+    collector = [ctx.text(s) for s in ctx.rows(data.get("omitted"), "collector notes")[0]]
+    head = header_html(data, ctx)   # after the body, so its cuts are counted too
+    notes = collector + ctx.notes()
+    top = ""
+    if notes:
+        top = (f'<p class="omitted">Parts of this report were left out ({len(notes)} note(s)): '
+               f'<a href="#omitted">see the end</a>.</p>')
+    return "".join([
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<title>{esc(str(data.get("title") or "fastdyn report")[:300])}</title>'
+        f'<style>{CSS}</style></head>\n<body>\n', head, '<div id="toolbar"></div>', top, "\n",
+        "\n".join(body), "\n", omitted_html(notes, "omitted"), f"\n<script>{JS}</script>\n",
+        "</body></html>\n"])
+
+
+def _minimal(data, max_bytes, size):
+    title = esc(str(data.get("title") or "fastdyn report")[:200])
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>' + title +
+            '</title></head><body><h1>' + title + '</h1><p class="omitted">Everything was left '
+            f'out: even the most cut-down report took {size:,} bytes, over the bound of '
+            f'{max_bytes:,} bytes.</p></body></html>\n')
+
+
+def render(data, *, max_bytes=8_000_000):
+    """The report page of a collected dict (see the module docstring) as HTML text whose
+    UTF-8 encoding is at most max_bytes long."""
+    data = data or {}
+    size = 0
+    levels = list(LEVELS)
+    n = len(data.get("codes") or [])
+    while n > 1:   # last resort: fewer code objects
+        n //= 2
+        levels.append(replace(LEVELS[-1], max_codes=n))
+    levels.append(replace(LEVELS[-1], max_codes=0, text_chars=100, rows=5))
+    svgs = {}
+    for lim in levels:
+        text = _page(data, Ctx(lim, svgs=svgs))
+        size = len(text.encode("utf-8"))
+        if size <= max_bytes:
+            return text
+    text = _minimal(data, max_bytes, size)
+    if len(text.encode("utf-8")) > max_bytes:
+        raise ValueError(f"fastdyn.report_html: max_bytes={max_bytes} is too small for any page")
+    return text
+
+
+def write(data, path, **kw):
+    """Render data and write it to path (UTF-8); returns path."""
+    text = render(data, **kw)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+    return path
