@@ -12,6 +12,7 @@ loop IR, graph pictures, guard lists, ...) and each cut is named in a visible `<
     report_html.write(data, "fastdyn_report.html")
 """
 import html
+import operator
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -64,8 +65,12 @@ def fix_for(reason):
     return None
 
 
+_SPECIAL = re.compile(r"[&<>\"']")
+
+
 def esc(x):
-    return html.escape("" if x is None else str(x), quote=True)
+    s = "" if x is None else str(x)
+    return html.escape(s, quote=True) if _SPECIAL.search(s) else s
 
 
 def _num(v):
@@ -252,25 +257,49 @@ class Node:
     w: float = NW
 
 
-def _group_sort(nodes, key):
+def _group_sort(row, keys, group):
+    """The nodes of row (indices) sorted by keys (one per node), stably, with the nodes of one
+    kernel kept adjacent: a kernel sits at the mean key of its nodes in the row. group: each
+    node's kernel (or a key of its own); None when no two nodes of the row share a kernel."""
+    key = dict(zip(row, keys))
+    if group is None:
+        return sorted(row, key=key.__getitem__)
     groups = {}
-    for n in nodes:
-        groups.setdefault(n.group or "\0" + n.key, []).append(n)
-    ordered = sorted(groups.values(), key=lambda g: sum(key[n.key] for n in g) / len(g))
-    return [n for g in ordered for n in sorted(g, key=lambda n: key[n.key])]
+    for i in row:
+        groups.setdefault(group[i], []).append(i)
+    ordered = sorted(groups.values(), key=lambda g: sum([key[i] for i in g]) / len(g))
+    return [i for g in ordered for i in sorted(g, key=key.__getitem__)]
 
 
 def _gap(a, b):
     return (a.w + b.w) / 2 + (GX if a.kind != "dummy" and b.kind != "dummy" else 6)
 
 
-def _place_row(row, desired):
-    xs = []
-    for i, n in enumerate(row):
-        xs.append(desired[n.key] if not i else max(desired[n.key], xs[-1] + _gap(row[i - 1], n)))
-    shift = sum(desired[n.key] - x for n, x in zip(row, xs)) / len(row)
-    for n, x in zip(row, xs):
-        n.x = x + shift
+def _place_row(row, gaps, desired, x):
+    """x[i] of a row's nodes (indices): as near their desired x as the gaps between them allow,
+    the row shifted so that it is centred on the desired positions."""
+    prev = desired[0]
+    xs = [prev]
+    for d, gap in zip(desired[1:], gaps):
+        prev += gap   # = max(d, prev + gap)
+        if d > prev:
+            prev = d
+        xs.append(prev)
+    shift = sum(map(operator.sub, desired, xs)) / len(row)
+    for i, xi in zip(row, xs):
+        x[i] = xi + shift
+
+
+def _means(row, nbrs, at):
+    """For each node of row: the mean of at[] over its neighbours, or its own at[] if none."""
+    out = []
+    for i in row:
+        ks = nbrs[i]
+        if len(ks) == 1:   # most nodes (every dummy): no sum to make
+            out.append(at[ks[0]])
+        else:
+            out.append(sum([at[k] for k in ks]) / len(ks) if ks else at[i])
+    return out
 
 
 def _assign_rows(nodes, by_key):
@@ -318,37 +347,51 @@ def layout(nodes):
     by_key = {n.key: n for n in nodes}
     _assign_rows(nodes, by_key)
     chains = _add_dummies(nodes, by_key)
+    # The sweeps below work on node indices: neighbour lists and groups are looked up once
+    # here, not by key for every node in every sweep.
+    index = {n.key: i for i, n in enumerate(nodes)}
+    preds = [[index[k] for k in n.preds] for n in nodes]
+    succs = [[index[k] for k in n.succs] for n in nodes]
+    group = [n.group or "\0" + n.key for n in nodes]
     rows = {}
-    for n in nodes:
-        rows.setdefault(n.row, []).append(n)
+    for i, n in enumerate(nodes):
+        rows.setdefault(n.row, []).append(i)
     rows = [rows[r] for r in sorted(rows)]
-    pos = {}
+    down, up = range(1, len(rows)), range(len(rows) - 2, -1, -1)
+    kernels_meet = [len({group[i] for i in row}) < len(row) for row in rows]
+    pos = [0.0] * len(nodes)   # index in its row, centred on 0
 
     def index_pos(row):
-        for i, n in enumerate(row):
-            pos[n.key] = i - (len(row) - 1) / 2
-
-    def mean(keys, own):
-        return sum(pos[k] for k in keys) / len(keys) if keys else own
+        mid = (len(row) - 1) / 2
+        for j, i in enumerate(row):
+            pos[i] = j - mid
 
     for row in rows:
         index_pos(row)
     for _ in range(4):   # ordering sweeps: down by predecessors, up by successors
-        for attr, seq in (("preds", rows[1:]), ("succs", rows[-2::-1])):
-            for row in seq:
-                key = {n.key: mean(getattr(n, attr), pos[n.key]) for n in row}
-                row[:] = _group_sort(row, key)
-                index_pos(row)
-    for row in rows:
-        _place_row(row, {n.key: 0 for n in row})
+        before = list(rows)
+        for nbrs, seq in ((preds, down), (succs, up)):
+            for r in seq:
+                row = rows[r]
+                order = _group_sort(row, _means(row, nbrs, pos),
+                                    group if kernels_meet[r] else None)
+                if order != row:
+                    rows[r] = order
+                    index_pos(order)
+        if rows == before:   # back where it started: more sweeps would change nothing
+            break
+    # The orders are final, so are the gaps between neighbours in a row.
+    gaps = [[_gap(nodes[a], nodes[b]) for a, b in zip(row, row[1:])] for row in rows]
+    x = [0.0] * len(nodes)
+    for row, g in zip(rows, gaps):
+        _place_row(row, g, [0] * len(row), x)
     for _ in range(3):   # coordinates: pull each node towards its neighbours' mean x
-        for attr, seq in (("preds", rows[1:]), ("succs", rows[-2::-1]), ("preds", rows[1:])):
-            for row in seq:
-                nb = {n.key: [by_key[k].x for k in getattr(n, attr)] for n in row}
-                _place_row(row, {k: sum(v) / len(v) if v else by_key[k].x for k, v in nb.items()})
-    low = min((n.x - n.w / 2 for n in nodes), default=0)
-    for n in nodes:
-        n.x += MARGIN - low
+        for nbrs, seq in ((preds, down), (succs, up), (preds, down)):
+            for r in seq:
+                _place_row(rows[r], gaps[r], _means(rows[r], nbrs, x), x)
+    shift = MARGIN - min((xi - n.w / 2 for n, xi in zip(nodes, x)), default=0)
+    for n, xi in zip(nodes, x):
+        n.x = xi + shift
     return chains
 
 
@@ -411,28 +454,34 @@ def build_nodes(graph_text, sources, locations, kernels, cap):
     return nodes, left, len(ops)
 
 
-def _kernel_rects(members, others):
+def _kernel_rects(members, by_row):
     """Rectangles (x, y, w, h) behind a kernel's nodes: row by row, consecutive rows merged
-    while no other node falls inside."""
+    while no other node falls inside. by_row: the drawn nodes of each row; a box over rows
+    r0..r1 can only meet nodes of those rows (it reaches 18 px above r0's nodes and 8 below
+    r1's, less than the GY between rows)."""
+    name = members[0].group
+
     def box(ns):
         x0, y0 = min(n.x for n in ns) - NW / 2 - 8, min(_ny(n) for n in ns) - 18
         x1, y1 = max(n.x for n in ns) + NW / 2 + 8, max(_ny(n) for n in ns) + NH + 8
         return x0, y0, x1 - x0, y1 - y0
 
-    def clear(b):
+    def clear(b, r0, r1):
         x, y, w, h = b
-        return not any(x < o.x + NW / 2 and o.x - NW / 2 < x + w and y < _ny(o) + NH
-                       and _ny(o) < y + h for o in others)
+        return not any(o.group != name and x < o.x + NW / 2 and o.x - NW / 2 < x + w
+                       and y < _ny(o) + NH and _ny(o) < y + h
+                       for r in range(r0, r1 + 1) for o in by_row.get(r, ()))
     rows = {}
     for n in members:
         rows.setdefault(n.row, []).append(n)
-    groups = []
+    groups = []   # (nodes, first row, last row)
     for r in sorted(rows):
-        if groups and groups[-1][1] == r - 1 and clear(box(groups[-1][0] + rows[r])):
-            groups[-1] = (groups[-1][0] + rows[r], r)
+        if groups and groups[-1][2] == r - 1 and clear(box(groups[-1][0] + rows[r]),
+                                                       groups[-1][1], r):
+            groups[-1] = (groups[-1][0] + rows[r], groups[-1][1], r)
         else:
-            groups.append((rows[r], r))
-    return [box(ns) for ns, _ in groups]
+            groups.append((rows[r], r, r))
+    return [box(ns) for ns, _, _ in groups]
 
 
 def _edge_path(s, n, chain):
@@ -481,16 +530,20 @@ def _graph_svg(entry, code_id, ctx):
            f'<defs><marker id="{mid}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
            f'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/>'
            f'</marker></defs>']
+    members_of, by_row = {}, {}
+    for n in real:
+        by_row.setdefault(n.row, []).append(n)
+        if n.kind == "op" and n.group is not None:
+            members_of.setdefault(n.group, []).append(n)
     for k in kernels:
         name = str(k.get("name", "?"))
-        members = [n for n in nodes if n.kind == "op" and n.group == name]
+        members = members_of.get(name)
         if not members:
             continue
-        others = [n for n in real if n.group != name]
         bad = " diverged" if (code_id, entry.get("index"), name) in ctx.diverged else ""
         out.append(f'<g class="kernel{bad}" data-kernel="{esc(name)}"><title>kernel {esc(name)}'
                    f'</title>')
-        for x, y, w, h in _kernel_rects(members, others):
+        for x, y, w, h in _kernel_rects(members, by_row):
             out.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{h:.0f}" rx="8"/>'
                        f'<text x="{x + 6:.0f}" y="{y + 12:.0f}">{esc(name)}</text>')
         out.append("</g>")
@@ -649,6 +702,7 @@ def timings_html(entry, ctx):
 
 
 def entry_html(entry, code, shown, open_, ctx):
+    """An entry's section as a list of lines (see _page)."""
     cid, ei = code.get("id"), entry.get("index")
     kernels = entry.get("kernels") or []
     out = [f'<details class="entry" id="code{_ident(cid)}-e{_ident(ei)}" data-code="{esc(cid)}" '
@@ -687,10 +741,11 @@ def entry_html(entry, code, shown, open_, ctx):
         out += [kernel_html(k, code, entry, shown, ctx) for k in ks]
     out.append("<h4>Timings</h4>" + timings_html(entry, ctx))
     out.append("</details>")
-    return "\n".join(out)
+    return out
 
 
 def code_html(code, i, ctx):
+    """A code object's section as a list of lines (see _page)."""
     cid = code.get("id")
     entries = list(code.get("entries") or [])
     recs = code.get("recompiles") or []
@@ -721,9 +776,10 @@ def code_html(code, i, ctx):
         entries = entries[:n]
     if entries:
         out.append("<h3>Compiled entries</h3>")
-        out += [entry_html(e, code, shown, j < 2, ctx) for j, e in enumerate(entries)]
+        for j, e in enumerate(entries):
+            out += entry_html(e, code, shown, j < 2, ctx)
     out.append("</details>")
-    return "\n".join(out)
+    return out
 
 
 def _kv_table(cls, d, ctx):
@@ -877,6 +933,9 @@ t.appendChild(b);});})();
 
 
 def _page(data, ctx):
+    """The page's text. The sections give lists of lines that are joined here, once: a page
+    can be megabytes, and each join of a big part would copy it again (fresh memory: page
+    faults)."""
     codes = list(data.get("codes") or [])
     check = data.get("check")
     if check:
@@ -891,7 +950,8 @@ def _page(data, ctx):
         body.append(check_html(check, codes, ctx))
     body.append(toc_html(shown, ctx))
     body.append('<section id="codes"><h2>Code objects in detail</h2>')
-    body += [code_html(c, i, ctx) for i, c in enumerate(shown)]
+    for i, c in enumerate(shown):
+        body += code_html(c, i, ctx)
     body.append("</section>")
     collector = [ctx.text(s) for s in ctx.rows(data.get("omitted"), "collector notes")[0]]
     head = header_html(data, ctx)   # after the body, so its cuts are counted too
@@ -900,13 +960,12 @@ def _page(data, ctx):
     if notes:
         top = (f'<p class="omitted">Parts of this report were left out ({len(notes)} note(s)): '
                f'<a href="#omitted">see the end</a>.</p>')
-    return "".join([
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<title>{esc(str(data.get("title") or "fastdyn report")[:300])}</title>'
-        f'<style>{CSS}</style></head>\n<body>\n', head, '<div id="toolbar"></div>', top, "\n",
-        "\n".join(body), "\n", omitted_html(notes, "omitted"), f"\n<script>{JS}</script>\n",
-        "</body></html>\n"])
+    start = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+             f'<title>{esc(str(data.get("title") or "fastdyn report")[:300])}</title>'
+             f'<style>{CSS}</style></head>\n<body>\n{head}<div id="toolbar"></div>{top}')
+    end = f'{omitted_html(notes, "omitted")}\n<script>{JS}</script>\n</body></html>\n'
+    return "\n".join([start] + body + [end])
 
 
 def _minimal(data, max_bytes, size):
@@ -931,6 +990,8 @@ def render(data, *, max_bytes=8_000_000):
     svgs = {}
     for lim in levels:
         text = _page(data, Ctx(lim, svgs=svgs))
+        if len(text) * 4 <= max_bytes:   # fits however it encodes (4 bytes a character at most)
+            return text
         size = len(text.encode("utf-8"))
         if size <= max_bytes:
             return text
