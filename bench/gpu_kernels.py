@@ -36,23 +36,41 @@ def gpt2(n_layer=2):
     return (lambda ids: model(ids, use_cache=False).logits), (ids,)
 
 
+def mlp_2layer():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 1024)).cuda().eval()
+    return (lambda x: model(x)), (torch.randn(4096, 1024, device="cuda"),)
+
+
+def attention():
+    q, k, v = (torch.randn(8, 16, 1024, 64, device="cuda") for _ in range(3))
+    return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)), (q, k, v)
+
+
 def cases():
     d = "cuda"
     big = torch.randn(8192, 4096, device=d)
     w = torch.randn(4096, device=d)
     b = torch.randn(4096, device=d)
     return {
+        "chain_16": (lambda x: (x * 2 + 1).relu(), (torch.randn(16, device=d),)),  # launch-bound: 3 ops on 16 elements
         "pointwise_chain": (lambda x: ((x * 1.5 + 0.25).sigmoid() * x).tanh() + 1, (torch.randn(1 << 24, device=d),)),
+        "bias_gelu": (lambda x, b: F.gelu(x + b), (big, b)),
         "bias_gelu_bf16": (lambda x, b: F.gelu(x + b), (big.bfloat16(), b.bfloat16())),
         "softmax": (lambda x: torch.softmax(x, -1), (big,)),
         "softmax_bf16": (lambda x: torch.softmax(x, -1), (big.bfloat16(),)),
         "layer_norm": (lambda x, w, b: F.layer_norm(x, (4096,), w, b), (big, w, b)),
+        "ln_softmax": (lambda x, w, b: torch.softmax(F.layer_norm(x, (4096,), w, b), -1), (big, w, b)),
+        "ln_softmax_bf16": (lambda x, w, b: torch.softmax(F.layer_norm(x, (4096,), w, b), -1),
+                            (big.bfloat16(), w.bfloat16(), b.bfloat16())),
         "rms_norm_bf16": (lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w,
                           (big.bfloat16(), w.bfloat16())),
         "row_sum": (lambda x: x.sum(-1), (big,)),
         "sum_all": (lambda x: (x * x).sum(), (big,)),
         "mlp_epilogue": (lambda x, w1, b1: F.silu(x @ w1 + b1) * 2,
                          (torch.randn(4096, 1024, device=d), torch.randn(1024, 4096, device=d), torch.randn(4096, device=d))),
+        "mlp_2layer": mlp_2layer,
+        "attention": attention,
         "gpt2_2layer": gpt2,
     }
 
@@ -166,6 +184,9 @@ def main():
             ff=r["fastdyn_first_s"], fr=r["fastdyn_ready_s"], if_=f"{r['inductor_first_s']:.2f}" if "inductor_first_s" in r else "-",
             k=r.get("fastdyn_kernels", 0), nm=r["nvrtc_ms"], nk=r["nvrtc_kernels"],
             ok="yes" if all(r.get(m + "_correct", True) for m in modes[1:]) else "NO"))
+    geo = lambda m: statistics.geometric_mean([r[m + "_speedup"] for r in rows if m + "_speedup" in r])
+    lines += ["", "Geomean speed-up over eager: fastdyn {:.2f}x".format(geo("fastdyn")) +
+              ("" if opts.quick else ", inductor {:.2f}x (fastdyn / inductor {:.2f})".format(geo("inductor"), geo("fastdyn") / geo("inductor")))]
     lines += ["", "Compile routes, median per kernel over {} kernels: NVRTC to CUBIN {:.1f} ms (route 1); NVRTC to PTX {:.1f} ms, "
               "then the driver's PTX load {:.1f} ms (route 2 costs at least this load); CUBIN load {:.2f} ms.".format(
                   summary["kernels_timed"], summary["route1_nvrtc_cubin_ms"], summary["nvrtc_ptx_ms"],
