@@ -597,9 +597,15 @@ class Fuser {
             }
           }
         }
-        // A store in the same (last) stage at the same point was already turned into a register.
-        for (size_t os = old.stages.size(); os < merged.stages.size() && !written; ++os)
-          for (const Store& w : merged.stages[os].stores) written |= w.dst.value == a.value && os < s;
+        // A store in the same (last) stage at the same point was already turned into a register;
+        // one in an earlier new stage (b's own: softmax's exp, stored, then scaled in place) at the
+        // same point is read as b alone read it, in the same outer iteration.
+        for (size_t os = old.stages.size(); os < s && !written; ++os)
+          for (const Store& w : merged.stages[os].stores) {
+            if (w.dst.value != a.value) continue;
+            written = true;
+            matched = matched || same_point(w.dst, a, merged);
+          }
         if (written && !matched) return false;
       }
     }

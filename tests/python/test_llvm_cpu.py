@@ -585,3 +585,20 @@ def test_adding_a_scalar_to_a_half_precision_tensor_rounds_it_as_eager(dtype):
     for fn in [lambda x: x + 1.1, lambda x: x - 1.1, lambda x: 1.1 - x, lambda x: (x * 3.3 + 1.1) / 7.7,
                lambda x: x + torch.tensor(1.1)]:
         assert torch.equal(fastdyn.jit(fn, backend="llvm_cpu")(x), fn(x))
+
+
+@pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="built without LLVM")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cols", [7, 100, 4096])
+def test_a_softmax_after_a_row_kernel_joins_it(dtype, cols):
+    """softmax(layer_norm(x)): the softmax's own stages read the exp it stored a stage earlier at
+    the same point. Merged after the layer norm's stages that read is as safe as in the softmax's
+    own kernel: one kernel (float32 was two: the merge refused any read of a value a new stage
+    stored), and the row never leaves the cache between them."""
+    f = lambda x, w, b: torch.softmax(F.layer_norm(x, (cols,), w, b), -1)
+    x, w, b = torch.randn(33, cols, dtype=dtype) * 3, torch.randn(cols, dtype=dtype), torch.randn(cols, dtype=dtype)
+    code = fastdyn.explain(f, x, w, b).code[0]
+    assert sum(l.startswith("kernel ") for l in code.splitlines()) == 1, code
+    fastdyn.reset()
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(fastdyn.jit(f)(x, w, b), f(x, w, b), rtol=tol, atol=tol)
