@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 
-__all__ = ["render", "write", "fix_for", "parse_graph", "FIXES"]
+__all__ = ["render", "write", "fix_for", "recompile_fix_for", "parse_graph", "FIXES", "RECOMPILE_FIXES"]
 
 # --------------------------------------------------------------------------------------------
 # Fix suggestions: the first regex that matches a break reason gives its fix. No match, no fix.
@@ -51,6 +51,37 @@ FIXES = [
      "marked @fastdyn.skip (which runs eagerly)."),
 ]
 _FIXES = [(re.compile(rx), fix) for rx, fix in FIXES]
+
+# What to do about a recompile, from the guard that failed (runtime/guards.cpp's descriptions).
+RECOMPILE_FIXES = [
+    (r"size \[[^\]]*\] != \[",
+     "A size changed. fastdyn makes a dim symbolic by itself after one change (automatic dynamic); "
+     "to start that way, call fastdyn.mark_dynamic(x, dim) or jit(..., dynamic=True)."),
+    (r"dtype \w+ != \w+",
+     "A dtype changed: each dtype is its own entry. Cast before the call if the dtypes should agree."),
+    (r"device \S+ != ",
+     "A device changed: each device is its own entry."),
+    (r"requires_grad",
+     "requires_grad changed: training and inference calls are separate entries (expected once each)."),
+    (r"stride",
+     "A layout changed (a transposed or sliced input): call .contiguous() before the call if the "
+     "layouts should agree."),
+    (r" == | != ",
+     "A Python value the code read changed (a number, a flag): pass numbers that vary as tensors, "
+     "or expect one entry per value."),
+    (r" is <| is not ",
+     "The code read an object that is a different one now (made anew per call?): hold it across "
+     "calls, or keep the object out of the compiled function."),
+]
+_RECOMPILE_FIXES = [(re.compile(rx), fix) for rx, fix in RECOMPILE_FIXES]
+
+
+def recompile_fix_for(guard):
+    """What to do about a recompile whose failed guard reads `guard`, or None."""
+    for rx, fix in _RECOMPILE_FIXES:
+        if rx.search(guard or ""):
+            return fix
+    return None
 
 # Ops that backends run as extern calls (library kernels) rather than fuse.
 _EXTERN = re.compile(r"^(matmul|mm|addmm|bmm|baddbmm|linear|conv\w*|_convolution\w*|"
@@ -764,10 +795,11 @@ def code_html(code, i, ctx):
     if recs:
         rows, left = ctx.rows(recs, "recompile rows")
         out.append('<h3>Recompiles</h3><table class="recompiles"><tr><th>entry</th>'
-                   '<th>guard that failed</th></tr>')
+                   '<th>guard that failed</th><th>what to do</th></tr>')
         out += [f'<tr class="recompile" data-entry="{esc(r.get("entry"))}"><td>'
                 f'<a href="#code{_ident(cid)}-e{_ident(r.get("entry"))}">{esc(r.get("entry"))}</a>'
-                f'</td><td><code>{esc(ctx.text(r.get("guard")))}</code></td></tr>' for r in rows]
+                f'</td><td><code>{esc(ctx.text(r.get("guard")))}</code></td>'
+                f'<td class="fix">{esc(recompile_fix_for(r.get("guard")) or "")}</td></tr>' for r in rows]
         out.append("</table>" + (f'<p class="note">… {left:,} more left out.</p>' if left else ""))
     n = ctx.lim.max_entries
     if n is not None and len(entries) > n:

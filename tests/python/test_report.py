@@ -113,6 +113,7 @@ def test_a_function_with_a_break_and_recompiles(tmp_path, recording, capsys):
     recompiles = "\n".join(page.text_of("recompile", "tr"))
     assert "[9, 16] != [8, 16]" in recompiles, recompiles
     assert "Double != Float" in recompiles, recompiles
+    assert "mark_dynamic" in recompiles and "Cast before the call" in recompiles, recompiles
     # Timings of the passes.
     timings = "\n".join(page.text_of("timings", "table"))
     assert "trace" in timings, timings
