@@ -154,6 +154,7 @@ def collect():
                        "or call fastdyn.start_report() before the code runs")
     from .api import stats
     return {
+        "source_lines": _source_lines(order),
         "title": "fastdyn report: " + " ".join(sys.argv[:3]),
         "created": datetime.datetime.now().isoformat(timespec="seconds"),
         "argv": list(sys.argv),
@@ -164,6 +165,23 @@ def collect():
         "check": _check(order),
         "omitted": omitted,
     }
+
+
+def _source_lines(codes, bound=20000):
+    """The text of every line a kernel or a break points at ("file.py:12" -> text), so that the
+    page shows inlined library lines without reading files."""
+    out = {}
+    wanted = [b["filename"] + ":" + str(b["lineno"]) for c in codes for b in c["breaks"]]
+    wanted += [loc for c in codes for e in c["entries"] for k in e["kernels"] for loc in k["locations"]]
+    for loc in wanted:
+        if len(out) >= bound:
+            break
+        filename, _, line = loc.rpartition(":")
+        if loc not in out and line.isdigit():
+            text = linecache.getline(filename, int(line))
+            if text:
+                out[loc] = text.rstrip("\n")
+    return out
 
 
 def _check(codes):

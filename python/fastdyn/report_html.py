@@ -151,6 +151,7 @@ class Ctx:
     cuts: dict = field(default_factory=dict)   # what -> [times, amount left out]
     diverged: dict = field(default_factory=dict)  # (code id, entry, kernel) -> divergence
     svgs: dict = field(default_factory=dict)      # graph pictures, kept across size levels
+    lines: dict = field(default_factory=dict)     # "file.py:12" -> that line's text (data["source_lines"])
 
     def cut(self, what, amount):
         """Record that `amount` `what` (e.g. 'source lines') were left out."""
@@ -621,6 +622,16 @@ def _loc_link(loc, code, shown):
     return esc(loc)
 
 
+def _line_text(loc, ctx, shown=(), code=None):
+    """The text of a source line outside the code object's own source (inlined library code),
+    when the collector read it: the line a kernel's op or a break came from, at a glance."""
+    f, _, line = str(loc).rpartition(":")
+    if code is not None and line.isdigit() and _same_file(f, code.get("filename")) and int(line) in shown:
+        return ""  # linked to the marked source instead
+    text = ctx.lines.get(str(loc))
+    return f' <code class="srcline">{esc(ctx.text(text.strip()))}</code>' if text else ""
+
+
 def _break_text(b):
     fix = fix_for(b.get("reason"))
     how = "a continuation runs the rest" if b.get("continued") else "the frame ran eagerly"
@@ -677,10 +688,10 @@ def source_html(code, ctx):
     if elsewhere:
         out.append('<h4>Breaks at other lines (inlined code)</h4><ul class="breaks-elsewhere">')
         for b in elsewhere:
+            where = f'{b.get("filename")}:{b.get("lineno")}'
             out.append(f'<li class="break" data-line="{esc(b.get("lineno"))}" '
                        f'data-file="{esc(b.get("filename"))}" title="{esc(b.get("reason"))}">'
-                       f'<code>{esc(b.get("filename"))}:{esc(b.get("lineno"))}</code>'
-                       f'{_break_text(b)}</li>')
+                       f'<code>{esc(where)}</code>{_line_text(where, ctx)}{_break_text(b)}</li>')
         out.append("</ul>")
     return "\n".join(out), shown
 
@@ -689,7 +700,8 @@ def kernel_html(kernel, code, entry, shown, ctx):
     cid, ei, name = code.get("id"), entry.get("index"), str(kernel.get("name", "?"))
     div = ctx.diverged.get((cid, ei, name))
     vals = ", ".join(f"%{v}" for v in kernel.get("values") or [])
-    locs = ", ".join(_loc_link(l, code, shown) for l in kernel.get("locations") or [])
+    locs = "".join(f"<li>{_loc_link(l, code, shown)}{_line_text(l, ctx, shown, code)}</li>"
+                   for l in kernel.get("locations") or [])
     out = [f'<details class="kernel-code{" diverged" if div else ""}" '
            f'id="code{_ident(cid)}-e{_ident(ei)}-{_ident(name)}" data-kernel="{esc(name)}"'
            f'{" open" if div else ""}>',
@@ -699,7 +711,7 @@ def kernel_html(kernel, code, entry, shown, ctx):
         out.append(f'<p class="warning">This kernel diverged from eager: max abs err '
                    f'{_num(div.get("max_abs_err"))} (atol {_num(div.get("atol"))}), max rel err '
                    f'{_num(div.get("max_rel_err"))} (rtol {_num(div.get("rtol"))}).</p>')
-    out.append(f'<p>Source lines: {locs or "unknown"}</p>')
+    out.append(f'<p>Source lines:</p><ul class="locations">{locs}</ul>' if locs else "<p>Source lines: unknown</p>")
     out.append("<h5>Loop IR</h5>" + pre("kernel-ir", kernel.get("loop_ir"), ctx, ctx.lim.ir_lines,
                                         "loop IR"))
     code_text, lang = kernel.get("code"), kernel.get("code_language") or ""
@@ -931,6 +943,7 @@ tr.break-note td{background:var(--brkbg);font-family:system-ui,sans-serif;paddin
 .badge{background:#c62828;color:#fff;border-radius:9px;padding:0 7px;font-size:11px;margin-left:6px}
 .recompile-reason{background:#eef3fb;border-radius:6px;padding:4px 8px}
 ul.guards{margin:4px 0;padding-left:20px;max-height:320px;overflow:auto}li.guard{margin:1px 0}
+ul.locations{margin:2px 0 6px;padding-left:20px}code.srcline{color:#555;margin-left:8px;white-space:pre}
 table.timings td.barcell{width:260px}span.bar{display:inline-block;height:10px;min-width:1px;
  background:#5c8ddb;border-radius:2px}
 .graph-wrap{overflow:auto;border:1px solid var(--line);border-radius:6px;
@@ -1021,7 +1034,7 @@ def render(data, *, max_bytes=8_000_000):
     levels.append(replace(LEVELS[-1], max_codes=0, text_chars=100, rows=5))
     svgs = {}
     for lim in levels:
-        text = _page(data, Ctx(lim, svgs=svgs))
+        text = _page(data, Ctx(lim, svgs=svgs, lines=data.get("source_lines") or {}))
         if len(text) * 4 <= max_bytes:   # fits however it encodes (4 bytes a character at most)
             return text
         size = len(text.encode("utf-8"))

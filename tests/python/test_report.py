@@ -163,6 +163,8 @@ def test_the_gpt2_model(tmp_path, recording):
     # The attention and MLP ops came from transformers' modeling file, and kernels say so.
     locations = "\n".join(page.text_of("kernel-code", "details"))
     assert "modeling_gpt2.py:" in locations
+    # ... with the text of those library lines (the source shown is transformers' wrapper's).
+    assert any("self." in t or "=" in t for t in page.text_of("srcline", "code")), page.text_of("srcline")[:3]
     assert page.text_of("kernel-generated", "pre")
     # Nothing points outside the file.
     for tag, a in page.tags:
