@@ -813,7 +813,19 @@ CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
       ? flash_attention_cpu_runs(mq, mk, mv, mm, a.number("dropout_p"), gqa)
       : mq.dim() == 4 && mq.strides.back() == 1 && mk.strides.back() == 1 && mv.strides.back() == 1 &&
             mk.sizes[heads_dim] == mv.sizes[heads_dim] && shape.back() == mq.sizes.back();
-  const Ints strides = fused ? preserve_format_strides(mq) : contiguous_strides(shape);
+  // On a GPU the fused kernels differ in layout: flash (half types, no mask, head size a multiple
+  // of 8 up to 256) allocates its output like the query, while the memory-efficient kernel (float32,
+  // or a mask) writes it [B, S, H, D]-major whatever the query's layout (strides S*H*D, D, H*D, 1 for
+  // a contiguous 8x16x1024x64 query, where the query-like guess made the runtime copy it: 0.95x).
+  // A wrong guess costs that copy, never a wrong value.
+  using ST = c10::ScalarType;
+  const bool flash_cuda = (mq.dtype == ST::Half || mq.dtype == ST::BFloat16) && mm == nullptr &&
+                          mq.sizes.back() % 8 == 0 && mq.sizes.back() <= 256;
+  Ints strides = fused ? preserve_format_strides(mq) : contiguous_strides(shape);
+  if (fused && !mq.device.is_cpu() && !flash_cuda) {
+    const int64_t s = shape[2], h = shape[1], d = shape[3];
+    strides = {s * h * d, d, h * d, 1};
+  }
   TensorMeta out = make_meta(mq.dtype, mq.device, shape, strides, rg);
   return tensor_result(emit1(c.graph, OpId::scaled_dot_product_attention,
                              {Arg::of_value(q), Arg::of_value(k), Arg::of_value(v), const_arg(a.get("attn_mask")),

@@ -260,3 +260,31 @@ def test_conv_chain_on_the_gpu_equals_eager_and_keeps_nchw():
         torch.backends.cudnn.allow_tf32 = tf32
     assert "{6400, 1, 320, 16}" not in code and "{6400, 400, 20, 1}" in code, code  # a and b NCHW
     assert [t.stride() for t in got] == [t.stride() for t in want]
+
+
+@pytest.mark.parametrize("dtype,mask", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, False),
+                                        (torch.float16, False)])
+@pytest.mark.parametrize("query_layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_output_is_laid_out_as_eagers(dtype, mask, query_layout, causal):
+    """The memory-efficient kernel (float32, or a mask) returns [B, S, H, D]-major output whatever
+    the query's layout; flash (half types, no mask) returns the query's. The capture rule guessed
+    the query's for both: fastdyn's float32 result had other strides than eager's, and the runtime
+    copied it into them (attention 0.95x eager on an H200). Checked on an H200: these 14 cases match;
+    half types with a mask do not yet (eager's choice among kernels is not mirrored)."""
+    if mask and causal:
+        pytest.skip("a mask and is_causal are exclusive")
+    B, H, S, D = 2, 4, 128, 64
+
+    def make():
+        if query_layout == "bshd":
+            return torch.randn(B, S, H, D, device="cuda", dtype=dtype).transpose(1, 2)
+        return torch.randn(B, H, S, D, device="cuda", dtype=dtype)
+
+    q, k, v = make(), make(), make()
+    m = torch.randn(B, 1, S, S, device="cuda", dtype=dtype) if mask else None
+    f = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal)  # noqa: E731
+    want = f(q, k, v, m)
+    got = fastdyn.jit(f)(q, k, v, m)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
