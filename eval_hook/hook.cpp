@@ -7,16 +7,15 @@
 #include <algorithm>
 #include <exception>
 
-#include "codegen/backends/backends.h"
 #include "eval_hook/code_state.h"
 #include "eval_hook/compiler.h"
 #include "eval_hook/config.h"
+#include "eval_hook/journal_events.h"
 #include "eval_hook/cpython_compat.h"
 #include "eval_hook/skip_rules.h"
 #include "runtime/errors.h"
 #include "runtime/guards.h"
 #include "runtime/journal.h"
-#include "symbolic/continuation.h"
 
 namespace fastdyn::eval_hook {
 namespace {
@@ -125,32 +124,6 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
   return result;
 }
 
-// ---- the report's journal (runtime/journal.h): what the hook decided, per code object ----------
-
-using Fields = std::vector<std::pair<std::string, std::string>>;
-
-std::string utf8(PyObject* s) {
-  const char* c = s ? PyUnicode_AsUTF8(s) : nullptr;
-  if (!c) PyErr_Clear();
-  return c ? c : "?";
-}
-
-// Names the code object: the collector groups events by "code" and shows its source.
-Fields code_fields(PyCodeObject* code) {
-  return {{"code", std::to_string(reinterpret_cast<uintptr_t>(code))},
-          {"qualname", utf8(code->co_qualname)},
-          {"filename", utf8(code->co_filename)},
-          {"firstlineno", std::to_string(code->co_firstlineno)},
-          {"continuation", symbolic::is_resume_prologue(code, 0) ? "1" : "0"}};
-}
-
-// Items end with '\x1e' (ASCII's record separator): a guard's description may span lines.
-std::string records(const std::vector<std::string>& items) {
-  std::string s;
-  for (const std::string& l : items) s += l + '\x1e';
-  return s;
-}
-
 // The guard of the newest entry that this frame fails: why it recompiles (or misses at the limit).
 std::string failed_guard(const CodeState& st, Frame* frame) {
   if (st.entries.empty()) return "";
@@ -160,41 +133,9 @@ std::string failed_guard(const CodeState& st, Frame* frame) {
   return failure.description;
 }
 
-void journal_entry(PyCodeObject* code, int index, const CompileOutcome& out, codegen::Backend requested, int32_t graph,
-                   double start_ms, double ms) {
-  const CacheEntry& e = *out.entry;
-  Fields f = code_fields(code);
-  std::vector<std::string> guards;
-  {
-    ModeGuard off(Request{});
-    guards = e.guards->describe();
-  }
-  f.insert(f.end(), {{"entry", std::to_string(index)},
-                     {"graph_text", e.graph_text},
-                     {"input_sources", records(e.input_sources)},
-                     {"node_locations", records(out.node_locations)},
-                     {"guards", records(guards)},
-                     {"program_text", e.code_text},
-                     {"requested_backend", codegen::backend_name(requested)},
-                     {"start_ms", std::to_string(start_ms)}});
-  runtime::journal::Event ev;
-  ev.graph = graph;
-  ev.kind = "entry";
-  ev.fields = std::move(f);
-  ev.ms = ms;
-  runtime::journal::add(std::move(ev));
-}
-
 void report_break(const CompileOutcome& out, PyCodeObject* code) {
   stats().graph_breaks++;
-  if (runtime::journal::on()) {
-    Fields f = code_fields(code);
-    f.insert(f.end(), {{"reason", out.reason},
-                       {"break_file", out.filename},
-                       {"break_line", std::to_string(out.lineno)},
-                       {"continued", out.broke ? "1" : "0"}});
-    runtime::journal::add("break", std::move(f));
-  }
+  journal_events::graph_break(code, out);
   if (config().log_graph_breaks) {
     const char* name = PyUnicode_AsUTF8(code->co_qualname);
     log_event("graph_break", std::string(name ? name : "?") + " at " + out.filename + ":" +
@@ -221,11 +162,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   CompileOutcome out;
   const bool journal = runtime::journal::on();
   const int32_t journal_graph = journal ? runtime::journal::new_graph() : -1;
-  if (journal && st->compiles > 0) {
-    Fields f = code_fields(code);
-    f.insert(f.end(), {{"entry", std::to_string(st->compiles)}, {"guard", failed_guard(*st, frame)}});
-    runtime::journal::add("recompile", std::move(f));
-  }
+  if (journal && st->compiles > 0) journal_events::recompile(code, st->compiles, failed_guard(*st, frame));
   const double start_ms = journal ? runtime::journal::now_ms() : 0.0;
   {
     ModeGuard off(Request{});  // no re-entrance while compiling
@@ -261,7 +198,8 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   switch (out.kind) {
     case CompileOutcome::Kind::Compiled: {
       if (journal)
-        journal_entry(code, st->compiles, out, request.target.backend, journal_graph, start_ms, runtime::journal::now_ms() - start_ms);
+        journal_events::entry(code, st->compiles, out, request.target.backend, journal_graph, start_ms,
+                              runtime::journal::now_ms() - start_ms);
       stats().frames_compiled++;
       if (out.graph_ops > 0) stats().graphs++;
       if (st->compiles > 0) {
@@ -307,11 +245,7 @@ void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame)
                           std::to_string(config().recompile_limit) + " entries); calls that match none run eagerly. "
                           "The guard that failed: " + why + ". Raise the limit with fastdyn.set_recompile_limit(n) "
                           "or FASTDYN_RECOMPILE_LIMIT.";
-  if (runtime::journal::on()) {
-    Fields f = code_fields(code);
-    f.emplace_back("text", msg);
-    runtime::journal::add("limit", std::move(f));
-  }
+  journal_events::recompile_limit(code, msg);
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) < 0) {
