@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codegen/loop/passes.h"
+#include "runtime/env_flag.h"
 
 namespace fastdyn::eval_hook {
 namespace detail {
@@ -122,10 +123,7 @@ int count_value(const std::string& text) {
   return std::stoi(text);
 }
 
-bool flag_value(const char* text) {
-  return !(std::strcmp(text, "0") == 0 || std::strcmp(text, "off") == 0 || std::strcmp(text, "false") == 0 ||
-           std::strcmp(text, "no") == 0 || text[0] == '\0');
-}
+bool flag_value(const char* text) { return !runtime::is_off_word(text); }
 
 std::vector<std::string> check_environment() {
   std::vector<std::string> problems;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <mutex>
 
+#include "runtime/env_flag.h"
 #include "runtime/format.h"
 #include "runtime/journal.h"
 
@@ -23,7 +24,7 @@ bool env_check() {
   std::string s(v);
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (s == "1" || s == "on" || s == "true" || s == "yes") return true;
-  if (s != "0" && s != "off" && s != "false" && s != "no")
+  if (!is_off_word(s))
     std::fprintf(stderr, "fastdyn: FASTDYN_CHECK=%s is none of 1/on/true/yes/0/off/false/no: accuracy mode stays off\n", v);
   return false;
 }

@@ -12,6 +12,7 @@
 #pragma once
 #include "codegen/llvm/emit.h"
 #include "codegen/llvm/jit_engine.h"
+#include "runtime/env_flag.h"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -236,7 +237,7 @@ class KernelEmitter {
   // scalar tail, read per kernel so that a benchmark can compare both in one process.
   const bool masked_tail_ = [] {
     const char* env = std::getenv("FASTDYN_MASKED_TAIL");
-    return !(env && (std::string(env) == "0" || std::string(env) == "off" || std::string(env) == "false" || std::string(env) == "no"));
+    return !(env && *env && runtime::is_off_word(env));
   }();
   bool split_ = false;        // split mode (choose_split_mode)
   int64_t split_chunks_ = 1;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/env_flag.h"
 #include "runtime/journal.h"
 
 namespace fastdyn::codegen {
@@ -28,7 +29,7 @@ class PassTimer {
   static bool enabled() {
     static const bool on = [] {
       const char* env = std::getenv("FASTDYN_TIME_PASSES");
-      return env && *env && std::string(env) != "0" && std::string(env) != "off" && std::string(env) != "false" && std::string(env) != "no";
+      return env && !runtime::is_off_word(env);
     }();
     return on;
   }
