@@ -322,6 +322,9 @@ PYBIND11_MODULE(_C, m) {
     d["compile_ms"] = k.compile_ms;         // NVRTC time, summed over kernels
     return d;
   });
+  // Around each CUDA graph capture (python/fastdyn/_cuda_graphs.py): kernels unloaded meanwhile wait.
+  m.def("cuda_begin_graph_capture", [] { runtime::cuda::begin_graph_capture(); });
+  m.def("cuda_end_graph_capture", [] { runtime::cuda::end_graph_capture(); });
   m.def("cuda_route_timings", [] {
     py::list out;
     for (const codegen::RouteTiming& t : codegen::cuda_route_timings())

@@ -4,13 +4,17 @@ runtime/cuda_graph_executable.h wraps a compiled graph's executable on CUDA tens
 runs under the entry's guards (a call reaches it only when they hold) and hands each call to a
 Runner here, which owns the torch.cuda.CUDAGraph. Per Runner (one graph at one set of sizes):
 
-- warm-up: the first WARMUP calls run the executable as compiled (its kernels loaded, cuBLAS and
-  the caching allocator warmed). They also classify the inputs: an input passed at the same
+- warm-up: the first WARMUP calls run the executable as compiled, on the capture stream (a
+  stream's first cuBLAS call cannot be captured: it sets up that stream's workspace; on an H200 a
+  capture whose matmul was the stream's first failed). They also classify the inputs: an input passed at the same
   address at every warm-up call (parameters, buffers, a preallocated cache) is read in place by
   the graph; any other input is copied into a static buffer before each replay. An input the
   graph writes (its version moves) must be read in place: the user's tensor is what it mutates.
-- capture: on a side stream, into the Family's memory pool (one pool per compiled entry, shared
-  by its sizes: their graphs never run concurrently).
+- capture: on that side stream, into the Family's memory pool (one pool per compiled entry,
+  shared by its sizes: their graphs never run concurrently), in thread-local capture mode (the
+  background compiler, or the user's other threads, may call CUDA meanwhile), with the garbage
+  collector off and kernels unloaded meanwhile left loaded until the capture ends (an unload
+  invalidates a capture: runtime/cuda/cuda_api.h).
 - replay: copy the moving inputs in, check the in-place inputs are still where they were (else
   this call runs the compiled executable and a later call captures again), replay, and return
   fresh outputs (clones): a later replay never overwrites a tensor the user holds.
@@ -21,6 +25,9 @@ an output aliases an input or another output (clones would break the aliasing), 
 fails (an op that synchronises, e.g. nonzero); the executable then runs as compiled, and the
 reason is logged (FASTDYN_LOG=code) and kept in stats()['cuda_graph_skipped'].
 """
+import contextlib
+import gc
+
 import torch
 
 WARMUP = 2
@@ -46,6 +53,43 @@ def _side_stream(device):
     if device not in _side_streams:
         _side_streams[device] = torch.cuda.Stream(device)
     return _side_streams[device]
+
+
+def _on_capture_stream(fn, inputs):
+    """fn(*inputs) on the capture stream of the inputs' GPU, ordered after the caller's stream's
+    work so far and before its next: PyTorch's recommended warm-up before a capture."""
+    devices = {t.device for t in inputs}
+    if len(devices) != 1 or next(iter(devices)).type != "cuda":
+        return fn(*inputs)
+    device = next(iter(devices))
+    with torch.cuda.device(device):
+        current = torch.cuda.current_stream()
+        side = _side_stream(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            out = fn(*inputs)
+        current.wait_stream(side)
+    return out
+
+
+@contextlib.contextmanager
+def capturing(graph, pool, stream):
+    """torch.cuda.graph(graph, pool, stream) as fastdyn captures: thread-local capture mode, no
+    garbage collection, kernels unloaded meanwhile kept loaded until the end (module docstring).
+    NB: `stream` is of the graph's device: torch.cuda.graph's default capture stream is made once,
+    on whichever device was current then, and a capture on it would record none of this device's
+    work."""
+    from fastdyn import _C
+    collecting = gc.isenabled()
+    gc.disable()
+    _C.cuda_begin_graph_capture()
+    try:
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+            yield
+    finally:
+        _C.cuda_end_graph_capture()
+        if collecting:
+            gc.enable()
 
 
 def _log(message):
@@ -93,7 +137,7 @@ class Runner:
 
     def _warm(self, inputs):
         versions = [t._version for t in inputs]
-        out = self.inner(*inputs)
+        out = _on_capture_stream(self.inner, inputs)
         for i, t in enumerate(inputs):
             if t._version != versions[i]:
                 self.mutated.add(i)
@@ -123,19 +167,8 @@ class Runner:
         with torch.cuda.device(device):
             if self.family.pool is None:
                 self.family.pool = torch.cuda.graph_pool_handle()
-            if not self.mutated:
-                # The side-stream warm-up PyTorch recommends before a capture (a graph that writes
-                # its inputs would apply its writes once more: its warm-up calls ran already).
-                side = _side_stream(device)
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    self.inner(*args)
-                torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            # NB: a stream of the graph's device: torch.cuda.graph's default capture stream is made
-            # once, on whichever device was current then, and a capture on it would record none of
-            # this device's work.
-            with torch.cuda.graph(graph, pool=self.family.pool, stream=_side_stream(device)):
+            with capturing(graph, self.family.pool, _side_stream(device)):
                 out = self.inner(*args)
         storages = [t.untyped_storage().data_ptr() for t in inputs] + [t.untyped_storage().data_ptr() for t in args]
         seen = set()

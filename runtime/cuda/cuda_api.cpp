@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "runtime/errors.h"
 
@@ -272,10 +274,48 @@ LoadedKernel::LoadedKernel(const std::string& image, const std::string& symbol, 
   }
 }
 
+namespace {
+// Modules whose unload waits for the captures in progress to end (begin/end_graph_capture).
+// NB: unloads run under the lock, so none overlaps a capture that begins meanwhile.
+struct DeferredUnloads {
+  std::mutex mutex;
+  int captures = 0;
+  std::vector<std::pair<CUmodule, int>> modules;  // (module, device)
+};
+DeferredUnloads& deferred_unloads() {
+  static auto* d = new DeferredUnloads;  // NB: leaked: modules may be destroyed at exit
+  return *d;
+}
+void unload(CUmodule module, int device) {
+  ContextScope scope(device);
+  driver().cuModuleUnload(module);
+}
+}  // namespace
+
+void begin_graph_capture() {
+  DeferredUnloads& d = deferred_unloads();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  ++d.captures;
+}
+
+void end_graph_capture() {
+  DeferredUnloads& d = deferred_unloads();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  FD_CHECK(d.captures > 0, "end_graph_capture without begin_graph_capture");
+  if (--d.captures > 0) return;
+  for (const auto& [module, device] : d.modules) unload(module, device);
+  d.modules.clear();
+}
+
 LoadedKernel::~LoadedKernel() {
   if (!module_ || !driver().ok) return;
-  ContextScope scope(device_);
-  driver().cuModuleUnload(module_);
+  DeferredUnloads& d = deferred_unloads();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (d.captures > 0) {
+    d.modules.emplace_back(module_, device_);
+    return;
+  }
+  unload(module_, device_);
 }
 
 void launch(CUfunction fn, int64_t grid, int block, int shared_bytes, CUstream stream, void** params, int device) {

@@ -47,7 +47,7 @@ struct DeviceInfo {
 DeviceInfo device_info(int device);
 
 // A loaded module (CUBIN or PTX) and its one kernel function, in device `device`'s primary
-// context. Unloads itself when destroyed.
+// context. Unloads itself when destroyed, except while a CUDA graph is being captured (below).
 class LoadedKernel {
  public:
   LoadedKernel(const std::string& image, const std::string& symbol, int device);
@@ -62,6 +62,14 @@ class LoadedKernel {
   CUfunction fn_ = nullptr;
   int device_ = 0;
 };
+
+// CUDA graph captures in progress (python/fastdyn/_cuda_graphs.py brackets each capture with
+// these). cuModuleUnload during a capture invalidates it, from the capturing thread in any
+// capture mode and from any thread in the global one (measured on an H200): a LoadedKernel
+// destroyed meanwhile (the background compiler's cache evicting, a collected executable) is
+// unloaded when the last capture ends. Loading needs no such care.
+void begin_graph_capture();
+void end_graph_capture();
 
 // cuLaunchKernel on `stream` (1-d grid and block); params[i] points at the i-th argument's value.
 void launch(CUfunction fn, int64_t grid, int block, int shared_bytes, CUstream stream, void** params, int device);
