@@ -19,6 +19,8 @@ generate     greedy generate(max_new_tokens=64) of a tiny Llama and of GPT-2 (ra
              one. Modes: eager; inductor = torch.compile(model.forward) (what `torch.compile(model)`
              compiles); fastdyn = fastdyn.jit(model.forward); fastdyn-enable = fastdyn.enable()
              around the whole generate() (every Python frame of the loop a candidate).
+             --cache static: the same with cache_implementation="static" (a preallocated cache
+             written in place by index_copy_ at each step: the shapes stay fixed).
 """
 import argparse
 import json
@@ -35,7 +37,7 @@ import torch
 torch.set_num_threads(2)
 import transformers
 transformers.logging.set_verbosity_error()
-task, mode, n_lengths, n_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+task, mode, n_lengths, n_tokens, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 out = {}
 
 def gpt2(positions):
@@ -113,6 +115,8 @@ else:
     model = llama() if task == "llama" else gpt2(256)
     ids = torch.randint(0, 1000, (1, 8), generator=torch.Generator().manual_seed(1))
     kw = dict(max_new_tokens=n_tokens, do_sample=False, pad_token_id=999, eos_token_id=None)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
     with torch.no_grad():
         ref = model.generate(ids, **kw)
         if mode == "inductor":
@@ -135,11 +139,11 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def run_child(task, mode, lengths, tokens):
+def run_child(task, mode, lengths, tokens, cache="dynamic"):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["FASTDYN_CACHE_DIR"] = tempfile.mkdtemp(prefix="fd_dyn_models_")
     env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor_dyn_models_")
-    p = subprocess.run([sys.executable, "-c", CHILD, task, mode, str(lengths), str(tokens)],
+    p = subprocess.run([sys.executable, "-c", CHILD, task, mode, str(lengths), str(tokens), cache],
                        capture_output=True, text=True, env=env, timeout=3000)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -153,6 +157,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--only", default="gpt2,llama,gpt2-generate")
+    ap.add_argument("--cache", choices=["dynamic", "static"], default="dynamic", help="generate()'s KV cache")
     args = ap.parse_args()
     tasks = args.only.split(",")
     modes = ["eager"] + ([] if args.skip_inductor else ["inductor"]) + ["fastdyn"]
@@ -167,12 +172,12 @@ def main():
             print(f"| {m} | {r['sweep_s']:.2f} | {r['compiles']} | {r['equal']} | {geo} |", flush=True)
     gen_tasks = [t for t in tasks if t in ("llama", "gpt2-generate")]
     if gen_tasks:
-        print(f"\ngenerate(max_new_tokens={args.tokens}), greedy, default cache (fresh process per mode)\n")
+        print(f"\ngenerate(max_new_tokens={args.tokens}), greedy, {args.cache} cache (fresh process per mode)\n")
         print("| model | mode | first generate, compiles included (s) | second generate (s) | graphs compiled | tokens equal |")
         print("|---|---|---:|---:|---|---|")
         for t in gen_tasks:
             for m in modes + ["fastdyn-enable"]:
-                r = run_child("llama" if t == "llama" else "gpt2-generate", m, args.lengths, args.tokens)
+                r = run_child("llama" if t == "llama" else "gpt2-generate", m, args.lengths, args.tokens, args.cache)
                 print(f"| {t} | {m} | {r['first_s']:.2f} | {r['second_s']:.2f} | {r['compiles']} | {r['equal']} |", flush=True)
 
 

@@ -444,6 +444,7 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   } catch (const loop::Unsupported& e) {
     throw NoDerivative(e.what());
   }
+  if (!functional.extern_writes.empty()) throw NoDerivative("an in-place ATen call (index_copy_) writes an input");
   // Writes into inputs that need no gradient (batch norm's num_batches_tracked.add_(1)) are
   // replayed by the forward as copy_ nodes after the rest, one per version bump of eager's.
   for (const loop::WriteBack& wb : functional.writebacks) {

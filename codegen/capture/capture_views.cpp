@@ -811,6 +811,57 @@ CaptureResult bind_index_select(BindCall& call) {
                              derived(call, meta::fresh_contiguous(m, sizes), {self})));
 }
 
+// ---- index_copy: rows of `source` written at `index` along `dim` --------------------------------
+
+namespace {
+// What ATen's index_copy_ accepts (a call it would refuse breaks the graph, and eager raises its
+// own error): a Long index of at most one dim, a source of self's dtype, device and rank whose
+// size along dim is the index's length and whose other sizes are self's. ok: the call is accepted.
+CaptureResult check_index_copy(BindCall& call, const char* op, ValueId self, int64_t& dim, ValueId index, ValueId source) {
+  const TensorMeta& m = call.graph.meta(self);
+  const TensorMeta& im = call.graph.meta(index);
+  const TensorMeta& sm = call.graph.meta(source);
+  CaptureResult err;
+  if (!wrap(op, dim, m.dim(), err)) return err;
+  if (im.dtype != c10::ScalarType::Long) return fail(op, "index must be a long tensor");
+  if (im.dim() > 1) return fail(op, "index must have at most one dimension");
+  if (sm.dtype != m.dtype || sm.device != m.device || im.device != m.device)
+    return fail(op, "self, index and source must share a device, and self and source a dtype");
+  if (sm.dim() != m.dim() || m.dim() == 0) return fail(op, "source and self must have the same rank (at least 1)");
+  for (int64_t d = 0; d < m.dim(); ++d)
+    if (d != dim && sm.sizes[d] != m.sizes[d]) return fail(op, "source and self must have the same slice shapes");
+  if (sm.sizes[dim] != im.numel()) return fail(op, "the index's length must be source.size(dim)");
+  CaptureResult ok;
+  ok.ok = true;
+  return ok;
+}
+}  // namespace
+
+// self.index_copy_(dim, index, source): an in-place op with no out-of-place twin in the graph;
+// codegen/loop/functionalize.cpp runs it in place on a graph input (a static KV cache's update).
+CaptureResult bind_index_copy_(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "index_copy_(Tensor self, int dim, Tensor index, Tensor source)");
+  ValueId self = a.tensor("self"), index = a.tensor("index"), source = a.tensor("source");
+  int64_t dim = a.integer("dim");
+  if (CaptureResult c = check_index_copy(call, "index_copy_", self, dim, index, source); !c.ok) return c;
+  TensorMeta out = call.graph.meta(self);
+  out.requires_grad = out.requires_grad || call.graph.meta(source).requires_grad;
+  return tensor_result(emit1(call.graph, OpId::index_copy_,
+                             {Arg::of_value(self), Arg::of_int(dim), Arg::of_value(index), Arg::of_value(source)}, out));
+}
+
+// torch.index_copy(input, dim, index, source): a copy of input (its layout kept) with the rows written.
+CaptureResult bind_index_copy(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "index_copy(Tensor input, int dim, Tensor index, Tensor source)");
+  ValueId self = a.tensor("input"), index = a.tensor("index"), source = a.tensor("source");
+  int64_t dim = a.integer("dim");
+  if (CaptureResult c = check_index_copy(call, "index_copy", self, dim, index, source); !c.ok) return c;
+  const TensorMeta& m = call.graph.meta(self);
+  return tensor_result(emit1(call.graph, OpId::index_copy,
+                             {Arg::of_value(self), Arg::of_int(dim), Arg::of_value(index), Arg::of_value(source)},
+                             derived(call, meta::fresh(m, m.sizes, preserve_format_strides(m)), {self, source})));
+}
+
 namespace {
 // gather after its argument checks; `index` already has self's rank.
 CaptureResult gather_values(BindCall& call, const char* op, ValueId self, int64_t dim, ValueId index) {

@@ -182,7 +182,7 @@ PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
   std::vector<loop::Extern> externs;
   for (const loop::Step& s : p->steps)
     if (s.kind == loop::Step::Kind::Extern) externs.push_back(loop::compile_extern(p->graph, p->graph.nodes[static_cast<size_t>(s.index)]));
-  runtime::ExecutablePtr aliased = p->writebacks.empty() ? nullptr : compile_aten(original);
+  runtime::ExecutablePtr aliased = !p->mutates_inputs() ? nullptr : compile_aten(original);
   timer.lap("externs");
   auto program = std::make_shared<runtime::Program>(
       loop::runtime_program(*p, "cuda", text, std::move(externs), std::move(rewritten.constants), std::move(aliased)));

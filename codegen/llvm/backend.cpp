@@ -207,7 +207,7 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
       externs.push_back(loop::compile_extern(p->graph, n));
       if (externs.back().prepacked) text += "extern " + print_node(p->graph, n) + " runs as " + externs.back().exe->describe() + "\n";
     }
-  runtime::ExecutablePtr aliased = p->writebacks.empty() ? nullptr : compile_aten(original);
+  runtime::ExecutablePtr aliased = !p->mutates_inputs() ? nullptr : compile_aten(original);
   timer.lap("externs");
   auto program = std::make_shared<runtime::Program>(loop::runtime_program(*p, "llvm_cpu", text, std::move(externs), std::move(constants), std::move(aliased)));
   timer.lap("runtime_program");

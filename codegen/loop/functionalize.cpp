@@ -17,6 +17,14 @@
 // later mutation of that class (the view would have to see the new data), an op whose result type
 // differs from self's (int_x.add_(0.5) computes in float, then truncates), a returned view of a
 // mutated input (it must alias the caller's tensor), and index_put_.
+// In-place ops whose Lower column is Extern (index_copy_, a static KV cache's update) keep no
+// functional form: they run in place, as an ATen call between the kernels, on a graph input that
+// no op before it reads and no other op writes (its old contents unread, the call is the only
+// writer: copying a whole cache per step into a functional version and back would cost more than
+// the step). Later ops read the call's result, the input's own storage; the input gets no write-back
+// (ATen bumps its version). Such a graph no longer writes nothing when a later step fails, but the
+// ATen replay then writes the same rows again: the rows come from values that never read the
+// input's old contents.
 // copy_ and fill_ have no twin row: self.copy_(src) is src expanded to self's shape and cast to its
 // dtype; self.fill_(v) is the same with src a 0-dim tensor of v (scalar_tensor for a number).
 #include "codegen/loop/passes.h"
@@ -71,6 +79,7 @@ class Functionalizer {
     for (size_t i = 0; i < g_.nodes.size(); ++i)
       for (ValueId o : g_.nodes[i].outputs) producer_[static_cast<size_t>(o)] = static_cast<int32_t>(i);
     find_mutations();
+    check_in_place_externs();
     Functional f;
     if (last_mutation_.empty()) {
       f.graph = g_;
@@ -93,7 +102,10 @@ class Functionalizer {
     for (ValueId v : g_.inputs) {
       auto it = current_.find(v);
       if (it == current_.end()) continue;
-      f.writebacks.push_back({v, it->second, static_cast<int32_t>(mutations_at_.at(v).size())});
+      if (std::find(extern_written_.begin(), extern_written_.end(), v) != extern_written_.end())
+        f.extern_writes.push_back(v);
+      else
+        f.writebacks.push_back({v, it->second, static_cast<int32_t>(mutations_at_.at(v).size())});
     }
     return f;
   }
@@ -129,7 +141,7 @@ class Functionalizer {
       ValueId r = root_[static_cast<size_t>(self)];
       if (is_view_output(r))
         throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " writes into a view");
-      if (!copies(n.op) && (!functional_twin(n.op) || !same_result_type(g_, n)))
+      if (!copies(n.op) && !in_place_extern(n.op) && (!functional_twin(n.op) || !same_result_type(g_, n)))
         throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " has no out-of-place form here");
       for (size_t a = 1; a < n.args.size(); ++a)  // x.add_(x.t()): ATen refuses the partial overlap
         if (n.args[a].kind == Arg::Kind::Value && n.args[a].value != self && storage_root(n.args[a].value) == r)
@@ -187,6 +199,36 @@ class Functionalizer {
     }
   }
 
+  static bool in_place_extern(OpId op) { return op_info(op).lowering == Lowering::Extern; }
+
+  // An in-place extern writes a graph input (not a view) that no node before it reads (through
+  // views too) and no other node writes.
+  void check_in_place_externs() const {
+    std::vector<bool> is_input(g_.values.size(), false);
+    for (ValueId v : g_.inputs) is_input[static_cast<size_t>(v)] = true;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (op_info(n.op).category != OpCategory::InPlace || !in_place_extern(n.op)) continue;
+      const ValueId self = n.args[0].value;
+      const ValueId r = root_[static_cast<size_t>(self)];
+      auto refuse = [&](const std::string& why) {
+        throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " runs in place only on a graph input " +
+                          "that no op before it reads and no other op writes: " + why);
+      };
+      if (self != r || !is_input[static_cast<size_t>(r)]) refuse("it writes an intermediate value or a view");
+      if (mutations_at_.at(r).size() != 1) refuse("the input is written by other ops too");
+      if (n.outputs.empty() || g_.meta(n.outputs[0]).requires_grad) refuse("it needs a gradient");
+      auto in_class = [&](ValueId v) { return v >= 0 && storage_root(v) == r; };
+      for (size_t k = 0; k <= i; ++k)
+        for (size_t a = 0; a < g_.nodes[k].args.size(); ++a) {
+          const Arg& arg = g_.nodes[k].args[a];
+          const bool reads_r = (arg.kind == Arg::Kind::Value && in_class(arg.value)) ||
+                               (arg.kind == Arg::Kind::ValueList && std::any_of(arg.values.begin(), arg.values.end(), in_class));
+          if (reads_r && !(k == i && a == 0)) refuse("its old contents are read by " + print_node(g_, g_.nodes[k]));
+        }
+    }
+  }
+
   static bool copies(OpId op) { return op == OpId::copy_ || op == OpId::fill__Scalar || op == OpId::fill__Tensor; }
 
   ValueId read(ValueId v) const {
@@ -203,6 +245,12 @@ class Functionalizer {
           if (v >= 0) v = read(v);
     }
     if (op_info(n.op).category != OpCategory::InPlace) {
+      out.nodes.push_back(std::move(f));
+      return;
+    }
+    if (in_place_extern(n.op)) {  // later reads read its result (the input's storage): they run after it
+      current_[root_[static_cast<size_t>(n.args[0].value)]] = n.outputs.at(0);
+      extern_written_.push_back(root_[static_cast<size_t>(n.args[0].value)]);
       out.nodes.push_back(std::move(f));
       return;
     }
@@ -269,6 +317,7 @@ class Functionalizer {
   std::unordered_map<ValueId, size_t> last_mutation_;  // class root -> index of its last in-place node
   std::unordered_map<ValueId, std::vector<size_t>> mutations_at_;  // class root -> its in-place nodes
   std::unordered_map<ValueId, ValueId> current_;       // class root -> latest functional version
+  std::vector<ValueId> extern_written_;                // inputs an in-place extern writes in place
 };
 
 }  // namespace

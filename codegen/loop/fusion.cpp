@@ -97,6 +97,7 @@ class Fuser {
     for (size_t i = 0; i < g_.nodes.size(); ++i) schedule_node(i);
     schedule_writebacks();
     p_.writebacks = lg_.writebacks;
+    p_.extern_writes = lg_.extern_writes;
     drop_dead_stores();
     return std::move(p_);
   }

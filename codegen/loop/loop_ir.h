@@ -171,6 +171,9 @@ struct WriteBack {
 struct Program {
   Graph graph;  // the graph being compiled (Extern steps name its nodes; values carry metadata)
   std::vector<WriteBack> writebacks;
+  std::vector<ValueId> extern_writes;  // graph inputs an in-place extern step writes (functionalize.cpp)
+  // Whether a call writes its caller's tensors (the runtime then needs the ATen fallback).
+  bool mutates_inputs() const { return !writebacks.empty() || !extern_writes.empty(); }
   std::vector<Kernel> kernels;
   std::vector<Step> steps;
   // Filled by plan_memory: per value, and per slot the value whose metadata allocates it.

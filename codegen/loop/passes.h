@@ -59,11 +59,13 @@ struct LoweredGraph {
   Graph graph;                      // functionalized
   std::vector<NodeLowering> nodes;  // parallel to graph.nodes
   std::vector<WriteBack> writebacks;
+  std::vector<ValueId> extern_writes;
 };
 
 struct Functional {
   Graph graph;
   std::vector<WriteBack> writebacks;
+  std::vector<ValueId> extern_writes;  // graph inputs an in-place extern writes (no write-back)
 };
 // Throws Unsupported for mutations it cannot express (writes into views, see functionalize.cpp), and
 // for in-place ops in a graph with random ops unless `random_ok` (the autograd split: it replays

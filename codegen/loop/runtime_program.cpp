@@ -118,6 +118,11 @@ runtime::Program runtime_program(const Program& p, const std::string& backend, s
     while (g.inputs.at(i) != w.input) ++i;
     r.mutated_inputs.push_back({static_cast<int32_t>(i), w.bumps});
   }
+  for (ValueId v : p.extern_writes) {  // ATen's in-place call bumps the version itself
+    size_t i = 0;
+    while (g.inputs.at(i) != v) ++i;
+    r.mutated_inputs.push_back({static_cast<int32_t>(i), 0});
+  }
   r.aliased = std::move(aliased);
   // NB: only in accuracy mode: the plan compiles the whole graph once more, on ATen.
   if (runtime::check_enabled()) r.check = check_plan(p, backend);

@@ -127,6 +127,26 @@ def test_matmul_stays_extern_with_fused_epilogue():
     assert any(l.startswith("extern ") for l in code.splitlines()), code
 
 
+def test_index_copy_writes_a_cache_in_place_between_the_kernels():
+    """A static KV cache's update (codegen/loop/functionalize.cpp): ATen's index_copy_ on the
+    caller's tensor, then kernels reading the new rows; each step equal to eager, one entry."""
+    def step(cache, pos, new, q):
+        cache.index_copy_(2, pos, new)
+        return torch.softmax(q @ cache.transpose(-1, -2) * 0.3, -1) @ cache
+
+    jf = fastdyn.jit(step, backend="cuda")
+    cache, ref = torch.zeros(1, 4, 32, 16, device="cuda"), torch.zeros(1, 4, 32, 16, device="cuda")
+    before = fastdyn.stats()["graphs"]
+    for t in range(6):
+        pos = torch.tensor([t], device="cuda")
+        new, q = torch.randn(1, 4, 1, 16, device="cuda"), torch.randn(1, 4, 1, 16, device="cuda")
+        torch.testing.assert_close(jf(cache, pos, new, q), step(ref, pos, new, q), rtol=1e-5, atol=1e-5)
+        assert torch.equal(cache, ref) and cache._version == ref._version
+    assert fastdyn.stats()["graphs"] - before == 1
+    code = compiled_code(step, cache.clone(), pos, new, q)
+    assert code.startswith("backend cuda") and "aten::index_copy_(%0" in code, code
+
+
 def test_dynamic_lengths_share_their_kernels():
     fastdyn.reset()
     f = fastdyn.jit(lambda x: torch.softmax(x * 2, -1).sum(-1) + x.mean(-1), backend="cuda", dynamic=True)

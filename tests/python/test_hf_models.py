@@ -218,3 +218,39 @@ def test_replay_reports_a_missing_capture():
     problems = op_replay.uncaptured(fastdyn, fn)
     assert any(key.startswith("torch.histc: break") for key in problems), problems
     assert not any(key.startswith("torch.randn") for key in problems), problems
+
+
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_a_static_cache_generate_is_one_graph_per_shape_with_no_break(model_name):
+    """generate(cache_implementation="static") writes the cache with index_copy_ at each step: it
+    runs in place inside the compiled graph (no break, no copy of the cache), so the forward is
+    one graph for the prompt and one for the decode steps, whatever the number of tokens, and
+    the tokens are eager's."""
+    import transformers
+    torch.manual_seed(0)
+    if model_name == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, vocab_size=500, max_position_embeddings=128)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    else:
+        cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=128)
+        model = transformers.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, 500, (1, 7))
+
+    def generate():
+        return model.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0,
+                              cache_implementation="static")
+
+    with torch.no_grad():
+        want = generate()
+        forward = model.forward
+        model.forward = fastdyn.jit(forward)
+        try:
+            before = fastdyn.stats()
+            got = [generate() for _ in range(2)]
+            d = stats_delta(before, fastdyn.stats())
+        finally:
+            model.forward = forward
+    for g in got:
+        assert torch.equal(g, want)
+    assert d["graph_breaks"] == 0 and d["graphs"] <= 3, d

@@ -222,3 +222,88 @@ def test_expanded_input_mutation_raises_eagers_error():
     with pytest.raises(RuntimeError) as got:
         fastdyn.jit(lambda a: a.add_(1))(torch.zeros(3).expand(4, 3))
     assert str(got.value) == str(want.value)
+
+
+# ---- index_copy_: in place, as an ATen call between the kernels (a static KV cache's update) ----
+
+def cache_step(cache, pos, new, q):
+    cache.index_copy_(2, pos, new)
+    return torch.softmax(q @ cache.transpose(-1, -2), -1) @ cache
+
+
+def cache_inputs(step):
+    def make():
+        g = torch.Generator().manual_seed(step)
+        cache = torch.randn(1, 2, 16, 8, generator=g)
+        return cache, torch.tensor([step, step + 5]), torch.randn(1, 2, 2, 8, generator=g), torch.randn(1, 2, 1, 8, generator=g)
+    return make
+
+
+def test_index_copy_into_an_input_runs_in_place_between_the_kernels():
+    """The cache is written where it lies (no functional copy of it, no write-back): the program
+    calls ATen's index_copy_ on the caller's tensor, then its kernels read the new rows."""
+    assert backend_of(cache_step, *cache_inputs(0)()) == "backend llvm_cpu"
+    assert "aten::index_copy_(%0" in fastdyn.explain(cache_step, *cache_inputs(0)()).code[0]
+    for step in range(3):
+        check_same(cache_step, cache_inputs(step))
+    # One entry serves every step (positions are values, not guards); the same object is written.
+    jf = fastdyn.jit(cache_step)
+    cache, ref = torch.zeros(1, 2, 16, 8), torch.zeros(1, 2, 16, 8)
+    before = fastdyn.stats()["graphs"]
+    for step in range(8):
+        pos, new, q = torch.tensor([step]), torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)
+        torch.testing.assert_close(jf(cache, pos, new, q), cache_step(ref, pos, new, q))
+        assert torch.equal(cache, ref) and cache._version == ref._version
+    assert fastdyn.stats()["graphs"] - before == 1
+
+
+def returns_the_cache(cache, pos, new):
+    return cache.index_copy_(0, pos, new * 2)
+
+
+def read_then_index_copy(cache, pos, new):
+    total = cache.sum()
+    cache.index_copy_(0, pos, new)
+    return total + cache.mean()
+
+
+def index_copy_twice(cache, pos, new):
+    cache.index_copy_(0, pos, new)
+    cache.index_copy_(0, pos + 1, new * 3)
+    return cache * 2
+
+
+def index_copy_of_an_intermediate(cache, pos, new):
+    h = cache * 2
+    h.index_copy_(0, pos, new)
+    return h + 1
+
+
+def rows_inputs():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(6, 5, generator=g), torch.tensor([4, 1]), torch.randn(2, 5, generator=g)
+
+
+def test_index_copy_returning_the_cache_returns_the_callers_tensor():
+    assert backend_of(returns_the_cache, *rows_inputs()) == "backend llvm_cpu"
+    check_same(returns_the_cache, rows_inputs)
+
+
+@pytest.mark.parametrize("fn", [read_then_index_copy, index_copy_twice, index_copy_of_an_intermediate])
+def test_index_copy_the_program_cannot_run_in_place_runs_on_aten(fn):
+    # Its old contents read first, a second writer, or an intermediate written: ATen, as recorded.
+    assert backend_of(fn, *rows_inputs()) == "backend aten"
+    check_same(fn, rows_inputs)
+
+
+def test_index_copy_out_of_place_and_refused_calls_match_eager():
+    check_same(lambda c, i, s: torch.index_copy(c, 0, i, s) + 1, rows_inputs)
+    jf = fastdyn.jit(lambda c, i, s: c.index_copy_(0, i, s))
+    for args in [(torch.zeros(6, 5), torch.tensor([1, 2], dtype=torch.int32), torch.ones(2, 5)),  # an int32 index
+                 (torch.zeros(6, 5), torch.tensor([1]), torch.ones(2, 5)),                         # too few indices
+                 (torch.zeros(6, 5), torch.tensor([1, 2]), torch.ones(2, 5, dtype=torch.float64))]:  # another dtype
+        with pytest.raises((RuntimeError, IndexError)) as want:
+            args[0].clone().index_copy_(0, args[1], args[2])
+        with pytest.raises(want.type) as got:
+            jf(*args)
+        assert str(got.value) == str(want.value)
