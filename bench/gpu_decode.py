@@ -9,7 +9,9 @@ one per token, so no two decode steps of a generate have the same shapes) and on
 cache_implementation="static" (a fixed-size KV buffer: the same shapes at every step, what CUDA
 graphs need). Modes: eager; fastdyn.jit(model.forward) (default mode, and mode="reduce-overhead":
 CUDA graphs, one per KV length met up to its bound); torch.compile(model.forward) (default, and
-mode="reduce-overhead"). Each mode runs in a fresh process: a first generate (compiles included),
+mode="reduce-overhead"). generate() gets disable_compile=True: with a static cache on a GPU,
+transformers otherwise wraps the forward in torch.compile itself (so "eager" was inductor, and
+the other modes ran under it). Each mode runs in a fresh process: a first generate (compiles included),
 then three more, timed with a synchronize at the end; tokens/s is the new tokens over the median
 of those three. Every mode's tokens are compared with eager's.
 """
@@ -39,7 +41,7 @@ elif mode.startswith("inductor"):
 def generate():
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0,
-                             **({} if cache == "dynamic" else {"cache_implementation": cache}))
+                             disable_compile=True, **({} if cache == "dynamic" else {"cache_implementation": cache}))
     torch.cuda.synchronize()
     return out
 

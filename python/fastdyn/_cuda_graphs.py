@@ -152,7 +152,10 @@ class Runner:
     def _check(self, inputs):
         devices = {t.device for t in inputs}
         if any(d.type != "cuda" for d in devices) or len(devices) > 1:
-            return "its inputs are not all on one GPU: " + ", ".join(sorted(map(str, devices)))
+            first = inputs[0].device if inputs[0].device.type == "cuda" else next((d for d in devices if d.type == "cuda"), None)
+            off = [f"input {i} ({t.device}, {str(t.dtype).replace('torch.', '')}, {list(t.shape)})"
+                   for i, t in enumerate(inputs) if t.device != first]
+            return "its inputs are not all on one GPU: " + ", ".join(off)
         for i in self.mutated:
             if self.ptrs[i] is None:
                 return f"it writes input {i}, which came at a different address at each call"
