@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "codegen/capture/autocast.h"
 #include "codegen/autograd/derivatives.h"
 #include "codegen/backends/backends.h"
 #include "codegen/cuda/backend.h"
@@ -329,6 +330,16 @@ PYBIND11_MODULE(_C, m) {
     py::list out;
     for (const codegen::RouteTiming& t : codegen::cuda_route_timings())
       out.append(py::make_tuple(t.nvrtc_cubin_ms, t.nvrtc_ptx_ms, t.driver_ptx_load_ms, t.driver_cubin_load_ms));
+    return out;
+  });
+  m.def("autocast_policies", [] {  // codegen/capture/autocast.cpp's table (tests/python/test_autocast.py)
+    py::list out;
+    for (size_t i = 0; i < static_cast<size_t>(codegen::OpId::kCount); ++i) {
+      const auto op = static_cast<codegen::OpId>(i);
+      const std::string cpu = codegen::autocast::policy_name(op, c10::DeviceType::CPU);
+      const std::string cuda = codegen::autocast::policy_name(op, c10::DeviceType::CUDA);
+      if (!cpu.empty() || !cuda.empty()) out.append(py::make_tuple(codegen::qualified_name(op), cpu, cuda));
+    }
     return out;
   });
   m.def("differentiable_ops", [] {  // the derivative table's rows (tests/python/test_autograd_sweep.py)

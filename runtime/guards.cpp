@@ -645,10 +645,6 @@ bool strict_equal(PyObject* a, PyObject* b) {
   return eq == 1;
 }
 
-bool autocast_active() {
-  return at::autocast::is_autocast_enabled(at::kCPU) || at::autocast::is_autocast_enabled(at::kCUDA);
-}
-
 bool python_mode_active() {
   return at::impl::PythonTorchFunctionTLS::stack_len() > 0 || c10::impl::TorchDispatchModeTLS::stack_len() > 0;
 }
@@ -657,6 +653,7 @@ void GuardTree::guard_global_state() {
   has_global_state_ = true;
   grad_enabled_ = at::GradMode::is_enabled();
   default_dtype_ = c10::typeMetaToScalarType(c10::get_default_dtype());
+  autocast_ = AutocastState::current();
 }
 
 bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
@@ -669,8 +666,8 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
       if (why) why->description = std::string("default_dtype == ") + c10::toString(default_dtype_);
       return false;
     }
-    if (autocast_active()) {  // graphs are traced with autocast off (symbolic/ refuses it)
-      if (why) why->description = "autocast is off";
+    if (AutocastState::current() != autocast_) {  // the trace cast as autocast did then
+      if (why) why->description = autocast_.describe();
       return false;
     }
     if (python_mode_active()) {  // likewise with no TorchFunctionMode or TorchDispatchMode
@@ -750,7 +747,7 @@ std::vector<std::string> GuardTree::describe() const {
   if (has_global_state_) {
     out.push_back(std::string("grad_mode == ") + (grad_enabled_ ? "True" : "False"));
     out.push_back(std::string("default_dtype == ") + c10::toString(default_dtype_));
-    out.push_back("autocast is off");
+    out.push_back(autocast_.describe());
   }
   for (PyObject* n : absent_globals_) out.push_back(std::string("G['") + PyUnicode_AsUTF8(n) + "'] is absent");
   for (const auto& r : roots_) describe_node(*r, nullptr, out);

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/autocast_state.h"
+
 namespace fastdyn::runtime {
 
 // What a frame offers to guards; all borrowed.
@@ -110,8 +112,6 @@ struct GuardFailure {
   std::string description;  // "L['x'].size() == [4, 8], got [2, 8]"
 };
 
-// Whether torch.autocast is on for CPU or CUDA (fastdyn's op rules do not model autocast).
-bool autocast_active();
 // Whether a TorchFunctionMode or TorchDispatchMode is active: each would see every op, which
 // generated code runs without them.
 bool python_mode_active();
@@ -159,7 +159,7 @@ class GuardTree {
   // What obj.name resolves to through its class: `found` (nullptr: nothing; the object must not
   // have it either), and the object does not shadow it with its own attribute.
   void add_type_attr(GuardNode* n, const std::string& name, PyObject* found);
-  void guard_global_state();                        // grad mode and default dtype, as now; autocast off
+  void guard_global_state();                        // grad mode, default dtype and autocast, as now
   // The trace read builtin `name`: a global of that name must stay absent (it would shadow it).
   void add_global_absent(const std::string& name);
   void add_lacks(GuardNode* n, const std::string& key);  // the dict has no key `key`
@@ -176,6 +176,7 @@ class GuardTree {
   bool has_global_state_ = false;
   bool grad_enabled_ = true;
   c10::ScalarType default_dtype_ = c10::ScalarType::Float;
+  AutocastState autocast_;
   int alias_slots_ = 0;
   int symbols_ = 0;  // size symbols bound by tensor checks (ids 0..symbols_-1)
   std::vector<SizeRelation> relations_;

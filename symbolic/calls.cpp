@@ -1146,11 +1146,20 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   // torch functions that only read global state, and tracing/scripting probes.
   static PyObject* is_grad_enabled = resolve_python_name("torch.is_grad_enabled");
   if (fn == is_grad_enabled && args.empty()) return constant(ctx_.grad_enabled ? Py_True : Py_False);
-  // Traces run with autocast off (trace_frame refuses otherwise; guards check it).
-  static PyObject* autocast_probes[] = {resolve_python_name("torch.is_autocast_enabled"),
-                                        resolve_python_name("torch.is_autocast_cpu_enabled")};
-  for (PyObject* f : autocast_probes)
-    if (f && fn == f) return constant(Py_False);
+  // Autocast as the trace saw it (guards check it): torch.is_autocast_enabled() is CUDA's,
+  // torch.is_autocast_enabled("cpu") a device type's.
+  static PyObject* is_autocast_enabled = resolve_python_name("torch.is_autocast_enabled");
+  static PyObject* is_autocast_cpu_enabled = resolve_python_name("torch.is_autocast_cpu_enabled");
+  if (is_autocast_cpu_enabled && fn == is_autocast_cpu_enabled && args.empty() && kwargs.empty())
+    return constant(ctx_.autocast.cpu ? Py_True : Py_False);
+  if (is_autocast_enabled && fn == is_autocast_enabled && kwargs.empty()) {
+    if (args.empty()) return constant(ctx_.autocast.cuda ? Py_True : Py_False);
+    if (args.size() == 1 && args[0].is_constant() && PyUnicode_Check(args[0].obj)) {
+      const std::string type = PyUnicode_AsUTF8(args[0].obj);
+      if (type == "cpu" || type == "cuda")
+        return constant(ctx_.autocast.on(type == "cpu" ? c10::DeviceType::CPU : c10::DeviceType::CUDA) ? Py_True : Py_False);
+    }
+  }
   static PyObject* tracing_state = resolve_python_name("torch._C._get_tracing_state");
   if (tracing_state && fn == tracing_state && args.empty()) return constant(Py_None);
   // Usage telemetry (nn.Module construction, torch.hub...): logged once per process and key, so

@@ -63,6 +63,7 @@ Tracer::Tracer(const FrameInputs& frame, TraceResult& result, int stop_at)
     : frame_(frame), result_(result), stop_at_(stop_at) {
   ctx_.grad_enabled = at::GradMode::is_enabled();
   ctx_.default_dtype = c10::typeMetaToScalarType(c10::get_default_dtype());
+  ctx_.autocast = runtime::AutocastState::current();
   nargs_ = argument_slots(frame.code);
   auto f = std::make_unique<FrameState>();
   f->code = frame.code;
@@ -1130,10 +1131,6 @@ TraceResult trace_frame(const FrameInputs& frame) {
   TraceResult result;
   result.filename = PyUnicode_AsUTF8(frame.code->co_filename);
   result.lineno = frame.code->co_firstlineno;
-  if (runtime::autocast_active()) {  // op rules give no autocast dtypes: the frame runs eagerly
-    result.reason = "torch.autocast is active";
-    return result;
-  }
   if (runtime::python_mode_active()) {  // the mode would see each op: the frame runs eagerly
     result.reason = "a TorchFunctionMode or TorchDispatchMode is active";
     return result;

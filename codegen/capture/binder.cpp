@@ -7,6 +7,7 @@
 // an int becomes Double, an int[] given a single int becomes [i], a tuple of tensors becomes a
 // TensorList), so binders read one canonical kind per type. Errors name the function and the
 // parameter, as CPython's and PyTorch's own messages do.
+#include "codegen/capture/autocast.h"
 #include "codegen/capture/binder.h"
 #include "codegen/shapes/propagate.h"
 
@@ -383,6 +384,7 @@ const std::string& BoundArgs::str(const std::string& name) const {
 // ---- emission --------------------------------------------------------------------------------
 
 std::vector<ValueId> emit(Graph& g, OpId op, std::vector<Arg> args, std::vector<TensorMeta> outs) {
+  autocast::before_emit(g, op, args, outs);  // eager's autocast casts, under torch.autocast
   Node n;
   n.op = op;
   n.args = std::move(args);

@@ -5,6 +5,7 @@
 // late), or throw (an InternalError from a BoundArgs accessor, a std::out_of_range from a bad
 // ValueId). Either way record_call truncates the graph back to what it was and returns
 // CaptureResult::fail naming the family, so symbolic/ can graph-break on a clean graph.
+#include "codegen/capture/autocast.h"
 #include "codegen/capture/binder.h"
 #include "codegen/capture/meta_rules.h"
 #include "codegen/shapes/propagate.h"
@@ -129,11 +130,26 @@ CaptureResult record_call(Graph& g, const CaptureContext& ctx, Family family, co
       shapes::pin_call_args(g, plain_args, plain_kwargs, std::string(row(family).name) + "() takes it as a number");
     }
     const bool plain = sym_args && !shapes::takes_symbolic_ints(family);
-    BindCall call{g, ctx, family, plain ? plain_args : args, plain ? plain_kwargs : kwargs};
-    result = r.bind(call);
+    std::vector<CallArg> cast_args;
+    std::vector<std::pair<std::string, CallArg>> cast_kwargs;
+    const std::vector<CallArg>* bind_args = plain ? &plain_args : &args;
+    const std::vector<std::pair<std::string, CallArg>>* bind_kwargs = plain ? &plain_kwargs : &kwargs;
+    if (ctx.autocast.any()) {  // eager's casts first, then the binder sees eager's dtypes
+      cast_args = *bind_args;
+      cast_kwargs = *bind_kwargs;
+      autocast::cast_call_args(g, ctx, family, cast_args, cast_kwargs);
+      bind_args = &cast_args;
+      bind_kwargs = &cast_kwargs;
+    }
+    BindCall call{g, ctx, family, *bind_args, *bind_kwargs};
+    {
+      autocast::Scope scope(ctx);
+      result = r.bind(call);
+    }
     if (!result.ok && result.reason.empty()) result.reason = name + ": unsupported call";
     if (result.ok) {
-      const std::string refused = refused_write(g, ctx, n_nodes);
+      std::string refused = refused_write(g, ctx, n_nodes);
+      if (refused.empty()) refused = autocast::check_family(g, ctx, family, n_nodes);
       if (!refused.empty()) result = CaptureResult::fail(name + ": " + refused);
     }
   } catch (const std::exception& e) {

@@ -10,6 +10,7 @@
 // Pure C++: no Python headers, testable from GoogleTest.
 #pragma once
 #include "codegen/graph/graph.h"
+#include "runtime/autocast_state.h"
 
 #include <c10/core/MemoryFormat.h>
 
@@ -93,10 +94,11 @@ struct CaptureResult {
   static CaptureResult fail(std::string why) { CaptureResult r; r.reason = std::move(why); return r; }
 };
 
-// Global state a rule depends on; guarded by symbolic/ (grad mode, default dtype).
+// Global state a rule depends on; guarded by symbolic/ (grad mode, default dtype, autocast).
 struct CaptureContext {
   bool grad_enabled = true;                                 // outputs require grad only if on
   c10::ScalarType default_dtype = c10::ScalarType::Float;   // for factories and int->float ops
+  runtime::AutocastState autocast;                          // eager's casts (codegen/capture/autocast.h)
   // Graph inputs that share memory (x and x.t() passed as two arguments): (input, the first
   // input of its storage), as the caller saw them when tracing. An in-place write that reads
   // another view of its memory is refused as eager refuses it (capture.cpp).
