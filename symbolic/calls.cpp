@@ -856,6 +856,12 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       return call_tensor_method(callable.items[0], callable.name, std::move(args), std::move(kwargs));
     case K::BoundMethod:
       if (callable.name == "__fd_null_exit__") return constant(Py_None);
+      if (callable.name == "__fd_autocast_exit__") {  // the state from before the block
+        if (autocast_outside_.empty()) throw Unsupported("torch.autocast's __exit__ outside its block");
+        ctx_.autocast = autocast_outside_.back();
+        autocast_outside_.pop_back();
+        return constant(Py_False);
+      }
       if (callable.name == "__fd_grad_exit__") {
         const bool prev = callable.items.at(1).obj == Py_True;
         if (prev != ctx_.grad_enabled) grad_mode_changed_ = true;
@@ -1010,6 +1016,29 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     PyOwned arg(args.empty() ? nullptr : materialize(args[0]));
     PyOwned obj(arg.p ? PyObject_CallOneArg(fn, arg.p) : PyObject_CallNoArgs(fn));
     if (!obj.p) { PyErr_Clear(); throw Unsupported("creating " + py_repr(fn) + " raised"); }
+    return constant(obj.p);
+  }
+  // torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...) of constants, made for
+  // real: a plain object until a `with` enters it. NB: without a dtype it would read the device's
+  // default autocast dtype, a global setting nothing guards: such a call breaks.
+  static PyObject* autocast_type = resolve_python_name("torch.amp.autocast_mode.autocast");
+  if (autocast_type && fn == autocast_type) {
+    bool has_dtype = args.size() >= 2;
+    for (const auto& kv : kwargs) has_dtype = has_dtype || kv.first == "dtype";
+    if (!has_dtype) throw Unsupported("torch.autocast without dtype= (it reads the device's default autocast dtype)");
+    PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].is_python_constant()) throw Unsupported("torch.autocast with a non-constant argument");
+      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), materialize(args[i]));
+    }
+    PyOwned kw(PyDict_New());
+    for (const auto& [name, v] : kwargs) {
+      if (!v.is_python_constant()) throw Unsupported("torch.autocast with a non-constant argument");
+      PyOwned o(materialize(v));
+      PyDict_SetItemString(kw.p, name.c_str(), o.p);
+    }
+    PyOwned obj(PyObject_Call(fn, tuple.p, kw.p));
+    if (!obj.p) { PyErr_Clear(); throw Unsupported("creating torch.autocast raised"); }
     return constant(obj.p);
   }
   if (PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(module_type()))) return Calls::call_module(*this, callable, std::move(args), std::move(kwargs));

@@ -466,6 +466,7 @@ struct Rebuilder {
           b.load_attr("__exit__");
           return;
         }
+        if (v.name == "__fd_autocast_exit__") throw CannotRebuild("a break inside a torch.autocast block");
         if (v.name == "__fd_grad_exit__") {
           // A break inside a grad-mode block: the continuation goes on inside it, so the mode is
           // set now and the stack gets a real __exit__ that restores the mode from before the

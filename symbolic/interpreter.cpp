@@ -5,6 +5,7 @@
 // one table; names the target Python lacks are skipped, so 3.11- and 3.12-only opcodes share the
 // table. Where the two versions encode an argument differently the handler tests python_minor().
 // Calls, attribute reads and operators on values live in calls.cpp.
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
@@ -703,6 +704,36 @@ struct Handlers {
       t.push(Tracer::constant(result.p));
       return;
     }
+    static PyObject* autocast = resolve_python_name("torch.amp.autocast_mode.autocast");
+    if (type == autocast) {  // torch.autocast(device_type, dtype, enabled): the block's ops cast as eager's
+      PyOwned device(PyObject_GetAttrString(mgr.obj, "device"));
+      PyOwned dtype(PyObject_GetAttrString(mgr.obj, "fast_dtype"));
+      PyOwned enabled(PyObject_GetAttrString(mgr.obj, "_enabled"));
+      if (!device.p || !dtype.p || !enabled.p || !PyUnicode_Check(device.p) || !THPDtype_Check(dtype.p)) {
+        PyErr_Clear();
+        throw Unsupported("'with' on " + describe(mgr) + ": not a device type, dtype and flag");
+      }
+      const std::string type_name = PyUnicode_AsUTF8(device.p);
+      if (type_name != "cpu" && type_name != "cuda") throw Unsupported("torch.autocast on device type " + type_name);
+      runtime::AutocastState inside = t.ctx_.autocast;
+      const c10::ScalarType fast = reinterpret_cast<THPDtype*>(dtype.p)->scalar_type;
+      if (type_name == "cpu") {
+        inside.cpu = enabled.p == Py_True;
+        inside.cpu_dtype = fast;
+      } else {
+        inside.cuda = enabled.p == Py_True;
+        inside.cuda_dtype = fast;
+      }
+      t.autocast_outside_.push_back(t.ctx_.autocast);
+      t.ctx_.autocast = inside;
+      SymValue exit;
+      exit.kind = SymValue::Kind::BoundMethod;
+      exit.name = "__fd_autocast_exit__";
+      exit.items.push_back(mgr);
+      t.push(std::move(exit));
+      t.push(mgr);  // __enter__ returns the manager
+      return;
+    }
     bool mode;
     if (type == no_grad) mode = false;
     else if (type == enable_grad) mode = true;
@@ -711,7 +742,7 @@ struct Handlers {
       if (!m.p) { PyErr_Clear(); throw Unsupported("set_grad_enabled without a mode"); }
       mode = m.p == Py_True;
     } else {
-      throw Unsupported("'with' on " + describe(mgr) + " (only grad-mode blocks are traced)");
+      throw Unsupported("'with' on " + describe(mgr) + " (only grad-mode, autocast and nullcontext blocks are traced)");
     }
     SymValue exit = Tracer::grad_exit(mgr, t.ctx_.grad_enabled, mode);
     if (mode != t.ctx_.grad_enabled) t.grad_mode_changed_ = true;

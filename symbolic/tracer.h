@@ -211,6 +211,8 @@ class Tracer {
   int wrap_depth_ = 0;  // wrap()'s recursion into lists and dicts
   int stop_at_ = -1;    // root instruction index at which to stop and record a break
   bool grad_mode_changed_ = false;
+  // The autocast state before each torch.autocast block the trace is inside (innermost last).
+  std::vector<runtime::AutocastState> autocast_outside_;
   // Attribute values written during the trace (result_.effects), read back by later reads.
   std::vector<std::tuple<PyObject*, std::string, SymValue>> written_attrs_;
   // Lists and dicts the caller passed (wrap), by object: the boxes of their reads, one per path

@@ -224,3 +224,49 @@ def test_cuda_autocast_matches_eager(dtype):
             assert a.dtype == e.dtype
             torch.testing.assert_close(a, e, rtol=2e-3, atol=2e-3)
     assert d["graph_breaks"] == 0, d
+
+
+def test_an_autocast_block_inside_the_frame_is_traced():
+    def f(x, w):
+        h = x @ w
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.relu(h @ w)
+            inside = torch.is_autocast_enabled("cpu")
+        return y + 1, h, inside, torch.is_autocast_enabled("cpu")
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    g = fastdyn.jit(f)
+    want = f(x, w)
+    for _ in range(2):
+        got = g(x, w)
+        same(got[:2], want[:2])
+        assert got[2:] == want[2:] == (True, False)
+    assert not torch.is_autocast_enabled("cpu")
+    assert fastdyn.stats()["graphs"] == 1 and fastdyn.stats()["graph_breaks"] == 0
+
+
+def test_a_break_inside_an_autocast_block_runs_the_frame_eagerly():
+    seen = []
+
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+            seen.append(torch.is_autocast_enabled("cpu"))  # a list the caller sees: eager's own call
+            print(end="")  # not traced: a break inside the block
+            z = y @ w
+        return z
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    want = f(x, w)
+    got = fastdyn.jit(f)(x, w)
+    same(got, want)
+    assert seen == [True, True] and not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_without_a_dtype_breaks_and_matches_eager():
+    def f(x, w):
+        with torch.autocast("cpu"):  # the device's default autocast dtype: a global setting
+            return x @ w
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    same(fastdyn.jit(f)(x, w), f(x, w))
