@@ -9,8 +9,9 @@ AutocastState AutocastState::current() {
   AutocastState s;
   s.cpu = at::autocast::is_autocast_enabled(at::kCPU);
   s.cuda = at::autocast::is_autocast_enabled(at::kCUDA);
-  if (s.cpu) s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
-  if (s.cuda) s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+  // NB: also while off: `torch.autocast("cuda")` without a dtype reads it, and a trace may make one.
+  s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
   return s;
 }
 

@@ -12,7 +12,9 @@
 namespace fastdyn::runtime {
 
 struct AutocastState {
-  bool cpu = false, cuda = false;  // enabled per device type
+  // Enabled per device type, and each device type's autocast dtype (set also while off: it is
+  // the default dtype of a torch.autocast(device) made without one).
+  bool cpu = false, cuda = false;
   c10::ScalarType cpu_dtype = c10::ScalarType::BFloat16, cuda_dtype = c10::ScalarType::Half;
 
   static AutocastState current();  // the calling thread's (autocast_state.cpp)
@@ -21,7 +23,7 @@ struct AutocastState {
   bool on(c10::DeviceType t) const { return t == c10::DeviceType::CPU ? cpu : t == c10::DeviceType::CUDA && cuda; }
   c10::ScalarType dtype(c10::DeviceType t) const { return t == c10::DeviceType::CPU ? cpu_dtype : cuda_dtype; }
   bool operator==(const AutocastState& o) const {
-    return cpu == o.cpu && cuda == o.cuda && (!cpu || cpu_dtype == o.cpu_dtype) && (!cuda || cuda_dtype == o.cuda_dtype);
+    return cpu == o.cpu && cuda == o.cuda && cpu_dtype == o.cpu_dtype && cuda_dtype == o.cuda_dtype;
   }
   bool operator!=(const AutocastState& o) const { return !(*this == o); }
   // "autocast off", "autocast cpu BFloat16", "autocast cpu BFloat16, cuda Half".

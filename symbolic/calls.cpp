@@ -1019,13 +1019,10 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     return constant(obj.p);
   }
   // torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...) of constants, made for
-  // real: a plain object until a `with` enters it. NB: without a dtype it would read the device's
-  // default autocast dtype, a global setting nothing guards: such a call breaks.
+  // real: a plain object until a `with` enters it. Without a dtype it reads the device type's
+  // autocast dtype, which the entry's guards check (runtime/autocast_state.h).
   static PyObject* autocast_type = resolve_python_name("torch.amp.autocast_mode.autocast");
   if (autocast_type && fn == autocast_type) {
-    bool has_dtype = args.size() >= 2;
-    for (const auto& kv : kwargs) has_dtype = has_dtype || kv.first == "dtype";
-    if (!has_dtype) throw Unsupported("torch.autocast without dtype= (it reads the device's default autocast dtype)");
     PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
     for (size_t i = 0; i < args.size(); ++i) {
       if (!args[i].is_python_constant()) throw Unsupported("torch.autocast with a non-constant argument");

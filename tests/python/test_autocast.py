@@ -263,10 +263,20 @@ def test_a_break_inside_an_autocast_block_runs_the_frame_eagerly():
     assert seen == [True, True] and not torch.is_autocast_enabled("cpu")
 
 
-def test_autocast_without_a_dtype_breaks_and_matches_eager():
+def test_autocast_without_a_dtype_reads_the_guarded_default():
     def f(x, w):
-        with torch.autocast("cpu"):  # the device's default autocast dtype: a global setting
+        with torch.autocast("cpu"):  # the CPU's autocast dtype, a setting the guards check
             return x @ w
 
     x, w = torch.randn(4, 4), torch.randn(4, 4)
-    same(fastdyn.jit(f)(x, w), f(x, w))
+    g = fastdyn.jit(f)
+    same(g(x, w), f(x, w))
+    assert f(x, w).dtype == torch.bfloat16
+    torch.set_autocast_dtype("cpu", torch.float16)
+    try:
+        assert f(x, w).dtype == torch.float16
+        same(g(x, w), f(x, w))
+    finally:
+        torch.set_autocast_dtype("cpu", torch.bfloat16)
+    same(g(x, w), f(x, w))
+    assert fastdyn.stats()["graphs"] == 2 and fastdyn.stats()["graph_breaks"] == 0
