@@ -4,9 +4,9 @@
     python3 bench/autocast.py [--rounds 7] [--skip-inductor]
 
 Cases (random weights, 2 threads): a 4x512 MLP on a batch of 64 (inference, under torch.no_grad), GPT-2 2-layer
-(hidden 128) on 128 tokens (inference, no cache), and one train step of the MLP (forward under
-autocast, MSE loss in float32, backward). Each case runs inside `torch.autocast("cpu",
-dtype=torch.bfloat16)`; fastdyn is `fastdyn.jit(fn)` of the case's function, inductor
+(hidden 128) on 128 tokens (inference, no cache), and one train step of the MLP (PyTorch's AMP
+recipe: the forward and the loss in `torch.autocast`, entered by the step itself, backward outside).
+The inference cases run inside `torch.autocast("cpu", dtype=torch.bfloat16)`; fastdyn is `fastdyn.jit(fn)` of the case's function, inductor
 `torch.compile(fn)`. The modes are interleaved in one process (this VM's memory bandwidth differs
 between processes): per round, 10 calls of each, the median round per call. Also: the first call
 (compiles included) of each mode, graphs/breaks of fastdyn, and whether every output equals
@@ -53,9 +53,10 @@ def case_train():
     model = mlp_model()
     x, y = torch.randn(64, 512), torch.randn(64, 512)
 
-    def fn(x, y):
+    def fn(x, y):  # the AMP recipe: autocast around the forward and loss, backward outside
         model.zero_grad(set_to_none=True)
-        loss = F.mse_loss(model(x).float(), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(x).float(), y)
         loss.backward()
         return loss.detach(), model[0].weight.grad
     return fn, (x, y), True
@@ -85,7 +86,9 @@ def main():
             torch._dynamo.reset()
             modes["inductor"] = torch.compile(fn)
         first, equal = {}, {}
-        with torch.autocast("cpu", dtype=torch.bfloat16), torch.set_grad_enabled(grad):
+        # Inference runs inside one autocast region; the train step enters its own each step (eager's
+        # autocast caches weight casts within a region, across steps only if the region spans them).
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not grad), torch.set_grad_enabled(grad):
             want = fn(*inputs)
             before = fastdyn.stats()
             for m, f in modes.items():
