@@ -891,6 +891,34 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
         if (callable.obj == children || callable.obj == named_children)
           return module_children(callable.items[0], callable.obj == named_children);
       }
+      if (callable.items[0].is_constant()) {
+        // parameters(recurse=True), buffers(recurse=True), named_parameters(prefix='',
+        // recurse=True, remove_duplicate=True), named_buffers(the same): see module_members.
+        static PyObject* const member_fns[] = {resolve_python_name("torch.nn.Module.parameters"),
+                                               resolve_python_name("torch.nn.Module.buffers"),
+                                               resolve_python_name("torch.nn.Module.named_parameters"),
+                                               resolve_python_name("torch.nn.Module.named_buffers")};  // NB: kept
+        const auto* which = std::find(std::begin(member_fns), std::end(member_fns), callable.obj);
+        if (callable.obj && which != std::end(member_fns)) {
+          const bool named = which - std::begin(member_fns) >= 2;
+          const char* slot = (which - std::begin(member_fns)) % 2 == 0 ? "_parameters" : "_buffers";
+          std::vector<std::string> params = named ? std::vector<std::string>{"prefix", "recurse", "remove_duplicate"}
+                                                  : std::vector<std::string>{"recurse"};
+          std::string prefix;
+          bool recurse = true, remove_duplicate = true, ok = args.size() <= params.size();
+          auto take = [&](const std::string& name, const SymValue& v) {
+            if (!v.is_python_constant()) { ok = false; return; }
+            if (name == "prefix" && PyUnicode_Check(v.obj)) prefix = PyUnicode_AsUTF8(v.obj);
+            else if (name == "recurse" && PyBool_Check(v.obj)) recurse = v.obj == Py_True;
+            else if (name == "remove_duplicate" && PyBool_Check(v.obj)) remove_duplicate = v.obj == Py_True;
+            else ok = false;
+          };
+          for (size_t i = 0; ok && i < args.size(); ++i) take(params[i], args[i]);
+          for (const auto& [name, v] : kwargs)
+            if (ok) take(name, v);
+          if (ok && remove_duplicate) return module_members(callable.items[0], slot, named, recurse, prefix);
+        }
+      }
       args.insert(args.begin(), callable.items[0]);
       return Calls::inline_call(*this, Calls::target_of_function(*this, callable.obj), std::move(args), std::move(kwargs));
     case K::Function:

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 #include <optional>
 
@@ -394,6 +395,52 @@ SymValue Tracer::module_children(const SymValue& module, bool named) {
     SymValue child = load_attr(module, PyUnicode_AsUTF8(k));
     items.push_back(named ? SymValue::tuple({constant(k), child}) : child);
   }
+  return iterator_of(std::move(items));
+}
+
+// nn.Module._named_members as eager runs it for parameters()/buffers() and their named forms:
+// the modules in named_modules' order (the module, then each child's tree; a module reached twice
+// once), each one's `slot` dict in order (its keys guarded; None entries skipped), a tensor
+// reached twice once (the trace's alias guards keep which reads are one object). The generator
+// becomes an iterator over the members, read through their sources (graph inputs read at call
+// time, as `self.weight` is).
+SymValue Tracer::module_members(const SymValue& module, const char* slot, bool named, bool recurse,
+                                const std::string& prefix) {
+  std::vector<SymValue> items;
+  std::vector<PyObject*> seen_modules;
+  std::vector<codegen::ValueId> seen_tensors;
+  std::function<void(const SymValue&, const std::string&)> walk = [&](const SymValue& m, const std::string& path) {
+    if (std::find(seen_modules.begin(), seen_modules.end(), m.obj) != seen_modules.end()) return;
+    seen_modules.push_back(m.obj);
+    PyObject** dictptr = _PyObject_GetDictPtr(m.obj);
+    PyObject* members = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, slot) : nullptr;
+    if (!members || !PyDict_CheckExact(members) || !m.source) throw Unsupported(std::string(slot) + " of " + describe(m));
+    SourcePtr members_src = child_source(m.source, Source::Kind::Attr, slot);
+    add_guard(members_src, GuardKind::DictKeys, members);
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(members, &pos, &k, &v)) {
+      if (!PyUnicode_Check(k)) throw Unsupported(std::string(slot) + " with a non-str name");
+      SourcePtr src = child_source(members_src, Source::Kind::DictItem, PyUnicode_AsUTF8(k));
+      if (v == Py_None) {
+        add_guard(src, GuardKind::IdIs, v);
+        continue;
+      }
+      SymValue t = wrap(v, src);
+      if (!t.is_tensor()) throw Unsupported(std::string(slot) + " entry that is not a tensor");
+      if (std::find(seen_tensors.begin(), seen_tensors.end(), t.tensor) != seen_tensors.end()) continue;
+      seen_tensors.push_back(t.tensor);
+      const std::string name = path.empty() ? PyUnicode_AsUTF8(k) : path + "." + PyUnicode_AsUTF8(k);
+      items.push_back(named ? SymValue::tuple({Tracer::constant(PyOwned(PyUnicode_FromString(name.c_str())).p), t}) : t);
+    }
+    if (!recurse) return;
+    SymValue children = module_children(m, true);
+    for (const SymValue& c : children.box->items) {
+      const std::string child = PyUnicode_AsUTF8(c.items[0].obj);
+      walk(c.items[1], path.empty() ? child : path + "." + child);
+    }
+  };
+  walk(module, prefix);
   return iterator_of(std::move(items));
 }
 

@@ -198,6 +198,9 @@ class Tracer {
   std::vector<SymValue> unpack(const SymValue& seq, int n);
   SymValue make_iterator(const SymValue& iterable);
   SymValue module_children(const SymValue& module, bool named);  // operators.cpp
+  // module.parameters() / named_parameters() / buffers() / named_buffers() (slot "_parameters"
+  // or "_buffers"), unrolled over the module tree; operators.cpp.
+  SymValue module_members(const SymValue& module, const char* slot, bool named, bool recurse, const std::string& prefix);
   void guard_module_count(const SymValue& container);
   bool truth(const SymValue& v, const char* what);  // trace-time truth value, or Unsupported
 

@@ -348,3 +348,36 @@ def test_a_forward_replaced_on_the_class_is_seen():
             M.forward = saved
         call(g, x)
     same_under_jit(scenario)
+
+
+def test_module_parameters_and_buffers_unroll_and_follow_changes():
+    """Module.parameters()/named_parameters()/buffers()/named_buffers() are traced (no break: they
+    were a generator building a set of tensors): eager's order, prefixes, recurse=False, a module
+    or tensor reached twice listed once; a parameter added or set to None between calls is seen."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    shared = nn.Linear(3, 3)
+    tied = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.Linear(3, 3))
+    tied[2].weight = tied[0].weight
+    models = [nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)),
+              nn.ModuleDict({"a": shared, "b": shared, "c": nn.Linear(3, 1)}), tied]
+
+    def f(m, x):
+        n = sum(p.numel() for p in m.parameters())
+        names = [k for k, _ in m.named_parameters()]
+        bufs = [k for k, _ in m.named_buffers(prefix="net")]
+        top = [k for k, _ in m.named_parameters(recurse=False)]
+        return x * n, names, bufs, top, next(m.parameters()).device, len(list(m.buffers()))
+
+    g = fastdyn.jit(f)
+    x = torch.randn(3)
+    before = fastdyn.stats()["graph_breaks"]
+    for m in models:
+        for _ in range(2):
+            assert norm(g(m, x)) == norm(f(m, x))
+    assert fastdyn.stats()["graph_breaks"] == before
+    m = models[0]
+    m[2].register_parameter("extra", nn.Parameter(torch.ones(2)))
+    assert norm(g(m, x)) == norm(f(m, x))
+    m[2].bias = None
+    assert norm(g(m, x)) == norm(f(m, x))
