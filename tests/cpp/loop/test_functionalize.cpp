@@ -159,3 +159,43 @@ TEST(WriteBacks, ReadingAnotherMutatedInputMaterialisesTheValueFirst) {
 
 }  // namespace
 }  // namespace fastdyn::codegen::loop
+
+namespace fastdyn::codegen::loop {
+namespace {
+
+// index_copy_ (ops.def: InPlace, lowered Extern) stays in place on a graph input nothing before it
+// reads: later reads read its result, the input gets no write-back, and the step is an ATen call.
+TEST(Functionalize, AnInPlaceExternWritesItsInputWhereItLies) {
+  const char* text = R"(graph(%0: f32[1, 2, 8, 4]{64, 32, 4, 1}, %1: i64[1]{1}, %2: f32[1, 2, 1, 4]{8, 4, 4, 1}):
+  %3: f32[1, 2, 8, 4]{64, 32, 4, 1} = aten::index_copy_(%0, 2, %1, %2)
+  %4: f32[1, 2, 8, 4]{64, 32, 4, 1} = aten::mul.Scalar(%0, 2)
+  return (%4, %0)
+)";
+  Functional f = functionalize(parse_graph(text));
+  EXPECT_EQ(print_graph(f.graph), R"(graph(%0: f32[1, 2, 8, 4]{64, 32, 4, 1}, %1: i64[1]{1}, %2: f32[1, 2, 1, 4]{8, 4, 4, 1}):
+  %3: f32[1, 2, 8, 4]{64, 32, 4, 1} = aten::index_copy_(%0, 2, %1, %2)
+  %4: f32[1, 2, 8, 4]{64, 32, 4, 1} = aten::mul.Scalar(%3, 2)
+  return (%4, %0)
+)");
+  EXPECT_TRUE(f.writebacks.empty());
+  ASSERT_EQ(f.extern_writes.size(), 1u);
+  EXPECT_EQ(f.extern_writes[0], 0);
+  Program p = build_program(parse_graph(text));
+  EXPECT_TRUE(p.mutates_inputs());
+  ASSERT_FALSE(p.steps.empty());
+  EXPECT_EQ(p.steps.front().kind, Step::Kind::Extern);  // the write first, then the kernel reading it
+  // Its old contents read first, or a second writer: the graph goes to ATen.
+  EXPECT_NE(unsupported_reason(R"(graph(%0: f32[8]{1}, %1: i64[1]{1}, %2: f32[1]{1}):
+  %3: f32[8]{1} = aten::mul.Scalar(%0, 2)
+  %4: f32[8]{1} = aten::index_copy_(%0, 0, %1, %2)
+  return (%3)
+)").find("its old contents are read"), std::string::npos);
+  EXPECT_NE(unsupported_reason(R"(graph(%0: f32[8]{1}, %1: i64[1]{1}, %2: f32[1]{1}):
+  %3: f32[8]{1} = aten::index_copy_(%0, 0, %1, %2)
+  %4: f32[8]{1} = aten::add_.Scalar(%0, 1, 1)
+  return (%4)
+)").find("written by other ops"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen::loop
