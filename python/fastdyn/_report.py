@@ -16,7 +16,6 @@ The package exports report, start_report and stop_report.
 import atexit
 import datetime
 import gc
-import inspect
 import linecache
 import os
 import re
@@ -48,16 +47,85 @@ def stop_report():
     _C.journal_on(False)
 
 
+def _scan(line, state):
+    """Moves state = [bracket depth, open triple quote or None] over one source line."""
+    i, n = 0, len(line)
+    depth, triple = state
+    while i < n:
+        if triple:
+            j = line.find(triple, i)
+            if j < 0:
+                break
+            i, triple = j + 3, None
+            continue
+        c = line[i]
+        if c == "#":
+            break
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c in "'\"":
+            if line[i:i + 3] in ("'''", '"""'):
+                triple, i = line[i:i + 3], i + 3
+                continue
+            j = i + 1  # a one-line string: to its closing quote, past escapes
+            while j < n and line[j] != c:
+                j += 2 if line[j] == "\\" else 1
+            i = j + 1
+            continue
+        i += 1
+    state[0], state[1] = depth, triple
+
+
+def _block(lines, start):
+    """The def/class block starting at lines[start] (its decorators first), as inspect.getblock
+    finds it, without tokenizing (tokenize was most of a report's time): brackets, strings and
+    indentation. Anything else starting there (a lambda's line): that logical line."""
+    def indent(line):
+        return len(line) - len(line.lstrip(" \t"))
+
+    base, state, i = indent(lines[start]), [0, None], start
+
+    def logical_line():
+        nonlocal i
+        _scan(lines[i], state)
+        i += 1
+        while (state[0] or state[1]) and i < len(lines):
+            _scan(lines[i], state)
+            i += 1
+
+    while i < len(lines) and lines[i].lstrip().startswith("@"):
+        logical_line()
+    if i >= len(lines):
+        return lines[start:]
+    head = lines[i].lstrip()
+    logical_line()
+    if not head.startswith(("def ", "async def ", "class ")):
+        return lines[start:i]
+    end = i
+    while i < len(lines):
+        line, stripped = lines[i], lines[i].strip()
+        if not stripped:
+            i += 1
+        elif stripped.startswith("#"):  # a comment indented into the block belongs to it
+            i += 1
+            if indent(line) > base:
+                end = i
+        elif indent(line) <= base:
+            break
+        else:
+            logical_line()
+            end = i
+    return lines[start:end]
+
+
 def _source_block(filename, firstlineno):
     """The lines of the function that starts at firstlineno (None when the file is not readable)."""
     lines = linecache.getlines(filename)
     if not lines or firstlineno < 1 or firstlineno > len(lines):
         return None
-    try:
-        block = inspect.getblock(lines[firstlineno - 1:])
-    except Exception:  # a tokenizer error on odd source: show a window instead
-        block = lines[firstlineno - 1:firstlineno + 40]
-    return [line.rstrip("\n") for line in block]
+    return [line.rstrip("\n") for line in _block(lines, firstlineno - 1)]
 
 
 def _lines(text):

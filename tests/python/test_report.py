@@ -251,3 +251,29 @@ def test_cuda_kernels_show_their_cuda_source(tmp_path, recording):
     page, _ = _report(tmp_path)
     generated = page.text_of("kernel-generated", "pre")
     assert any("__global__" in t for t in generated), generated[:1]
+
+
+def test_the_source_block_is_what_inspect_finds():
+    """The report shows each code object's source block, found by a scan of brackets, strings and
+    indentation (_report._block) rather than tokenize: the same lines as inspect.getblock for every
+    function of a few modules (decorators, docstrings, multi-line signatures, trailing comments)."""
+    import importlib
+    import inspect
+    import linecache
+    import types
+    from fastdyn import _report
+    n = 0
+    for name in ["torch.nn.modules.module", "torch.nn.functional", "inspect", "dataclasses", "threading"]:
+        module = importlib.import_module(name)
+        fns = [o for o in vars(module).values() if isinstance(o, types.FunctionType)]
+        fns += [v for o in vars(module).values() if isinstance(o, type) for v in vars(o).values()
+                if isinstance(v, types.FunctionType)]
+        for f in fns:
+            lines = linecache.getlines(f.__code__.co_filename)
+            start = f.__code__.co_firstlineno - 1
+            if not lines:
+                continue
+            want = [line.rstrip() for line in inspect.getblock(lines[start:])]
+            assert [line.rstrip() for line in _report._block(lines, start)] == want, f.__qualname__
+            n += 1
+    assert n > 500
