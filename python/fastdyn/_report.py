@@ -47,34 +47,31 @@ def stop_report():
     _C.journal_on(False)
 
 
+# What _scan stops at: a triple quote, a one-line string (whole), a comment, a bracket.
+_TOKEN = re.compile("('''|\"\"\")" r"""|('(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")|(#)|([(\[{])|([)\]}])""")
+
+
 def _scan(line, state):
     """Moves state = [bracket depth, open triple quote or None] over one source line."""
-    i, n = 0, len(line)
+    i = 0
     depth, triple = state
-    while i < n:
+    while True:
         if triple:
             j = line.find(triple, i)
             if j < 0:
                 break
             i, triple = j + 3, None
             continue
-        c = line[i]
-        if c == "#":
+        m = _TOKEN.search(line, i)
+        if not m or m.group(3):
             break
-        if c in "([{":
+        i = m.end()
+        if m.group(1):
+            triple = m.group(1)
+        elif m.group(4):
             depth += 1
-        elif c in ")]}":
+        elif m.group(5):
             depth = max(0, depth - 1)
-        elif c in "'\"":
-            if line[i:i + 3] in ("'''", '"""'):
-                triple, i = line[i:i + 3], i + 3
-                continue
-            j = i + 1  # a one-line string: to its closing quote, past escapes
-            while j < n and line[j] != c:
-                j += 2 if line[j] == "\\" else 1
-            i = j + 1
-            continue
-        i += 1
     state[0], state[1] = depth, triple
 
 
