@@ -253,7 +253,7 @@ def module_forward_called_directly(m, x):
     return m.forward(x)
 
 
-@CASES(lambda: (MLP(), r(4, 8)), xfail=MODULE)
+@CASES(lambda: (MLP(), r(4, 8)))
 def module_attribute_loop_over_parameters(m, x):
     total = x.sum() * 0
     for p in m.parameters():
