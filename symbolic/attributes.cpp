@@ -449,6 +449,19 @@ SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
     return constant(n.p);
   }
   if (name == "requires_grad") return constant(m.requires_grad ? Py_True : Py_False);
+  if (name == "grad") {
+    // A leaf input's gradient (a parameter's, after a backward): read at call time through its
+    // source, as the input itself is. A tensor the graph computes has none to read; a non-leaf's
+    // read warns in eager at every call.
+    PyObject* obj = t.obj;
+    for (const auto& [o, id] : tensor_inputs_)
+      if (!obj && id == t.tensor) obj = o;
+    if (!t.source || !obj) throw Unsupported("'.grad' of a tensor the graph computes");
+    if (!THPVariable_Unpack(obj).is_leaf()) throw Unsupported("'.grad' of a non-leaf tensor (eager warns)");
+    PyOwned g(PyObject_GetAttrString(obj, "grad"));
+    if (!g.p) { PyErr_Clear(); throw Unsupported("reading '.grad' raised"); }
+    return wrap(g.p, child_source(t.source, Source::Kind::Attr, "grad"));
+  }
   if (name == "is_cuda") return constant(m.device.is_cuda() ? Py_True : Py_False);
   if (name == "is_cpu") return constant(m.device.is_cpu() ? Py_True : Py_False);
   // Methods are bound lazily: the CALL that follows decides (tensor-method intrinsics or ops).

@@ -335,3 +335,31 @@ def test_a_mobilenet_style_cnn_trains_like_eager():
     ref.load_state_dict(model.state_dict())
     train_like_eager(model, ref, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
                      [(torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))) for _ in range(3)])
+
+
+def test_parameter_gradients_are_read_in_the_trace():
+    """`p.grad` of a leaf input (a parameter) is read at call time through its source: None before
+    the first backward, the accumulated gradient after; the only break is backward() itself."""
+    import torch.nn as nn
+
+    def step(model, x):
+        before = [p.grad is None for p in model.parameters()]
+        loss = model(x).sum()
+        loss.backward()
+        return loss, [p.grad * 2 for p in model.parameters()], before
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
+
+    x = torch.randn(5, 4)
+    eager, compiled = make(), make()
+    g = fastdyn.jit(step)
+    breaks = fastdyn.stats()["graph_breaks"]
+    for _ in range(3):
+        want, got = step(eager, x), g(compiled, x)
+        torch.testing.assert_close(got[0], want[0])
+        for a, b in zip(got[1], want[1]):
+            torch.testing.assert_close(a, b)
+        assert got[2] == want[2]
+    assert fastdyn.stats()["graph_breaks"] - breaks == 2  # backward, in the two entries traced
