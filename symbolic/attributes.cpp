@@ -453,10 +453,10 @@ SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
     // A leaf input's gradient (a parameter's, after a backward): read at call time through its
     // source, as the input itself is. A tensor the graph computes has none to read; a non-leaf's
     // read warns in eager at every call.
-    PyObject* obj = t.obj;
-    for (const auto& [o, id] : tensor_inputs_)
-      if (!obj && id == t.tensor) obj = o;
+    PyObject* obj = input_object(t);
     if (!t.source || !obj) throw Unsupported("'.grad' of a tensor the graph computes");
+    for (const auto& [o, n, v] : written_attrs_)
+      if (o == obj && n == name) return v;  // `p.grad = None` earlier in the trace
     if (!THPVariable_Unpack(obj).is_leaf()) throw Unsupported("'.grad' of a non-leaf tensor (eager warns)");
     PyOwned g(PyObject_GetAttrString(obj, "grad"));
     if (!g.p) { PyErr_Clear(); throw Unsupported("reading '.grad' raised"); }

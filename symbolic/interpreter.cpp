@@ -848,6 +848,18 @@ struct Handlers {
         if (owner.field_names[i] == name) throw Unsupported("assignment to a field of a record made in the frame");
       throw Unsupported("new attribute on a record made in the frame");
     }
+    if (owner.is_tensor() && name == "grad" && value.is_constant() && value.obj == Py_None) {
+      // p.grad = None (zero_grad(set_to_none=True)) on a leaf input: replayed after the graph;
+      // later reads in the trace see None (tensor_attr).
+      PyObject* obj = t.input_object(owner);
+      if (!owner.source || !obj || !THPVariable_Unpack(obj).is_leaf())
+        throw Unsupported("'.grad' assignment on a tensor that is not a leaf input");
+      for (auto& [o, n, v] : t.written_attrs_)
+        if (o == obj && n == name) return;  // None already
+      t.written_attrs_.emplace_back(obj, name, value);
+      t.result_.effects.push_back({owner, name, value});
+      return;
+    }
     if (!owner.is_constant() || owner.name == "__super__") throw Unsupported("attribute assignment on " + describe(owner));
     PyTypeObject* tp = Py_TYPE(owner.obj);
     if (tp->tp_setattro != PyObject_GenericSetAttr || PyType_Check(owner.obj) || PyModule_Check(owner.obj))

@@ -198,6 +198,13 @@ class Tracer {
   std::vector<SymValue> unpack(const SymValue& seq, int n);
   SymValue make_iterator(const SymValue& iterable);
   SymValue module_children(const SymValue& module, bool named);  // operators.cpp
+  // The caller's tensor a graph-input value was read from (borrowed), or nullptr.
+  PyObject* input_object(const SymValue& t) const {
+    if (t.obj) return t.obj;
+    for (const auto& [o, id] : tensor_inputs_)
+      if (id == t.tensor) return o;
+    return nullptr;
+  }
   // module.parameters() / named_parameters() / buffers() / named_buffers() (slot "_parameters"
   // or "_buffers"), unrolled over the module tree; operators.cpp.
   SymValue module_members(const SymValue& module, const char* slot, bool named, bool recurse, const std::string& prefix);

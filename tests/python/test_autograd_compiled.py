@@ -363,3 +363,34 @@ def test_parameter_gradients_are_read_in_the_trace():
             torch.testing.assert_close(a, b)
         assert got[2] == want[2]
     assert fastdyn.stats()["graph_breaks"] - breaks == 2  # backward, in the two entries traced
+
+
+def test_zero_grad_set_to_none_is_traced():
+    """zero_grad(set_to_none=True) stores None into each parameter's .grad: replayed after the
+    graph (before the break at backward), and later reads in the trace see None."""
+    import torch.nn as nn
+
+    def step(model, x):
+        model.zero_grad(set_to_none=True)
+        none = [p.grad is None for p in model.parameters()]
+        loss = model(x).sum()
+        loss.backward()
+        return loss, [p.grad.clone() for p in model.parameters()], none
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
+
+    x = torch.randn(5, 4)
+    eager, compiled = make(), make()
+    g = fastdyn.jit(step)
+    breaks = fastdyn.stats()["graph_breaks"]
+    for _ in range(3):
+        want, got = step(eager, x), g(compiled, x)
+        torch.testing.assert_close(got[0], want[0])
+        for a, b in zip(got[1], want[1]):
+            torch.testing.assert_close(a, b)
+        assert got[2] == want[2] == [True] * 4
+        assert [p.grad is None for p in compiled.parameters()] == [False] * 4
+    # backward only, once per entry traced (the first call's .grad were None, the next ones' set)
+    assert fastdyn.stats()["graph_breaks"] - breaks == 2
