@@ -337,17 +337,9 @@ def test_a_mobilenet_style_cnn_trains_like_eager():
                      [(torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))) for _ in range(3)])
 
 
-def test_parameter_gradients_are_read_in_the_trace():
-    """`p.grad` of a leaf input (a parameter) is read at call time through its source: None before
-    the first backward, the accumulated gradient after; the only break is backward() itself."""
-    import torch.nn as nn
-
-    def step(model, x):
-        before = [p.grad is None for p in model.parameters()]
-        loss = model(x).sum()
-        loss.backward()
-        return loss, [p.grad * 2 for p in model.parameters()], before
-
+def _three_steps_like_eager(step):
+    """Three calls of step(model, x) eagerly and under fastdyn.jit on twin models: losses, the
+    gradients returned and the flags returned equal; returns the breaks the compiled calls made."""
     def make():
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
@@ -362,14 +354,26 @@ def test_parameter_gradients_are_read_in_the_trace():
         for a, b in zip(got[1], want[1]):
             torch.testing.assert_close(a, b)
         assert got[2] == want[2]
-    assert fastdyn.stats()["graph_breaks"] - breaks == 2  # backward, in the two entries traced
+        assert [p.grad is None for p in compiled.parameters()] == [p.grad is None for p in eager.parameters()]
+    return fastdyn.stats()["graph_breaks"] - breaks
+
+
+def test_parameter_gradients_are_read_in_the_trace():
+    """`p.grad` of a leaf input (a parameter) is read at call time through its source: None before
+    the first backward, the accumulated gradient after; the only break is backward() itself."""
+    def step(model, x):
+        before = [p.grad is None for p in model.parameters()]
+        loss = model(x).sum()
+        loss.backward()
+        return loss, [p.grad * 2 for p in model.parameters()], before
+
+    # backward, once per entry traced (the first call's .grad were None, the next ones' set)
+    assert _three_steps_like_eager(step) == 2
 
 
 def test_zero_grad_set_to_none_is_traced():
     """zero_grad(set_to_none=True) stores None into each parameter's .grad: replayed after the
     graph (before the break at backward), and later reads in the trace see None."""
-    import torch.nn as nn
-
     def step(model, x):
         model.zero_grad(set_to_none=True)
         none = [p.grad is None for p in model.parameters()]
@@ -377,20 +381,4 @@ def test_zero_grad_set_to_none_is_traced():
         loss.backward()
         return loss, [p.grad.clone() for p in model.parameters()], none
 
-    def make():
-        torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
-
-    x = torch.randn(5, 4)
-    eager, compiled = make(), make()
-    g = fastdyn.jit(step)
-    breaks = fastdyn.stats()["graph_breaks"]
-    for _ in range(3):
-        want, got = step(eager, x), g(compiled, x)
-        torch.testing.assert_close(got[0], want[0])
-        for a, b in zip(got[1], want[1]):
-            torch.testing.assert_close(a, b)
-        assert got[2] == want[2] == [True] * 4
-        assert [p.grad is None for p in compiled.parameters()] == [False] * 4
-    # backward only, once per entry traced (the first call's .grad were None, the next ones' set)
-    assert fastdyn.stats()["graph_breaks"] - breaks == 2
+    assert _three_steps_like_eager(step) == 2
