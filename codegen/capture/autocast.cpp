@@ -145,15 +145,25 @@ const Registrations& registrations(OpId op) {
   return table[static_cast<size_t>(op)];
 }
 
+bool has_autocast_kernel(OpId op, c10::DeviceType d) {
+  const Registrations& reg = registrations(op);
+  return d == c10::DeviceType::CPU ? reg.autocast_cpu : reg.autocast_cuda;
+}
+
+// Whether autocast casts this tensor for an op on device type d: floating, of that device type,
+// float64 excepted (ATen's is_eligible).
+bool eligible(const TensorMeta& m, c10::DeviceType d) {
+  return m.device.type() == d && is_floating(m.dtype) && m.dtype != c10::ScalarType::Double;
+}
+
 // The table's policy where the torch in use agrees: a casting row whose op ATen gives no autocast
 // kernel on that device type (another torch version: rms_norm on CUDA before 2.13) casts nothing
 // itself, and its callees may (Unknown) if it is composite.
 Policy policy(OpId op, c10::DeviceType d) {
   const Policy p = table_policy(op, d);
   if (p == Policy::Unknown || p == Policy::Plain) return p;
-  const Registrations& reg = registrations(op);
-  if (d == c10::DeviceType::CPU ? reg.autocast_cpu : reg.autocast_cuda) return p;
-  return reg.composite ? Policy::Unknown : Policy::Plain;
+  if (has_autocast_kernel(op, d)) return p;
+  return registrations(op).composite ? Policy::Unknown : Policy::Plain;
 }
 
 thread_local const CaptureContext* t_scope = nullptr;
@@ -186,7 +196,7 @@ ValueId cast_to(Graph& g, const CaptureContext& ctx, ValueId v, c10::ScalarType 
 
 // The op of ops.def a family's Python names reach ("torch.nn.functional.linear" -> linear,
 // "Tensor.__matmul__" -> matmul) with a casting policy on device type d, if any.
-std::optional<OpId> family_op(Family f, c10::DeviceType d) {
+std::optional<OpId> find_family_op(Family f, c10::DeviceType d) {
   for (const char* python_name : family_python_names(f)) {
     std::string name = python_name;
     name = name.substr(name.rfind('.') + 1);
@@ -202,13 +212,25 @@ std::optional<OpId> family_op(Family f, c10::DeviceType d) {
   return std::nullopt;
 }
 
+// find_family_op, once per family and device type (read by both cast_call_args and check_family).
+std::optional<OpId> family_op(Family f, c10::DeviceType d) {
+  static const auto table = [] {
+    std::array<std::array<std::optional<OpId>, 2>, static_cast<size_t>(Family::kCount)> t{};
+    for (size_t i = 0; i < t.size(); ++i)
+      for (int k = 0; k < 2; ++k)
+        t[i][static_cast<size_t>(k)] = find_family_op(static_cast<Family>(i), k == 0 ? c10::DeviceType::CPU : c10::DeviceType::CUDA);
+    return t;
+  }();
+  return table[static_cast<size_t>(f)][d == c10::DeviceType::CPU ? 0 : 1];
+}
+
 // The dtype autocast gives the eligible tensors `vs` of an op with policy p (none eligible: nullopt).
 std::optional<c10::ScalarType> target_dtype(const Graph& g, const CaptureContext& ctx, Policy p, c10::DeviceType d,
                                             const std::vector<ValueId>& vs) {
   std::optional<c10::ScalarType> target;
   for (ValueId v : vs) {
     const TensorMeta& m = g.meta(v);
-    if (m.device.type() != d || !is_floating(m.dtype) || m.dtype == c10::ScalarType::Double) continue;
+    if (!eligible(m, d)) continue;
     if (!target) target = p == Policy::Fp32 ? c10::ScalarType::Float : ctx.autocast.dtype(d);
     if (p == Policy::Promote) target = c10::promoteTypes(*target, m.dtype);
   }
@@ -228,11 +250,9 @@ void before_emit(Graph& g, OpId op, std::vector<Arg>& args, std::vector<TensorMe
   const c10::DeviceType d = first->device.type();
   if (!ctx->autocast.on(d)) return;
   Policy p = policy(op, d);
-  const Registrations& reg = registrations(op);
   if (p == Policy::Unknown) {
-    if (d == c10::DeviceType::CPU ? reg.autocast_cpu : reg.autocast_cuda)
-      throw Refused(refusal(op, d, "casts its arguments in a way fastdyn has no rule for"));
-    if (reg.composite) throw Refused(refusal(op, d, "runs other ops, which autocast may cast: fastdyn has no rule for it"));
+    if (has_autocast_kernel(op, d)) throw Refused(refusal(op, d, "casts its arguments in a way fastdyn has no rule for"));
+    if (registrations(op).composite) throw Refused(refusal(op, d, "runs other ops, which autocast may cast: fastdyn has no rule for it"));
     return;
   }
   if (p == Policy::Plain) return;
@@ -243,16 +263,11 @@ void before_emit(Graph& g, OpId op, std::vector<Arg>& args, std::vector<TensorMe
     if (named) return;  // eager runs the op as called
     p = Policy::Fp32;
   }
-  // Eligible: floating tensors of the device type, float64 excepted (ATen's is_eligible).
-  auto eligible = [&](ValueId v) {
-    const TensorMeta& m = g.meta(v);
-    return m.device.type() == d && is_floating(m.dtype) && m.dtype != c10::ScalarType::Double;
-  };
   std::vector<ValueId*> cast;
   bool any_double = false;
   auto visit = [&](ValueId& v) {
     if (v < 0) return;
-    if (eligible(v)) cast.push_back(&v);
+    if (eligible(g.meta(v), d)) cast.push_back(&v);
     else if (g.meta(v).dtype == c10::ScalarType::Double) any_double = true;
   };
   for (Arg& a : args) {
@@ -295,10 +310,8 @@ void cast_call_args(Graph& g, const CaptureContext& ctx, Family f, std::vector<C
     if (g.meta(v).dtype == c10::ScalarType::Double) return;  // before_emit refuses the mix
   const std::optional<c10::ScalarType> target = target_dtype(g, ctx, p, d, values);
   if (!target) return;
-  for (ValueId* v : tensors) {
-    const TensorMeta& m = g.meta(*v);
-    if (m.device.type() == d && is_floating(m.dtype)) *v = cast_to(g, ctx, *v, *target);
-  }
+  for (ValueId* v : tensors)
+    if (eligible(g.meta(*v), d)) *v = cast_to(g, ctx, *v, *target);
 }
 
 std::string check_family(const Graph& g, const CaptureContext& ctx, Family f, size_t first_node) {
