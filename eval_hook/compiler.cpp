@@ -370,7 +370,8 @@ void skip_record_constructors(const SymValue& v) {
       PyErr_Clear();
     }
   }
-  for (const SymValue& i : v.kind == SymValue::Kind::List ? v.box->items : v.items) skip_record_constructors(i);
+  for (const SymValue& i : v.kind == SymValue::Kind::List || v.kind == SymValue::Kind::Object ? v.box->items : v.items)
+    skip_record_constructors(i);
 }
 
 // A trace that stopped at a graph break (the graph so far, then the breaking instruction and a

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
@@ -196,6 +197,9 @@ bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name, st
 
 SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   using K = SymValue::Kind;
+  // object.__getattribute__ itself (a class's own __getattribute__ calling super()'s): the
+  // generic lookup below, whatever the class's own. Taken here, so nested reads are normal.
+  const bool generic = std::exchange(generic_lookup_, false);
   if (owner.is_tensor()) return tensor_attr(owner, name);
   if (owner.kind == K::NamedTuple)
     for (size_t i = 0; i < owner.field_names.size(); ++i)
@@ -212,6 +216,8 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     m.items.push_back(owner);
     return m;
   }
+  if (owner.kind == K::Object) return object_attr(owner, name);
+  if (owner.name == "__fd_object_super__") return object_attr(owner.items.at(0), name, owner.obj);
   if (owner.kind == K::Record) {
     for (size_t i = 0; i < owner.field_names.size(); ++i)
       if (owner.field_names[i] == name) return owner.items[i];
@@ -238,12 +244,13 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     sourced.source = const_source(owner.obj, PyType_Check(owner.obj) ? reinterpret_cast<PyTypeObject*>(owner.obj)->tp_name
                                              : PyModule_Check(owner.obj) ? PyModule_GetName(owner.obj)
                                                                          : Py_TYPE(owner.obj)->tp_name);
+    generic_lookup_ = generic;
     return load_attr(sourced, name);
   }
   if (!owner.source) pin(owner);  // what is read from it is not guarded: this object itself
   PyObject* o = owner.obj;
   // (A class's own __getattribute__ runs for every read, stored values included: below.)
-  if (has_standard_getattribute(Py_TYPE(o)))
+  if (generic || has_standard_getattribute(Py_TYPE(o)))
     if (const SymValue* written = written_attr(o, name)) return *written;
   if (owner.name == "__super__") {
     if (name == "__getattribute__") {  // object's lookup, done for real on the instance
@@ -297,7 +304,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   } else {
     PyTypeObject* tp = Py_TYPE(o);
     PyOwned key(PyUnicode_InternFromString(name.c_str()));
-    if (!has_standard_getattribute(tp)) {
+    if (!generic && !has_standard_getattribute(tp)) {
       // A class with its own __getattribute__ in Python (transformers' PretrainedConfig maps
       // names) is inlined like any method: the trace runs exactly what eager runs, with its
       // effects, or breaks. Running it for real here would run user code eager never runs.

@@ -465,7 +465,8 @@ struct Calls {
       case K::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
       case K::NamedTuple: if (v.obj) return v.obj; break;
       case K::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
-      case K::Record: return v.obj;
+      case K::Record:
+      case K::Object: return v.obj;
       case K::BoundMethod: if (v.obj) return reinterpret_cast<PyObject*>(&PyMethod_Type); break;
       default: break;
     }
@@ -487,6 +488,10 @@ struct Calls {
       n = static_cast<Py_ssize_t>(v.box->keys.size());
     } else if (v.kind == K::Record && is_model_output(v.obj)) {
       n = static_cast<Py_ssize_t>(model_output_items(v).size());
+    } else if (v.kind == K::Object && python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__len__")) {
+      SymValue r = t.call(t.object_attr(v, "__len__"), {}, {});
+      if (!r.is_constant() || !PyLong_CheckExact(r.obj) || PyLong_AsLong(r.obj) < 0) throw Unsupported("len() of " + describe(v) + " gave " + describe(r));
+      return r;
     } else if (v.is_constant() && python_dunder(Py_TYPE(v.obj), "__len__")) {
       // A Python __len__ is inlined (run in the trace as eager runs it, not once for real).
       SymValue r = t.call(Tracer::constant(python_dunder(Py_TYPE(v.obj), "__len__")), {v}, {});
@@ -529,6 +534,7 @@ struct Calls {
         for (const SymValue& item : v.kind == K::List ? v.box->items : v.items)
           if (may_have_torch_function(item)) return true;
         return false;
+      case K::Object: return python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__torch_function__") != nullptr;
       default: throw Unsupported("__torch_function__ probe of " + describe(v));
     }
   }
@@ -601,6 +607,16 @@ struct Calls {
       if (!args[1].is_constant() || !PyUnicode_Check(args[1].obj)) throw Unsupported("getattr with a non-constant name");
       const std::string name = PyUnicode_AsUTF8(args[1].obj);
       const bool has = is("hasattr");
+      if (args[0].kind == SymValue::Kind::Object) {
+        SymValue v;
+        if (!t.object_lookup(args[0], name, &v)) {
+          if (has) { out = Tracer::constant(Py_False); return true; }
+          if (n == 3) { out = args[2]; return true; }
+          throw Unsupported(describe(args[0]) + " has no attribute '" + name + "' (AttributeError)");
+        }
+        out = has ? Tracer::constant(Py_True) : v;
+        return true;
+      }
       if (args[0].is_constant() && has_standard_getattribute(Py_TYPE(args[0].obj))) {
         if (const SymValue* written = t.written_attr(args[0].obj, name)) {  // stored earlier in the trace
           out = has ? Tracer::constant(Py_True) : *written;
@@ -746,6 +762,13 @@ struct Calls {
       } else {
         throw Unsupported("super() with one argument");
       }
+      if (self.kind == SymValue::Kind::Object && cls.is_constant() && PyType_Check(cls.obj) &&
+          PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(self.obj), reinterpret_cast<PyTypeObject*>(cls.obj))) {
+        out = Tracer::constant(cls.obj);  // looked up past cls in the object's MRO (load_attr)
+        out.name = "__fd_object_super__";
+        out.items.push_back(self);
+        return true;
+      }
       if (!self.is_constant() || !cls.is_constant()) throw Unsupported("super() of " + describe(self));
       PyOwned sup(PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&PySuper_Type), cls.obj, self.obj, nullptr));
       if (!sup.p) { PyErr_Clear(); throw Unsupported("super() raised"); }
@@ -856,6 +879,10 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       return call_tensor_method(callable.items[0], callable.name, std::move(args), std::move(kwargs));
     case K::BoundMethod:
       if (callable.name == "__fd_null_exit__") return constant(Py_None);
+      if (callable.name == "__fd_object_init__") {  // object.__init__ through super(): nothing
+        if (!args.empty() || !kwargs.empty()) throw Unsupported("object.__init__() takes no arguments");
+        return constant(Py_None);
+      }
       if (callable.name == "__fd_autocast_exit__") {  // the state from before the block
         if (autocast_outside_.empty()) throw Unsupported("torch.autocast's __exit__ outside its block");
         ctx_.autocast = autocast_outside_.back();
@@ -1111,6 +1138,21 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   if (fn == tuple_new && args.size() == 2 && kwargs.empty() && args[0].is_constant() && is_namedtuple_type(args[0].obj))
     return Calls::make_namedtuple(args[0].obj, remaining(make_iterator(args[1])), {});
   if (Calls::is_record_type(fn)) return Calls::make_record(fn, std::move(args), std::move(kwargs));
+  if (plain_class(fn)) return new_object(fn, std::move(args), std::move(kwargs));
+  // A builtin exception of constants, made for real (its constructor runs no Python), for a
+  // raise (interpreter.cpp); marked so that it never outlives the trace as a shared constant.
+  if (PyExceptionClass_Check(fn) && !(reinterpret_cast<PyTypeObject*>(fn)->tp_flags & Py_TPFLAGS_HEAPTYPE) && kwargs.empty()) {
+    PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].is_python_constant()) throw Unsupported(py_repr(fn) + " of " + describe(args[i]));
+      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), materialize(args[i]));
+    }
+    PyOwned e(PyObject_Call(fn, tuple.p, nullptr));
+    if (!e.p) { PyErr_Clear(); throw Unsupported("creating " + py_repr(fn) + " raised"); }
+    SymValue v = constant(e.p);
+    v.name = "__fd_exception__";
+    return v;
+  }
   SymValue out;
   if (Calls::builtin_call(*this, fn, args, kwargs, out)) return out;
   if (Calls::torch_function_probe(fn, args, kwargs, out)) return out;

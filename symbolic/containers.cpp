@@ -56,12 +56,9 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
   using Args = std::vector<SymValue>;
   using K = SymValue::Kind;
   if (name == "__fd_generic_getattr__" && args.size() == 1 && args[0].is_constant() && PyUnicode_Check(args[0].obj) &&
-      self.is_constant()) {
-    PyOwned v(PyObject_GenericGetAttr(self.obj, args[0].obj));
-    if (!v.p) { PyErr_Clear(); throw Unsupported("object.__getattribute__ raised"); }
-    if (!is_plain_value(v.p) && !PyType_Check(v.p) && !PyDict_Check(v.p)) throw Unsupported("object.__getattribute__ of a non-constant");
-    SourcePtr src = child_source(self.source, Source::Kind::Attr, PyUnicode_AsUTF8(args[0].obj));
-    return src ? t.wrap(v.p, src) : Tracer::constant(v.p);
+      self.is_constant()) {  // object.__getattribute__(self, name): the generic lookup, traced
+    t.generic_lookup_ = true;
+    return t.load_attr(self, PyUnicode_AsUTF8(args[0].obj));
   }
   auto mutate = [&]() {
     for (const SymValue& a : args)  // x.append(x): a container holding itself is left to Python

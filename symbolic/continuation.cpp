@@ -32,7 +32,7 @@ void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out) {
   if (v.kind == K::Constant && v.name != "__super__") return;
   for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect_tensors(i, out);
   if (v.kind == K::BoundMethod || v.kind == K::Method) return;
-  if (v.kind == K::Dict)
+  if (v.kind == K::Dict || v.kind == K::Object)
     for (const SymValue& i : v.box->items) collect_tensors(i, out);
 }
 
@@ -282,6 +282,12 @@ struct BoxSlots {
         through_path(v.source.get()) &&
         std::find(sources.begin(), sources.end(), v.source.get()) == sources.end())
       sources.push_back(v.source.get());
+    if (v.kind == K::Object) {  // its attributes' values too, once
+      if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
+      boxes.push_back(v.box.get());
+      for (const SymValue& i : v.box->items) collect(i);
+      return;
+    }
     if (v.kind == K::Record) {
       if (std::find(boxes.begin(), boxes.end(), v.box.get()) == boxes.end()) boxes.push_back(v.box.get());
     } else if ((v.kind == K::List || v.kind == K::Dict) && !v.source) {
@@ -390,7 +396,8 @@ struct Rebuilder {
         return;
       }
       case K::Constant:
-        if (v.name == "__super__") throw CannotRebuild("a super() object");
+        if (v.name == "__super__" || v.name == "__fd_object_super__") throw CannotRebuild("a super() object");
+        if (v.name == "__fd_exception__") throw CannotRebuild("an exception made in the trace");
         if (v.source) return load_sourced(v);
         return b.load_const(v.obj);
       case K::Slice: {
@@ -439,6 +446,18 @@ struct Rebuilder {
           }
           b.call_kw(static_cast<int>(v.items.size()), names.p);
         });
+      case K::Object:  // object.__new__ and its attributes in assignment order, once (objects.cpp)
+        return boxed(v, [&] {
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(object_builder());
+          b.load_const(v.obj);
+          for (size_t i = 0; i < v.box->keys.size(); ++i) {
+            b.load_const(v.box->keys[i].obj);
+            push(v.box->items[i]);
+          }
+          b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
+          b.call(2);
+        });
       case K::NamedTuple: {
         if (!v.obj) throw CannotRebuild("a named tuple of unknown type");
         // A struct sequence (torch.return_types.max, ...) is made from one tuple of its fields;
@@ -467,6 +486,7 @@ struct Rebuilder {
           return;
         }
         if (v.name == "__fd_autocast_exit__") throw CannotRebuild("a break inside a torch.autocast block");
+        if (v.name == "__fd_object_init__") throw CannotRebuild("object.__init__ reached through super()");
         if (v.name == "__fd_grad_exit__") {
           // A break inside a grad-mode block: the continuation goes on inside it, so the mode is
           // set now and the stack gets a real __exit__ that restores the mode from before the

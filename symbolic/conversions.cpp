@@ -199,6 +199,7 @@ std::string describe(const SymValue& v) {
     case SymValue::Kind::Cell: return "cell";
     case SymValue::Kind::BoundMethod: return "method " + v.name;
     case SymValue::Kind::Record: return std::string(reinterpret_cast<PyTypeObject*>(v.obj)->tp_name) + " made in the frame";
+    case SymValue::Kind::Object: return std::string(reinterpret_cast<PyTypeObject*>(v.obj)->tp_name) + " object made in the frame";
   }
   return "?";
 }

@@ -281,6 +281,20 @@ struct Handlers {
       throw Unsupported("'is' on a tuple");
     return false;  // different kinds of value are different objects
   }
+  // raise E(...) / raise E of a builtin exception (made for real from constants: calls.cpp):
+  // Raised, which only a handler the trace stands for catches (objects.cpp); anywhere else it
+  // is Unsupported, and the frame runs as written up to the raise.
+  static void raise_varargs(Tracer& t, const Instruction& in) {
+    if (in.arg != 1) throw Unsupported(in.arg == 0 ? "a bare raise" : "raise ... from ...");
+    SymValue e = t.pop();
+    PyObject* type = !e.is_constant() ? nullptr
+                     : PyExceptionInstance_Check(e.obj) ? reinterpret_cast<PyObject*>(Py_TYPE(e.obj))
+                     : PyExceptionClass_Check(e.obj)   ? e.obj
+                                                       : nullptr;
+    if (!type || (reinterpret_cast<PyTypeObject*>(type)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+      throw Unsupported("raise of " + describe(e));
+    throw Raised(type, std::string("raise ") + reinterpret_cast<PyTypeObject*>(type)->tp_name);
+  }
   static void is_op(Tracer& t, const Instruction& in) {
     SymValue b = t.pop();
     SymValue a = t.pop();
@@ -843,6 +857,7 @@ struct Handlers {
     SymValue owner = t.pop();
     SymValue value = t.pop();
     const std::string name = str_name(t, in.arg);
+    if (owner.kind == SymValue::Kind::Object) return t.store_object_attr(owner, name, &value);
     if (owner.kind == SymValue::Kind::Record) {
       for (size_t i = 0; i < owner.field_names.size(); ++i)
         if (owner.field_names[i] == name) throw Unsupported("assignment to a field of a record made in the frame");
@@ -953,7 +968,7 @@ struct Handlers {
           {"LOAD_GLOBAL", load_global}, {"LOAD_ATTR", load_attr}, {"LOAD_METHOD", load_method},
           {"LOAD_SUPER_ATTR", load_super_attr}, {"POP_TOP", pop_top}, {"PUSH_NULL", push_null},
           {"COPY", copy}, {"SWAP", swap}, {"END_FOR", end_for}, {"BINARY_OP", binary_op},
-          {"COMPARE_OP", compare_op}, {"IS_OP", is_op}, {"CONTAINS_OP", contains_op},
+          {"COMPARE_OP", compare_op}, {"IS_OP", is_op}, {"RAISE_VARARGS", raise_varargs}, {"CONTAINS_OP", contains_op},
           {"UNARY_NEGATIVE", unary_negative}, {"UNARY_POSITIVE", unary_positive},
           {"UNARY_INVERT", unary_invert}, {"UNARY_NOT", unary_not},
           {"CALL_INTRINSIC_1", call_intrinsic_1}, {"BINARY_SUBSCR", binary_subscr},

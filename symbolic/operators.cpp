@@ -260,6 +260,10 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
     if (!fam) throw Unsupported("tensor subscripts are not in the op table");
     return record(*fam, {to_call_arg(container), index_arg(index)}, {}, "Tensor.__getitem__");
   }
+  if (container.kind == K::Object) {  // its class's Python __getitem__, inlined
+    if (!python_dunder(reinterpret_cast<PyTypeObject*>(container.obj), "__getitem__")) throw Unsupported(describe(container) + " is not subscriptable");
+    return call(object_attr(container, "__getitem__"), {index}, {});
+  }
   if (container.kind == K::Record && is_model_output(container.obj) && index.is_constant()) {
     if (PyUnicode_Check(index.obj)) {
       for (size_t i = 0; i < container.field_names.size(); ++i)
@@ -505,6 +509,13 @@ SymValue Tracer::make_iterator(const SymValue& v) {
       PyErr_Clear();
       break;
     }
+    case K::Object: {  // its class's Python __iter__, inlined (a generator runs to its end)
+      if (!python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__iter__")) throw Unsupported("iteration over " + describe(v));
+      if (std::optional<std::vector<SymValue>> seq = sequence_items(v)) return iterator_of(std::move(*seq));
+      SymValue it = call(object_attr(v, "__iter__"), {}, {});
+      if (it.kind != K::Iterator) throw Unsupported("__iter__ of " + describe(v) + " gave " + describe(it));
+      return it;
+    }
     default:
       throw Unsupported("iteration over " + describe(v));
   }
@@ -548,6 +559,18 @@ bool Tracer::truth(const SymValue& v, const char* what) {
     case K::List:
     case K::NamedTuple: return !v.seq().empty();
     case K::Dict: return !v.box->keys.empty();
+    case K::Object: {  // its class's Python __bool__, else __len__, inlined; else true
+      auto* tp = reinterpret_cast<PyTypeObject*>(v.obj);
+      PyOwned bool_name(PyUnicode_InternFromString("__bool__"));
+      const bool has_bool = _PyType_Lookup(tp, bool_name.p) != nullptr;
+      const char* dunder = has_bool ? "__bool__" : python_dunder(tp, "__len__") ? "__len__" : nullptr;
+      if (!dunder) return true;
+      if (!python_dunder(tp, dunder)) throw Unsupported(std::string(what) + " on " + describe(v) + " runs a C __bool__");
+      SymValue r = call(object_attr(v, dunder), {}, {});
+      if (!r.is_constant() || !(has_bool ? PyBool_Check(r.obj) : PyLong_CheckExact(r.obj)))
+        throw Unsupported(std::string(what) + " on " + describe(v) + ": its " + dunder + " gave " + describe(r));
+      return PyObject_IsTrue(r.obj) == 1;
+    }
     case K::Null: throw InternalError("truth value of NULL");
     default: return true;
   }

@@ -36,6 +36,13 @@ struct Unsupported : std::runtime_error {
 struct NoBreak : Unsupported {
   using Unsupported::Unsupported;
 };
+// A `raise` of a builtin exception in inlined code (RAISE_VARARGS): Unsupported wherever it
+// reaches, except where the trace itself stands for the handler (a Sequence's __iter__ ending at
+// its IndexError: objects.cpp). `type` is the builtin exception class (immortal).
+struct Raised : Unsupported {
+  Raised(PyObject* t, const std::string& what) : Unsupported(what), type(t) {}
+  PyObject* type;
+};
 
 // What type(o).<dunder> resolves to when that is Python code (a function, or anything but a C
 // slot, method or builtin), else nullptr (borrowed). The trace never calls such code for real:
@@ -198,6 +205,17 @@ class Tracer {
   std::vector<SymValue> unpack(const SymValue& seq, int n);
   SymValue make_iterator(const SymValue& iterable);
   SymValue module_children(const SymValue& module, bool named);  // operators.cpp
+  // ---- objects.cpp: objects of plain Python classes made in the trace (SymValue::Kind::Object)
+  static bool plain_class(PyObject* type);  // calling it makes an Object (its __init__ inlined)
+  SymValue new_object(PyObject* type, std::vector<SymValue> args, std::vector<std::pair<std::string, SymValue>> kwargs);
+  // Python's generic attribute lookup on an Object, past class `after` in its MRO for super()
+  // (nullptr: the whole lookup). False: no such attribute (an AttributeError in eager).
+  bool object_lookup(const SymValue& self, const std::string& name, SymValue* out, PyObject* after = nullptr);
+  SymValue object_attr(const SymValue& self, const std::string& name, PyObject* after = nullptr);
+  void store_object_attr(const SymValue& self, const std::string& name, const SymValue* value);  // null: del
+  // The items of a Sequence's own __iter__ (collections.abc.Sequence.__iter__: self[0], self[1]...
+  // up to the first IndexError), or nullopt when `v`'s class iterates otherwise.
+  std::optional<std::vector<SymValue>> sequence_items(const SymValue& v);
   // The caller's tensor a graph-input value was read from (borrowed), or nullptr.
   PyObject* input_object(const SymValue& t) const {
     if (t.obj) return t.obj;
@@ -221,6 +239,7 @@ class Tracer {
   int wrap_depth_ = 0;  // wrap()'s recursion into lists and dicts
   int stop_at_ = -1;    // root instruction index at which to stop and record a break
   bool grad_mode_changed_ = false;
+  bool generic_lookup_ = false;  // the next load_attr is object.__getattribute__'s (attributes.cpp)
   // The autocast state before each torch.autocast block the trace is inside (innermost last).
   std::vector<runtime::AutocastState> autocast_outside_;
   // Attribute values written during the trace (result_.effects), read back by later reads.
@@ -259,6 +278,8 @@ bool is_namedtuple_type(PyObject* o);      // a tuple subclass with _fields (col
 bool namedtuple_generated_new(PyObject* type);
 bool has_standard_getattribute(PyTypeObject* tp);  // object's __getattribute__ (maybe with a __getattr__)
 SymValue iterator_of(std::vector<SymValue> items);
+// The builtin the transformed code calls to build an Object after the graph: (class, attributes).
+PyObject* object_builder();
 std::vector<SymValue> remaining(const SymValue& iterator);     // the items not yet produced
 std::vector<SymValue> model_output_items(const SymValue& record);  // ModelOutput's tuple view
 

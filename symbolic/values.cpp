@@ -83,7 +83,7 @@ bool SymValue::holds_box(const SymBox* b, int depth) const {
   if (depth > 32) return true;
   for (const SymValue& i : items)
     if (i.holds_box(b, depth + 1)) return true;
-  if (box && (kind == Kind::List || kind == Kind::Dict))
+  if (box && (kind == Kind::List || kind == Kind::Dict || kind == Kind::Object))
     for (const SymValue& i : box->items)
       if (i.holds_box(b, depth + 1)) return true;
   return false;

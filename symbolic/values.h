@@ -72,6 +72,9 @@ struct SymValue {
     BoundMethod, // items[0] self, obj the function (Python-level method of a user object)
     Record,      // a dataclass instance made in the trace: obj its type, field_names/items;
                // box (empty) is its identity, so that it is built once however often it is used
+    Object,      // an object of a plain Python class made in the trace (symbolic/objects.cpp):
+                 // obj its class; box->keys its attribute names (str constants) and box->items
+                 // their values, in assignment order; box is its identity
   };
   Kind kind = Kind::Constant;
   PyObject* obj = nullptr;        // Constant: strong ref; Tensor from outside: the live tensor
@@ -80,7 +83,7 @@ struct SymValue {
   std::string name;               // Method name
   std::vector<std::string> field_names;
   SourcePtr source;               // non-null for values read from outside the frame
-  std::shared_ptr<SymBox> box;  // List, Dict, Iterator, Function, Cell, Record
+  std::shared_ptr<SymBox> box;  // List, Dict, Iterator, Function, Cell, Record, Object
   std::shared_ptr<const codegen::shapes::SizeExpr> size;  // a size-derived int (see SizeReadHook)
   bool torch_size = false;  // a Tuple that is a torch.Size (x.shape with size-derived ints)
 

@@ -110,10 +110,10 @@ def test_training_step_under_enable_matches_eager(name, checkpointing):
 
 @pytest.mark.parametrize("name", list(hf_zoo.CACHED_MODELS))
 def test_models_making_a_kv_cache_per_call_compile_once_and_stay_exact(name):
-    # Each call makes new cache objects (DynamicCache, its layers) and a new ModelOutput crosses
-    # a break. They are guarded by type and alias slot, not identity: after the first calls,
-    # every later call hits the compiled entries (no recompile, no frame compiled) and returns
-    # eager's logits and the filled cache.
+    # Each call makes new cache objects (DynamicCache, its layers): made in the trace, built
+    # after the one graph (test_objects_in_trace.py checks 1 graph, 0 breaks). After the first
+    # calls, every later call hits the compiled entry (no recompile, no frame compiled) and
+    # returns eager's logits and the filled cache.
     model, inputs = hf_zoo.CACHED_MODELS[name]()
     with torch.no_grad():
         expected = model(**inputs)
@@ -137,7 +137,7 @@ def test_models_making_a_kv_cache_per_call_compile_once_and_stay_exact(name):
             assert_same(got.values, want.values, f"{name} call {i}: layer {j} values", **TOL)
     assert fastdyn.stats()["graphs"] >= 1, fastdyn.stats()
     for i, d in enumerate(deltas[2:], start=2):
-        assert d["frames_compiled"] == 0 and d["recompiles"] == 0 and d["cache_hits"] >= 3, (
+        assert d["frames_compiled"] == 0 and d["recompiles"] == 0 and d["cache_hits"] >= 1, (
             f"{name} call {i} compiled again: {d}")
 
 

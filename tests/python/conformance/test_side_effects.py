@@ -103,7 +103,7 @@ def attribute_overwritten_keeps_dict_order_and_last_value(c, x):
     return c.first - 1
 
 
-@CASES(lambda: (r(4, 8),), xfail=ATTR)
+@CASES(lambda: (r(4, 8),))
 def attribute_writes_on_object_made_in_frame(x):
     c = Counter()
     c.calls += 3

@@ -1,0 +1,262 @@
+// symbolic/objects.cpp — objects of plain Python classes made in the trace (SymValue::Kind::Object).
+//
+// `cache = DynamicCache(config)` in a traced frame makes an Object: its class, and its attributes
+// as symbolic values in its box, which the class's own __init__ (inlined) fills. Attribute reads
+// follow Python's generic lookup (a data descriptor on the class, else the object's own
+// attribute, else the class's: functions bind to the object, properties run their getter
+// inlined, a __getattr__ runs on a miss); stores go to the box; super() inside its methods looks
+// up past the method's class. Nothing of it exists for real during the trace: when the object
+// outlives the graph (returned, stored somewhere the caller sees, live at a graph break) the
+// transformed code builds it once, after the graph, with its final attributes
+// (object_builder(): object.__new__ and the attributes in assignment order), and without running
+// __init__ a second time. An object that never escapes is never built, as Dynamo does it.
+//
+// A class is plain (plain_class) when making and using one runs nothing the trace cannot see:
+// object's __new__ and the type's call, the generic __getattribute__ and __setattr__, an instance
+// dict and no slots, no finalizer, and no base class with a C layout of its own (dict, Exception,
+// nn.Module's __setattr__ ...). Anything else stays a call the trace does not follow.
+#include <Python.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/errors.h"
+#include "symbolic/py_ops.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+
+namespace {
+
+PyObject* object_init() {
+  static PyObject* init = PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__");  // borrowed, immortal type
+  return init;
+}
+
+// The class dict entry for `name` along tp's MRO, starting after class `after` (nullptr: from tp
+// itself); *defining gets the class that holds it. Borrowed.
+PyObject* mro_lookup(PyTypeObject* tp, PyObject* name, PyObject* after, PyObject** defining) {
+  PyObject* mro = tp->tp_mro;
+  if (!mro) return nullptr;
+  bool started = after == nullptr;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* cls = PyTuple_GET_ITEM(mro, i);
+    if (!started) {
+      started = cls == after;
+      continue;
+    }
+    PyObject* v = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(cls)->tp_dict, name);
+    if (v) {
+      if (defining) *defining = cls;
+      return v;
+    }
+    PyErr_Clear();
+  }
+  return nullptr;
+}
+
+SymValue bound(PyObject* fn, const std::string& name, const SymValue& self) {
+  SymValue m;
+  m.kind = SymValue::Kind::BoundMethod;
+  m.obj = Py_NewRef(fn);
+  m.name = name;
+  m.items.push_back(self);
+  return m;
+}
+
+PyObject* build_object(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "fastdyn: building an object of the trace takes a class and a dict");
+    return nullptr;
+  }
+  PyOwned empty(PyTuple_New(0));
+  PyObject* o = PyBaseObject_Type.tp_new(reinterpret_cast<PyTypeObject*>(args[0]), empty.p, nullptr);
+  if (!o) return nullptr;
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(args[1], &pos, &k, &v))
+    if (PyObject_GenericSetAttr(o, k, v) < 0) {
+      Py_DECREF(o);
+      return nullptr;
+    }
+  return o;
+}
+
+}  // namespace
+
+PyObject* object_builder() {
+  static PyMethodDef def = {"__fd_build_object__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(build_object)),
+                            METH_FASTCALL, "builds an object made in a fastdyn trace: (class, attributes)"};
+  static PyObject* fn = PyCFunction_New(&def, nullptr);  // NB: kept for the process
+  return fn;
+}
+
+bool Tracer::plain_class(PyObject* type) {
+  if (!PyType_Check(type)) return false;
+  auto* tp = reinterpret_cast<PyTypeObject*>(type);
+  if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || (tp->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) return false;
+  if (Py_TYPE(type)->tp_call != PyType_Type.tp_call || tp->tp_new != PyBaseObject_Type.tp_new) return false;
+  if (tp->tp_setattro != PyObject_GenericSetAttr || !has_standard_getattribute(tp)) return false;
+  if (tp->tp_dictoffset == 0 || tp->tp_finalize || tp->tp_del) return false;
+  PyObject* mro = tp->tp_mro;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    auto* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (c == &PyBaseObject_Type) continue;
+    // A C base must add no layout of its own (typing.Generic does not; dict, Exception do).
+    if (!(c->tp_flags & Py_TPFLAGS_HEAPTYPE) && c->tp_basicsize != PyBaseObject_Type.tp_basicsize) return false;
+    PyObject* slots = PyDict_GetItemString(c->tp_dict, "__slots__");  // empty __slots__ (the ABCs): no member
+    if (slots && !(PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == 0)) return false;
+  }
+  return true;
+}
+
+SymValue Tracer::new_object(PyObject* type, std::vector<SymValue> args, std::vector<std::pair<std::string, SymValue>> kwargs) {
+  SymValue self;
+  self.kind = SymValue::Kind::Object;
+  self.obj = Py_NewRef(type);
+  self.box = std::make_shared<SymBox>();
+  PyOwned key(PyUnicode_InternFromString("__init__"));
+  PyObject* defining = nullptr;
+  PyObject* init = mro_lookup(reinterpret_cast<PyTypeObject*>(type), key.p, nullptr, &defining);
+  if (init == object_init()) {
+    if (!args.empty() || !kwargs.empty()) throw Unsupported(describe(self) + ": object.__init__ takes no arguments");
+    return self;
+  }
+  // Read through the class, guarded: the class may be given another __init__ later.
+  SymValue fn = load_attr(constant(defining), "__init__");
+  if (!fn.is_constant() || !PyFunction_Check(fn.obj)) throw Unsupported(describe(self) + ": its __init__ is not a Python function");
+  SymValue r = call(bound(fn.obj, "__init__", self), std::move(args), std::move(kwargs));
+  if (!r.is_constant() || r.obj != Py_None) throw Unsupported(describe(self) + ": __init__ returned " + describe(r));
+  return self;
+}
+
+bool Tracer::object_lookup(const SymValue& self, const std::string& name, SymValue* out, PyObject* after) {
+  auto* tp = reinterpret_cast<PyTypeObject*>(self.obj);
+  if (!after && name == "__class__") {
+    *out = constant(self.obj);
+    return true;
+  }
+  if (name == "__dict__") throw Unsupported("__dict__ of " + describe(self));
+  PyOwned key(PyUnicode_InternFromString(name.c_str()));
+  PyObject* defining = nullptr;
+  PyObject* found = mro_lookup(tp, key.p, after, &defining);
+  // The class's value, read through the class (guarded as any class attribute is).
+  auto class_value = [&] { return load_attr(constant(defining), name); };
+  if (found && Py_TYPE(found)->tp_descr_set) {  // a data descriptor wins over the object's own
+    if (!Py_IS_TYPE(found, &PyProperty_Type)) throw Unsupported(std::string("attribute '") + name + "' of " + describe(self) + " is a " + Py_TYPE(found)->tp_name);
+    SymValue prop = class_value();
+    PyOwned fget(PyObject_GetAttrString(prop.obj, "fget"));
+    if (!fget.p || fget.p == Py_None) { PyErr_Clear(); throw Unsupported("property '" + name + "' of " + describe(self) + " has no getter"); }
+    *out = call(constant(fget.p), {self}, {});
+    return true;
+  }
+  if (!after)
+    for (size_t i = 0; i < self.box->keys.size(); ++i)
+      if (name == PyUnicode_AsUTF8(self.box->keys[i].obj)) {
+        *out = self.box->items[i];
+        return true;
+      }
+  if (found) {
+    if (found == object_init()) {  // super().__init__() reaching object's: does nothing
+      SymValue m;
+      m.kind = SymValue::Kind::BoundMethod;
+      m.name = "__fd_object_init__";
+      m.items.push_back(self);
+      *out = m;
+      return true;
+    }
+    if (PyFunction_Check(found)) {
+      SymValue fn = class_value();
+      if (!fn.is_constant() || !PyFunction_Check(fn.obj)) throw Unsupported("method '" + name + "' of " + describe(self));
+      *out = bound(fn.obj, name, self);
+      return true;
+    }
+    // A staticmethod gives its function; a classmethod binds to the object's class (not to the
+    // class that defines it, which super() may have passed).
+    if (Py_IS_TYPE(found, &PyStaticMethod_Type) || Py_IS_TYPE(found, &PyClassMethod_Type)) {
+      PyOwned fn(PyObject_GetAttrString(found, "__func__"));
+      if (!fn.p) { PyErr_Clear(); throw Unsupported("method '" + name + "' of " + describe(self)); }
+      *out = Py_IS_TYPE(found, &PyStaticMethod_Type) ? constant(fn.p) : bound(fn.p, name, constant(self.obj));
+      return true;
+    }
+    if (Py_TYPE(found)->tp_descr_get)  // any other descriptor runs code of its own
+      throw Unsupported(std::string("attribute '") + name + "' of " + describe(self) + " is a " + Py_TYPE(found)->tp_name);
+    *out = class_value();
+    return true;
+  }
+  if (!after)
+    if (PyObject* getattr = python_dunder(tp, "__getattr__")) {
+      PyOwned n(PyUnicode_FromString(name.c_str()));
+      *out = call(constant(getattr), {self, constant(n.p)}, {});
+      return true;
+    }
+  return false;
+}
+
+SymValue Tracer::object_attr(const SymValue& self, const std::string& name, PyObject* after) {
+  SymValue out;
+  if (!object_lookup(self, name, &out, after))
+    throw Unsupported(describe(self) + " has no attribute '" + name + "' (AttributeError)");
+  return out;
+}
+
+void Tracer::store_object_attr(const SymValue& self, const std::string& name, const SymValue* value) {
+  auto* tp = reinterpret_cast<PyTypeObject*>(self.obj);
+  PyOwned key(PyUnicode_InternFromString(name.c_str()));
+  PyObject* found = mro_lookup(tp, key.p, nullptr, nullptr);
+  if (found && Py_TYPE(found)->tp_descr_set) {
+    if (!Py_IS_TYPE(found, &PyProperty_Type) || !value)
+      throw Unsupported(std::string("assignment to '") + name + "' of " + describe(self) + " through a " + Py_TYPE(found)->tp_name);
+    PyOwned fset(PyObject_GetAttrString(found, "fset"));
+    if (!fset.p || fset.p == Py_None) { PyErr_Clear(); throw Unsupported("property '" + name + "' of " + describe(self) + " has no setter"); }
+    call(constant(fset.p), {self, *value}, {});
+    return;
+  }
+  if (name == "__class__" || name == "__dict__") throw Unsupported("assignment to " + name + " of " + describe(self));
+  std::vector<SymValue>& keys = self.box->keys;
+  std::vector<SymValue>& items = self.box->items;
+  size_t i = 0;
+  while (i < keys.size() && name != PyUnicode_AsUTF8(keys[i].obj)) ++i;
+  if (!value) {  // del obj.name
+    if (i == keys.size()) throw Unsupported("del of attribute '" + name + "' that " + describe(self) + " does not have");
+    keys.erase(keys.begin() + static_cast<std::ptrdiff_t>(i));
+    items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+  if (value->holds_box(self.box.get())) throw Unsupported("storing " + describe(*value) + " in an attribute of itself (a cycle)");
+  if (value->kind == SymValue::Kind::Iterator || value->kind == SymValue::Kind::Cell)
+    throw Unsupported("storing a " + describe(*value) + " in an attribute of " + describe(self));
+  if (i < keys.size()) {
+    items[i] = *value;
+    return;
+  }
+  keys.push_back(constant(key.p));
+  items.push_back(*value);
+}
+
+std::optional<std::vector<SymValue>> Tracer::sequence_items(const SymValue& v) {
+  static PyObject* sequence_iter = resolve_python_name("collections.abc.Sequence.__iter__");  // NB: kept
+  if (!sequence_iter || python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__iter__") != sequence_iter) return std::nullopt;
+  constexpr int kMaxItems = 4096;
+  std::vector<SymValue> items;
+  for (int i = 0;; ++i) {
+    if (i > kMaxItems) throw Unsupported("iterating " + describe(v) + ": more than " + std::to_string(kMaxItems) + " items");
+    const size_t depth = frames_.size();
+    PyOwned index(PyLong_FromLong(i));
+    try {
+      items.push_back(subscript(v, constant(index.p)));
+    } catch (const Raised& r) {
+      // Sequence.__iter__'s `except IndexError` catches it only when no block of the inlined
+      // calls between (a try, a with) would see it first.
+      for (size_t k = depth; k < frames_.size(); ++k) {
+        const FrameState& f = *frames_[k];
+        if (!enclosing_handlers(f.code, f.insts[f.pc].index).empty()) throw Unsupported(std::string(r.what()) + " inside a try or with block");
+      }
+      frames_.resize(depth);
+      if (!PyObject_IsSubclass(r.type, PyExc_IndexError)) throw Unsupported(r.what());
+      return items;
+    }
+  }
+}
+
+}  // namespace fastdyn::symbolic

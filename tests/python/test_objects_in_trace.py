@@ -1,0 +1,241 @@
+"""Objects of plain Python classes made inside a compiled frame (symbolic/objects.cpp): the
+trace runs their __init__ and methods (super() included), keeps their attributes symbolically,
+and the transformed code builds the ones that outlive the graph after it, with eager's attributes
+in eager's order, once per object. What must not change: the type, vars() and its order, identity
+between references, a break with an object live, exceptions raised while making one, and classes
+the trace cannot follow (slots, a custom __setattr__, a finalizer) running as written.
+"""
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+from fdcheck import assert_same_object, call_with_stats, check, check_fresh, fastdyn
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+class Base:
+    kind = "base"
+
+    def __init__(self, scale):
+        self.scale = scale
+        self.calls = 0
+
+
+class Layer(Base):
+    def __init__(self, scale, bias=None):
+        super().__init__(scale)
+        self.bias = bias
+        self.state = None
+
+    @property
+    def ready(self):
+        return self.state is not None
+
+    def update(self, x):
+        self.calls += 1
+        if not self.ready:
+            self.state = x * self.scale
+        else:
+            self.state = torch.cat([self.state, x * self.scale])
+        return self.state
+
+
+class Cache:
+    def __init__(self, n):
+        self.layers = [Layer(float(i + 1)) for i in range(n)]
+
+    def __len__(self):
+        return len(self.layers)
+
+    def update(self, i, x):
+        return self.layers[i].update(x)
+
+
+def test_an_object_made_in_the_frame_is_returned_with_eagers_attributes_in_eagers_order():
+    def f(x):
+        c = Cache(2)
+        a = c.update(0, x)
+        b = c.update(1, a.sin())
+        c.update(0, b)
+        return c, len(c), c.layers[0].ready
+
+    (expected, _) = check_fresh(f, lambda: (r(3),))
+    got = fastdyn.jit(f)(r(3))[0]
+    assert type(got) is Cache and type(got.layers[0]) is Layer
+    assert list(vars(got.layers[0])) == list(vars(expected[0].layers[0])) == ["scale", "calls", "bias", "state"]
+
+
+def test_one_object_stays_one_object_and_a_class_attribute_is_read_through_the_class():
+    def f(x):
+        layer = Layer(2.0, bias=x)
+        layer.update(x)
+        return layer, [layer], {"l": layer}, layer.kind
+
+    out, delta = call_with_stats(fastdyn.jit(f), r(4))
+    assert delta["graphs"] == 1 and delta["graph_breaks"] == 0, delta
+    assert out[0] is out[1][0] is out[2]["l"] and out[3] == "base"
+    assert out[0].bias is not None and torch.equal(out[0].state, out[0].bias * 2.0)
+
+
+def test_a_class_attribute_changed_between_calls_is_seen():
+    class Scaled:
+        factor = 2.0
+
+        def __init__(self, x):
+            self.y = x * self.factor
+
+    def f(x):
+        return Scaled(x).y
+
+    jf = fastdyn.jit(f)
+    x = r(3)
+    torch.testing.assert_close(jf(x), x * 2.0)
+    Scaled.factor = 3.0
+    torch.testing.assert_close(jf(x), x * 3.0)
+
+
+def test_an_object_that_never_leaves_the_frame_is_one_graph():
+    class Scratch:
+        def __init__(self, x):
+            self.x = x
+
+        def twice(self):
+            return self.x * 2
+
+    def f(x):
+        return Scratch(x).twice() + 1
+
+    check(f, r(5))
+
+
+def test_a_break_with_an_object_live_hands_the_continuation_the_built_object():
+    def f(x):
+        layer = Layer(3.0)
+        layer.update(x)
+        print("", end="")  # a graph break: the continuation goes on with the real object
+        layer.update(x + 1)
+        return layer
+
+    out, _ = check_fresh(f, lambda: (r(2),), graphs=2, breaks=1)
+    assert out.calls == 2
+
+
+class LayerView(Sequence):
+    def __init__(self, n, x):
+        self.n = n
+        self.x = x
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i >= self.n:
+            raise IndexError("index out of range")
+        return self.x * (i + 1)
+
+
+def test_a_sequence_made_in_the_frame_iterates_to_its_index_error():
+    def f(x):
+        total = x * 0
+        for item in LayerView(3, x):
+            total = total + item
+        return total, [y.sum() for y in LayerView(2, x)]
+
+    check(f, r(4))
+
+
+class SwallowsItsError(Sequence):
+    """__getitem__ catches its own IndexError: iteration must not stop there."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        try:
+            if i >= 2:
+                raise IndexError(i)
+        except IndexError:
+            if i > 3:
+                raise
+            return i * 10
+        return i
+
+
+def test_an_index_error_caught_inside_getitem_does_not_end_the_iteration():
+    def f(x):
+        return x + sum(SwallowsItsError())
+
+    check_fresh(f, lambda: (r(2),), graphs=1, breaks=1)
+
+
+def test_an_exception_in_init_is_raised_as_eager_raises_it():
+    class Picky:
+        def __init__(self, n):
+            if n < 0:
+                raise ValueError(f"negative: {n}")
+            self.n = n
+
+    def f(x, n):
+        return x * Picky(n).n
+
+    check(f, r(3), -2, graphs=0)
+    check(f, r(3), 2)
+
+
+class Slotted:
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+
+class Guarded:
+    def __init__(self, x):
+        self.x = x
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value * 2 if name == "x" else value)
+
+
+class Finalized:
+    finalized = []
+
+    def __init__(self, x):
+        self.x = x
+
+    def __del__(self):
+        Finalized.finalized.append(1)
+
+
+@pytest.mark.parametrize("cls", [Slotted, Guarded, Finalized])
+def test_classes_the_trace_does_not_follow_run_as_written(cls):
+    def f(x):
+        o = cls(x + 1)
+        return o.x * 2
+
+    x = r(3)
+    torch.testing.assert_close(fastdyn.jit(f)(x), f(x))
+    before = len(Finalized.finalized)
+    fastdyn.jit(f)(x)
+    if cls is Finalized:
+        assert len(Finalized.finalized) == before + 1
+
+
+def test_hf_default_cache_models_are_one_graph():
+    import hf_zoo
+    for name, build in hf_zoo.CACHED_MODELS.items():
+        model, inputs = build()
+        with torch.no_grad():
+            report = fastdyn.explain(model, **inputs)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), f"{name}:\n{report}"
+
+
+def test_assert_same_object_sees_the_attribute_order():
+    a, b = Layer(1.0), Layer(1.0)
+    b.__dict__ = dict(reversed(list(b.__dict__.items())))
+    with pytest.raises(AssertionError):
+        assert_same_object(b, a)
