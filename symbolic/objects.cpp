@@ -29,8 +29,25 @@ namespace fastdyn::symbolic {
 namespace {
 
 PyObject* object_init() {
-  static PyObject* init = PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__");  // borrowed, immortal type
+  static PyObject* key = PyUnicode_InternFromString("__init__");         // NB: kept for the process
+  static PyObject* init = _PyType_Lookup(&PyBaseObject_Type, key);      // borrowed: object's own
   return init;
+}
+
+// `name` in class `cls`'s own dict (borrowed), or nullptr. A static type's tp_dict is NULL in
+// 3.12 (its dict is per interpreter): read through its __dict__ proxy; static types and their
+// dicts live as long as the process, so the entry stays valid.
+PyObject* own_entry(PyObject* cls, PyObject* name) {
+  auto* tp = reinterpret_cast<PyTypeObject*>(cls);
+  if ((tp->tp_flags & Py_TPFLAGS_HEAPTYPE) && tp->tp_dict) {
+    PyObject* v = PyDict_GetItemWithError(tp->tp_dict, name);
+    PyErr_Clear();
+    return v;
+  }
+  PyOwned proxy(PyObject_GetAttrString(cls, "__dict__"));
+  PyOwned v(proxy.p ? PyObject_GetItem(proxy.p, name) : nullptr);
+  PyErr_Clear();
+  return v.p;
 }
 
 // The class dict entry for `name` along tp's MRO, starting after class `after` (nullptr: from tp
@@ -45,12 +62,10 @@ PyObject* mro_lookup(PyTypeObject* tp, PyObject* name, PyObject* after, PyObject
       started = cls == after;
       continue;
     }
-    PyObject* v = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(cls)->tp_dict, name);
-    if (v) {
+    if (PyObject* v = own_entry(cls, name)) {
       if (defining) *defining = cls;
       return v;
     }
-    PyErr_Clear();
   }
   return nullptr;
 }
@@ -104,7 +119,8 @@ bool Tracer::plain_class(PyObject* type) {
     if (c == &PyBaseObject_Type) continue;
     // A C base must add no layout of its own (typing.Generic does not; dict, Exception do).
     if (!(c->tp_flags & Py_TPFLAGS_HEAPTYPE) && c->tp_basicsize != PyBaseObject_Type.tp_basicsize) return false;
-    PyObject* slots = PyDict_GetItemString(c->tp_dict, "__slots__");  // empty __slots__ (the ABCs): no member
+    static PyObject* slots_name = PyUnicode_InternFromString("__slots__");  // NB: kept for the process
+    PyObject* slots = own_entry(reinterpret_cast<PyObject*>(c), slots_name);  // empty (the ABCs): no member
     if (slots && !(PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == 0)) return false;
   }
   return true;
