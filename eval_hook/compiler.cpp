@@ -420,7 +420,7 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
   std::string why;
   PyCodeObject* code = trace.stopped
       ? symbolic::assemble_break(frame.code, trace, entry->graph, outputs, frame.globals, &why)
-      : symbolic::assemble_return(frame.code, trace, entry->graph, outputs, &why);
+      : symbolic::assemble_return(frame.code, trace, entry->graph, outputs, frame.globals, &why);
   if (!code) {
     outcome.kind = CompileOutcome::Kind::Unsupported;
     outcome.reason = trace.stopped ? outcome.reason + " (no graph break: " + why + ")" : why;

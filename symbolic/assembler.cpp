@@ -249,6 +249,14 @@ void CodeBuilder::call_kw(int nargs, PyObject* kw_names) {
 PyObject* CodeBuilder::consts_tuple() const { return PyList_AsTuple(consts_); }
 PyObject* CodeBuilder::names_tuple() const { return PyList_AsTuple(names_); }
 
+void CodeBuilder::load_closure(int free_index) {
+#if FD_PY_MINOR >= 12
+  emit(op::LOAD_FAST, free_base_ + free_index);  // 3.12's LOAD_CLOSURE is LOAD_FAST of the cell slot
+#else
+  emit(op::LOAD_CLOSURE, free_base_ + free_index);
+#endif
+}
+
 void CodeBuilder::load_source(const Source& s) {
   switch (s.kind) {
     case Source::Kind::Local:

@@ -65,6 +65,9 @@ class CodeBuilder {
   void emit(uint8_t opcode, int arg) { as_.emit(opcode, arg, line_); }
   void load_const(PyObject* obj);
   void load_source(const Source& s);
+  void load_closure(int free_index);  // the cell of the frame's free variable `free_index`
+  PyObject* globals() const { return globals_; }  // the frame's globals (borrowed), if given
+  void set_globals(PyObject* g) { globals_ = g; }
   void load_attr(const std::string& name);
   void call(int nargs);          // [PRECALL n] CALL n
   void call_kw(int nargs, PyObject* kw_names);  // the last len(kw_names) arguments are keywords
@@ -79,6 +82,7 @@ class CodeBuilder {
   PyObject* names_;
   int line_;
   int free_base_;
+  PyObject* globals_ = nullptr;
 };
 
 // Returns a new reference to the transformed code object for `orig`, calling `graph` (borrowed;

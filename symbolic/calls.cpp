@@ -339,6 +339,13 @@ struct Calls {
     if (f->func_closure) {
       for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_closure); ++i) {
         PyObject* cell = PyTuple_GET_ITEM(f->func_closure, i);
+        // A cell of the compiled frame's own closure (a continuation's cells, which the frame's
+        // nested functions share): the frame's value for it, read through the frame's closure
+        // (guarded there, not by this cell's identity).
+        if (const SymValue* own = t.root_free_cell(cell)) {
+          tg.cells.push_back(*own);
+          continue;
+        }
         SymValue c = SymValue::boxed(SymValue::Kind::Cell);
         c.obj = Py_NewRef(cell);
         c.source = child_source(const_source(cell, "cell"), Source::Kind::Attr, "cell_contents");
@@ -351,7 +358,7 @@ struct Calls {
   static Target target_of_made(Tracer& t, const SymValue& fn) {
     Target tg;
     tg.code = reinterpret_cast<PyCodeObject*>(fn.obj);
-    tg.globals = t.fr().globals;
+    tg.globals = fn.box->globals.obj ? fn.box->globals.obj : t.fr().globals;  // where it was made
     tg.defaults = fn.box->items;
     for (size_t i = 0; i < fn.field_names.size(); ++i) tg.kwdefaults.emplace_back(fn.field_names[i], fn.items[i]);
     tg.cells = fn.box->closure;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "runtime/errors.h"
@@ -22,7 +23,8 @@ struct CannotRebuild : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out) {
+// `seen`: the boxes visited (a closure can hold the cell that holds it).
+void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out, std::set<const SymBox*>& seen) {
   using K = SymValue::Kind;
   if (v.is_tensor()) {
     if (!v.source && std::find(out.begin(), out.end(), v.tensor) == out.end()) out.push_back(v.tensor);
@@ -30,10 +32,15 @@ void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out) {
   }
   if ((v.kind == K::List || v.kind == K::Dict || v.kind == K::Tuple) && v.source) return;  // loaded from its source
   if (v.kind == K::Constant && v.name != "__super__") return;
-  for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect_tensors(i, out);
+  if (v.box && !seen.insert(v.box.get()).second) return;
+  for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect_tensors(i, out, seen);
   if (v.kind == K::BoundMethod || v.kind == K::Method) return;
-  if (v.kind == K::Dict || v.kind == K::Object)
-    for (const SymValue& i : v.box->items) collect_tensors(i, out);
+  if (v.kind == K::Dict || v.kind == K::Object || (v.kind == K::Cell && !v.obj))  // a cell of the frame: its value
+    for (const SymValue& i : v.box->items) collect_tensors(i, out, seen);
+  if (v.kind == K::Function) {  // its defaults and the cells it closes over
+    for (const SymValue& i : v.box->items) collect_tensors(i, out, seen);
+    for (const SymValue& i : v.box->closure) collect_tensors(i, out, seen);
+  }
 }
 
 // How a breaking instruction uses the stack and where execution goes on.
@@ -130,15 +137,47 @@ PyObject* shifted_exception_table(PyCodeObject* orig, int shift) {
   return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
-// The original bytes with every local/cell/free index >= nlocals moved up by `shift` (the
-// stack parameters sit between the locals and the free variables).
-std::string remapped_body(PyCodeObject* orig, int nlocals, int shift) {
+// The slots of `code`'s cell variables (an argument that is one keeps its argument slot), in
+// slot order: a continuation receives them as free variables (resume_code).
+std::vector<int> cell_slots(PyCodeObject* code) {
+  std::vector<int> out;
+  PyOwned cellvars(PyCode_GetCellvars(code));
+  for (Py_ssize_t c = 0; cellvars.p && c < PyTuple_GET_SIZE(cellvars.p); ++c)
+    for (int i = 0; i < code->co_nlocalsplus; ++i)
+      if (PyUnicode_Compare(PyTuple_GET_ITEM(code->co_localsplusnames, i), PyTuple_GET_ITEM(cellvars.p, c)) == 0) {
+        out.push_back(i);
+        break;
+      }
+  PyErr_Clear();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// orig's bytecode with its slot numbers moved to the continuation's layout: locals stay, the
+// stack slots come after them (`shift`), then the free-variable slots, the original's cells
+// (`cells`, its slots) first and its own free variables after them.
+std::string remapped_body(PyCodeObject* orig, int nlocals, int shift, const std::vector<int>& cells) {
   PyOwned bytes(PyCode_GetCode(orig));
   std::string code(PyBytes_AS_STRING(bytes.p), static_cast<size_t>(PyBytes_GET_SIZE(bytes.p)));
-  if (shift == 0) return code;
+  if (shift == 0 && cells.empty()) return code;
+  const int first_free = orig->co_nlocalsplus - orig->co_nfreevars;
+  const int free_base = nlocals + shift;  // the continuation's first free-variable slot
+  auto moved = [&](int slot) {
+    auto c = std::find(cells.begin(), cells.end(), slot);
+    if (c != cells.end()) return free_base + static_cast<int>(c - cells.begin());
+    if (slot >= first_free) return free_base + static_cast<int>(cells.size()) + slot - first_free;
+    return slot < nlocals ? slot : slot + shift;
+  };
+  bool past_resume = false;
   for (const Instruction& in : decode(orig)) {
-    if (!(opcode_info(in.opcode).flags & (kHasLocal | kHasFree)) || in.arg < nlocals) continue;
-    const int arg = in.arg + shift;
+    // A cell of the frame made after its start (3.12's inlined comprehensions) would wrap the
+    // one received. (A continuation's copy of its original's start is never run.)
+    if (past_resume && in.opcode == op::MAKE_CELL && std::find(cells.begin(), cells.end(), in.arg) != cells.end())
+      throw CannotRebuild("a cell made inside the function body");
+    past_resume = past_resume || in.opcode == op::RESUME;
+    if (!(opcode_info(in.opcode).flags & (kHasLocal | kHasFree))) continue;
+    const int arg = moved(in.arg);
+    if (arg == in.arg) continue;
     const int prefixes = in.index - in.start;
     if (arg >= (1 << (8 * (prefixes + 1)))) throw CannotRebuild("a local index that would need EXTENDED_ARG");
     for (int p = 0; p <= prefixes; ++p)
@@ -172,7 +211,7 @@ struct ResumeKey {
 // continuation drops (`obj = None` must free obj as in eager). Cached for the process (the cache keeps `orig` alive, so
 // its address is never reused), so that recompiles find the continuation's own cache entries.
 PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& insts, int inst,
-                          const std::vector<bool>& layout, const std::vector<bool>& bound) {
+                          const std::vector<bool>& layout, const std::vector<bool>& bound, const std::vector<int>& cells) {
   static std::map<ResumeKey, PyCodeObject*> cache;
   ResumeKey key{orig, inst, layout, bound};
   auto it = cache.find(key);
@@ -185,7 +224,8 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
   const int line = orig->co_firstlineno;
   const int none_const = static_cast<int>(PyTuple_GET_SIZE(orig->co_consts));  // appended below
   pro.emit(op::RESUME, 0, line);
-  if (orig->co_nfreevars > 0) pro.emit(op::COPY_FREE_VARS, orig->co_nfreevars, line);
+  const int nclosure = static_cast<int>(cells.size()) + orig->co_nfreevars;
+  if (nclosure > 0) pro.emit(op::COPY_FREE_VARS, nclosure, line);
   // The list arrives in slot 0: unpack it into slots 0..n-1, then `del list[:]`.
   pro.emit(op::LOAD_FAST, 0, line);
   pro.emit(op::COPY, 1, line);
@@ -215,7 +255,7 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
   // With no local and no stack item, one spare slot still receives the (empty) list.
   const int extra = nlocals + nstack == 0 ? 1 : 0;
   const int nslots = nlocals + nstack + extra;
-  code += remapped_body(orig, nlocals, nstack + extra);
+  code += remapped_body(orig, nlocals, nstack + extra, cells);
   std::string lines;
   for (int left = pro_units; left > 0; left -= 8)  // "no location": the line stays co_firstlineno
     lines.push_back(static_cast<char>(0x80 | (15 << 3) | (std::min(left, 8) - 1)));
@@ -230,7 +270,13 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
   PyOwned code_b(PyBytes_FromStringAndSize(code.data(), static_cast<Py_ssize_t>(code.size())));
   PyOwned lines_b(PyBytes_FromStringAndSize(lines.data(), static_cast<Py_ssize_t>(lines.size())));
   PyOwned exc(shifted_exception_table(orig, pro_units));
-  PyOwned freevars(PyObject_GetAttrString(reinterpret_cast<PyObject*>(orig), "co_freevars"));
+  // The original's cells (received from the transformed frame) and its free variables.
+  PyOwned own_free(PyObject_GetAttrString(reinterpret_cast<PyObject*>(orig), "co_freevars"));
+  PyOwned freevars(PyTuple_New(nclosure));
+  for (size_t c = 0; c < cells.size(); ++c)
+    PyTuple_SET_ITEM(freevars.p, static_cast<Py_ssize_t>(c), Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, cells[c])));
+  for (int f = 0; f < orig->co_nfreevars; ++f)
+    PyTuple_SET_ITEM(freevars.p, static_cast<Py_ssize_t>(cells.size()) + f, Py_NewRef(PyTuple_GET_ITEM(own_free.p, f)));
   PyOwned cellvars(PyTuple_New(0));
   const int flags = orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
   PyOwned consts(PyTuple_New(none_const + 1));
@@ -269,6 +315,7 @@ struct BoxSlots {
   std::vector<const SymBox*> boxes;
   std::vector<const Source*> sources;  // preloaded when the trace replays attribute stores
   bool preload = false;
+  bool functions = false;  // a function made in the trace is among them
   size_t size() const { return boxes.size() + sources.size(); }
   static bool through_path(const Source* s) {
     for (; s; s = s->parent.get())
@@ -282,10 +329,18 @@ struct BoxSlots {
         through_path(v.source.get()) &&
         std::find(sources.begin(), sources.end(), v.source.get()) == sources.end())
       sources.push_back(v.source.get());
-    if (v.kind == K::Object) {  // its attributes' values too, once
+    // Objects, functions made in the trace and the cells they close over: one slot each (two
+    // references stay one object), and what they hold, once (a closure may hold itself).
+    if (v.kind == K::Object || v.kind == K::Function || (v.kind == K::Cell && !v.obj)) {
       if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
       boxes.push_back(v.box.get());
+      functions = functions || v.kind == K::Function;
       for (const SymValue& i : v.box->items) collect(i);
+      if (v.kind == K::Function) {
+        for (const SymValue& i : v.items) collect(i);
+        for (const SymValue& i : v.box->closure) collect(i);
+        collect(v.box->annotations);
+      }
       return;
     }
     if (v.kind == K::Record) {
@@ -295,7 +350,7 @@ struct BoxSlots {
       boxes.push_back(v.box.get());
     }
     for (const SymValue& i : v.kind == K::List ? v.box->items : v.items) collect(i);
-    if (v.kind == K::Dict)
+    if (v.kind == K::Dict || (v.kind == K::Cell && !v.obj))  // a cell of the frame: its value
       for (const SymValue& i : v.box->items) collect(i);
   }
   void collect_trace(const TraceResult& t) {
@@ -318,6 +373,7 @@ struct Rebuilder {
   const BoxSlots& slots;
   int first_slot;  // local index of slots.boxes[0]
   std::vector<bool> built = std::vector<bool>(slots.boxes.size(), false);
+  std::vector<bool> building = std::vector<bool>(slots.boxes.size(), false);
 
   // Loads the values read through attribute/item paths into their slots (before the stores).
   void preload_sources() {
@@ -342,6 +398,8 @@ struct Rebuilder {
       b.emit(op::LOAD_FAST, first_slot + static_cast<int>(k));
       return;
     }
+    if (building[k]) throw CannotRebuild("a " + describe(v) + " that holds itself");
+    building[k] = true;
     build();
     b.emit(op::COPY, 1);
     b.emit(op::STORE_FAST, first_slot + static_cast<int>(k));
@@ -457,6 +515,49 @@ struct Rebuilder {
           }
           b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
           b.call(2);
+        });
+      case K::Cell:
+        if (v.obj) {  // the frame's own free variable: its cell
+          if (!v.source || v.source->kind != Source::Kind::Closure) throw CannotRebuild("a cell of another function");
+          return b.load_closure(v.source->index);
+        }
+        return boxed(v, [&] {  // a real cell holding the trace's value (empty: unbound)
+          static PyObject* cell_type = reinterpret_cast<PyObject*>(&PyCell_Type);
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(cell_type);
+          if (!v.box->items.empty()) push(v.box->items[0]);
+          b.call(v.box->items.empty() ? 0 : 1);
+        });
+      case K::Function:  // MAKE_FUNCTION as the trace saw it, with the same cells, once
+        if (v.box->globals.obj != b.globals())
+          throw CannotRebuild("a function made in another module's code");
+        return boxed(v, [&] {
+          int flags = 0;
+          if (!v.box->items.empty()) {
+            for (const SymValue& d : v.box->items) push(d);
+            b.emit(op::BUILD_TUPLE, static_cast<int>(v.box->items.size()));
+            flags |= 0x01;
+          }
+          if (!v.field_names.empty()) {
+            for (size_t i = 0; i < v.field_names.size(); ++i) {
+              PyOwned key(PyUnicode_FromString(v.field_names[i].c_str()));
+              b.load_const(key.p);
+              push(v.items[i]);
+            }
+            b.emit(op::BUILD_MAP, static_cast<int>(v.field_names.size()));
+            flags |= 0x02;
+          }
+          if (v.box->annotations.obj || v.box->annotations.kind != K::Constant) {
+            push(v.box->annotations);
+            flags |= 0x04;
+          }
+          if (!v.box->closure.empty()) {
+            for (const SymValue& c : v.box->closure) push(c);
+            b.emit(op::BUILD_TUPLE, static_cast<int>(v.box->closure.size()));
+            flags |= 0x08;
+          }
+          b.load_const(v.obj);
+          b.emit(op::MAKE_FUNCTION, flags);
         });
       case K::NamedTuple: {
         if (!v.obj) throw CannotRebuild("a named tuple of unknown type");
@@ -629,16 +730,17 @@ bool is_resume_prologue(PyCodeObject* code, size_t inst) {
 
 std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
   std::vector<codegen::ValueId> out;
+  std::set<const SymBox*> seen;
   for (const auto& l : trace.locals)
-    if (l) collect_tensors(*l, out);
-  for (const SymValue& v : trace.stack) collect_tensors(v, out);
-  for (const TraceResult::SideEffect& e : trace.effects) collect_tensors(e.value, out);
-  if (!trace.stopped) collect_tensors(trace.return_value, out);
+    if (l) collect_tensors(*l, out, seen);
+  for (const SymValue& v : trace.stack) collect_tensors(v, out, seen);
+  for (const TraceResult::SideEffect& e : trace.effects) collect_tensors(e.value, out, seen);
+  if (!trace.stopped) collect_tensors(trace.return_value, out, seen);
   return out;
 }
 
 PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
-                              const std::vector<codegen::ValueId>& outputs, std::string* why) {
+                              const std::vector<codegen::ValueId>& outputs, PyObject* globals, std::string* why) {
   return or_why(why, [&] {
     const int nargs = argument_slots(orig);
     const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
@@ -646,6 +748,7 @@ PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyOb
     slots.collect_trace(trace);
     const int nboxes = static_cast<int>(slots.size());
     CodeBuilder b(line, nargs + 1 + nboxes);
+    b.set_globals(globals);
     Rebuilder rb{b, outputs, nargs, slots, nargs + 1};
     emit_graph_and_effects(b, orig, trace, graph, rb, nargs);
     rb.push(trace.return_value);
@@ -671,19 +774,41 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     const int out_slot = nargs;  // a spare local after the parameters
     BoxSlots slots;
     slots.collect_trace(trace);
+    // A function made in the frame and live at the break would reach the continuation as a new
+    // function at every call, which its guards (a function's identity) would never match: the
+    // continuation would recompile at every call. (A returned one is fine: assemble_return.)
+    if (slots.functions) throw CannotRebuild("a function made in the frame is live at the break");
     const int nboxes = static_cast<int>(slots.size());
     const int free_base = nargs + 1 + nboxes;
     CodeBuilder b(line, free_base);
+    b.set_globals(globals);
     Rebuilder rb{b, outputs, out_slot, slots, nargs + 1};
     emit_graph_and_effects(b, orig, trace, graph, rb, out_slot);
-    // NULL and a placeholder where each continuation's function goes, then its arguments.
+    // NULL and a placeholder where each continuation's function goes, then its arguments. With
+    // cells or free variables the placeholder is the continuation's closure, built now (the
+    // graph's outputs are at hand): the frame's cells, as real cells holding the values the trace
+    // left in them, then its own free variables' cells.
+    const std::vector<int> cells = cell_slots(orig);
+    const int nclosure = static_cast<int>(cells.size()) + nfree;
     b.emit(op::PUSH_NULL, 0);
-    b.load_const(Py_None);
+    if (nclosure == 0) {
+      b.load_const(Py_None);
+    } else {
+      for (int slot : cells) {  // the cells the frame's closures made before the break hold too
+        const auto& c = trace.locals[static_cast<size_t>(slot)];
+        if (!c || c->kind != SymValue::Kind::Cell || c->obj) throw CannotRebuild("a cell variable the trace did not make");
+        rb.push(*c);
+      }
+      for (int f = 0; f < nfree; ++f) b.load_closure(f);
+      b.emit(op::BUILD_TUPLE, nclosure);
+    }
     std::vector<bool> bound(static_cast<size_t>(nlocals), false);
     for (int i = 0; i < nlocals; ++i) {
       const auto& l = trace.locals[static_cast<size_t>(i)];
-      bound[static_cast<size_t>(i)] = l.has_value();
-      if (l) rb.push(*l);
+      // An argument that is a cell travels in the closure; its local slot stays unbound.
+      const bool cell = std::find(cells.begin(), cells.end(), i) != cells.end();
+      bound[static_cast<size_t>(i)] = l.has_value() && !cell;
+      if (l && !cell) rb.push(*l);
       else b.load_const(Py_None);
     }
     const int passthrough = depth - shape.consumed;
@@ -733,27 +858,21 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       if (s.via_jump) b.as().bind(label);
       std::vector<bool> layout = below;
       for (int k = 0; k < s.kept + s.pushed; ++k) layout.push_back(false);
-      PyOwned code(reinterpret_cast<PyObject*>(resume_code(orig, insts, s.inst, layout, bound)));
+      PyOwned code(reinterpret_cast<PyObject*>(resume_code(orig, insts, s.inst, layout, bound, cells)));
       const int nargs_resume = nlocals + passed + s.kept + s.pushed;
       b.emit(op::BUILD_LIST, nargs_resume);  // one list argument: see resume_code
-      if (nfree == 0) {
+      if (nclosure == 0) {
         PyOwned fn(PyFunction_New(code.p, globals));
         if (!fn.p) { PyErr_Clear(); throw CannotRebuild("creating the continuation failed"); }
         b.load_const(fn.p);
-      } else {
-        for (int f = 0; f < nfree; ++f) {
-#if FD_PY_MINOR >= 12
-          b.emit(op::LOAD_FAST, free_base + f);  // 3.12's LOAD_CLOSURE is LOAD_FAST of the cell slot
-#else
-          b.emit(op::LOAD_CLOSURE, free_base + f);
-#endif
-        }
-        b.emit(op::BUILD_TUPLE, nfree);
+        b.emit(op::SWAP, 3);
+        b.emit(op::POP_TOP, 0);
+      } else {  // NULL, closure, list -> NULL, function, list
+        b.emit(op::SWAP, 2);
         b.load_const(code.p);
         b.emit(op::MAKE_FUNCTION, 0x08);
+        b.emit(op::SWAP, 2);
       }
-      b.emit(op::SWAP, 3);
-      b.emit(op::POP_TOP, 0);
       b.call(1);
       b.emit(op::RETURN_VALUE, 0);
     }

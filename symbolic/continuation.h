@@ -46,6 +46,6 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
 // bytecode (attribute writes to replay, a dataclass to construct): graph call, effects, the
 // return value rebuilt. nullptr and *why when it cannot be rebuilt.
 PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
-                              const std::vector<codegen::ValueId>& outputs, std::string* why);
+                              const std::vector<codegen::ValueId>& outputs, PyObject* globals, std::string* why);
 
 }  // namespace fastdyn::symbolic

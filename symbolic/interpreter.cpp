@@ -235,6 +235,10 @@ struct Handlers {
   static void store_deref(Tracer& t, const Instruction& in) {
     SymValue v = t.pop();
     SymValue& c = cell_at(t, in.arg);
+    // A store to the enclosing function's variable is not replayed: the frame (or continuation)
+    // runs as written from there. (Replayed into its cell, it let frames compile whose breaking
+    // call raises; their locals then live on the transformed frame's value stack, not in a frame
+    // a traceback keeps: CPython's test_memory_error_cleanup saw an object die early.)
     if (c.obj) throw Unsupported("assignment to the enclosing function's variable '" + local_name(t, in.arg) + "'");
     c.box->items.assign(1, std::move(v));
   }
@@ -771,12 +775,13 @@ struct Handlers {
     if (!code.is_constant() || !PyCode_Check(code.obj)) throw Unsupported("MAKE_FUNCTION without a code object");
     SymValue fn = SymValue::boxed(SymValue::Kind::Function);
     fn.obj = Py_NewRef(code.obj);
+    fn.box->globals = Tracer::constant(t.fr().globals);
     if (in.arg & 0x08) {
       SymValue cells = t.pop();
       if (cells.kind != SymValue::Kind::Tuple) throw Unsupported("closure of " + describe(cells));
       fn.box->closure = cells.items;
     }
-    if (in.arg & 0x04) t.pop();  // annotations
+    if (in.arg & 0x04) fn.box->annotations = t.pop();
     if (in.arg & 0x02) {
       SymValue kw = t.pop();
       if (kw.kind == SymValue::Kind::Dict) {
@@ -1152,7 +1157,6 @@ int call_sequence_start(const std::vector<Instruction>& insts, int inst) {
 
 // Why the root frame cannot break at instruction `inst`, or "" if it can.
 std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
-  if (code->co_ncellvars > 0) return "the frame has cell variables";
   // Zero-argument super() reads the frame's first slot and its __class__ cell: in transformed
   // code and continuations the first slot holds something else.
   for (int i = 0; i < code->co_nfreevars; ++i) {

@@ -181,6 +181,16 @@ class Tracer {
                             std::vector<std::pair<std::string, SymValue>> kwargs);
 
   FrameState& fr() { return *frames_.back(); }
+  // The root frame's free-variable cell holding the real cell `cell`, or nullptr.
+  const SymValue* root_free_cell(PyObject* cell) const {
+    const FrameState& root = *frames_.front();
+    const int nfree = root.code->co_nfreevars, first = root.code->co_nlocalsplus - nfree;
+    for (int i = first; i < root.code->co_nlocalsplus; ++i) {
+      const auto& c = root.locals[static_cast<size_t>(i)];
+      if (c && c->kind == SymValue::Kind::Cell && c->obj == cell) return &*c;
+    }
+    return nullptr;
+  }
   // Local slot i of the current frame; the root's arguments are wrapped (guarded) on first read.
   SymValue& local(int i);
   SymValue pop();

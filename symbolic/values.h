@@ -124,6 +124,8 @@ struct SymBox {
   std::vector<SymValue> items;
   std::vector<SymValue> keys;
   std::vector<SymValue> closure;
+  SymValue globals;      // Function: the globals dict of the frame that made it (a constant)
+  SymValue annotations;  // Function: MAKE_FUNCTION's annotations, if it had any
   size_t pos = 0;
   bool exhausted = false;  // an iterator whose end a loop or next() has seen
 };

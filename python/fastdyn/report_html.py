@@ -50,7 +50,6 @@ FIXES = [
      "fastdyn cannot trace this call: move it out of the compiled function, or into a helper "
      "marked @fastdyn.skip (which runs eagerly)."),
 ]
-_FIXES = [(re.compile(rx), fix) for rx, fix in FIXES]
 
 # What to do about a recompile, from the guard that failed (runtime/guards.cpp's descriptions).
 RECOMPILE_FIXES = [
@@ -73,15 +72,21 @@ RECOMPILE_FIXES = [
      "The code read an object that is a different one now (made anew per call?): hold it across "
      "calls, or keep the object out of the compiled function."),
 ]
-_RECOMPILE_FIXES = [(re.compile(rx), fix) for rx, fix in RECOMPILE_FIXES]
+
+
+def _first_fix(table, text):
+    # re.search compiles a pattern at its first use (then re's cache holds it): a report with no
+    # break or recompile compiles none of these tables' patterns (the renderer's import was 12 ms,
+    # half of it compiling them, against a fast model's 76 ms compile: issue 23's 10% bound).
+    for rx, fix in table:
+        if re.search(rx, text or ""):
+            return fix
+    return None
 
 
 def recompile_fix_for(guard):
     """What to do about a recompile whose failed guard reads `guard`, or None."""
-    for rx, fix in _RECOMPILE_FIXES:
-        if rx.search(guard or ""):
-            return fix
-    return None
+    return _first_fix(RECOMPILE_FIXES, guard)
 
 # Ops that backends run as extern calls (library kernels) rather than fuse.
 _EXTERN = re.compile(r"^(matmul|mm|addmm|bmm|baddbmm|linear|conv\w*|_convolution\w*|"
@@ -90,10 +95,7 @@ _EXTERN = re.compile(r"^(matmul|mm|addmm|bmm|baddbmm|linear|conv\w*|_convolution
 
 def fix_for(reason):
     """The fix text for a break reason, or None."""
-    for rx, fix in _FIXES:
-        if rx.search(reason or ""):
-            return fix
-    return None
+    return _first_fix(FIXES, reason)
 
 
 _SPECIAL = re.compile(r"[&<>\"']")
@@ -122,6 +124,7 @@ def _ident(s):
 # Size bound: each level cuts more; render() tries them in order until the page fits.
 @dataclass(frozen=True)
 class Limits:
+    """How much of each kind of text one size level keeps (None: all)."""  # a docstring also spares dataclass an inspect.signature
     gen_lines: int = None      # generated code lines per kernel (0: left out)
     ir_lines: int = None       # loop IR / program text lines
     node_cap: int = 400        # ops drawn per graph
@@ -147,6 +150,7 @@ LEVELS = [
 
 @dataclass
 class Ctx:
+    """One rendering at one size level: its limits, what it cut, and caches across levels."""
     lim: Limits
     cuts: dict = field(default_factory=dict)   # what -> [times, amount left out]
     diverged: dict = field(default_factory=dict)  # (code id, entry, kernel) -> divergence
@@ -207,6 +211,7 @@ _NAME = re.compile(r"\s*([A-Za-z_][\w:.]*)\s*\(")
 
 @dataclass
 class Op:
+    """One line of a graph dump: the op, the values it writes and reads."""
     index: int
     line: str
     name: str           # None: a line not understood (drawn as an opaque node)
@@ -273,6 +278,7 @@ DUMMY_BUDGET = 3000
 
 @dataclass
 class Node:
+    """A box of the graph picture and its place in the layout."""
     key: str
     kind: str            # input | op | output | dummy
     classes: str
