@@ -27,13 +27,12 @@ def test_a_break_in_a_frame_whose_locals_a_comprehension_reads():
 def test_a_store_to_a_cell_after_the_break_runs_the_rest_as_written():
     def f(x):
         k = 2.0
-        first = [x * k for _ in range(1)][0]
+        first = x * (lambda: k)()  # k: a cell in 3.11 and 3.12 (3.12 inlines comprehensions)
         print("", end="")
         k = 3.0  # STORE_DEREF in the continuation: not traced, the continuation runs as written
-        return first + [x * k for _ in range(1)][0]
+        return first + x * k
 
-    # (the third: the eager continuation's comprehension, a frame of its own, iterates an iterator argument)
-    check(f, r(4), graphs=1, breaks=3)
+    check(f, r(4), graphs=1, breaks=2)
 
 
 def test_a_cell_argument_and_a_cell_holding_a_graph_output():
