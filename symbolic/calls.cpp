@@ -26,7 +26,7 @@ using codegen::Family;
 // Python builtins that are pure on constant arguments and may be folded at trace time.
 static bool is_foldable_builtin(PyObject* fn) {
   static const char* names[] = {"len", "min", "max", "abs", "int", "float", "bool", "tuple",
-                                "list", "sum", "round", "divmod", "isinstance", "pow", "range",
+                                "list", "sum", "round", "divmod", "isinstance", "issubclass", "pow", "range",
                                 "str", "slice", "all", "any", "reversed", "sorted", "id", "hash", "set", "frozenset", "type"};
   if (!PyCFunction_Check(fn) && !PyType_Check(fn)) return false;
   PyObject* builtins = PyEval_GetBuiltins();
@@ -470,6 +470,7 @@ struct Calls {
       case K::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
       case K::List: return reinterpret_cast<PyObject*>(&PyList_Type);
       case K::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
+      case K::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
       case K::NamedTuple: if (v.obj) return v.obj; break;
       case K::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
       case K::Record:
@@ -493,6 +494,8 @@ struct Calls {
       n = static_cast<Py_ssize_t>(v.seq().size());
     } else if (v.kind == K::Dict) {
       n = static_cast<Py_ssize_t>(v.box->keys.size());
+    } else if (v.kind == K::Set) {
+      n = PySet_GET_SIZE(v.obj);
     } else if (v.kind == K::Record && is_model_output(v.obj)) {
       n = static_cast<Py_ssize_t>(model_output_items(v).size());
     } else if (v.kind == K::Object && python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__len__")) {
@@ -1170,6 +1173,13 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       args[0] = SymValue::tuple(remaining(args[0]));
   // Pure functions on constants: builtins, math, operator, torch.finfo/iinfo, methods of
   // immutable values (str.startswith...) and read-only methods of containers (dict.get...).
+  // A builtin reads a set of the trace through a copy of it (sorted(s), len(s), list(s)...).
+  if (is_foldable_builtin(fn) || is_math_function(fn))
+    for (SymValue& a : args)
+      if (a.kind == SymValue::Kind::Set) {
+        PyOwned copy(set_operand(a));
+        a = constant(copy.p);
+      }
   bool all_const = true;
   for (const SymValue& a : args) all_const = all_const && a.is_python_constant();
   for (const auto& kv : kwargs) all_const = all_const && kv.second.is_python_constant();
@@ -1242,6 +1252,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r); ++i) items.push_back(constant(PyList_GET_ITEM(r, i)));
       return SymValue::list(std::move(items));
     }
+    if (fresh && PySet_CheckExact(r) && compares_in_c(r)) return set_value(r);  // set(...): the frame's own
     if (fresh && (PySet_CheckExact(r) || PyDict_CheckExact(r) || PyByteArray_CheckExact(r)))
       throw Unsupported("a mutable " + std::string(Py_TYPE(r)->tp_name) + " from " + py_repr(fn));
     return constant(r);

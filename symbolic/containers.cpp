@@ -48,6 +48,20 @@ void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
   result_.effects.push_back(std::move(e));
 }
 
+SymValue set_value(PyObject* set) {
+  SymValue v;
+  v.kind = SymValue::Kind::Set;
+  v.obj = Py_NewRef(set);
+  v.box = std::make_shared<SymBox>();
+  return v;
+}
+
+PyObject* set_operand(const SymValue& v) {
+  if (v.kind == SymValue::Kind::Set) return PySet_New(v.obj);
+  if (v.kind == SymValue::Kind::Constant && v.obj && PyAnySet_Check(v.obj) && compares_in_c(v.obj)) return Py_NewRef(v.obj);
+  return nullptr;
+}
+
 // list.append, dict.get ...: methods of containers made in the trace, and of lists and dicts the
 // caller passed (mutations replayed: mutate_visible).
 SymValue Tracer::container_method(SymValue self, const std::string& name, std::vector<SymValue> args,
@@ -69,6 +83,32 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
   if (!kwargs.empty() && !(self.kind == K::Dict && name == "update"))
     throw Unsupported(describe(self) + "." + name + " with keyword arguments");
   const size_t n = args.size();
+  if (self.kind == K::Set) {  // on the private set, with constant items: as eager does to its set
+    PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(n)));
+    for (size_t i = 0; i < n; ++i) {
+      const SymValue& a = args[i];
+      PyObject* o = set_operand(a);
+      if (!o && a.is_python_constant()) o = t.materialize(a);
+      if (!o || !compares_in_c(o)) {
+        Py_XDECREF(o);
+        throw Unsupported("set." + name + "() of " + describe(a));
+      }
+      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), o);  // stolen
+    }
+    static const char* mutating[] = {"add", "discard", "remove", "update", "clear", "pop", "difference_update",
+                                     "intersection_update", "symmetric_difference_update"};
+    static const char* pure[] = {"copy", "union", "intersection", "difference", "symmetric_difference",
+                                 "issubset", "issuperset", "isdisjoint", "__contains__", "__len__"};
+    const bool mutates = std::find_if(std::begin(mutating), std::end(mutating), [&](const char* m) { return name == m; }) != std::end(mutating);
+    const bool reads = std::find_if(std::begin(pure), std::end(pure), [&](const char* m) { return name == m; }) != std::end(pure);
+    if (!mutates && !reads) throw Unsupported("set." + name + "()");
+    if (mutates) t.check_not_iterating(self, "set." + name + "()");
+    PyOwned method(PyObject_GetAttrString(self.obj, name.c_str()));
+    PyOwned r(method.p ? PyObject_Call(method.p, tuple.p, nullptr) : nullptr);
+    if (!r.p) { PyErr_Clear(); throw Unsupported("set." + name + "() raised"); }  // KeyError: eager raises it
+    if (PySet_CheckExact(r.p)) return set_value(r.p);  // a new set (copy, union, ...)
+    return Tracer::constant(r.p);
+  }
   if (self.kind == K::List) {
     auto& items = self.box->items;
     if (name == "append" && n == 1) { mutate(); items.push_back(args[0]); return Tracer::constant(Py_None); }

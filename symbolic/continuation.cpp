@@ -331,6 +331,10 @@ struct BoxSlots {
       sources.push_back(v.source.get());
     // Objects, functions made in the trace and the cells they close over: one slot each (two
     // references stay one object), and what they hold, once (a closure may hold itself).
+    if (v.kind == K::Set) {
+      if (std::find(boxes.begin(), boxes.end(), v.box.get()) == boxes.end()) boxes.push_back(v.box.get());
+      return;
+    }
     if (v.kind == K::Object || v.kind == K::Function || (v.kind == K::Cell && !v.obj)) {
       if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
       boxes.push_back(v.box.get());
@@ -515,6 +519,14 @@ struct Rebuilder {
           }
           b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
           b.call(2);
+        });
+      case K::Set:  // a copy of the trace's final set, once (set.copy keeps its table: eager's order)
+        return boxed(v, [&] {
+          static PyObject* set_copy = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PySet_Type), "copy");  // NB: kept
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(set_copy);
+          b.load_const(v.obj);
+          b.call(1);
         });
       case K::Cell:
         if (v.obj) {  // the frame's own free variable: its cell

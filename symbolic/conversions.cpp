@@ -194,6 +194,7 @@ std::string describe(const SymValue& v) {
     case SymValue::Kind::Method: return "Tensor." + v.name;
     case SymValue::Kind::NamedTuple: return "named tuple";
     case SymValue::Kind::Dict: return "dict";
+    case SymValue::Kind::Set: return "set";
     case SymValue::Kind::Iterator: return "iterator";
     case SymValue::Kind::Function: return "function made in the frame";
     case SymValue::Kind::Cell: return "cell";

@@ -315,6 +315,14 @@ struct Handlers {
       t.push(Tracer::constant(found != (in.arg == 1) ? Py_True : Py_False));
       return;
     }
+    if (container.kind == SymValue::Kind::Set) {
+      PyOwned i(item.is_python_constant() ? t.materialize(item) : nullptr);
+      if (!i.p || !compares_in_c(i.p)) throw Unsupported("'in' of a " + describe(item) + " in a set");
+      const int r = PySet_Contains(container.obj, i.p);
+      if (r < 0) { PyErr_Clear(); throw Unsupported("'in' raised"); }
+      t.push(Tracer::constant((r == 1) != (in.arg == 1) ? Py_True : Py_False));
+      return;
+    }
     if (container.kind == SymValue::Kind::Dict) {
       if (!item.is_constant()) throw Unsupported("'in' of a " + describe(item) + " in a dict");
       for (const SymValue& k : container.box->keys) {
@@ -637,23 +645,24 @@ struct Handlers {
     t.push(Tracer::constant(r.p));
   }
 
-  // Sets of constants are real sets, made and filled at trace time.
+  // Sets of constants: a Set of the trace around a real set filled at trace time (values.h).
   static void build_set(Tracer& t, const Instruction& in) {
     std::vector<SymValue> items = pop_n(t, in.arg);
     PyOwned set(PySet_New(nullptr));
     for (const SymValue& v : items) {
       if (!v.is_python_constant()) throw Unsupported("a set of " + describe(v));
       PyOwned o(t.materialize(v));
+      if (!compares_in_c(o.p)) throw Unsupported("a set of " + describe(v) + " (its hash or == is Python code)");
       if (PySet_Add(set.p, o.p) < 0) { PyErr_Clear(); throw Unsupported("unhashable set item"); }
     }
-    t.push(Tracer::constant(set.p));
+    t.push(set_value(set.p));
   }
   static void set_add(Tracer& t, const Instruction& in) {  // SET_ADD and SET_UPDATE
     SymValue v = t.pop();
     SymValue& set = t.top(in.arg - 1);
-    if (!set.is_constant() || !PySet_Check(set.obj) || set.source || !v.is_python_constant())
-      throw Unsupported("adding " + describe(v) + " to a set");
+    if (set.kind != SymValue::Kind::Set || !v.is_python_constant()) throw Unsupported("adding " + describe(v) + " to a set");
     PyOwned o(t.materialize(v));
+    if (!compares_in_c(o.p)) throw Unsupported("adding " + describe(v) + " to a set (its hash or == is Python code)");
     const bool update = std::strcmp(opcode_info(in.opcode).name, "SET_UPDATE") == 0;
     const int rc = update ? _PySet_Update(set.obj, o.p) : PySet_Add(set.obj, o.p);
     if (rc < 0) { PyErr_Clear(); throw Unsupported("set update raised"); }

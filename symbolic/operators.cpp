@@ -145,6 +145,29 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     if (auto r = size_arithmetic(sym, a, b)) return *r;
     if (auto r = size_comparison(sym, a, b)) return *r;
   }
+  // Sets: on real sets (a Set's own for an in-place operator, copies otherwise).
+  if (a.kind == K::Set || b.kind == K::Set) {
+    PyOwned x(set_operand(a)), y(set_operand(b));
+    if (!x.p || !y.p) throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
+    static const std::pair<const char*, binaryfunc> in_place[] = {{"|=", PyNumber_InPlaceOr}, {"&=", PyNumber_InPlaceAnd},
+                                                                  {"-=", PyNumber_InPlaceSubtract}, {"^=", PyNumber_InPlaceXor}};
+    for (const auto& [name, fn] : in_place)
+      if (sym == name && a.kind == K::Set) {
+        check_not_iterating(a, sym);
+        PyOwned r(fn(a.obj, y.p));
+        if (!r.p) { PyErr_Clear(); throw Unsupported("operator " + sym + " raised"); }
+        return a;
+      }
+    static const int cmp_ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
+    static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
+    PyObject* r = nullptr;
+    for (int i = 0; i < 6; ++i)
+      if (sym == cmp[i]) r = PyObject_RichCompare(x.p, y.p, cmp_ops[i]);
+    if (!r) r = fold_binary(sym, x.p, y.p);
+    if (!r) { PyErr_Clear(); throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised"); }
+    PyOwned owned(r);
+    return PySet_CheckExact(r) ? set_value(r) : constant(r);
+  }
   // Tuples holding size-derived ints concatenate item by item below (folding would read them).
   const bool sized_concat = (sym == "+" || sym == "+=") && (holds_size(a) || holds_size(b)) &&
                             (a.kind == K::Tuple || a.kind == K::List || b.kind == K::Tuple || b.kind == K::List);
@@ -469,6 +492,13 @@ SymValue Tracer::make_iterator(const SymValue& v) {
       live_iterators_.emplace_back(v.box.get(), it.box);
       return it;
     }
+    case K::Set: {  // the private set's own order, which is eager's (same operations on it)
+      PyOwned list(PySequence_List(v.obj));
+      for (Py_ssize_t i = 0; list.p && i < PyList_GET_SIZE(list.p); ++i) items.push_back(constant(PyList_GET_ITEM(list.p, i)));
+      SymValue it = iterator_of(std::move(items));
+      live_iterators_.emplace_back(v.box.get(), it.box);
+      return it;
+    }
     case K::Tensor: {
       auto fam = family_of_tensor_attr("unbind");
       if (!fam) throw Unsupported("iterating a tensor needs Tensor.unbind");
@@ -559,6 +589,7 @@ bool Tracer::truth(const SymValue& v, const char* what) {
     case K::List:
     case K::NamedTuple: return !v.seq().empty();
     case K::Dict: return !v.box->keys.empty();
+    case K::Set: return PySet_GET_SIZE(v.obj) > 0;
     case K::Object: {  // its class's Python __bool__, else __len__, inlined; else true
       auto* tp = reinterpret_cast<PyTypeObject*>(v.obj);
       PyOwned bool_name(PyUnicode_InternFromString("__bool__"));

@@ -290,6 +290,11 @@ bool has_standard_getattribute(PyTypeObject* tp);  // object's __getattribute__ 
 SymValue iterator_of(std::vector<SymValue> items);
 // The builtin the transformed code calls to build an Object after the graph: (class, attributes).
 PyObject* object_builder();
+// A Set of the trace around `set` (a real set only the trace holds: values.h, Kind::Set).
+SymValue set_value(PyObject* set);
+// A real set of a Set, or of a constant set or frozenset (new reference: a copy of a Set's), or
+// nullptr for anything else. Its items are constants whose hash and == run no Python code.
+PyObject* set_operand(const SymValue& v);
 std::vector<SymValue> remaining(const SymValue& iterator);     // the items not yet produced
 std::vector<SymValue> model_output_items(const SymValue& record);  // ModelOutput's tuple view
 

@@ -72,6 +72,9 @@ struct SymValue {
     BoundMethod, // items[0] self, obj the function (Python-level method of a user object)
     Record,      // a dataclass instance made in the trace: obj its type, field_names/items;
                // box (empty) is its identity, so that it is built once however often it is used
+    Set,         // a set made in the trace: obj a private real set of its (constant) items, which
+                 // the trace mutates as eager mutates its set (same operations, same iteration
+                 // order); box is its identity. The transformed code gives each call a copy.
     Object,      // an object of a plain Python class made in the trace (symbolic/objects.cpp):
                  // obj its class; box->keys its attribute names (str constants) and box->items
                  // their values, in assignment order; box is its identity

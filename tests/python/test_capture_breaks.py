@@ -135,3 +135,19 @@ def test_fill_and_zero_compile_to_kernels_with_the_write_back():
     check(f, torch.randn(4, 6), torch.randn(4, 6), torch.randn(4, 6))
     code = "\n".join(fastdyn.explain(f, torch.randn(4, 6), torch.randn(4, 6), torch.randn(4, 6)).code)
     assert code.startswith("backend llvm_cpu"), code
+
+
+def test_issubclass_of_classes_is_answered_at_trace_time():
+    class Base:
+        pass
+
+    class Child(Base):
+        pass
+
+    def f(x, cls):
+        if issubclass(cls, Base):
+            return x + 1
+        return x - 1
+
+    check(f, torch.randn(3), Child)
+    check(f, torch.randn(3), int)

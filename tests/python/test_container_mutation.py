@@ -7,7 +7,7 @@ twice), the identity of the container and of the items it keeps.
 """
 import torch
 
-from fdcheck import call_with_stats, check_fresh, fastdyn
+from fdcheck import call_with_stats, check, check_fresh, fastdyn
 
 
 def r(*shape):
@@ -256,3 +256,54 @@ def test_a_list_appended_after_the_loop_over_it_stays_one_graph():
 
     _, delta = call_with_stats(fastdyn.jit(f), torch.ones(2))
     assert delta["graphs"] == 1 and delta["graph_breaks"] == 0, delta
+
+
+# --------------------------------------------------------------------------- sets made in the frame
+
+
+def test_a_set_made_in_the_frame_is_a_new_set_at_every_call():
+    # A set display used to be a real set made once at trace time: every call returned that one
+    # object, so a caller's add() showed up in the next call's result.
+    def f(x):
+        s = {1, 2}
+        return x + 1, s
+
+    jf = fastdyn.jit(f)
+    first = jf(r(2))[1]
+    first.add(99)
+    second = jf(r(2))[1]
+    assert second == {1, 2} and second is not first
+
+
+def test_set_operations_follow_eager_including_iteration_order():
+    def f(x):
+        seen = set()
+        for name in ("q_proj", "k_proj", "v_proj", "q_proj"):
+            seen.add(name)
+        seen.discard("k_proj")
+        seen |= {"o_proj"}
+        extra = {n.upper() for n in seen}  # a set comprehension
+        both = seen | {"gate"}
+        order = [n for n in both]
+        return x * len(both), sorted(extra), order, "q_proj" in seen, both - seen, seen
+
+    check_fresh(f, lambda: (r(3),), graphs=1, breaks=0)
+
+
+def test_removing_a_missing_item_raises_keyerror_as_eager():
+    def f(x):
+        s = set([1])
+        s.remove(2)
+        return x
+
+    check(f, r(2), graphs=0)
+
+
+def test_a_set_changed_while_iterated_raises_as_eager():
+    def f(x):
+        s = {1, 2, 3}
+        for i in s:
+            s.add(i + 10)
+        return x
+
+    check(f, r(2), graphs=0)

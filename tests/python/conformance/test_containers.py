@@ -13,7 +13,6 @@ from fdcheck import assert_same, fastdyn
 from .cases import Cases, r, xfail
 
 CASES = Cases()
-CONTAINER = "containers built and read in the frame"
 MUTATION = "caller-visible container mutation replayed"
 NTUPLE = "namedtuples and dataclasses"
 
@@ -203,7 +202,7 @@ def dict_iteration_order_preserved(x, y):
 
 # --------------------------------------------------------------------------- sets
 
-@CASES(lambda: (r(4, 8),), xfail=CONTAINER)
+@CASES(lambda: (r(4, 8),))
 def set_built_and_queried(x):
     s = {1, 2}
     s.add(3)
@@ -211,7 +210,7 @@ def set_built_and_queried(x):
     return x * len(s) + (2 in s)
 
 
-@CASES(lambda: (r(4, 8),), xfail=CONTAINER)
+@CASES(lambda: (r(4, 8),))
 def set_operations_on_constants(x):
     a, b = {1, 2, 3}, {2, 3, 4}
     return x + len(a & b) + len(a | b) * 10 + len(a - b) * 100
