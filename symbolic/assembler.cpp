@@ -249,6 +249,8 @@ void CodeBuilder::call_kw(int nargs, PyObject* kw_names) {
 PyObject* CodeBuilder::consts_tuple() const { return PyList_AsTuple(consts_); }
 PyObject* CodeBuilder::names_tuple() const { return PyList_AsTuple(names_); }
 
+void CodeBuilder::store_deref(int free_index) { emit(op::STORE_DEREF, free_base_ + free_index); }
+
 void CodeBuilder::load_closure(int free_index) {
 #if FD_PY_MINOR >= 12
   emit(op::LOAD_FAST, free_base_ + free_index);  // 3.12's LOAD_CLOSURE is LOAD_FAST of the cell slot

@@ -696,6 +696,11 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       rb.set_contents(e.target);
       continue;
     }
+    if (e.kind == TraceResult::SideEffect::Kind::SetCell) {
+      rb.push(e.value);
+      b.store_deref(e.target.source->index);
+      continue;
+    }
     rb.push(e.value);
     rb.push(e.target);
     b.emit(op::STORE_ATTR, b.name_index(e.name));
@@ -711,12 +716,19 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
 }
 
 // The transformed code's locals: its parameters, the graph's output tuple, the box slots.
-PyObject* transformed_varnames(PyCodeObject* orig, int nargs, size_t nboxes) {
-  PyObject* varnames = PyTuple_New(nargs + 1 + static_cast<Py_ssize_t>(nboxes));
+// nheld: slots holding the original's locals at a break (assemble_break), named as the
+// original's, its parameters' as ___held_<name> (the parameter slots keep their names).
+PyObject* transformed_varnames(PyCodeObject* orig, int nargs, size_t nboxes, int nheld = 0) {
+  const Py_ssize_t base = nargs + 1 + static_cast<Py_ssize_t>(nboxes);
+  PyObject* varnames = PyTuple_New(base + nheld);
   for (int i = 0; i < nargs; ++i) PyTuple_SET_ITEM(varnames, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, i)));
   PyTuple_SET_ITEM(varnames, nargs, PyUnicode_FromString("___graph_out"));
   for (size_t k = 0; k < nboxes; ++k)
     PyTuple_SET_ITEM(varnames, nargs + 1 + static_cast<Py_ssize_t>(k), PyUnicode_FromFormat("___box%d", static_cast<int>(k)));
+  for (int i = 0; i < nheld; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(orig->co_localsplusnames, i);
+    PyTuple_SET_ITEM(varnames, base + i, i < nargs ? PyUnicode_FromFormat("___held_%U", name) : Py_NewRef(name));
+  }
   return varnames;
 }
 
@@ -791,7 +803,12 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     // continuation would recompile at every call. (A returned one is fine: assemble_return.)
     if (slots.functions) throw CannotRebuild("a function made in the frame is live at the break");
     const int nboxes = static_cast<int>(slots.size());
-    const int free_base = nargs + 1 + nboxes;
+    // The original's locals are held in slots of this frame (named as the original's) while the
+    // breaking instruction runs, and handed to the continuation after it: should it raise, the
+    // traceback keeps this frame and with it the locals, as it keeps the original frame in eager
+    // (on the value stack they died before the handler ran).
+    const int hold_base = nargs + 1 + nboxes;
+    const int free_base = hold_base + nlocals;
     CodeBuilder b(line, free_base);
     b.set_globals(globals);
     Rebuilder rb{b, outputs, out_slot, slots, nargs + 1};
@@ -820,8 +837,10 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       // An argument that is a cell travels in the closure; its local slot stays unbound.
       const bool cell = std::find(cells.begin(), cells.end(), i) != cells.end();
       bound[static_cast<size_t>(i)] = l.has_value() && !cell;
-      if (l && !cell) rb.push(*l);
-      else b.load_const(Py_None);
+      if (l && !cell) {
+        rb.push(*l);
+        b.emit(op::STORE_FAST, hold_base + i);
+      }
     }
     const int passthrough = depth - shape.consumed;
     std::vector<bool> below;  // NULL-ness of the stack items the instruction does not touch
@@ -835,10 +854,9 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       }
       rb.push(v);
     }
-    // Everything the continuation needs is on the stack now: this frame's own slots (parameters,
-    // the graph's output tuple, preloaded and boxed values) would keep alive, for as long as the
-    // continuation runs, what it drops (a local set to None, an activation no longer needed).
-    for (int slot = 0; slot < free_base; ++slot) {
+    // The graph's output tuple and the boxed values are in the held locals or on the stack now:
+    // let them go (the parameters and the held locals go once the continuation has its list).
+    for (int slot = nargs; slot < hold_base; ++slot) {
       b.load_const(Py_None);
       b.emit(op::STORE_FAST, slot);
     }
@@ -871,8 +889,22 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       std::vector<bool> layout = below;
       for (int k = 0; k < s.kept + s.pushed; ++k) layout.push_back(false);
       PyOwned code(reinterpret_cast<PyObject*>(resume_code(orig, insts, s.inst, layout, bound, cells)));
-      const int nargs_resume = nlocals + passed + s.kept + s.pushed;
-      b.emit(op::BUILD_LIST, nargs_resume);  // one list argument: see resume_code
+      // One list argument (see resume_code): the held locals, then the stack items.
+      b.emit(op::BUILD_LIST, passed + s.kept + s.pushed);
+      for (int i = 0; i < nlocals; ++i) {
+        if (bound[static_cast<size_t>(i)]) b.emit(op::LOAD_FAST, hold_base + i);
+        else b.load_const(Py_None);
+      }
+      b.emit(op::BUILD_LIST, nlocals);
+      b.emit(op::SWAP, 2);
+      b.emit(op::LIST_EXTEND, 1);
+      // This frame's slots (parameters, held locals) would keep alive, for as long as the
+      // continuation runs, what it drops (a local set to None, an activation no longer needed).
+      for (int slot = 0; slot < free_base; ++slot) {
+        if (slot >= nargs && slot < hold_base) continue;  // cleared before the instruction
+        b.load_const(Py_None);
+        b.emit(op::STORE_FAST, slot);
+      }
       if (nclosure == 0) {
         PyOwned fn(PyFunction_New(code.p, globals));
         if (!fn.p) { PyErr_Clear(); throw CannotRebuild("creating the continuation failed"); }
@@ -891,7 +923,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     // The blocks' handlers, innermost first, as CPython compiles a with statement's (the exits
     // rebuilt here never suppress: grad mode's and nullcontext's return None).
     auto rebuilt_depth = [&](int original) {  // the transformed stack below the block's exit
-      int d = 2 + nlocals;  // the continuation's NULL and placeholder, then the locals
+      int d = 2;  // the continuation's NULL and placeholder (the locals are held in slots)
       for (int j = 0; j < original; ++j)
         if (!(j < passthrough && trace.stack[static_cast<size_t>(j)].is_null())) ++d;
       return d;
@@ -917,7 +949,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       from = cleanup;
       to = cleanup_end;
     }
-    PyOwned varnames(transformed_varnames(orig, nargs, slots.size()));
+    PyOwned varnames(transformed_varnames(orig, nargs, slots.size(), nlocals));
     return make_code(orig, b, nargs, varnames.p, CO_OPTIMIZED | CO_NEWLOCALS);
   });
 }

@@ -235,11 +235,21 @@ struct Handlers {
   static void store_deref(Tracer& t, const Instruction& in) {
     SymValue v = t.pop();
     SymValue& c = cell_at(t, in.arg);
-    // A store to the enclosing function's variable is not replayed: the frame (or continuation)
-    // runs as written from there. (Replayed into its cell, it let frames compile whose breaking
-    // call raises; their locals then live on the transformed frame's value stack, not in a frame
-    // a traceback keeps: CPython's test_memory_error_cleanup saw an object die early.)
-    if (c.obj) throw Unsupported("assignment to the enclosing function's variable '" + local_name(t, in.arg) + "'");
+    // The root frame's free variable (a cell of the enclosing function, or of the frame a
+    // continuation resumes; from a nested function too: root_free_cell): the real cell gets the
+    // last value after the graph. Any other real cell (an inlined function's own) is not ours.
+    if (c.obj && (!c.source || c.source->kind != Source::Kind::Closure))
+      throw Unsupported("assignment to the enclosing function's variable '" + local_name(t, in.arg) + "'");
+    if (c.obj) {
+      if (v.kind == SymValue::Kind::Iterator || v.kind == SymValue::Kind::Cell)
+        throw Unsupported("storing a " + describe(v) + " in the free variable '" + local_name(t, in.arg) + "'");
+      auto& effects = t.result_.effects;
+      auto same = std::find_if(effects.begin(), effects.end(), [&](const TraceResult::SideEffect& e) {
+        return e.kind == TraceResult::SideEffect::Kind::SetCell && e.target.obj == c.obj;
+      });
+      if (same != effects.end()) same->value = v;
+      else effects.push_back({c, "", v, TraceResult::SideEffect::Kind::SetCell});
+    }
     c.box->items.assign(1, std::move(v));
   }
 

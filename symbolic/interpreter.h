@@ -94,7 +94,9 @@ struct TraceResult {
     // the list its arguments came in, continuation.h). SetContents: the list or dict the caller
     // passed as `target` (its source) gets the items its box holds at the trace's end
     // (target[:] = [...]; or clear() and update()): the trace mutated it.
-    enum class Kind : uint8_t { SetAttr, ClearList, SetContents } kind = Kind::SetAttr;
+    // SetCell: the frame's free variable `target` (its source the Closure index) gets `value`
+    // (STORE_DEREF after the graph).
+    enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell } kind = Kind::SetAttr;
   };
   std::vector<SideEffect> effects;
 

@@ -966,3 +966,37 @@ def test_closures_of_one_def_on_many_threads_stay_their_own():
         sys.setswitchinterval(old)
     assert errors == []
     assert fastdyn.stats()["cache_hits"] > 0
+
+
+class Tracked:
+    def __del__(self):  # not a class the trace makes objects of: a real call
+        pass
+
+
+def _raise_memory_error():
+    raise MemoryError
+
+
+def locals_alive_when_the_breaking_call_raises(x, refs):
+    y = x + 1
+    c = Tracked()
+    refs.append(weakref.ref(c))
+    _raise_memory_error()  # the breaking call itself raises
+    return y, c
+
+
+def test_locals_stay_alive_in_the_handler_when_the_breaking_call_raises():
+    # CPython's test_exceptions.test_memory_error_cleanup: the transformed frame kept the
+    # original's locals on its value stack while the breaking call ran, so an exception it raised
+    # dropped them before the handler ran; eager's traceback keeps the frame and its locals.
+    seen = []
+    for fn in (locals_alive_when_the_breaking_call_raises, fastdyn.jit(locals_alive_when_the_breaking_call_raises)):
+        for _ in range(2):
+            refs = []
+            try:
+                fn(torch.ones(2), refs)
+            except MemoryError:
+                seen.append(refs[0]() is not None)
+    assert seen == [True] * 4, seen
+    report = fastdyn.explain(locals_alive_when_the_breaking_call_raises, torch.ones(2), [])
+    assert report.graph_count == 1 and report.graph_break_count >= 1, report
