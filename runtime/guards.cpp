@@ -98,6 +98,8 @@ std::string describe_check(const Check& c) {
     case CheckKind::LenIs: return "has length " + std::to_string(c.length);
     case CheckKind::DictKeys: return "has keys " + repr(c.expected) + " in this order";
     case CheckKind::Lacks: return "has no key '" + std::string(PyUnicode_AsUTF8(c.name)) + "'";
+    case CheckKind::FunctionParts:
+      return "is a function of code " + repr(PyTuple_GET_ITEM(c.parts, 0)) + " with the same defaults and globals";
     case CheckKind::TypeAttr: {
       const std::string name = PyUnicode_AsUTF8(c.name);
       if (!c.expected) return "has no attribute '" + name + "'";
@@ -256,6 +258,18 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, int6
       }
       if (why) *why = "is now " + repr(obj);
       return false;
+    case CheckKind::FunctionParts: {
+      if (PyFunction_Check(obj)) {
+        auto* f = reinterpret_cast<PyFunctionObject*>(obj);
+        PyObject* defaults = f->func_defaults ? f->func_defaults : Py_None;
+        PyObject* want = PyTuple_GET_ITEM(c.parts, 1);
+        if (f->func_code == PyTuple_GET_ITEM(c.parts, 0) && f->func_globals == PyTuple_GET_ITEM(c.parts, 3) &&
+            !f->func_kwdefaults && (defaults == want || (defaults != Py_None && want != Py_None && strict_equal(defaults, want))))
+          return true;
+      }
+      if (why) *why = "is now " + repr(obj);
+      return false;
+    }
     case CheckKind::Equals:
       if (strict_equal(obj, c.expected)) return true;
       if (why) *why = "is now " + repr(obj);
@@ -450,6 +464,16 @@ void GuardTree::add_id_is(GuardNode* n, PyObject* obj) {
     c.expected = Py_NewRef(obj);
   }
   if (PyFunction_Check(obj)) c.parts = function_parts(obj);
+  n->checks.push_back(c);
+}
+
+void GuardTree::add_function_parts(GuardNode* n, PyObject* fn) {
+  for (const Check& c : n->checks)
+    if (c.kind == CheckKind::FunctionParts) return;
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  Check c;
+  c.kind = CheckKind::FunctionParts;
+  c.parts = PyTuple_Pack(4, f->func_code, f->func_defaults ? f->func_defaults : Py_None, Py_None, f->func_globals);
   n->checks.push_back(c);
 }
 

@@ -89,6 +89,9 @@ enum class CheckKind : uint8_t {
   TypeAttr, // looking `name` up on type(obj) finds expected (nullptr: nothing), and unless that
             // is a data descriptor, obj's own __dict__ lacks `name` (plain C, runs no Python)
   Lacks,    // obj is a dict without the key `name` (nn.Module's _parameters lacks 'extra')
+  FunctionParts,  // obj is a function with parts' code and globals, no keyword defaults, and
+                  // defaults that are parts' (or equal to them): a closure made anew at every
+                  // call (its cells are guarded on their own, through __closure__)
 };
 
 struct Check {
@@ -139,6 +142,7 @@ class GuardTree {
   // entry must not keep alive what the program dropped (an exception with its traceback, frames
   // and tensors; a `self` pinned by its trace).
   void add_id_is(GuardNode* n, PyObject* obj);
+  void add_function_parts(GuardNode* n, PyObject* fn);
   // Same value as `value` by strict_equal (a snapshot of a container's contents, say).
   void add_equals(GuardNode* n, PyObject* value);
   // Spec read from the live tensor, the dims in `dynamic` (sizes symbols) excepted. Returns its

@@ -322,7 +322,9 @@ struct Calls {
     Args cells;
   };
 
-  static Target target_of_function(Tracer& t, PyObject* fn) {
+  // fn_source: where the trace read fn, if anywhere. A closure guarded by its parts, not its
+  // identity (conversions.cpp), has its cells read through it: fn.__closure__[i].cell_contents.
+  static Target target_of_function(Tracer& t, PyObject* fn, const SourcePtr& fn_source = nullptr) {
     auto* f = reinterpret_cast<PyFunctionObject*>(fn);
     Target tg;
     tg.code = reinterpret_cast<PyCodeObject*>(f->func_code);
@@ -348,7 +350,10 @@ struct Calls {
         }
         SymValue c = SymValue::boxed(SymValue::Kind::Cell);
         c.obj = Py_NewRef(cell);
-        c.source = child_source(const_source(cell, "cell"), Source::Kind::Attr, "cell_contents");
+        c.source = fn_source ? child_source(child_source(child_source(fn_source, Source::Kind::Attr, "__closure__"),
+                                                         Source::Kind::Item, "", static_cast<int>(i)),
+                                            Source::Kind::Attr, "cell_contents")
+                             : child_source(const_source(cell, "cell"), Source::Kind::Attr, "cell_contents");
         tg.cells.push_back(std::move(c));
       }
     }
@@ -1113,7 +1118,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     for (const SymValue& a : args) consts = consts && a.is_python_constant();
     for (const auto& kv : kwargs) consts = consts && kv.second.is_python_constant();
     if (!consts)
-      return Calls::inline_call(*this, Calls::target_of_function(*this, fn), std::move(args), std::move(kwargs));
+      return Calls::inline_call(*this, Calls::target_of_function(*this, fn, callable.source), std::move(args), std::move(kwargs));
   }
   if (PyMethod_Check(fn) && PyFunction_Check(PyMethod_GET_FUNCTION(fn))) {
     args.insert(args.begin(), constant(PyMethod_GET_SELF(fn)));

@@ -222,7 +222,16 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
   for (bool is_null : layout) nstack += is_null ? 0 : 1;
   Assembler pro;
   const int line = orig->co_firstlineno;
-  const int none_const = static_cast<int>(PyTuple_GET_SIZE(orig->co_consts));  // appended below
+  // None's index in the constants: the original's own tuple when it holds None (nearly always),
+  // so that a continuation adds no reference to any constant (sys.getrefcount of a constant
+  // tuple, CPython's test_coroutines, saw the copy); else a copy with None appended.
+  const Py_ssize_t nconsts = PyTuple_GET_SIZE(orig->co_consts);
+  int none_const = static_cast<int>(nconsts);
+  for (Py_ssize_t i = 0; i < nconsts; ++i)
+    if (PyTuple_GET_ITEM(orig->co_consts, i) == Py_None) {
+      none_const = static_cast<int>(i);
+      break;
+    }
   pro.emit(op::RESUME, 0, line);
   const int nclosure = static_cast<int>(cells.size()) + orig->co_nfreevars;
   if (nclosure > 0) pro.emit(op::COPY_FREE_VARS, nclosure, line);
@@ -279,9 +288,11 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
     PyTuple_SET_ITEM(freevars.p, static_cast<Py_ssize_t>(cells.size()) + f, Py_NewRef(PyTuple_GET_ITEM(own_free.p, f)));
   PyOwned cellvars(PyTuple_New(0));
   const int flags = orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
-  PyOwned consts(PyTuple_New(none_const + 1));
-  for (int i = 0; i < none_const; ++i) PyTuple_SET_ITEM(consts.p, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_consts, i)));
-  PyTuple_SET_ITEM(consts.p, none_const, Py_NewRef(Py_None));
+  PyOwned consts(none_const < nconsts ? Py_NewRef(orig->co_consts) : PyTuple_New(nconsts + 1));
+  if (none_const == nconsts) {
+    for (Py_ssize_t i = 0; i < nconsts; ++i) PyTuple_SET_ITEM(consts.p, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_consts, i)));
+    PyTuple_SET_ITEM(consts.p, nconsts, Py_NewRef(Py_None));
+  }
   PyCodeObject* out = PyCode_NewWithPosOnlyArgs(
       1, 0, 0, nslots, std::max(orig->co_stacksize + nstack + 1, nlocals + nstack + 3), flags,
       code_b.p, consts.p, orig->co_names, varnames.p, freevars.p, cellvars.p, orig->co_filename, orig->co_name,
@@ -315,7 +326,7 @@ struct BoxSlots {
   std::vector<const SymBox*> boxes;
   std::vector<const Source*> sources;  // preloaded when the trace replays attribute stores
   bool preload = false;
-  bool functions = false;  // a function made in the trace is among them
+  bool functions_without_cells = false;  // a function made in the trace without a closure (or with keyword defaults)
   size_t size() const { return boxes.size() + sources.size(); }
   static bool through_path(const Source* s) {
     for (; s; s = s->parent.get())
@@ -338,7 +349,7 @@ struct BoxSlots {
     if (v.kind == K::Object || v.kind == K::Function || (v.kind == K::Cell && !v.obj)) {
       if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
       boxes.push_back(v.box.get());
-      functions = functions || v.kind == K::Function;
+      functions_without_cells = functions_without_cells || (v.kind == K::Function && (v.box->closure.empty() || !v.field_names.empty()));
       for (const SymValue& i : v.box->items) collect(i);
       if (v.kind == K::Function) {
         for (const SymValue& i : v.items) collect(i);
@@ -798,10 +809,10 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     const int out_slot = nargs;  // a spare local after the parameters
     BoxSlots slots;
     slots.collect_trace(trace);
-    // A function made in the frame and live at the break would reach the continuation as a new
-    // function at every call, which its guards (a function's identity) would never match: the
-    // continuation would recompile at every call. (A returned one is fine: assemble_return.)
-    if (slots.functions) throw CannotRebuild("a function made in the frame is live at the break");
+    // A function made in the frame and live at the break reaches the continuation as a new
+    // function at every call: a closure is guarded by its parts, not its identity
+    // (conversions.cpp); one without cells would be guarded by identity and recompile each call.
+    if (slots.functions_without_cells) throw CannotRebuild("a function without cells made in the frame is live at the break");
     const int nboxes = static_cast<int>(slots.size());
     // The original's locals are held in slots of this frame (named as the original's) while the
     // breaking instruction runs, and handed to the continuation after it: should it raise, the

@@ -550,6 +550,14 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     m.items.push_back(wrap(PyMethod_GET_SELF(obj), part("__self__")));
     return m;
   }
+  // A closure without keyword defaults (made anew at every call, as a continuation's live nested
+  // function is): guarded by its code, defaults and globals, not its identity; the cells it
+  // reads are guarded through its __closure__ when it is inlined (calls.cpp target_of_function).
+  if (PyFunction_Check(obj) && reinterpret_cast<PyFunctionObject*>(obj)->func_closure &&
+      !reinterpret_cast<PyFunctionObject*>(obj)->func_kwdefaults) {
+    guard(GuardKind::FunctionParts);
+    return SymValue::constant(obj, source);
+  }
   // Python modules, functions, classes, other objects: identity.
   guard(GuardKind::IdIs);
   return SymValue::constant(obj, source);

@@ -147,6 +147,7 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
     switch (g.kind) {
       case GuardKind::TypeIs: tree->add_type_is(n, Py_TYPE(g.obj)); break;
       case GuardKind::IdIs: tree->add_id_is(n, g.obj); break;
+      case GuardKind::FunctionParts: tree->add_function_parts(n, g.obj); break;
       case GuardKind::Equals: tree->add_equals(n, g.obj); break;
       case GuardKind::TypeAndLen:
         tree->add_type_is(n, Py_TYPE(g.obj));

@@ -56,7 +56,7 @@ struct FrameInputs {
 // attribute, or nullptr for none), not shadowed by the object's own.
 // DictKeys: type is dict and the keys are these, in this order (obj: the dict seen).
 // Lacks: a dict without the key `name` (an nn.Module's _parameters, _buffers, _modules).
-enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance, TypeAttr, DictKeys, Lacks };
+enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance, TypeAttr, DictKeys, Lacks, FunctionParts };
 
 // One guard the trace relies on: `kind` of the object at `source`.
 struct GuardSpec {

@@ -216,6 +216,41 @@ TEST(GuardTree, AFunctionWithReplacedCodeOrDefaultsIsNotTheSame) {
   for (PyObject* o : {five, old_defaults, g_code, globals}) Py_DECREF(o);
 }
 
+// FunctionParts: a closure made anew at every call (a continuation's live nested function) passes
+// when it has the code, defaults and globals the trace saw, whatever its identity; another code,
+// other defaults, keyword defaults or other globals fail.
+TEST(GuardTree, AClosureMadeAnewPassesOnItsPartsNotItsIdentity) {
+  PyObject* globals = PyDict_New();
+  PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
+  PyRun_String("def make(y, k=2):\n"
+               "    def inner(x, k=k): return x * y * k\n"
+               "    return inner\n"
+               "def make_other(y):\n"
+               "    def inner(x): return x + y\n"
+               "    return inner\n"
+               "def make_kw(y):\n"
+               "    def inner(x, *, k=2): return x + y\n"
+               "    return inner\n",
+               Py_file_input, globals, globals);
+  auto made = [&](const char* call) { return PyRun_String(call, Py_eval_input, globals, globals); };
+  PyObject* first = made("make(1)");
+  PyObject* again = made("make(5)");       // a new function object, same code and defaults
+  PyObject* other_k = made("make(1, 3)");  // other defaults
+  PyObject* other = made("make_other(1)");
+  PyObject* kw = made("make_kw(1)");
+  ASSERT_TRUE(first && again && other_k && other && kw);
+  GuardTree tree;
+  tree.add_function_parts(tree.node(nullptr, local(0, "f")), first);
+  std::string why;
+  EXPECT_TRUE(check(tree, first, nullptr, &why)) << why;
+  EXPECT_TRUE(check(tree, again, nullptr, &why)) << why;
+  EXPECT_FALSE(check(tree, other_k, nullptr, &why));
+  EXPECT_FALSE(check(tree, other, nullptr, &why));
+  EXPECT_FALSE(check(tree, kw, nullptr, &why));
+  EXPECT_FALSE(check(tree, globals, nullptr, &why));  // not a function at all
+  for (PyObject* o : {first, again, other_k, other, kw, globals}) Py_DECREF(o);
+}
+
 // Lacks: a dict without the key (an nn.Module's _parameters without 'extra'), until it has it.
 TEST(GuardTree, LacksFailsOnceTheKeyAppears) {
   PyObject* d = PyDict_New();

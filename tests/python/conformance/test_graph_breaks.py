@@ -190,7 +190,7 @@ def break_with_python_locals_live(x):
     return y + len(s) + items[1] + i
 
 
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=1, xfail=BREAK)
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def break_with_closure_cell_read(x):
     y = x * 2
 
@@ -200,7 +200,7 @@ def break_with_closure_cell_read(x):
     return inner() * y
 
 
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=1, xfail=BREAK)
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def break_with_cell_written_after(x):
     total = x + 1
 
