@@ -503,13 +503,10 @@ struct Calls {
       n = PySet_GET_SIZE(v.obj);
     } else if (v.kind == K::Record && is_model_output(v.obj)) {
       n = static_cast<Py_ssize_t>(model_output_items(v).size());
-    } else if (v.kind == K::Object && python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__len__")) {
-      SymValue r = t.call(t.object_attr(v, "__len__"), {}, {});
-      if (!r.is_constant() || !PyLong_CheckExact(r.obj) || PyLong_AsLong(r.obj) < 0) throw Unsupported("len() of " + describe(v) + " gave " + describe(r));
-      return r;
-    } else if (v.is_constant() && python_dunder(Py_TYPE(v.obj), "__len__")) {
-      // A Python __len__ is inlined (run in the trace as eager runs it, not once for real).
-      SymValue r = t.call(Tracer::constant(python_dunder(Py_TYPE(v.obj), "__len__")), {v}, {});
+    } else if (PyObject* len_fn = (v.kind == K::Object || v.is_constant()) ? python_dunder(value_type(v), "__len__") : nullptr) {
+      // A Python __len__ (of a constant, or of an object made in the trace) is inlined: run in
+      // the trace as eager runs it, not once for real.
+      SymValue r = t.call(Tracer::constant(len_fn), {v}, {});
       if (!r.is_constant() || !PyLong_CheckExact(r.obj) || PyLong_AsLong(r.obj) < 0) throw Unsupported("len() of " + describe(v) + " gave " + describe(r));
       return r;
     } else if (v.is_constant()) {
@@ -1179,12 +1176,11 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   // Pure functions on constants: builtins, math, operator, torch.finfo/iinfo, methods of
   // immutable values (str.startswith...) and read-only methods of containers (dict.get...).
   // A builtin reads a set of the trace through a copy of it (sorted(s), len(s), list(s)...).
-  if (is_foldable_builtin(fn) || is_math_function(fn))
-    for (SymValue& a : args)
-      if (a.kind == SymValue::Kind::Set) {
-        PyOwned copy(set_operand(a));
-        a = constant(copy.p);
-      }
+  for (SymValue& a : args)
+    if (a.kind == SymValue::Kind::Set && (is_foldable_builtin(fn) || is_math_function(fn))) {
+      PyOwned copy(set_operand(a));
+      a = constant(copy.p);
+    }
   bool all_const = true;
   for (const SymValue& a : args) all_const = all_const && a.is_python_constant();
   for (const auto& kv : kwargs) all_const = all_const && kv.second.is_python_constant();

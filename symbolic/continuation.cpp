@@ -340,13 +340,9 @@ struct BoxSlots {
         through_path(v.source.get()) &&
         std::find(sources.begin(), sources.end(), v.source.get()) == sources.end())
       sources.push_back(v.source.get());
-    // Objects, functions made in the trace and the cells they close over: one slot each (two
+    // Objects, sets, functions made in the trace and the cells they close over: one slot each (two
     // references stay one object), and what they hold, once (a closure may hold itself).
-    if (v.kind == K::Set) {
-      if (std::find(boxes.begin(), boxes.end(), v.box.get()) == boxes.end()) boxes.push_back(v.box.get());
-      return;
-    }
-    if (v.kind == K::Object || v.kind == K::Function || (v.kind == K::Cell && !v.obj)) {
+    if (v.kind == K::Object || v.kind == K::Function || v.kind == K::Set || (v.kind == K::Cell && !v.obj)) {
       if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
       boxes.push_back(v.box.get());
       functions_without_cells = functions_without_cells || (v.kind == K::Function && (v.box->closure.empty() || !v.field_names.empty()));

@@ -881,7 +881,7 @@ struct Handlers {
     SymValue owner = t.pop();
     SymValue value = t.pop();
     const std::string name = str_name(t, in.arg);
-    if (owner.kind == SymValue::Kind::Object) return t.store_object_attr(owner, name, &value);
+    if (owner.kind == SymValue::Kind::Object) return t.store_object_attr(owner, name, value);
     if (owner.kind == SymValue::Kind::Record) {
       for (size_t i = 0; i < owner.field_names.size(); ++i)
         if (owner.field_names[i] == name) throw Unsupported("assignment to a field of a record made in the frame");

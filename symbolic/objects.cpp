@@ -28,9 +28,13 @@ namespace fastdyn::symbolic {
 
 namespace {
 
+PyObject* init_name() {
+  static PyObject* key = PyUnicode_InternFromString("__init__");  // NB: kept for the process
+  return key;
+}
+
 PyObject* object_init() {
-  static PyObject* key = PyUnicode_InternFromString("__init__");         // NB: kept for the process
-  static PyObject* init = _PyType_Lookup(&PyBaseObject_Type, key);      // borrowed: object's own
+  static PyObject* init = _PyType_Lookup(&PyBaseObject_Type, init_name());  // borrowed: object's own
   return init;
 }
 
@@ -131,9 +135,8 @@ SymValue Tracer::new_object(PyObject* type, std::vector<SymValue> args, std::vec
   self.kind = SymValue::Kind::Object;
   self.obj = Py_NewRef(type);
   self.box = std::make_shared<SymBox>();
-  PyOwned key(PyUnicode_InternFromString("__init__"));
   PyObject* defining = nullptr;
-  PyObject* init = mro_lookup(reinterpret_cast<PyTypeObject*>(type), key.p, nullptr, &defining);
+  PyObject* init = mro_lookup(reinterpret_cast<PyTypeObject*>(type), init_name(), nullptr, &defining);
   if (init == object_init()) {
     if (!args.empty() || !kwargs.empty()) throw Unsupported(describe(self) + ": object.__init__ takes no arguments");
     return self;
@@ -216,16 +219,16 @@ SymValue Tracer::object_attr(const SymValue& self, const std::string& name, PyOb
   return out;
 }
 
-void Tracer::store_object_attr(const SymValue& self, const std::string& name, const SymValue* value) {
+void Tracer::store_object_attr(const SymValue& self, const std::string& name, const SymValue& value) {
   auto* tp = reinterpret_cast<PyTypeObject*>(self.obj);
   PyOwned key(PyUnicode_InternFromString(name.c_str()));
   PyObject* found = mro_lookup(tp, key.p, nullptr, nullptr);
   if (found && Py_TYPE(found)->tp_descr_set) {
-    if (!Py_IS_TYPE(found, &PyProperty_Type) || !value)
+    if (!Py_IS_TYPE(found, &PyProperty_Type))
       throw Unsupported(std::string("assignment to '") + name + "' of " + describe(self) + " through a " + Py_TYPE(found)->tp_name);
     PyOwned fset(PyObject_GetAttrString(found, "fset"));
     if (!fset.p || fset.p == Py_None) { PyErr_Clear(); throw Unsupported("property '" + name + "' of " + describe(self) + " has no setter"); }
-    call(constant(fset.p), {self, *value}, {});
+    call(constant(fset.p), {self, value}, {});
     return;
   }
   if (name == "__class__" || name == "__dict__") throw Unsupported("assignment to " + name + " of " + describe(self));
@@ -233,21 +236,15 @@ void Tracer::store_object_attr(const SymValue& self, const std::string& name, co
   std::vector<SymValue>& items = self.box->items;
   size_t i = 0;
   while (i < keys.size() && name != PyUnicode_AsUTF8(keys[i].obj)) ++i;
-  if (!value) {  // del obj.name
-    if (i == keys.size()) throw Unsupported("del of attribute '" + name + "' that " + describe(self) + " does not have");
-    keys.erase(keys.begin() + static_cast<std::ptrdiff_t>(i));
-    items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
-    return;
-  }
-  if (value->holds_box(self.box.get())) throw Unsupported("storing " + describe(*value) + " in an attribute of itself (a cycle)");
-  if (value->kind == SymValue::Kind::Iterator || value->kind == SymValue::Kind::Cell)
-    throw Unsupported("storing a " + describe(*value) + " in an attribute of " + describe(self));
+  if (value.holds_box(self.box.get())) throw Unsupported("storing " + describe(value) + " in an attribute of itself (a cycle)");
+  if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Cell)
+    throw Unsupported("storing a " + describe(value) + " in an attribute of " + describe(self));
   if (i < keys.size()) {
-    items[i] = *value;
+    items[i] = value;
     return;
   }
   keys.push_back(constant(key.p));
-  items.push_back(*value);
+  items.push_back(value);
 }
 
 std::optional<std::vector<SymValue>> Tracer::sequence_items(const SymValue& v) {

@@ -138,6 +138,16 @@ std::optional<SymValue> Tracer::size_comparison(const std::string& op, const Sym
   return constant(*r ? Py_True : Py_False);
 }
 
+// x `sym` y on real objects whose operators run no Python: a comparison, or fold_binary's
+// arithmetic. New reference, or nullptr with the error set.
+static PyObject* compare_or_fold(const std::string& sym, PyObject* x, PyObject* y) {
+  static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
+  static const int ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
+  for (int i = 0; i < 6; ++i)
+    if (sym == cmp[i]) return PyObject_RichCompare(x, y, ops[i]);
+  return fold_binary(sym, x, y);
+}
+
 SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
   using K = SymValue::Kind;
   const std::string sym = symbol;
@@ -158,15 +168,9 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
         if (!r.p) { PyErr_Clear(); throw Unsupported("operator " + sym + " raised"); }
         return a;
       }
-    static const int cmp_ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
-    static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
-    PyObject* r = nullptr;
-    for (int i = 0; i < 6; ++i)
-      if (sym == cmp[i]) r = PyObject_RichCompare(x.p, y.p, cmp_ops[i]);
-    if (!r) r = fold_binary(sym, x.p, y.p);
-    if (!r) { PyErr_Clear(); throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised"); }
-    PyOwned owned(r);
-    return PySet_CheckExact(r) ? set_value(r) : constant(r);
+    PyOwned r(compare_or_fold(sym, x.p, y.p));
+    if (!r.p) { PyErr_Clear(); throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised"); }
+    return PySet_CheckExact(r.p) ? set_value(r.p) : constant(r.p);
   }
   // Tuples holding size-derived ints concatenate item by item below (folding would read them).
   const bool sized_concat = (sym == "+" || sym == "+=") && (holds_size(a) || holds_size(b)) &&
@@ -188,14 +192,7 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
       }
       throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
     }
-    PyObject* r = nullptr;
-    static const char* cmp[] = {"<", "<=", "==", "!=", ">", ">="};
-    for (int i = 0; i < 6; ++i)
-      if (sym == cmp[i]) {
-        static const int ops[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
-        r = PyObject_RichCompare(x.p, y.p, ops[i]);
-      }
-    if (!r) r = fold_binary(sym, x.p, y.p);
+    PyObject* r = compare_or_fold(sym, x.p, y.p);
     if (!r) {
       PyErr_Clear();
       throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " raised");
@@ -563,8 +560,9 @@ std::vector<SymValue> Tracer::unpack(const SymValue& seq, int n) {
 bool Tracer::truth(const SymValue& v, const char* what) {
   using K = SymValue::Kind;
   switch (v.kind) {
-    case K::Constant: {
-      PyTypeObject* tp = Py_TYPE(v.obj);
+    case K::Constant:
+    case K::Object: {
+      PyTypeObject* tp = value_type(v);
       // A Python __bool__ (else a Python __len__) is inlined: it runs in the trace as often as
       // eager runs it, its effects replayed, instead of once for real with its answer baked in.
       PyOwned bool_name(PyUnicode_InternFromString("__bool__"));
@@ -579,6 +577,10 @@ bool Tracer::truth(const SymValue& v, const char* what) {
       const bool own_truth = (tp->tp_as_number && tp->tp_as_number->nb_bool) ||
                              (tp->tp_as_mapping && tp->tp_as_mapping->mp_length) ||
                              (tp->tp_as_sequence && tp->tp_as_sequence->sq_length);
+      if (v.kind == K::Object) {  // made in the trace: true, unless a C __bool__ would decide
+        if (own_truth) throw Unsupported(std::string(what) + " on " + describe(v) + " runs a C __bool__");
+        return true;
+      }
       if (own_truth) pin(v);  // __bool__ or __len__ answers on this very object
       int r = PyObject_IsTrue(v.obj);
       if (r < 0) { PyErr_Clear(); throw Unsupported(std::string(what) + " on " + describe(v) + " raised"); }
@@ -590,18 +592,6 @@ bool Tracer::truth(const SymValue& v, const char* what) {
     case K::NamedTuple: return !v.seq().empty();
     case K::Dict: return !v.box->keys.empty();
     case K::Set: return PySet_GET_SIZE(v.obj) > 0;
-    case K::Object: {  // its class's Python __bool__, else __len__, inlined; else true
-      auto* tp = reinterpret_cast<PyTypeObject*>(v.obj);
-      PyOwned bool_name(PyUnicode_InternFromString("__bool__"));
-      const bool has_bool = _PyType_Lookup(tp, bool_name.p) != nullptr;
-      const char* dunder = has_bool ? "__bool__" : python_dunder(tp, "__len__") ? "__len__" : nullptr;
-      if (!dunder) return true;
-      if (!python_dunder(tp, dunder)) throw Unsupported(std::string(what) + " on " + describe(v) + " runs a C __bool__");
-      SymValue r = call(object_attr(v, dunder), {}, {});
-      if (!r.is_constant() || !(has_bool ? PyBool_Check(r.obj) : PyLong_CheckExact(r.obj)))
-        throw Unsupported(std::string(what) + " on " + describe(v) + ": its " + dunder + " gave " + describe(r));
-      return PyObject_IsTrue(r.obj) == 1;
-    }
     case K::Null: throw InternalError("truth value of NULL");
     default: return true;
   }

@@ -222,7 +222,7 @@ class Tracer {
   // (nullptr: the whole lookup). False: no such attribute (an AttributeError in eager).
   bool object_lookup(const SymValue& self, const std::string& name, SymValue* out, PyObject* after = nullptr);
   SymValue object_attr(const SymValue& self, const std::string& name, PyObject* after = nullptr);
-  void store_object_attr(const SymValue& self, const std::string& name, const SymValue* value);  // null: del
+  void store_object_attr(const SymValue& self, const std::string& name, const SymValue& value);
   // The items of a Sequence's own __iter__ (collections.abc.Sequence.__iter__: self[0], self[1]...
   // up to the first IndexError), or nullopt when `v`'s class iterates otherwise.
   std::optional<std::vector<SymValue>> sequence_items(const SymValue& v);
@@ -288,6 +288,10 @@ bool is_namedtuple_type(PyObject* o);      // a tuple subclass with _fields (col
 bool namedtuple_generated_new(PyObject* type);
 bool has_standard_getattribute(PyTypeObject* tp);  // object's __getattribute__ (maybe with a __getattr__)
 SymValue iterator_of(std::vector<SymValue> items);
+// The Python type of a constant, or the class of an object made in the trace (Kind::Object).
+inline PyTypeObject* value_type(const SymValue& v) {
+  return v.kind == SymValue::Kind::Object ? reinterpret_cast<PyTypeObject*>(v.obj) : Py_TYPE(v.obj);
+}
 // The builtin the transformed code calls to build an Object after the graph: (class, attributes).
 PyObject* object_builder();
 // A Set of the trace around `set` (a real set only the trace holds: values.h, Kind::Set).
