@@ -1,7 +1,7 @@
 // symbolic/calls.cpp — what the interpreter does with values: attribute reads, calls (ops through
-// the op table, Python functions/methods/modules inlined into a new FrameState, builtins on
-// symbolic values, pure functions folded on constants). Methods of containers made in the trace
-// are in containers.cpp; operators, subscripts and iteration in operators.cpp.
+// the op table, Python functions/methods/modules inlined into a new FrameState, pure functions
+// folded on constants). Builtins on symbolic values are in builtins.cpp; methods of containers
+// made in the trace in containers.cpp; operators, subscripts and iteration in operators.cpp.
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
@@ -16,6 +16,7 @@
 #include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
 #include "symbolic/py_ops.h"
+#include "symbolic/calls.h"
 #include "symbolic/tracer.h"
 
 namespace fastdyn::symbolic {
@@ -128,7 +129,7 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
   return s;
 }
 
-static PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
+PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
 static PyObject* builtins_module() { return PyImport_AddModule("builtins"); }  // borrowed
 
 // A C method whose call on constant arguments has no side effect: any method of an immutable
@@ -309,579 +310,232 @@ SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& nam
 // ---------------------------------------------------------------------------------------------
 // Calls
 
-struct Calls {
-  using Args = std::vector<SymValue>;
-  using Kwargs = std::vector<std::pair<std::string, SymValue>>;
-
-  // What an inlined call needs to know about its function.
-  struct Target {
-    PyCodeObject* code = nullptr;
-    PyObject* globals = nullptr;
-    Args defaults;
-    Kwargs kwdefaults;
-    Args cells;
-  };
-
-  // fn_source: where the trace read fn, if anywhere. A closure guarded by its parts, not its
-  // identity (conversions.cpp), has its cells read through it: fn.__closure__[i].cell_contents.
-  static Target target_of_function(Tracer& t, PyObject* fn, const SourcePtr& fn_source = nullptr) {
-    auto* f = reinterpret_cast<PyFunctionObject*>(fn);
-    Target tg;
-    tg.code = reinterpret_cast<PyCodeObject*>(f->func_code);
-    tg.globals = f->func_globals;
-    if (f->func_builtins != t.frame_.builtins) throw Unsupported("function with other builtins");
-    if (f->func_defaults)
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_defaults); ++i)
-        tg.defaults.push_back(Tracer::constant(PyTuple_GET_ITEM(f->func_defaults, i)));
-    if (f->func_kwdefaults && PyDict_Check(f->func_kwdefaults)) {
-      PyObject *k, *v;
-      Py_ssize_t pos = 0;
-      while (PyDict_Next(f->func_kwdefaults, &pos, &k, &v)) tg.kwdefaults.emplace_back(PyUnicode_AsUTF8(k), Tracer::constant(v));
-    }
-    if (f->func_closure) {
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_closure); ++i) {
-        PyObject* cell = PyTuple_GET_ITEM(f->func_closure, i);
-        // A cell of the compiled frame's own closure (a continuation's cells, which the frame's
-        // nested functions share): the frame's value for it, read through the frame's closure
-        // (guarded there, not by this cell's identity).
-        if (const SymValue* own = t.root_free_cell(cell)) {
-          tg.cells.push_back(*own);
-          continue;
-        }
-        SymValue c = SymValue::boxed(SymValue::Kind::Cell);
-        c.obj = Py_NewRef(cell);
-        c.source = fn_source ? child_source(child_source(child_source(fn_source, Source::Kind::Attr, "__closure__"),
-                                                         Source::Kind::Item, "", static_cast<int>(i)),
-                                            Source::Kind::Attr, "cell_contents")
-                             : child_source(const_source(cell, "cell"), Source::Kind::Attr, "cell_contents");
-        tg.cells.push_back(std::move(c));
-      }
-    }
-    return tg;
-  }
-
-  static Target target_of_made(Tracer& t, const SymValue& fn) {
-    Target tg;
-    tg.code = reinterpret_cast<PyCodeObject*>(fn.obj);
-    tg.globals = fn.box->globals.obj ? fn.box->globals.obj : t.fr().globals;  // where it was made
-    tg.defaults = fn.box->items;
-    for (size_t i = 0; i < fn.field_names.size(); ++i) tg.kwdefaults.emplace_back(fn.field_names[i], fn.items[i]);
-    tg.cells = fn.box->closure;
-    return tg;
-  }
-
-  static SymValue inline_call(Tracer& t, const Target& tg, Args args, Kwargs kwargs) {
-    PyCodeObject* co = tg.code;
-    const char* fname = PyUnicode_AsUTF8(co->co_qualname);
-    if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
-      throw Unsupported(std::string("call of coroutine function ") + fname);
-    const int argc = co->co_argcount, kwonly = co->co_kwonlyargcount, posonly = co->co_posonlyargcount;
-    const int total = argc + kwonly;
-    const bool varargs = co->co_flags & CO_VARARGS, varkw = co->co_flags & CO_VARKEYWORDS;
-    auto f = std::make_unique<FrameState>();
-    f->code = co;
-    f->globals = tg.globals;
-    f->depth = t.fr().depth + 1;
-    // A generator runs to completion at once; its items come back as an iterator (the generator
-    // expressions libraries pass to all(), tuple()...).
-    f->generator = co->co_flags & CO_GENERATOR;
-    f->insts = decode(co);
-    f->locals.resize(static_cast<size_t>(co->co_nlocalsplus));
-    auto name_of = [&](int i) { return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i))); };
-    const size_t npos = std::min(args.size(), static_cast<size_t>(argc));
-    for (size_t i = 0; i < npos; ++i) f->locals[i] = std::move(args[i]);
-    if (args.size() > static_cast<size_t>(argc)) {
-      if (!varargs) throw Unsupported(std::string(fname) + "() takes " + std::to_string(argc) + " positional arguments");
-      f->locals[static_cast<size_t>(total)] = SymValue::tuple(Args(args.begin() + argc, args.end()));
-    } else if (varargs) {
-      f->locals[static_cast<size_t>(total)] = SymValue::tuple({});
-    }
-    SymValue extra = SymValue::boxed(SymValue::Kind::Dict);
-    for (auto& [k, v] : kwargs) {
-      int found = -1;
-      for (int i = posonly; i < total; ++i)
-        if (name_of(i) == k) found = i;
-      if (found >= 0) {
-        if (f->locals[static_cast<size_t>(found)]) throw Unsupported(std::string(fname) + "() got multiple values for '" + k + "'");
-        f->locals[static_cast<size_t>(found)] = std::move(v);
-      } else if (varkw) {
-        PyOwned key(PyUnicode_FromString(k.c_str()));
-        extra.box->keys.push_back(Tracer::constant(key.p));
-        extra.box->items.push_back(std::move(v));
-      } else {
-        throw Unsupported(std::string(fname) + "() got an unexpected keyword argument '" + k + "'");
-      }
-    }
-    if (varkw) f->locals[static_cast<size_t>(total + (varargs ? 1 : 0))] = std::move(extra);
-    const int ndef = static_cast<int>(tg.defaults.size());
-    for (int i = argc - ndef; i < argc; ++i)
-      if (i >= 0 && !f->locals[static_cast<size_t>(i)]) f->locals[static_cast<size_t>(i)] = tg.defaults[static_cast<size_t>(i - (argc - ndef))];
-    for (int i = argc; i < total; ++i)
-      for (const auto& [k, v] : tg.kwdefaults)
-        if (!f->locals[static_cast<size_t>(i)] && k == name_of(i)) f->locals[static_cast<size_t>(i)] = v;
-    for (int i = 0; i < total; ++i)
-      if (!f->locals[static_cast<size_t>(i)]) throw Unsupported(std::string(fname) + "() missing argument '" + name_of(i) + "'");
-    const int nfree = co->co_nfreevars;
-    if (static_cast<int>(tg.cells.size()) != nfree) throw Unsupported(std::string(fname) + ": closure size mismatch");
-    for (int i = 0; i < nfree; ++i) f->locals[static_cast<size_t>(co->co_nlocalsplus - nfree + i)] = tg.cells[static_cast<size_t>(i)];
-    t.frames_.push_back(std::move(f));
-    t.run_frame();
-    SymValue out = t.fr().generator ? iterator_of(std::move(t.fr().yields)) : std::move(t.fr().return_value);
-    t.frames_.pop_back();
-    return out;
-  }
-
-  static SymValue call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwargs) {
-    PyObject* mod = m.obj;
-    PyObject** dictptr = _PyObject_GetDictPtr(mod);
-    PyObject* dict = dictptr ? *dictptr : nullptr;
-    if (!dict) throw Unsupported("module without __dict__");
-    // No hooks, on the instance or global; guarded so that registering one recompiles.
-    for (const char* h : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"}) {
-      PyObject* d = PyDict_GetItemString(dict, h);
-      if (!d) continue;
-      if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("module with ") + h); }
-      if (m.source) t.add_guard(child_source(m.source, Source::Kind::Attr, h), GuardKind::TypeAndLen, d);
-    }
-    static PyObject* module_mod = resolve_python_name("torch.nn.modules.module");
-    for (const char* h : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                          "_global_backward_pre_hooks"}) {
-      PyObject* d = module_mod ? PyObject_GetAttrString(module_mod, h) : nullptr;
-      if (!d) { PyErr_Clear(); continue; }
-      PyOwned owned(d);
-      if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("a global module hook (") + h + ")"); }
-      t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
-    }
-    if (PyDict_GetItemString(dict, "forward")) throw Unsupported("module with an instance-level forward");
-    static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
-    PyOwned call_key(PyUnicode_InternFromString("__call__"));
-    PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);
-    PyOwned fwd_key(PyUnicode_InternFromString(type_call == module_call ? "forward" : "__call__"));
-    PyObject* fwd = _PyType_Lookup(Py_TYPE(mod), fwd_key.p);
-    if (!fwd || !PyFunction_Check(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
-    // The class may be given another forward (or __call__) later.
-    t.guard_class_attr(m, "__call__", type_call);
-    if (type_call == module_call) t.guard_class_attr(m, "forward", fwd);
-    args.insert(args.begin(), m);
-    return inline_call(t, target_of_function(t, fwd), std::move(args), std::move(kwargs));
-  }
-
-  // ---- builtins on symbolic values
-  static PyObject* type_of(Tracer& t, const SymValue& v) {
-    using K = SymValue::Kind;
-    switch (v.kind) {
-      case K::Constant: return reinterpret_cast<PyObject*>(Py_TYPE(v.obj));
-      case K::Tensor: return v.obj ? reinterpret_cast<PyObject*>(Py_TYPE(v.obj)) : tensor_type();
-      case K::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
-      case K::List: return reinterpret_cast<PyObject*>(&PyList_Type);
-      case K::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
-      case K::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
-      case K::NamedTuple: if (v.obj) return v.obj; break;
-      case K::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
-      case K::Record:
-      case K::Object: return v.obj;
-      case K::BoundMethod: if (v.obj) return reinterpret_cast<PyObject*>(&PyMethod_Type); break;
-      default: break;
-    }
-    (void)t;
-    throw Unsupported("type() of " + describe(v));
-  }
-
-  static SymValue length(Tracer& t, const SymValue& v) {
-    using K = SymValue::Kind;
-    Py_ssize_t n;
-    if (v.is_tensor()) {
-      const auto& m = t.meta(v);
-      if (m.dim() == 0) throw Unsupported("len() of a 0-d tensor");
-      t.read_sizes(v, 0);
-      n = static_cast<Py_ssize_t>(m.sizes[0]);
-    } else if (v.kind == K::Tuple || v.kind == K::List || v.kind == K::NamedTuple) {
-      n = static_cast<Py_ssize_t>(v.seq().size());
-    } else if (v.kind == K::Dict) {
-      n = static_cast<Py_ssize_t>(v.box->keys.size());
-    } else if (v.kind == K::Set) {
-      n = PySet_GET_SIZE(v.obj);
-    } else if (v.kind == K::Record && is_model_output(v.obj)) {
-      n = static_cast<Py_ssize_t>(model_output_items(v).size());
-    } else if (PyObject* len_fn = (v.kind == K::Object || v.is_constant()) ? python_dunder(value_type(v), "__len__") : nullptr) {
-      // A Python __len__ (of a constant, or of an object made in the trace) is inlined: run in
-      // the trace as eager runs it, not once for real.
-      SymValue r = t.call(Tracer::constant(len_fn), {v}, {});
-      if (!r.is_constant() || !PyLong_CheckExact(r.obj) || PyLong_AsLong(r.obj) < 0) throw Unsupported("len() of " + describe(v) + " gave " + describe(r));
-      return r;
-    } else if (v.is_constant()) {
-      t.pin(v);
-      n = PyObject_Length(v.obj);
-      if (n < 0) { PyErr_Clear(); throw Unsupported("len() of " + describe(v)); }
-    } else {
-      throw Unsupported("len() of " + describe(v));
-    }
-    PyOwned o(PyLong_FromSsize_t(n));
-    return Tracer::constant(o.p);
-  }
-
-
-  // torch.overrides' probes (torch._C._has_torch_function, _unary, _variadic), which every
-  // torch.nn.functional entry and torch._assert ask first: answered at trace time. A traced tensor
-  // never has a __torch_function__ of its own (an input of such a subclass refuses the trace,
-  // conversions.cpp, and its type is guarded), a constant is asked for real (the guard on it holds
-  // its identity or value), and a TorchFunctionMode refuses both the trace and the compiled code
-  // (interpreter.cpp, the hook). True: the override would run, which the trace cannot follow.
-  static bool may_have_torch_function(const SymValue& v) {
-    using K = SymValue::Kind;
-    switch (v.kind) {
-      case K::Tensor: return false;
-      case K::Constant: {
-        static PyObject* unary = resolve_python_name("torch._C._has_torch_function_unary");
-        PyOwned r(PyObject_CallOneArg(unary, v.obj));
-        if (!r.p) {
-          PyErr_Clear();
-          throw Unsupported("__torch_function__ probe of " + describe(v));
-        }
-        return r.p == Py_True;
-      }
-      case K::Tuple:
-      case K::List:
-      case K::NamedTuple:
-        for (const SymValue& item : v.kind == K::List ? v.box->items : v.items)
-          if (may_have_torch_function(item)) return true;
-        return false;
-      case K::Object: return python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__torch_function__") != nullptr;
-      default: throw Unsupported("__torch_function__ probe of " + describe(v));
-    }
-  }
-
-  static bool torch_function_probe(PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
-    static PyObject* const probes[] = {resolve_python_name("torch._C._has_torch_function"),
-                                       resolve_python_name("torch._C._has_torch_function_unary"),
-                                       resolve_python_name("torch._C._has_torch_function_variadic")};
-    const size_t which = static_cast<size_t>(std::find(std::begin(probes), std::end(probes), fn) - std::begin(probes));
-    if (which == 3 || !fn || !kwargs.empty()) return false;
-    if (which < 2 && args.size() != 1) return false;  // ATen's own argument error, at run time
-    bool any = false;
-    for (const SymValue& a : args) any = any || may_have_torch_function(a);
-    if (any) throw Unsupported("an argument has __torch_function__ (" + py_repr(fn) + ")");
-    out = Tracer::constant(Py_False);
-    return true;
-  }
-
-  // sum(iterable, start=0) where some item or the start is a tensor: start + item + item ...,
-  // the additions eager makes, in its order (0 + a bool tensor is an int64 tensor there too).
-  // Items that are neither tensors nor ints are left to eager: CPython adds floats with its own
-  // compensated summation, and anything else runs its type's __add__.
-  static bool sum_of_tensors(Tracer& t, Args& args, Kwargs& kwargs, SymValue& out) {
-    if (args.empty() || args.size() + kwargs.size() > 2 || (!kwargs.empty() && kwargs[0].first != "start")) return false;
-    if (args[0].is_python_constant()) return false;  // folded below, with everything constant
-    PyOwned zero(PyLong_FromLong(0));
-    SymValue acc = args.size() == 2 ? args[1] : !kwargs.empty() ? kwargs[0].second : Tracer::constant(zero.p);
-    auto addable = [](const SymValue& v) {
-      return v.is_tensor() || (v.is_constant() && PyLong_Check(v.obj) && !PyBool_Check(v.obj));
-    };
-    SymValue it = t.make_iterator(args[0]);
-    Args items = remaining(it);
-    bool any_tensor = acc.is_tensor();
-    for (const SymValue& v : items) {
-      if (!addable(v)) return false;
-      any_tensor = any_tensor || v.is_tensor();
-    }
-    if (!addable(acc) || !any_tensor) return false;
-    for (const SymValue& v : items) acc = t.binary("+", acc, v);
-    it.box->pos = it.box->items.size();  // an iterator argument is exhausted, as in eager
-    out = acc;
-    return true;
-  }
-
-  static bool builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
-    auto is = [&](const char* name) { return fn == builtin(name); };
-    const size_t n = args.size();
-    if (is("len") && n == 1 && kwargs.empty()) { out = length(t, args[0]); return true; }
-    if (is("sum") && sum_of_tensors(t, args, kwargs, out)) return true;
-    // type() and isinstance() of a size-derived int read its type, not its number: no pin.
-    const bool typed_constant = n >= 1 && args[0].kind == SymValue::Kind::Constant;
-    if (is("type") && n == 1 && typed_constant) {
-      out = Tracer::constant(reinterpret_cast<PyObject*>(Py_TYPE(args[0].obj)));
-      return true;
-    }
-    if (is("isinstance") && n == 2 && args[1].is_python_constant()) {  // reads only the type
-      PyOwned cls(t.materialize(args[1]));
-      // Beyond the type's own MRO, isinstance asks the object's __class__: through a custom
-      // __getattribute__ that is user code, which the compiled code would never run again.
-      if (typed_constant && PyType_Check(cls.p) && !PyObject_TypeCheck(args[0].obj, reinterpret_cast<PyTypeObject*>(cls.p)) &&
-          !has_standard_getattribute(Py_TYPE(args[0].obj)))
-        throw Unsupported(std::string("isinstance() on a ") + Py_TYPE(args[0].obj)->tp_name + " with its own __getattribute__");
-      int r = typed_constant ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
-      if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
-      out = Tracer::constant(r ? Py_True : Py_False);
-      return true;
-    }
-    if (is("type") && n == 1 && !args[0].is_constant()) { out = Tracer::constant(type_of(t, args[0])); return true; }
-    if ((is("getattr") && (n == 2 || n == 3)) || (is("hasattr") && n == 2)) {
-      if (!args[1].is_constant() || !PyUnicode_Check(args[1].obj)) throw Unsupported("getattr with a non-constant name");
-      const std::string name = PyUnicode_AsUTF8(args[1].obj);
-      const bool has = is("hasattr");
-      if (args[0].kind == SymValue::Kind::Object) {
-        SymValue v;
-        if (!t.object_lookup(args[0], name, &v)) {
-          if (has) { out = Tracer::constant(Py_False); return true; }
-          if (n == 3) { out = args[2]; return true; }
-          throw Unsupported(describe(args[0]) + " has no attribute '" + name + "' (AttributeError)");
-        }
-        out = has ? Tracer::constant(Py_True) : v;
-        return true;
-      }
-      if (args[0].is_constant() && has_standard_getattribute(Py_TYPE(args[0].obj))) {
-        if (const SymValue* written = t.written_attr(args[0].obj, name)) {  // stored earlier in the trace
-          out = has ? Tracer::constant(Py_True) : *written;
-          return true;
-        }
-      }
-      if (args[0].is_constant()) {
-        std::optional<SymValue> got;  // a getter inlined to find out: its result (run once, as eager)
-        if (!t.has_attr_guarded(args[0], name, &got)) {
-          if (has) { out = Tracer::constant(Py_False); return true; }
-          if (n == 3) { out = args[2]; return true; }
-          throw Unsupported("getattr of a missing attribute");
-        }
-        if (got) { out = has ? Tracer::constant(Py_True) : std::move(*got); return true; }
-      }
-      if (args[0].is_tensor() && has) {
-        out = Tracer::constant(PyObject_HasAttrString(tensor_type(), name.c_str()) || name == "grad" ? Py_True : Py_False);
-        return true;
-      }
-      // A list, dict or tuple built in the trace has its type's attributes and no others.
-      using K = SymValue::Kind;
-      const K kind = args[0].kind;
-      if (kind == K::List || kind == K::Dict || kind == K::Tuple) {
-        PyObject* type = reinterpret_cast<PyObject*>(kind == K::List ? &PyList_Type : kind == K::Dict ? &PyDict_Type : &PyTuple_Type);
-        if (!PyObject_HasAttrString(type, name.c_str())) {
-          if (has) { out = Tracer::constant(Py_False); return true; }
-          if (n == 3) { out = args[2]; return true; }
-          throw Unsupported("getattr of a missing attribute");
-        }
-        if (has) { out = Tracer::constant(Py_True); return true; }
-      }
-      SymValue v = t.load_attr(args[0], name);
-      out = has ? Tracer::constant(Py_True) : v;
-      return true;
-    }
-    if (!kwargs.empty() && !is("enumerate") && !is("dict") && !is("getattr") && !is("zip")) return false;
-    if ((is("iter") && n == 1) || (is("reversed") && n == 1)) {
-      SymValue it = t.make_iterator(args[0]);
-      if (is("reversed")) {
-        Args items = remaining(it);
-        std::reverse(items.begin(), items.end());
-        it = iterator_of(std::move(items));
-      }
-      out = it;
-      return true;
-    }
-    if (is("next") && n >= 1 && args[0].kind == SymValue::Kind::Iterator) {
-      auto& box = *args[0].box;
-      if (box.pos < box.items.size()) out = box.items[box.pos++];
-      else if (n == 2) { out = args[1]; box.exhausted = true; }
-      else throw Unsupported("next() of an exhausted iterator");
-      return true;
-    }
-    if (is("enumerate") && (n == 1 || n == 2)) {
-      long start = 0;
-      const SymValue* start_v = n == 2 ? &args[1] : nullptr;
-      for (auto& [k, v] : kwargs) {
-        if (k != "start" || start_v) throw Unsupported("enumerate() keyword '" + k + "'");
-        start_v = &v;
-      }
-      if (start_v) {
-        if (!start_v->is_constant() || !PyLong_Check(start_v->obj)) throw Unsupported("enumerate start");
-        start = PyLong_AsLong(start_v->obj);
-      }
-      Args items;
-      for (SymValue& v : remaining(t.make_iterator(args[0]))) {
-        PyOwned i(PyLong_FromLong(start++));
-        items.push_back(SymValue::tuple({Tracer::constant(i.p), v}));
-      }
-      out = iterator_of(std::move(items));
-      return true;
-    }
-    if (is("zip")) {
-      // zip(..., strict=b): strict sequences of unequal lengths raise, which eager must do.
-      bool strict = false;
-      for (const auto& [k, v] : kwargs) {
-        if (k != "strict" || !v.is_constant() || !PyBool_Check(v.obj)) throw Unsupported("zip() keyword '" + k + "'");
-        strict = v.obj == Py_True;
-      }
-      std::vector<Args> seqs;
-      size_t len = SIZE_MAX;
-      for (SymValue& a : args) {
-        seqs.push_back(remaining(t.make_iterator(a)));
-        if (strict && len != SIZE_MAX && seqs.back().size() != len) throw Unsupported("zip(strict=True) of unequal lengths");
-        len = std::min(len, seqs.back().size());
-      }
-      if (seqs.empty()) len = 0;
-      Args items;
-      for (size_t i = 0; i < len; ++i) {
-        Args tup;
-        for (auto& s : seqs) tup.push_back(s[i]);
-        items.push_back(SymValue::tuple(std::move(tup)));
-      }
-      out = iterator_of(std::move(items));
-      return true;
-    }
-    if ((is("list") || is("tuple")) && n == 1 && !args[0].is_python_constant()) {
-      Args items = remaining(t.make_iterator(args[0]));
-      out = is("list") ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
-      return true;
-    }
-    if (is("list") && n == 0) { out = SymValue::list({}); return true; }
-    if (is("dict") && n <= 1) {
-      SymValue d = SymValue::boxed(SymValue::Kind::Dict);
-      if (n == 1) {
-        if (args[0].kind == SymValue::Kind::Dict) {
-          d.box->keys = args[0].box->keys;
-          d.box->items = args[0].box->items;
-        } else {
-          for (SymValue& pair : remaining(t.make_iterator(args[0]))) {
-            Args kv = t.unpack(pair, 2);
-            if (!kv[0].is_constant()) throw Unsupported("dict() with a non-constant key");
-            d.box->keys.push_back(kv[0]);
-            d.box->items.push_back(kv[1]);
-          }
-        }
-      }
-      for (auto& [k, v] : kwargs) {
-        PyOwned key(PyUnicode_FromString(k.c_str()));
-        d.box->keys.push_back(Tracer::constant(key.p));
-        d.box->items.push_back(v);
-      }
-      out = d;
-      return true;
-    }
-    if (is("super")) {
-      SymValue self, cls;
-      if (n == 2) {
-        cls = args[0];
-        self = args[1];
-      } else if (n == 0) {
-        FrameState& f = t.fr();
-        PyCodeObject* co = f.code;
-        if (co->co_argcount < 1) throw Unsupported("super() without arguments outside a method");
-        self = t.local(0);
-        if (self.kind == SymValue::Kind::Cell) self = self.box->items.empty() ? SymValue() : self.box->items[0];
-        for (int i = 0; i < co->co_nlocalsplus; ++i)
-          if (std::strcmp(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i)), "__class__") == 0 && f.locals[static_cast<size_t>(i)]) {
-            SymValue& c = *f.locals[static_cast<size_t>(i)];
-            if (c.kind == SymValue::Kind::Cell && c.obj) cls = Tracer::constant(PyCell_GET(c.obj));
-          }
-        if (!cls.obj) throw Unsupported("super() without __class__");
-      } else {
-        throw Unsupported("super() with one argument");
-      }
-      if (self.kind == SymValue::Kind::Object && cls.is_constant() && PyType_Check(cls.obj) &&
-          PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(self.obj), reinterpret_cast<PyTypeObject*>(cls.obj))) {
-        out = Tracer::constant(cls.obj);  // looked up past cls in the object's MRO (load_attr)
-        out.name = "__fd_object_super__";
-        out.items.push_back(self);
-        return true;
-      }
-      if (!self.is_constant() || !cls.is_constant()) throw Unsupported("super() of " + describe(self));
-      PyOwned sup(PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&PySuper_Type), cls.obj, self.obj, nullptr));
-      if (!sup.p) { PyErr_Clear(); throw Unsupported("super() raised"); }
-      out = Tracer::constant(sup.p);
-      out.name = "__super__";
-      out.items.push_back(self);
-      return true;
-    }
-    if (is("callable") && n == 1) {
-      using K = SymValue::Kind;
-      bool c = args[0].is_constant() ? PyCallable_Check(args[0].obj) : (args[0].kind == K::Function || args[0].kind == K::BoundMethod || args[0].kind == K::Method);
-      out = Tracer::constant(c ? Py_True : Py_False);
-      return true;
-    }
-    return false;
-  }
-
-  static bool is_record_type(PyObject* type) {
-    if (!PyType_Check(type) || !PyObject_HasAttrString(type, "__dataclass_fields__")) return false;
-    // Only the dataclass-made __init__ (no user code to run): its code is compiled from "<string>".
-    PyOwned init(PyObject_GetAttrString(type, "__init__"));
-    PyErr_Clear();
-    if (!init.p || !PyFunction_Check(init.p)) return false;
-    PyObject* file = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init.p))->co_filename;
-    return PyUnicode_Check(file) && std::strcmp(PyUnicode_AsUTF8(file), "<string>") == 0;
-  }
-
-  // A dataclass instance made in the frame. It is built for real after the graph (the type's
-  // own __init__/__post_init__ run then); the trace reads its fields.
-  static SymValue make_record(PyObject* type, Args args, Kwargs kwargs) {
-    PyOwned fields(PyObject_GetAttrString(type, "__dataclass_fields__"));
-    PyOwned missing(resolve_python_name("dataclasses.MISSING"));
-    if (!fields.p || !PyDict_Check(fields.p)) { PyErr_Clear(); throw Unsupported("dataclass fields"); }
-    SymValue v;
-    v.kind = SymValue::Kind::Record;
-    v.obj = Py_NewRef(type);
-    v.box = std::make_shared<SymBox>();  // its identity: every copy of v is this one object
-    PyObject *k, *f;
+// fn_source: where the trace read fn, if anywhere. A closure guarded by its parts, not its
+// identity (conversions.cpp), has its cells read through it: fn.__closure__[i].cell_contents.
+Calls::Target Calls::target_of_function(Tracer& t, PyObject* fn, const SourcePtr& fn_source) {
+  auto* f = reinterpret_cast<PyFunctionObject*>(fn);
+  Target tg;
+  tg.code = reinterpret_cast<PyCodeObject*>(f->func_code);
+  tg.globals = f->func_globals;
+  if (f->func_builtins != t.frame_.builtins) throw Unsupported("function with other builtins");
+  if (f->func_defaults)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_defaults); ++i)
+      tg.defaults.push_back(Tracer::constant(PyTuple_GET_ITEM(f->func_defaults, i)));
+  if (f->func_kwdefaults && PyDict_Check(f->func_kwdefaults)) {
+    PyObject *k, *v;
     Py_ssize_t pos = 0;
-    size_t positional = 0;
-    static PyObject* field_kind = resolve_python_name("dataclasses._FIELD");  // NB: kept for the process
-    while (PyDict_Next(fields.p, &pos, &k, &f)) {
-      // ClassVar pseudo-fields are no parameter of __init__; an InitVar is one, but no field.
-      PyOwned kind(PyObject_GetAttrString(f, "_field_type"));
-      PyErr_Clear();
-      if (kind.p != field_kind) {
-        static PyObject* classvar_kind = resolve_python_name("dataclasses._FIELD_CLASSVAR");  // NB: kept
-        if (kind.p == classvar_kind) continue;
-        throw Unsupported("a dataclass with an InitVar");
-      }
-      PyOwned init(PyObject_GetAttrString(f, "init"));
-      if (init.p != Py_True) { PyErr_Clear(); throw Unsupported("a dataclass field with init=False"); }
-      const std::string name = PyUnicode_AsUTF8(k);
-      std::optional<SymValue> value;
-      if (positional < args.size()) value = args[positional++];
-      for (auto& [kn, kv] : kwargs)
-        if (kn == name) value = kv;
-      if (!value) {
-        PyOwned def(PyObject_GetAttrString(f, "default"));
-        if (!def.p || def.p == missing.p) { PyErr_Clear(); throw Unsupported("dataclass field '" + name + "' without a value"); }
-        value = Tracer::constant(def.p);
-      }
-      v.field_names.push_back(name);
-      v.items.push_back(std::move(*value));
-    }
-    if (positional < args.size()) throw Unsupported("too many arguments for a dataclass");
-    for (auto& [kn, kv] : kwargs)
-      if (std::find(v.field_names.begin(), v.field_names.end(), kn) == v.field_names.end())
-        throw Unsupported("unexpected dataclass field '" + kn + "'");
-    return v;
+    while (PyDict_Next(f->func_kwdefaults, &pos, &k, &v)) tg.kwdefaults.emplace_back(PyUnicode_AsUTF8(k), Tracer::constant(v));
   }
-
-
-  static SymValue make_namedtuple(PyObject* type, Args args, Kwargs kwargs) {
-    PyOwned fields(PyObject_GetAttrString(type, "_fields"));
-    if (!fields.p || !PyTuple_Check(fields.p)) { PyErr_Clear(); throw Unsupported("namedtuple without _fields"); }
-    const Py_ssize_t n = PyTuple_GET_SIZE(fields.p);
-    SymValue v;
-    v.kind = SymValue::Kind::NamedTuple;
-    v.obj = Py_NewRef(type);
-    std::vector<std::optional<SymValue>> slots(static_cast<size_t>(n));
-    if (static_cast<Py_ssize_t>(args.size()) > n) throw Unsupported("too many namedtuple fields");
-    for (size_t i = 0; i < args.size(); ++i) slots[i] = args[i];
-    for (Py_ssize_t i = 0; i < n; ++i) v.field_names.push_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields.p, i)));
-    for (auto& [k, val] : kwargs) {
-      auto it = std::find(v.field_names.begin(), v.field_names.end(), k);
-      if (it == v.field_names.end()) throw Unsupported("namedtuple has no field '" + k + "'");
-      slots[static_cast<size_t>(it - v.field_names.begin())] = val;
+  if (f->func_closure) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(f->func_closure); ++i) {
+      PyObject* cell = PyTuple_GET_ITEM(f->func_closure, i);
+      // A cell of the compiled frame's own closure (a continuation's cells, which the frame's
+      // nested functions share): the frame's value for it, read through the frame's closure
+      // (guarded there, not by this cell's identity).
+      if (const SymValue* own = t.root_free_cell(cell)) {
+        tg.cells.push_back(*own);
+        continue;
+      }
+      SymValue c = SymValue::boxed(SymValue::Kind::Cell);
+      c.obj = Py_NewRef(cell);
+      c.source = fn_source ? child_source(child_source(child_source(fn_source, Source::Kind::Attr, "__closure__"),
+                                                       Source::Kind::Item, "", static_cast<int>(i)),
+                                          Source::Kind::Attr, "cell_contents")
+                           : child_source(const_source(cell, "cell"), Source::Kind::Attr, "cell_contents");
+      tg.cells.push_back(std::move(c));
     }
-    PyOwned defaults(PyObject_GetAttrString(type, "_field_defaults"));
+  }
+  return tg;
+}
+
+Calls::Target Calls::target_of_made(Tracer& t, const SymValue& fn) {
+  Target tg;
+  tg.code = reinterpret_cast<PyCodeObject*>(fn.obj);
+  tg.globals = fn.box->globals.obj ? fn.box->globals.obj : t.fr().globals;  // where it was made
+  tg.defaults = fn.box->items;
+  for (size_t i = 0; i < fn.field_names.size(); ++i) tg.kwdefaults.emplace_back(fn.field_names[i], fn.items[i]);
+  tg.cells = fn.box->closure;
+  return tg;
+}
+
+SymValue Calls::inline_call(Tracer& t, const Target& tg, Args args, Kwargs kwargs) {
+  PyCodeObject* co = tg.code;
+  const char* fname = PyUnicode_AsUTF8(co->co_qualname);
+  if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+    throw Unsupported(std::string("call of coroutine function ") + fname);
+  const int argc = co->co_argcount, kwonly = co->co_kwonlyargcount, posonly = co->co_posonlyargcount;
+  const int total = argc + kwonly;
+  const bool varargs = co->co_flags & CO_VARARGS, varkw = co->co_flags & CO_VARKEYWORDS;
+  auto f = std::make_unique<FrameState>();
+  f->code = co;
+  f->globals = tg.globals;
+  f->depth = t.fr().depth + 1;
+  // A generator runs to completion at once; its items come back as an iterator (the generator
+  // expressions libraries pass to all(), tuple()...).
+  f->generator = co->co_flags & CO_GENERATOR;
+  f->insts = decode(co);
+  f->locals.resize(static_cast<size_t>(co->co_nlocalsplus));
+  auto name_of = [&](int i) { return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i))); };
+  const size_t npos = std::min(args.size(), static_cast<size_t>(argc));
+  for (size_t i = 0; i < npos; ++i) f->locals[i] = std::move(args[i]);
+  if (args.size() > static_cast<size_t>(argc)) {
+    if (!varargs) throw Unsupported(std::string(fname) + "() takes " + std::to_string(argc) + " positional arguments");
+    f->locals[static_cast<size_t>(total)] = SymValue::tuple(Args(args.begin() + argc, args.end()));
+  } else if (varargs) {
+    f->locals[static_cast<size_t>(total)] = SymValue::tuple({});
+  }
+  SymValue extra = SymValue::boxed(SymValue::Kind::Dict);
+  for (auto& [k, v] : kwargs) {
+    int found = -1;
+    for (int i = posonly; i < total; ++i)
+      if (name_of(i) == k) found = i;
+    if (found >= 0) {
+      if (f->locals[static_cast<size_t>(found)]) throw Unsupported(std::string(fname) + "() got multiple values for '" + k + "'");
+      f->locals[static_cast<size_t>(found)] = std::move(v);
+    } else if (varkw) {
+      PyOwned key(PyUnicode_FromString(k.c_str()));
+      extra.box->keys.push_back(Tracer::constant(key.p));
+      extra.box->items.push_back(std::move(v));
+    } else {
+      throw Unsupported(std::string(fname) + "() got an unexpected keyword argument '" + k + "'");
+    }
+  }
+  if (varkw) f->locals[static_cast<size_t>(total + (varargs ? 1 : 0))] = std::move(extra);
+  const int ndef = static_cast<int>(tg.defaults.size());
+  for (int i = argc - ndef; i < argc; ++i)
+    if (i >= 0 && !f->locals[static_cast<size_t>(i)]) f->locals[static_cast<size_t>(i)] = tg.defaults[static_cast<size_t>(i - (argc - ndef))];
+  for (int i = argc; i < total; ++i)
+    for (const auto& [k, v] : tg.kwdefaults)
+      if (!f->locals[static_cast<size_t>(i)] && k == name_of(i)) f->locals[static_cast<size_t>(i)] = v;
+  for (int i = 0; i < total; ++i)
+    if (!f->locals[static_cast<size_t>(i)]) throw Unsupported(std::string(fname) + "() missing argument '" + name_of(i) + "'");
+  const int nfree = co->co_nfreevars;
+  if (static_cast<int>(tg.cells.size()) != nfree) throw Unsupported(std::string(fname) + ": closure size mismatch");
+  for (int i = 0; i < nfree; ++i) f->locals[static_cast<size_t>(co->co_nlocalsplus - nfree + i)] = tg.cells[static_cast<size_t>(i)];
+  t.frames_.push_back(std::move(f));
+  t.run_frame();
+  SymValue out = t.fr().generator ? iterator_of(std::move(t.fr().yields)) : std::move(t.fr().return_value);
+  t.frames_.pop_back();
+  return out;
+}
+
+SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwargs) {
+  PyObject* mod = m.obj;
+  PyObject** dictptr = _PyObject_GetDictPtr(mod);
+  PyObject* dict = dictptr ? *dictptr : nullptr;
+  if (!dict) throw Unsupported("module without __dict__");
+  // No hooks, on the instance or global; guarded so that registering one recompiles.
+  for (const char* h : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"}) {
+    PyObject* d = PyDict_GetItemString(dict, h);
+    if (!d) continue;
+    if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("module with ") + h); }
+    if (m.source) t.add_guard(child_source(m.source, Source::Kind::Attr, h), GuardKind::TypeAndLen, d);
+  }
+  static PyObject* module_mod = resolve_python_name("torch.nn.modules.module");
+  for (const char* h : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                        "_global_backward_pre_hooks"}) {
+    PyObject* d = module_mod ? PyObject_GetAttrString(module_mod, h) : nullptr;
+    if (!d) { PyErr_Clear(); continue; }
+    PyOwned owned(d);
+    if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("a global module hook (") + h + ")"); }
+    t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
+  }
+  if (PyDict_GetItemString(dict, "forward")) throw Unsupported("module with an instance-level forward");
+  static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
+  PyOwned call_key(PyUnicode_InternFromString("__call__"));
+  PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);
+  PyOwned fwd_key(PyUnicode_InternFromString(type_call == module_call ? "forward" : "__call__"));
+  PyObject* fwd = _PyType_Lookup(Py_TYPE(mod), fwd_key.p);
+  if (!fwd || !PyFunction_Check(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
+  // The class may be given another forward (or __call__) later.
+  t.guard_class_attr(m, "__call__", type_call);
+  if (type_call == module_call) t.guard_class_attr(m, "forward", fwd);
+  args.insert(args.begin(), m);
+  return inline_call(t, target_of_function(t, fwd), std::move(args), std::move(kwargs));
+}
+
+bool Calls::is_record_type(PyObject* type) {
+  if (!PyType_Check(type) || !PyObject_HasAttrString(type, "__dataclass_fields__")) return false;
+  // Only the dataclass-made __init__ (no user code to run): its code is compiled from "<string>".
+  PyOwned init(PyObject_GetAttrString(type, "__init__"));
+  PyErr_Clear();
+  if (!init.p || !PyFunction_Check(init.p)) return false;
+  PyObject* file = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init.p))->co_filename;
+  return PyUnicode_Check(file) && std::strcmp(PyUnicode_AsUTF8(file), "<string>") == 0;
+}
+
+// A dataclass instance made in the frame. It is built for real after the graph (the type's
+// own __init__/__post_init__ run then); the trace reads its fields.
+SymValue Calls::make_record(PyObject* type, Args args, Kwargs kwargs) {
+  PyOwned fields(PyObject_GetAttrString(type, "__dataclass_fields__"));
+  PyOwned missing(resolve_python_name("dataclasses.MISSING"));
+  if (!fields.p || !PyDict_Check(fields.p)) { PyErr_Clear(); throw Unsupported("dataclass fields"); }
+  SymValue v;
+  v.kind = SymValue::Kind::Record;
+  v.obj = Py_NewRef(type);
+  v.box = std::make_shared<SymBox>();  // its identity: every copy of v is this one object
+  PyObject *k, *f;
+  Py_ssize_t pos = 0;
+  size_t positional = 0;
+  static PyObject* field_kind = resolve_python_name("dataclasses._FIELD");  // NB: kept for the process
+  while (PyDict_Next(fields.p, &pos, &k, &f)) {
+    // ClassVar pseudo-fields are no parameter of __init__; an InitVar is one, but no field.
+    PyOwned kind(PyObject_GetAttrString(f, "_field_type"));
     PyErr_Clear();
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      if (!slots[static_cast<size_t>(i)] && defaults.p && PyDict_Check(defaults.p))
-        if (PyObject* d = PyDict_GetItemString(defaults.p, v.field_names[static_cast<size_t>(i)].c_str()))
-          slots[static_cast<size_t>(i)] = Tracer::constant(d);
-      if (!slots[static_cast<size_t>(i)]) throw Unsupported("namedtuple field '" + v.field_names[static_cast<size_t>(i)] + "' missing");
-      v.items.push_back(*slots[static_cast<size_t>(i)]);
+    if (kind.p != field_kind) {
+      static PyObject* classvar_kind = resolve_python_name("dataclasses._FIELD_CLASSVAR");  // NB: kept
+      if (kind.p == classvar_kind) continue;
+      throw Unsupported("a dataclass with an InitVar");
     }
-    return v;
+    PyOwned init(PyObject_GetAttrString(f, "init"));
+    if (init.p != Py_True) { PyErr_Clear(); throw Unsupported("a dataclass field with init=False"); }
+    const std::string name = PyUnicode_AsUTF8(k);
+    std::optional<SymValue> value;
+    if (positional < args.size()) value = args[positional++];
+    for (auto& [kn, kv] : kwargs)
+      if (kn == name) value = kv;
+    if (!value) {
+      PyOwned def(PyObject_GetAttrString(f, "default"));
+      if (!def.p || def.p == missing.p) { PyErr_Clear(); throw Unsupported("dataclass field '" + name + "' without a value"); }
+      value = Tracer::constant(def.p);
+    }
+    v.field_names.push_back(name);
+    v.items.push_back(std::move(*value));
   }
-};
+  if (positional < args.size()) throw Unsupported("too many arguments for a dataclass");
+  for (auto& [kn, kv] : kwargs)
+    if (std::find(v.field_names.begin(), v.field_names.end(), kn) == v.field_names.end())
+      throw Unsupported("unexpected dataclass field '" + kn + "'");
+  return v;
+}
+
+SymValue Calls::make_namedtuple(PyObject* type, Args args, Kwargs kwargs) {
+  PyOwned fields(PyObject_GetAttrString(type, "_fields"));
+  if (!fields.p || !PyTuple_Check(fields.p)) { PyErr_Clear(); throw Unsupported("namedtuple without _fields"); }
+  const Py_ssize_t n = PyTuple_GET_SIZE(fields.p);
+  SymValue v;
+  v.kind = SymValue::Kind::NamedTuple;
+  v.obj = Py_NewRef(type);
+  std::vector<std::optional<SymValue>> slots(static_cast<size_t>(n));
+  if (static_cast<Py_ssize_t>(args.size()) > n) throw Unsupported("too many namedtuple fields");
+  for (size_t i = 0; i < args.size(); ++i) slots[i] = args[i];
+  for (Py_ssize_t i = 0; i < n; ++i) v.field_names.push_back(PyUnicode_AsUTF8(PyTuple_GET_ITEM(fields.p, i)));
+  for (auto& [k, val] : kwargs) {
+    auto it = std::find(v.field_names.begin(), v.field_names.end(), k);
+    if (it == v.field_names.end()) throw Unsupported("namedtuple has no field '" + k + "'");
+    slots[static_cast<size_t>(it - v.field_names.begin())] = val;
+  }
+  PyOwned defaults(PyObject_GetAttrString(type, "_field_defaults"));
+  PyErr_Clear();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!slots[static_cast<size_t>(i)] && defaults.p && PyDict_Check(defaults.p))
+      if (PyObject* d = PyDict_GetItemString(defaults.p, v.field_names[static_cast<size_t>(i)].c_str()))
+        slots[static_cast<size_t>(i)] = Tracer::constant(d);
+    if (!slots[static_cast<size_t>(i)]) throw Unsupported("namedtuple field '" + v.field_names[static_cast<size_t>(i)] + "' missing");
+    v.items.push_back(*slots[static_cast<size_t>(i)]);
+  }
+  return v;
+}
 
 SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
                       std::vector<std::pair<std::string, SymValue>> kwargs) {

@@ -1,7 +1,8 @@
 // symbolic/tracer.h — internal state of one trace, shared by the files of the interpreter:
 // interpreter.cpp (the instruction loop and the opcode handlers), calls.cpp (calls: ops, Python
-// functions inlined, builtins, attribute reads) and conversions.cpp (Python objects <-> symbolic
-// values <-> op arguments). Not part of symbolic/'s interface: include interpreter.h instead.
+// functions inlined, attribute reads), builtins.cpp (builtins on symbolic values; calls.h is the
+// helper struct both share), break_points.cpp (where the root frame may break, and the retrace up
+// to the break) and conversions.cpp (Python objects <-> symbolic values <-> op arguments). Not part of symbolic/'s interface: include interpreter.h instead.
 //
 // A trace is a stack of FrameStates: the root frame (the one the hook caught) and the Python
 // functions it inlines. Unsupported code throws Unsupported; where it is thrown inside an

@@ -1,0 +1,345 @@
+// symbolic/builtins.cpp — Python builtins called on symbolic values: len, type, isinstance,
+// getattr/hasattr, iter/next/enumerate/zip, list/tuple/dict, super, callable, sum of tensors;
+// and torch's __torch_function__ probes, answered at trace time. Called from Tracer::call
+// (calls.cpp) before a builtin is folded on constants or called as written.
+#include <algorithm>
+#include <iterator>
+
+#include "runtime/errors.h"
+#include "symbolic/calls.h"
+#include "symbolic/py_ops.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+
+PyObject* Calls::type_of(Tracer& t, const SymValue& v) {
+  using K = SymValue::Kind;
+  switch (v.kind) {
+    case K::Constant: return reinterpret_cast<PyObject*>(Py_TYPE(v.obj));
+    case K::Tensor: return v.obj ? reinterpret_cast<PyObject*>(Py_TYPE(v.obj)) : tensor_type();
+    case K::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case K::List: return reinterpret_cast<PyObject*>(&PyList_Type);
+    case K::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
+    case K::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
+    case K::NamedTuple: if (v.obj) return v.obj; break;
+    case K::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
+    case K::Record:
+    case K::Object: return v.obj;
+    case K::BoundMethod: if (v.obj) return reinterpret_cast<PyObject*>(&PyMethod_Type); break;
+    default: break;
+  }
+  (void)t;
+  throw Unsupported("type() of " + describe(v));
+}
+
+SymValue Calls::length(Tracer& t, const SymValue& v) {
+  using K = SymValue::Kind;
+  Py_ssize_t n;
+  if (v.is_tensor()) {
+    const auto& m = t.meta(v);
+    if (m.dim() == 0) throw Unsupported("len() of a 0-d tensor");
+    t.read_sizes(v, 0);
+    n = static_cast<Py_ssize_t>(m.sizes[0]);
+  } else if (v.kind == K::Tuple || v.kind == K::List || v.kind == K::NamedTuple) {
+    n = static_cast<Py_ssize_t>(v.seq().size());
+  } else if (v.kind == K::Dict) {
+    n = static_cast<Py_ssize_t>(v.box->keys.size());
+  } else if (v.kind == K::Set) {
+    n = PySet_GET_SIZE(v.obj);
+  } else if (v.kind == K::Record && is_model_output(v.obj)) {
+    n = static_cast<Py_ssize_t>(model_output_items(v).size());
+  } else if (PyObject* len_fn = (v.kind == K::Object || v.is_constant()) ? python_dunder(value_type(v), "__len__") : nullptr) {
+    // A Python __len__ (of a constant, or of an object made in the trace) is inlined: run in
+    // the trace as eager runs it, not once for real.
+    SymValue r = t.call(Tracer::constant(len_fn), {v}, {});
+    if (!r.is_constant() || !PyLong_CheckExact(r.obj) || PyLong_AsLong(r.obj) < 0) throw Unsupported("len() of " + describe(v) + " gave " + describe(r));
+    return r;
+  } else if (v.is_constant()) {
+    t.pin(v);
+    n = PyObject_Length(v.obj);
+    if (n < 0) { PyErr_Clear(); throw Unsupported("len() of " + describe(v)); }
+  } else {
+    throw Unsupported("len() of " + describe(v));
+  }
+  PyOwned o(PyLong_FromSsize_t(n));
+  return Tracer::constant(o.p);
+}
+
+// torch.overrides' probes (torch._C._has_torch_function, _unary, _variadic), which every
+// torch.nn.functional entry and torch._assert ask first: answered at trace time. A traced tensor
+// never has a __torch_function__ of its own (an input of such a subclass refuses the trace,
+// conversions.cpp, and its type is guarded), a constant is asked for real (the guard on it holds
+// its identity or value), and a TorchFunctionMode refuses both the trace and the compiled code
+// (interpreter.cpp, the hook). True: the override would run, which the trace cannot follow.
+bool Calls::may_have_torch_function(const SymValue& v) {
+  using K = SymValue::Kind;
+  switch (v.kind) {
+    case K::Tensor: return false;
+    case K::Constant: {
+      static PyObject* unary = resolve_python_name("torch._C._has_torch_function_unary");
+      PyOwned r(PyObject_CallOneArg(unary, v.obj));
+      if (!r.p) {
+        PyErr_Clear();
+        throw Unsupported("__torch_function__ probe of " + describe(v));
+      }
+      return r.p == Py_True;
+    }
+    case K::Tuple:
+    case K::List:
+    case K::NamedTuple:
+      for (const SymValue& item : v.kind == K::List ? v.box->items : v.items)
+        if (may_have_torch_function(item)) return true;
+      return false;
+    case K::Object: return python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__torch_function__") != nullptr;
+    default: throw Unsupported("__torch_function__ probe of " + describe(v));
+  }
+}
+
+bool Calls::torch_function_probe(PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
+  static PyObject* const probes[] = {resolve_python_name("torch._C._has_torch_function"),
+                                     resolve_python_name("torch._C._has_torch_function_unary"),
+                                     resolve_python_name("torch._C._has_torch_function_variadic")};
+  const size_t which = static_cast<size_t>(std::find(std::begin(probes), std::end(probes), fn) - std::begin(probes));
+  if (which == 3 || !fn || !kwargs.empty()) return false;
+  if (which < 2 && args.size() != 1) return false;  // ATen's own argument error, at run time
+  bool any = false;
+  for (const SymValue& a : args) any = any || may_have_torch_function(a);
+  if (any) throw Unsupported("an argument has __torch_function__ (" + py_repr(fn) + ")");
+  out = Tracer::constant(Py_False);
+  return true;
+}
+
+// sum(iterable, start=0) where some item or the start is a tensor: start + item + item ...,
+// the additions eager makes, in its order (0 + a bool tensor is an int64 tensor there too).
+// Items that are neither tensors nor ints are left to eager: CPython adds floats with its own
+// compensated summation, and anything else runs its type's __add__.
+bool Calls::sum_of_tensors(Tracer& t, Args& args, Kwargs& kwargs, SymValue& out) {
+  if (args.empty() || args.size() + kwargs.size() > 2 || (!kwargs.empty() && kwargs[0].first != "start")) return false;
+  if (args[0].is_python_constant()) return false;  // folded below, with everything constant
+  PyOwned zero(PyLong_FromLong(0));
+  SymValue acc = args.size() == 2 ? args[1] : !kwargs.empty() ? kwargs[0].second : Tracer::constant(zero.p);
+  auto addable = [](const SymValue& v) {
+    return v.is_tensor() || (v.is_constant() && PyLong_Check(v.obj) && !PyBool_Check(v.obj));
+  };
+  SymValue it = t.make_iterator(args[0]);
+  Args items = remaining(it);
+  bool any_tensor = acc.is_tensor();
+  for (const SymValue& v : items) {
+    if (!addable(v)) return false;
+    any_tensor = any_tensor || v.is_tensor();
+  }
+  if (!addable(acc) || !any_tensor) return false;
+  for (const SymValue& v : items) acc = t.binary("+", acc, v);
+  it.box->pos = it.box->items.size();  // an iterator argument is exhausted, as in eager
+  out = acc;
+  return true;
+}
+
+bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
+  auto is = [&](const char* name) { return fn == builtin(name); };
+  const size_t n = args.size();
+  if (is("len") && n == 1 && kwargs.empty()) { out = length(t, args[0]); return true; }
+  if (is("sum") && sum_of_tensors(t, args, kwargs, out)) return true;
+  // type() and isinstance() of a size-derived int read its type, not its number: no pin.
+  const bool typed_constant = n >= 1 && args[0].kind == SymValue::Kind::Constant;
+  if (is("type") && n == 1 && typed_constant) {
+    out = Tracer::constant(reinterpret_cast<PyObject*>(Py_TYPE(args[0].obj)));
+    return true;
+  }
+  if (is("isinstance") && n == 2 && args[1].is_python_constant()) {  // reads only the type
+    PyOwned cls(t.materialize(args[1]));
+    // Beyond the type's own MRO, isinstance asks the object's __class__: through a custom
+    // __getattribute__ that is user code, which the compiled code would never run again.
+    if (typed_constant && PyType_Check(cls.p) && !PyObject_TypeCheck(args[0].obj, reinterpret_cast<PyTypeObject*>(cls.p)) &&
+        !has_standard_getattribute(Py_TYPE(args[0].obj)))
+      throw Unsupported(std::string("isinstance() on a ") + Py_TYPE(args[0].obj)->tp_name + " with its own __getattribute__");
+    int r = typed_constant ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
+    if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
+    out = Tracer::constant(r ? Py_True : Py_False);
+    return true;
+  }
+  if (is("type") && n == 1 && !args[0].is_constant()) { out = Tracer::constant(type_of(t, args[0])); return true; }
+  if ((is("getattr") && (n == 2 || n == 3)) || (is("hasattr") && n == 2)) {
+    if (!args[1].is_constant() || !PyUnicode_Check(args[1].obj)) throw Unsupported("getattr with a non-constant name");
+    const std::string name = PyUnicode_AsUTF8(args[1].obj);
+    const bool has = is("hasattr");
+    if (args[0].kind == SymValue::Kind::Object) {
+      SymValue v;
+      if (!t.object_lookup(args[0], name, &v)) {
+        if (has) { out = Tracer::constant(Py_False); return true; }
+        if (n == 3) { out = args[2]; return true; }
+        throw Unsupported(describe(args[0]) + " has no attribute '" + name + "' (AttributeError)");
+      }
+      out = has ? Tracer::constant(Py_True) : v;
+      return true;
+    }
+    if (args[0].is_constant() && has_standard_getattribute(Py_TYPE(args[0].obj))) {
+      if (const SymValue* written = t.written_attr(args[0].obj, name)) {  // stored earlier in the trace
+        out = has ? Tracer::constant(Py_True) : *written;
+        return true;
+      }
+    }
+    if (args[0].is_constant()) {
+      std::optional<SymValue> got;  // a getter inlined to find out: its result (run once, as eager)
+      if (!t.has_attr_guarded(args[0], name, &got)) {
+        if (has) { out = Tracer::constant(Py_False); return true; }
+        if (n == 3) { out = args[2]; return true; }
+        throw Unsupported("getattr of a missing attribute");
+      }
+      if (got) { out = has ? Tracer::constant(Py_True) : std::move(*got); return true; }
+    }
+    if (args[0].is_tensor() && has) {
+      out = Tracer::constant(PyObject_HasAttrString(tensor_type(), name.c_str()) || name == "grad" ? Py_True : Py_False);
+      return true;
+    }
+    // A list, dict or tuple built in the trace has its type's attributes and no others.
+    using K = SymValue::Kind;
+    const K kind = args[0].kind;
+    if (kind == K::List || kind == K::Dict || kind == K::Tuple) {
+      PyObject* type = reinterpret_cast<PyObject*>(kind == K::List ? &PyList_Type : kind == K::Dict ? &PyDict_Type : &PyTuple_Type);
+      if (!PyObject_HasAttrString(type, name.c_str())) {
+        if (has) { out = Tracer::constant(Py_False); return true; }
+        if (n == 3) { out = args[2]; return true; }
+        throw Unsupported("getattr of a missing attribute");
+      }
+      if (has) { out = Tracer::constant(Py_True); return true; }
+    }
+    SymValue v = t.load_attr(args[0], name);
+    out = has ? Tracer::constant(Py_True) : v;
+    return true;
+  }
+  if (!kwargs.empty() && !is("enumerate") && !is("dict") && !is("getattr") && !is("zip")) return false;
+  if ((is("iter") && n == 1) || (is("reversed") && n == 1)) {
+    SymValue it = t.make_iterator(args[0]);
+    if (is("reversed")) {
+      Args items = remaining(it);
+      std::reverse(items.begin(), items.end());
+      it = iterator_of(std::move(items));
+    }
+    out = it;
+    return true;
+  }
+  if (is("next") && n >= 1 && args[0].kind == SymValue::Kind::Iterator) {
+    auto& box = *args[0].box;
+    if (box.pos < box.items.size()) out = box.items[box.pos++];
+    else if (n == 2) { out = args[1]; box.exhausted = true; }
+    else throw Unsupported("next() of an exhausted iterator");
+    return true;
+  }
+  if (is("enumerate") && (n == 1 || n == 2)) {
+    long start = 0;
+    const SymValue* start_v = n == 2 ? &args[1] : nullptr;
+    for (auto& [k, v] : kwargs) {
+      if (k != "start" || start_v) throw Unsupported("enumerate() keyword '" + k + "'");
+      start_v = &v;
+    }
+    if (start_v) {
+      if (!start_v->is_constant() || !PyLong_Check(start_v->obj)) throw Unsupported("enumerate start");
+      start = PyLong_AsLong(start_v->obj);
+    }
+    Args items;
+    for (SymValue& v : remaining(t.make_iterator(args[0]))) {
+      PyOwned i(PyLong_FromLong(start++));
+      items.push_back(SymValue::tuple({Tracer::constant(i.p), v}));
+    }
+    out = iterator_of(std::move(items));
+    return true;
+  }
+  if (is("zip")) {
+    // zip(..., strict=b): strict sequences of unequal lengths raise, which eager must do.
+    bool strict = false;
+    for (const auto& [k, v] : kwargs) {
+      if (k != "strict" || !v.is_constant() || !PyBool_Check(v.obj)) throw Unsupported("zip() keyword '" + k + "'");
+      strict = v.obj == Py_True;
+    }
+    std::vector<Args> seqs;
+    size_t len = SIZE_MAX;
+    for (SymValue& a : args) {
+      seqs.push_back(remaining(t.make_iterator(a)));
+      if (strict && len != SIZE_MAX && seqs.back().size() != len) throw Unsupported("zip(strict=True) of unequal lengths");
+      len = std::min(len, seqs.back().size());
+    }
+    if (seqs.empty()) len = 0;
+    Args items;
+    for (size_t i = 0; i < len; ++i) {
+      Args tup;
+      for (auto& s : seqs) tup.push_back(s[i]);
+      items.push_back(SymValue::tuple(std::move(tup)));
+    }
+    out = iterator_of(std::move(items));
+    return true;
+  }
+  if ((is("list") || is("tuple")) && n == 1 && !args[0].is_python_constant()) {
+    Args items = remaining(t.make_iterator(args[0]));
+    out = is("list") ? SymValue::list(std::move(items)) : SymValue::tuple(std::move(items));
+    return true;
+  }
+  if (is("list") && n == 0) { out = SymValue::list({}); return true; }
+  if (is("dict") && n <= 1) {
+    SymValue d = SymValue::boxed(SymValue::Kind::Dict);
+    if (n == 1) {
+      if (args[0].kind == SymValue::Kind::Dict) {
+        d.box->keys = args[0].box->keys;
+        d.box->items = args[0].box->items;
+      } else {
+        for (SymValue& pair : remaining(t.make_iterator(args[0]))) {
+          Args kv = t.unpack(pair, 2);
+          if (!kv[0].is_constant()) throw Unsupported("dict() with a non-constant key");
+          d.box->keys.push_back(kv[0]);
+          d.box->items.push_back(kv[1]);
+        }
+      }
+    }
+    for (auto& [k, v] : kwargs) {
+      PyOwned key(PyUnicode_FromString(k.c_str()));
+      d.box->keys.push_back(Tracer::constant(key.p));
+      d.box->items.push_back(v);
+    }
+    out = d;
+    return true;
+  }
+  if (is("super")) {
+    SymValue self, cls;
+    if (n == 2) {
+      cls = args[0];
+      self = args[1];
+    } else if (n == 0) {
+      FrameState& f = t.fr();
+      PyCodeObject* co = f.code;
+      if (co->co_argcount < 1) throw Unsupported("super() without arguments outside a method");
+      self = t.local(0);
+      if (self.kind == SymValue::Kind::Cell) self = self.box->items.empty() ? SymValue() : self.box->items[0];
+      for (int i = 0; i < co->co_nlocalsplus; ++i)
+        if (std::strcmp(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i)), "__class__") == 0 && f.locals[static_cast<size_t>(i)]) {
+          SymValue& c = *f.locals[static_cast<size_t>(i)];
+          if (c.kind == SymValue::Kind::Cell && c.obj) cls = Tracer::constant(PyCell_GET(c.obj));
+        }
+      if (!cls.obj) throw Unsupported("super() without __class__");
+    } else {
+      throw Unsupported("super() with one argument");
+    }
+    if (self.kind == SymValue::Kind::Object && cls.is_constant() && PyType_Check(cls.obj) &&
+        PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(self.obj), reinterpret_cast<PyTypeObject*>(cls.obj))) {
+      out = Tracer::constant(cls.obj);  // looked up past cls in the object's MRO (load_attr)
+      out.name = "__fd_object_super__";
+      out.items.push_back(self);
+      return true;
+    }
+    if (!self.is_constant() || !cls.is_constant()) throw Unsupported("super() of " + describe(self));
+    PyOwned sup(PyObject_CallFunctionObjArgs(reinterpret_cast<PyObject*>(&PySuper_Type), cls.obj, self.obj, nullptr));
+    if (!sup.p) { PyErr_Clear(); throw Unsupported("super() raised"); }
+    out = Tracer::constant(sup.p);
+    out.name = "__super__";
+    out.items.push_back(self);
+    return true;
+  }
+  if (is("callable") && n == 1) {
+    using K = SymValue::Kind;
+    bool c = args[0].is_constant() ? PyCallable_Check(args[0].obj) : (args[0].kind == K::Function || args[0].kind == K::BoundMethod || args[0].kind == K::Method);
+    out = Tracer::constant(c ? Py_True : Py_False);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace fastdyn::symbolic
