@@ -20,12 +20,16 @@ the tokens, exactly); the largest relative error is printed for both compilers.
 Prints one markdown row per model and a summary (geomeans over all and over the CNNs).
 """
 import argparse
+import collections
+import concurrent.futures
 import json
 import math
 import os
 import subprocess
 import sys
+import re
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,7 +83,10 @@ def build(name):
         return model, lambda m: m(x)
     if group == "tv":
         import torchvision
-        model = torchvision.models.get_model(arg, weights=None, **({"aux_logits": False, "init_weights": True} if arg in ("inception_v3", "googlenet") else {})).eval()
+        extra = {"aux_logits": False, "init_weights": True} if arg in ("inception_v3", "googlenet") else {}
+        if kind == "det":
+            extra["weights_backbone"] = None  # its default downloads ImageNet weights
+        model = torchvision.models.get_model(arg, weights=None, **extra).eval()
         if kind == "det":
             imgs = [torch.rand(3, 320, 320)]
             return model, lambda m: m(imgs)
@@ -240,7 +247,8 @@ def explain_counts(name, model, call):
 
 def run_child(name, args):
     env = dict(os.environ, FASTDYN_CACHE_DIR=tempfile.mkdtemp(prefix="fd_suite_"),
-               TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="ind_suite_"), OMP_NUM_THREADS="2")
+               TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="ind_suite_"), OMP_NUM_THREADS="2",
+               FASTDYN_LOG="graph_breaks")
     if os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(ROOT, ".suite", "venv")):
         env["PYTHONPATH"] = SUITE_PKG + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--rounds", str(args.rounds)]
@@ -252,7 +260,14 @@ def run_child(name, args):
     if p.returncode != 0 or not lines:
         tail = [l for l in (p.stderr or p.stdout).strip().splitlines() if l.strip()][-2:]
         return {"error": f"exit {p.returncode}: " + " | ".join(tail)[:300]}
-    return json.loads(lines[-1][len("RESULT "):])
+    res = json.loads(lines[-1][len("RESULT "):])
+    reasons = collections.Counter(m.group("reason") for m in map(BREAK_LINE.search, p.stderr.splitlines()) if m)
+    res["break_reasons"] = reasons.most_common(5)
+    return res
+
+
+# A FASTDYN_LOG=graph_breaks line (the same pattern as bench/models_explain.py).
+BREAK_LINE = re.compile(r"\[fastdyn\] graph_break: .*? at \S+?:\d+: (?P<reason>.*)$")
 
 
 def geomean(xs):
@@ -266,6 +281,8 @@ def main():
     ap.add_argument("--group", choices=["timm", "tv", "hf"], help="one group only")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="models run side by side (each process uses 2 threads; for a many-core machine)")
     ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "model_suite.json"))
     ap.add_argument("--table", action="store_true", help="print the table of the --json results; run nothing")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -293,12 +310,26 @@ def main():
         with open(args.json) as f:
             results = json.load(f)
     print(HEADER)
-    for name in names:
+    lock = threading.Lock()
+
+    def one(name):
         r = run_child(name, args)
-        results[name] = r
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-        print(row(name, r), flush=True)
+        with lock:
+            results[name] = r
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+            print(row(name, r), flush=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        list(pool.map(one, names))
+    reasons = collections.Counter()
+    for n in names:
+        for reason, count in results.get(n, {}).get("break_reasons", []):
+            reasons[reason] += count
+    if reasons:
+        print("\nfastdyn's most frequent break reasons (first call, all models):")
+        for reason, count in reasons.most_common(15):
+            print(f"  {count:4d}  {reason}")
     print()
     print(summary({n: results[n] for n in names if n in results}))
     return 0

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <ATen/Context.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -295,10 +296,19 @@ bool check_one(const Check& c, PyObject* obj, PyObject* const* alias_table, int6
     case CheckKind::DictKeys: {
       const Py_ssize_t n = PyTuple_GET_SIZE(c.expected);
       bool same = PyDict_Check(obj) && PyDict_GET_SIZE(obj) == n;
-      PyObject *key, *value;
-      Py_ssize_t pos = 0;
-      for (Py_ssize_t i = 0; same && PyDict_Next(obj, &pos, &key, &value); ++i) {
-        same = strict_equal(key, PyTuple_GET_ITEM(c.expected, i));
+      if (same && PyODict_CheckExact(obj)) {
+        // An OrderedDict's order is its own list (move_to_end), not its dict's: iterate it.
+        PyObject* keys = PySequence_List(obj);
+        if (!keys) PyErr_Clear();
+        same = keys && PyList_GET_SIZE(keys) == n;
+        for (Py_ssize_t i = 0; same && i < n; ++i) same = strict_equal(PyList_GET_ITEM(keys, i), PyTuple_GET_ITEM(c.expected, i));
+        Py_XDECREF(keys);
+      } else {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        for (Py_ssize_t i = 0; same && PyDict_Next(obj, &pos, &key, &value); ++i) {
+          same = strict_equal(key, PyTuple_GET_ITEM(c.expected, i));
+        }
       }
       if (same) return true;
       if (why) *why = "has other keys or another order";
@@ -541,7 +551,7 @@ void GuardTree::add_dict_keys(GuardNode* n, PyObject* dict) {
     if (c.kind == CheckKind::DictKeys) return;
   Check c;
   c.kind = CheckKind::DictKeys;
-  PyObject* keys = PyDict_Keys(dict);
+  PyObject* keys = PyODict_CheckExact(dict) ? PySequence_List(dict) : PyDict_Keys(dict);  // an OrderedDict's own order
   c.expected = keys ? PyList_AsTuple(keys) : nullptr;
   Py_XDECREF(keys);
   if (!c.expected) {
@@ -678,6 +688,7 @@ void GuardTree::guard_global_state() {
   grad_enabled_ = at::GradMode::is_enabled();
   default_dtype_ = c10::typeMetaToScalarType(c10::get_default_dtype());
   autocast_ = AutocastState::current();
+  deterministic_ = at::globalContext().deterministicAlgorithms();
 }
 
 bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
@@ -692,6 +703,10 @@ bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
     }
     if (AutocastState::current() != autocast_) {  // the trace cast as autocast did then
       if (why) why->description = autocast_.describe();
+      return false;
+    }
+    if (at::globalContext().deterministicAlgorithms() != deterministic_) {  // the trace may fold it
+      if (why) why->description = std::string("deterministic_algorithms == ") + (deterministic_ ? "True" : "False");
       return false;
     }
     if (python_mode_active()) {  // likewise with no TorchFunctionMode or TorchDispatchMode
@@ -772,6 +787,7 @@ std::vector<std::string> GuardTree::describe() const {
     out.push_back(std::string("grad_mode == ") + (grad_enabled_ ? "True" : "False"));
     out.push_back(std::string("default_dtype == ") + c10::toString(default_dtype_));
     out.push_back(autocast_.describe());
+    out.push_back(std::string("deterministic_algorithms == ") + (deterministic_ ? "True" : "False"));
   }
   for (PyObject* n : absent_globals_) out.push_back(std::string("G['") + PyUnicode_AsUTF8(n) + "'] is absent");
   for (const auto& r : roots_) describe_node(*r, nullptr, out);
@@ -781,7 +797,7 @@ std::vector<std::string> GuardTree::describe() const {
 }
 
 size_t GuardTree::size() const {
-  size_t k = has_global_state_ ? 3 : 0;
+  size_t k = has_global_state_ ? 4 : 0;
   for (const auto& r : roots_) k += count_node(*r);
   return k + relations_.size();
 }

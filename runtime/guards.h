@@ -163,7 +163,7 @@ class GuardTree {
   // What obj.name resolves to through its class: `found` (nullptr: nothing; the object must not
   // have it either), and the object does not shadow it with its own attribute.
   void add_type_attr(GuardNode* n, const std::string& name, PyObject* found);
-  void guard_global_state();                        // grad mode, default dtype and autocast, as now
+  void guard_global_state();  // grad mode, default dtype, autocast and deterministic algorithms, as now
   // The trace read builtin `name`: a global of that name must stay absent (it would shadow it).
   void add_global_absent(const std::string& name);
   void add_lacks(GuardNode* n, const std::string& key);  // the dict has no key `key`
@@ -181,6 +181,7 @@ class GuardTree {
   bool grad_enabled_ = true;
   c10::ScalarType default_dtype_ = c10::ScalarType::Float;
   AutocastState autocast_;
+  bool deterministic_ = false;
   int alias_slots_ = 0;
   int symbols_ = 0;  // size symbols bound by tensor checks (ids 0..symbols_-1)
   std::vector<SizeRelation> relations_;

@@ -469,8 +469,24 @@ SymValue Tracer::tensor_attr(const SymValue& t, const std::string& name) {
     if (!g.p) { PyErr_Clear(); throw Unsupported("reading '.grad' raised"); }
     return wrap(g.p, child_source(t.source, Source::Kind::Attr, "grad"));
   }
-  if (name == "is_cuda") return constant(m.device.is_cuda() ? Py_True : Py_False);
-  if (name == "is_cpu") return constant(m.device.is_cpu() ? Py_True : Py_False);
+  // Flags of the tensor's kind: a traced tensor is dense, strided and not quantized (wrap()
+  // refuses any other), so only the device varies.
+  static const std::pair<const char*, bool (*)(const codegen::TensorMeta&)> kFlags[] = {
+      {"is_cuda", [](const codegen::TensorMeta& x) { return x.device.is_cuda(); }},
+      {"is_cpu", [](const codegen::TensorMeta& x) { return x.device.is_cpu(); }},
+      {"is_meta", [](const codegen::TensorMeta& x) { return x.device.is_meta(); }},
+      {"is_quantized", [](const codegen::TensorMeta&) { return false; }},
+      {"is_sparse", [](const codegen::TensorMeta&) { return false; }},
+      {"is_sparse_csr", [](const codegen::TensorMeta&) { return false; }},
+      {"is_mkldnn", [](const codegen::TensorMeta&) { return false; }},
+      {"is_nested", [](const codegen::TensorMeta&) { return false; }},
+  };
+  for (const auto& [flag, value] : kFlags)
+    if (name == flag) return constant(value(m) ? Py_True : Py_False);
+  if (name == "layout") {
+    static PyObject* strided = resolve_python_name("torch.strided");  // NB: kept for the process
+    return constant(strided);
+  }
   // Methods are bound lazily: the CALL that follows decides (tensor-method intrinsics or ops).
   PyObject* attr = PyObject_GetAttrString(tensor_type(), name.c_str());
   if (!attr) {

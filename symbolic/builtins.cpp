@@ -2,7 +2,11 @@
 // getattr/hasattr, iter/next/enumerate/zip, list/tuple/dict, super, callable, sum of tensors;
 // and torch's __torch_function__ probes, answered at trace time. Called from Tracer::call
 // (calls.cpp) before a builtin is folded on constants or called as written.
+#include <torch/csrc/DynamicTypes.h>
+
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <iterator>
 
 #include "runtime/errors.h"
@@ -19,7 +23,7 @@ PyObject* Calls::type_of(Tracer& t, const SymValue& v) {
     case K::Tensor: return v.obj ? reinterpret_cast<PyObject*>(Py_TYPE(v.obj)) : tensor_type();
     case K::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
     case K::List: return reinterpret_cast<PyObject*>(&PyList_Type);
-    case K::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
+    case K::Dict: return v.obj ? v.obj : reinterpret_cast<PyObject*>(&PyDict_Type);
     case K::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
     case K::NamedTuple: if (v.obj) return v.obj; break;
     case K::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
@@ -196,7 +200,7 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     using K = SymValue::Kind;
     const K kind = args[0].kind;
     if (kind == K::List || kind == K::Dict || kind == K::Tuple) {
-      PyObject* type = reinterpret_cast<PyObject*>(kind == K::List ? &PyList_Type : kind == K::Dict ? &PyDict_Type : &PyTuple_Type);
+      PyObject* type = kind == K::Dict ? type_of(t, args[0]) : reinterpret_cast<PyObject*>(kind == K::List ? &PyList_Type : &PyTuple_Type);
       if (!PyObject_HasAttrString(type, name.c_str())) {
         if (has) { out = Tracer::constant(Py_False); return true; }
         if (n == 3) { out = args[2]; return true; }
@@ -208,7 +212,8 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     out = has ? Tracer::constant(Py_True) : v;
     return true;
   }
-  if (!kwargs.empty() && !is("enumerate") && !is("dict") && !is("getattr") && !is("zip")) return false;
+  const bool ordered = fn == reinterpret_cast<PyObject*>(&PyODict_Type);
+  if (!kwargs.empty() && !is("enumerate") && !is("dict") && !ordered && !is("getattr") && !is("zip")) return false;
   if ((is("iter") && n == 1) || (is("reversed") && n == 1)) {
     SymValue it = t.make_iterator(args[0]);
     if (is("reversed")) {
@@ -275,8 +280,11 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     return true;
   }
   if (is("list") && n == 0) { out = SymValue::list({}); return true; }
-  if (is("dict") && n <= 1) {
+  // dict(...) and collections.OrderedDict(...): a Dict of the trace (an OrderedDict one tagged
+  // with its type in obj: values.h).
+  if ((is("dict") || ordered) && n <= 1) {
     SymValue d = SymValue::boxed(SymValue::Kind::Dict);
+    if (ordered) d.obj = Py_NewRef(fn);
     if (n == 1) {
       if (args[0].kind == SymValue::Kind::Dict) {
         d.box->keys = args[0].box->keys;
@@ -337,6 +345,93 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     using K = SymValue::Kind;
     bool c = args[0].is_constant() ? PyCallable_Check(args[0].obj) : (args[0].kind == K::Function || args[0].kind == K::BoundMethod || args[0].kind == K::Method);
     out = Tracer::constant(c ? Py_True : Py_False);
+    return true;
+  }
+  return false;
+}
+
+// torch.tensor(data, dtype=..., device=...) and torch.as_tensor of Python numbers (a number, or rectangular nested
+// lists/tuples of them, up to kMaxTensorData elements): each number a 0-d full(), stacked along
+// each level, which constant folding then evaluates once; of empty data (torch.tensor([]), as
+// transformers' KV cache starts its layers): a full() of size (0,). The dtype torch.tensor
+// infers: bool if every number is, else int64 if every number is an int, else the default.
+// torch.as_tensor of a tensor is Tensor.to(dtype, device): the tensor itself when both match.
+bool Calls::tensor_from_data(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
+  using K = SymValue::Kind;
+  static PyObject* tensor_fn = resolve_python_name("torch.tensor");
+  static PyObject* as_tensor_fn = resolve_python_name("torch.as_tensor");
+  if ((fn != tensor_fn && fn != as_tensor_fn) || args.size() != 1) return false;
+  if (fn == as_tensor_fn && args[0].is_tensor()) {
+    Kwargs to_kwargs;
+    for (auto& [k, v] : kwargs) {
+      if (k != "dtype" && k != "device") throw Unsupported("torch.as_tensor keyword '" + k + "'");
+      if (!(v.is_constant() && v.obj == Py_None)) to_kwargs.emplace_back(k, v);
+    }
+    out = to_kwargs.empty() ? args[0] : t.call_tensor_method(args[0], "to", {}, std::move(to_kwargs));
+    return true;
+  }
+  constexpr size_t kMaxTensorData = 256;
+  // The items of a list or tuple of the trace, or of a constant one; nullopt for anything else.
+  // NB: a size-derived int is tested first (is_constant() would specialise it).
+  auto items_of = [&](const SymValue& d) -> std::optional<std::vector<SymValue>> {
+    if (d.kind == K::List || d.kind == K::Tuple) return d.seq();
+    if (d.size || !d.is_constant() || !(PyTuple_CheckExact(d.obj) || PyList_CheckExact(d.obj))) return std::nullopt;
+    std::vector<SymValue> items;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(d.obj); ++i) items.push_back(Tracer::constant(PySequence_Fast_ITEMS(d.obj)[i]));
+    return items;
+  };
+  // Whether `d` nests only numbers, counting them and the kinds torch.tensor infers from.
+  size_t count = 0;
+  bool all_bool = true, all_int = true;
+  std::function<bool(const SymValue&)> scan = [&](const SymValue& d) -> bool {
+    if (auto items = items_of(d)) {
+      for (const SymValue& e : *items)
+        if (!scan(e)) return false;
+      return true;
+    }
+    if (d.size) {  // a size-derived int: a number of the trace
+      all_bool = false;
+      return ++count <= kMaxTensorData;
+    }
+    if (!d.is_constant()) return false;
+    PyObject* o = d.obj;
+    if (!PyFloat_CheckExact(o) && !PyLong_CheckExact(o) && !PyBool_Check(o)) return false;
+    all_bool = all_bool && PyBool_Check(o);
+    all_int = all_int && !PyFloat_CheckExact(o);
+    return ++count <= kMaxTensorData;
+  };
+  const SymValue& data = args[0];
+  if (scan(data)) {
+    std::vector<std::pair<std::string, SymValue>> kw;
+    bool has_dtype = false;
+    for (auto& [k, v] : kwargs) {
+      if (k == "requires_grad" && v.is_constant() && v.obj == Py_False) continue;
+      if (k != "dtype" && k != "device") throw Unsupported("torch.tensor keyword '" + k + "'");
+      has_dtype = has_dtype || (k == "dtype" && !(v.is_constant() && v.obj == Py_None));
+      kw.emplace_back(k, v);
+    }
+    if (!has_dtype) {
+      PyOwned dt(count > 0 && all_bool ? resolve_python_name("torch.bool")
+                 : count > 0 && all_int ? resolve_python_name("torch.int64")
+                                        : Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPDtype(t.ctx_.default_dtype))));
+      kw.emplace_back("dtype", Tracer::constant(dt.p));
+    }
+    auto full = family_of_name("torch.full");
+    auto stack = family_of_name("torch.stack");
+    if (!full || !stack) throw Unsupported("torch.full or torch.stack is not in the op table");
+    PyOwned zero(PyLong_FromLong(0));
+    std::function<SymValue(const SymValue&)> build = [&](const SymValue& d) -> SymValue {
+      std::optional<std::vector<SymValue>> items = items_of(d);
+      if (!items) return t.call_family(*full, {SymValue::tuple({}), d}, kw, "torch.tensor");
+      if (items->empty()) {
+        if (&d != &data) throw Unsupported("torch.tensor of nested empty data");
+        return t.call_family(*full, {SymValue::tuple({Tracer::constant(zero.p)}), Tracer::constant(zero.p)}, kw, "torch.tensor");
+      }
+      std::vector<SymValue> parts;
+      for (const SymValue& e : *items) parts.push_back(build(e));
+      return t.call_family(*stack, {SymValue::list(std::move(parts))}, {}, "torch.tensor");
+    };
+    out = build(data);
     return true;
   }
   return false;

@@ -2,6 +2,7 @@
 // the op table, Python functions/methods/modules inlined into a new FrameState, pure functions
 // folded on constants). Builtins on symbolic values are in builtins.cpp; methods of containers
 // made in the trace in containers.cpp; operators, subscripts and iteration in operators.cpp.
+#include <ATen/Context.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
@@ -657,77 +658,8 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i].first);  // NB: kept for the process
       if (probes[i] == fn) return constant(probe_names[i].second ? Py_True : Py_False);
     }
-  // torch.tensor(data, dtype=..., device=...) of Python numbers (a number, or rectangular nested
-  // lists/tuples of them, up to kMaxTensorData elements): each number a 0-d full(), stacked along
-  // each level, which constant folding then evaluates once; of empty data (torch.tensor([]), as
-  // transformers' KV cache starts its layers): a full() of size (0,). The dtype torch.tensor
-  // infers: bool if every number is, else int64 if every number is an int, else the default.
-  static PyObject* tensor_fn = resolve_python_name("torch.tensor");
-  if (fn == tensor_fn && args.size() == 1) {
-    constexpr size_t kMaxTensorData = 256;
-    // The items of a list or tuple of the trace, or of a constant one; nullopt for anything else.
-    // NB: a size-derived int is tested first (is_constant() would specialise it).
-    auto items_of = [&](const SymValue& d) -> std::optional<std::vector<SymValue>> {
-      if (d.kind == K::List || d.kind == K::Tuple) return d.seq();
-      if (d.size || !d.is_constant() || !(PyTuple_CheckExact(d.obj) || PyList_CheckExact(d.obj))) return std::nullopt;
-      std::vector<SymValue> items;
-      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(d.obj); ++i) items.push_back(constant(PySequence_Fast_ITEMS(d.obj)[i]));
-      return items;
-    };
-    // Whether `d` nests only numbers, counting them and the kinds torch.tensor infers from.
-    size_t count = 0;
-    bool all_bool = true, all_int = true;
-    std::function<bool(const SymValue&)> scan = [&](const SymValue& d) -> bool {
-      if (auto items = items_of(d)) {
-        for (const SymValue& e : *items)
-          if (!scan(e)) return false;
-        return true;
-      }
-      if (d.size) {  // a size-derived int: a number of the trace
-        all_bool = false;
-        return ++count <= kMaxTensorData;
-      }
-      if (!d.is_constant()) return false;
-      PyObject* o = d.obj;
-      if (!PyFloat_CheckExact(o) && !PyLong_CheckExact(o) && !PyBool_Check(o)) return false;
-      all_bool = all_bool && PyBool_Check(o);
-      all_int = all_int && !PyFloat_CheckExact(o);
-      return ++count <= kMaxTensorData;
-    };
-    const SymValue& data = args[0];
-    if (scan(data)) {
-      std::vector<std::pair<std::string, SymValue>> kw;
-      bool has_dtype = false;
-      for (auto& [k, v] : kwargs) {
-        if (k == "requires_grad" && v.is_constant() && v.obj == Py_False) continue;
-        if (k != "dtype" && k != "device") throw Unsupported("torch.tensor keyword '" + k + "'");
-        has_dtype = has_dtype || (k == "dtype" && !(v.is_constant() && v.obj == Py_None));
-        kw.emplace_back(k, v);
-      }
-      if (!has_dtype) {
-        PyOwned dt(count > 0 && all_bool ? resolve_python_name("torch.bool")
-                   : count > 0 && all_int ? resolve_python_name("torch.int64")
-                                          : Py_NewRef(reinterpret_cast<PyObject*>(torch::getTHPDtype(ctx_.default_dtype))));
-        kw.emplace_back("dtype", constant(dt.p));
-      }
-      auto full = family_of_name("torch.full");
-      auto stack = family_of_name("torch.stack");
-      if (!full || !stack) throw Unsupported("torch.full or torch.stack is not in the op table");
-      PyOwned zero(PyLong_FromLong(0));
-      std::function<SymValue(const SymValue&)> build = [&](const SymValue& d) -> SymValue {
-        std::optional<std::vector<SymValue>> items = items_of(d);
-        if (!items) return call_family(*full, {SymValue::tuple({}), d}, kw, "torch.tensor");
-        if (items->empty()) {
-          if (&d != &data) throw Unsupported("torch.tensor of nested empty data");
-          return call_family(*full, {SymValue::tuple({constant(zero.p)}), constant(zero.p)}, kw, "torch.tensor");
-        }
-        std::vector<SymValue> parts;
-        for (const SymValue& e : *items) parts.push_back(build(e));
-        return call_family(*stack, {SymValue::list(std::move(parts))}, {}, "torch.tensor");
-      };
-      return build(data);
-    }
-  }
+  SymValue made;
+  if (Calls::tensor_from_data(*this, fn, args, kwargs, made)) return made;
   // Context managers that are plain objects until a `with` enters them: made for real.
   static PyObject* plain_managers[] = {resolve_python_name("torch.autograd.grad_mode.no_grad"),
                                        resolve_python_name("torch.autograd.grad_mode.enable_grad"),
@@ -915,6 +847,10 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   // torch functions that only read global state, and tracing/scripting probes.
   static PyObject* is_grad_enabled = resolve_python_name("torch.is_grad_enabled");
   if (fn == is_grad_enabled && args.empty()) return constant(ctx_.grad_enabled ? Py_True : Py_False);
+  // Guarded with the global state (runtime/guards.cpp): torchvision's roi_align reads it.
+  static PyObject* get_deterministic = resolve_python_name("torch._C._get_deterministic_algorithms");
+  if (fn == get_deterministic && args.empty() && kwargs.empty())
+    return constant(at::globalContext().deterministicAlgorithms() ? Py_True : Py_False);
   // Autocast as the trace saw it (guards check it): torch.is_autocast_enabled() is CUDA's,
   // torch.is_autocast_enabled("cpu") a device type's.
   static PyObject* is_autocast_enabled = resolve_python_name("torch.is_autocast_enabled");

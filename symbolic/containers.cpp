@@ -265,6 +265,7 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
     }
     if (name == "copy" && n == 0) {
       SymValue d = SymValue::boxed(K::Dict);
+      d.obj = Py_XNewRef(self.obj);  // an OrderedDict's copy is one
       d.box->keys = self.box->keys;
       d.box->items = self.box->items;
       return d;

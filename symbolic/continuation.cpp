@@ -498,11 +498,16 @@ struct Rebuilder {
       case K::Dict:
         if (v.source) return load_sourced(v);
         return boxed(v, [&] {
+          if (v.obj) {  // OrderedDict({...}): the same order
+            b.emit(op::PUSH_NULL, 0);
+            b.load_const(v.obj);
+          }
           for (size_t i = 0; i < v.box->keys.size(); ++i) {
             b.load_const(v.box->keys[i].obj);
             push(v.box->items[i]);
           }
           b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
+          if (v.obj) b.call(1);
         });
       case K::Record:  // the real constructor, with every field by keyword, once
         return boxed(v, [&] {

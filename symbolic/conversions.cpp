@@ -4,6 +4,7 @@
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
 #include <torch/csrc/MemoryFormat.h>
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -419,7 +420,7 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     }
     return visible(SymValue::list(std::move(items)));
   }
-  if (PyDict_CheckExact(obj) && PyDict_GET_SIZE(obj) <= 64) {
+  if ((PyDict_CheckExact(obj) || PyODict_CheckExact(obj)) && PyDict_GET_SIZE(obj) <= 64) {
     // A dict the caller passed (**kwargs, a cache keyed by layer): each value guarded under its
     // key, the keys in their order (iterating it unrolls that order).
     PyObject *k, *val;
@@ -429,8 +430,14 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     if (keys_ok) {
       guard(GuardKind::DictKeys);
       SymValue v = SymValue::boxed(SymValue::Kind::Dict);
-      pos = 0;
-      while (PyDict_Next(obj, &pos, &k, &val)) {
+      if (PyODict_CheckExact(obj)) v.obj = Py_NewRef(reinterpret_cast<PyObject*>(&PyODict_Type));
+      // In iteration order: an OrderedDict's is its own list (move_to_end), not its dict's.
+      PyOwned keys(PySequence_List(obj));
+      if (!keys.p) { PyErr_Clear(); throw Unsupported(source_name(*source) + ": listing its keys raised"); }
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.p); ++i) {
+        k = PyList_GET_ITEM(keys.p, i);
+        val = PyDict_GetItemWithError(obj, k);
+        if (!val) { PyErr_Clear(); throw Unsupported(source_name(*source) + ": a key vanished while read"); }
         auto item_src = std::make_shared<Source>();
         item_src->kind = Source::Kind::DictItem;
         if (PyUnicode_CheckExact(k)) {
@@ -587,6 +594,10 @@ codegen::CallArg Tracer::to_call_arg(const SymValue& v) const {
       if (PyUnicode_CheckExact(o)) return CallArg::of_string(PyUnicode_AsUTF8(o));
       if (THPDtype_Check(o)) return CallArg::of_dtype(reinterpret_cast<THPDtype*>(o)->scalar_type);
       if (THPDevice_Check(o)) return CallArg::of_device(reinterpret_cast<THPDevice*>(o)->device);
+      if (THPLayout_Check(o)) {  // every op's layout is optional, and strided its default
+        if (reinterpret_cast<THPLayout*>(o)->layout != at::kStrided) throw Unsupported("layout " + py_repr(o) + " (only strided tensors are traced)");
+        return CallArg::none();
+      }
       if (THPMemoryFormat_Check(o)) return CallArg::of_memory_format(reinterpret_cast<THPMemoryFormat*>(o)->memory_format);
       if (PySlice_Check(o)) {
         auto* s = reinterpret_cast<PySliceObject*>(o);

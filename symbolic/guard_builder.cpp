@@ -159,7 +159,7 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
       case GuardKind::DictKeys:
         tree->add_type_is(n, Py_TYPE(g.obj));
         tree->add_dict_keys(n, g.obj);
-        if (containers_aliased && PyDict_CheckExact(g.obj)) same_or_distinct(n, g.obj);
+        if (containers_aliased && (PyDict_CheckExact(g.obj) || PyODict_CheckExact(g.obj))) same_or_distinct(n, g.obj);
         break;
       case GuardKind::Tensor:
       case GuardKind::Instance: {

@@ -64,7 +64,9 @@ struct SymValue {
     Slice,       // items: start, stop, step
     Method,      // a tensor method bound to items[0]: name
     NamedTuple,  // items with field_names; obj: the type (torch.return_types.*, namedtuples)
-    Dict,        // box->keys (constants) and box->items, in insertion order
+    Dict,        // box->keys (constants) and box->items, in insertion order; obj: nullptr for a
+                 // dict, collections.OrderedDict for one (same methods in the trace; rebuilt
+                 // as OrderedDict({...}))
     Iterator,    // box->items, next at box->pos
     Function,    // made by MAKE_FUNCTION in the trace: obj code, box->items defaults,
                  // box->keys kw-default names with box->closure values, box->closure cells

@@ -193,6 +193,27 @@ CaptureResult bind_argmax(BindCall& c) {
   static const Signature sig("argmax(Tensor input, int? dim=None, bool keepdim=False)");
   return record_argmax_like(c, sig, OpId::argmax);
 }
+// topk: the k largest (or smallest) along dim, as (values, indices), both dense in dim order.
+CaptureResult bind_topk(BindCall& c) {
+  static const Signature sig("topk(Tensor input, int k, int dim=-1, bool largest=True, bool sorted=True)");
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
+  ValueId x = a.tensor("input");
+  const TensorMeta& m = c.graph.meta(x);
+  const int64_t k = a.integer("k");
+  auto d = wrap_dim(a.integer("dim"), m.dim());
+  if (!d) return CaptureResult::fail("topk(): dimension out of range");
+  const int64_t extent = m.dim() == 0 ? 1 : m.sizes[static_cast<size_t>(*d)];
+  if (k < 0 || k > extent) return CaptureResult::fail("topk(): selected index k out of range");
+  std::vector<int64_t> sizes = m.sizes;
+  if (m.dim() > 0) sizes[static_cast<size_t>(*d)] = k;
+  TensorMeta values = contiguous_meta(m.dtype, m.device, sizes, any_requires_grad(c.graph, c.ctx, {x}));
+  TensorMeta indices = contiguous_meta(ST::Long, m.device, sizes, false);
+  auto outs = emit(c.graph, OpId::topk, {Arg::of_value(x), Arg::of_int(k), Arg::of_int(a.integer("dim")),
+                                          Arg::of_bool(a.boolean("largest")), Arg::of_bool(a.boolean("sorted"))},
+                   {values, indices});
+  return tuple_result(outs, {"values", "indices"});
+}
 CaptureResult bind_argmin(BindCall& c) {
   static const Signature sig("argmin(Tensor input, int? dim=None, bool keepdim=False)");
   return record_argmax_like(c, sig, OpId::argmin);

@@ -151,3 +151,98 @@ def test_issubclass_of_classes_is_answered_at_trace_time():
 
     check(f, torch.randn(3), Child)
     check(f, torch.randn(3), int)
+
+
+# ---- what torchvision's detection models do around their tensor ops (Faster R-CNN's breaks)
+
+def test_ordered_dict_made_filled_and_returned_like_eager():
+    def f(x, feats):
+        out = collections.OrderedDict()
+        for name, v in feats.items():
+            out[name] = v * 2 + x
+        out["sum"] = sum(out.values())
+        copied = out.copy()
+        return out, type(out) is collections.OrderedDict, isinstance(copied, collections.OrderedDict), list(copied)
+
+    feats = collections.OrderedDict([("b", torch.randn(3)), ("a", torch.randn(3))])
+    got = check(f, torch.randn(3), feats)
+    assert type(got[0]) is collections.OrderedDict
+
+
+def test_an_ordered_dict_input_is_guarded_by_its_type_and_keys():
+    def f(feats):
+        return [v + 1 for v in feats.values()], type(feats).__name__
+
+    feats = collections.OrderedDict([("x", torch.randn(2)), ("y", torch.randn(2))])
+    check(f, feats)
+    g = fastdyn.jit(f)
+    assert g(feats)[1] == "OrderedDict"
+    assert g(dict(feats))[1] == "dict"  # another type: another entry, not the OrderedDict's
+    before = fastdyn.stats()["graphs"]
+    feats.move_to_end("x")
+    got = g(feats)
+    assert torch.equal(got[0][0], feats["y"] + 1)  # the order changed: the keys guard caught it
+    assert fastdyn.stats()["graphs"] - before == 1
+
+
+def test_as_tensor_of_numbers_and_of_tensors():
+    def f(x, idx):
+        mean = torch.as_tensor([0.485, 0.456, 0.406], dtype=x.dtype, device=x.device)
+        same = torch.as_tensor(x)
+        as_long = torch.as_tensor(idx, dtype=torch.int64)
+        return (x - mean[:, None, None]), same is x, as_long * 2, torch.as_tensor(3.5) + x.sum()
+
+    check(f, torch.randn(3, 4, 4), torch.arange(4, dtype=torch.int32))
+
+
+def test_tensor_kind_flags_and_the_strided_layout():
+    def f(x):
+        kind = (x.is_quantized, x.is_sparse, x.is_mkldnn, x.is_nested, x.is_meta, x.is_cpu, x.layout)
+        z = torch.zeros(2, 3, dtype=x.dtype, layout=torch.strided)
+        return x * 2 if not x.is_quantized else x, kind, z + x.sum()
+
+    check(f, torch.randn(2, 3))
+
+
+def test_a_layout_other_than_strided_is_left_to_eager():
+    def f(x):
+        return torch.zeros(2, 2, layout=torch.sparse_coo) , x + 1
+
+    got = fastdyn.jit(f)(torch.randn(2))
+    assert got[0].layout == torch.sparse_coo
+
+
+def test_deterministic_algorithms_flag_is_read_and_guarded():
+    def f(x):
+        if torch.are_deterministic_algorithms_enabled():
+            return x + 1
+        return x - 1
+
+    g = fastdyn.jit(f)
+    x = torch.randn(3)
+    assert torch.equal(g(x), x - 1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert torch.equal(g(x), x + 1)  # the guard fails: traced again with the flag on
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(g(x), x - 1)
+    assert "deterministic_algorithms" in str(fastdyn.explain(f, x))
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_values_and_indices(largest):
+    def f(x, k):
+        v, i = torch.topk(x, k, dim=1, largest=largest)
+        last = x.topk(2, largest=largest)
+        return v * 2, i, last.values, last.indices, type(last).__name__
+
+    check(f, torch.randn(4, 9), 3)
+    check(f, torch.randn(4, 9), 0)
+
+
+def test_topk_of_too_large_k_raises_like_eager():
+    def f(x):
+        return torch.topk(x, 5)
+
+    check(f, torch.randn(3), graphs=0)
