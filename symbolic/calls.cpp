@@ -693,6 +693,17 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   }
   if (PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(module_type()))) return Calls::call_module(*this, callable, std::move(args), std::move(kwargs));
   PyErr_Clear();
+  // An instance of a Python class with a Python __call__ (torchvision's LevelMapper): the method
+  // is inlined on it, guarded on the class as a method read is.
+  if (!PyType_Check(fn) && !PyFunction_Check(fn) && !PyCFunction_Check(fn) && !PyMethod_Check(fn)) {
+    static PyObject* call_name = PyUnicode_InternFromString("__call__");  // NB: kept for the process
+    PyObject* call_fn = _PyType_Lookup(Py_TYPE(fn), call_name);  // borrowed
+    if (call_fn && PyFunction_Check(call_fn) && (Py_TYPE(fn)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+      guard_class_attr(callable, "__call__", call_fn);
+      args.insert(args.begin(), callable);
+      return call(constant(call_fn), std::move(args), std::move(kwargs));
+    }
+  }
   if (PyFunction_Check(fn)) {
     // Pure library functions called on constants are answered for real rather than inlined.
     static PyObject* signature = resolve_python_name("inspect.signature");

@@ -350,8 +350,12 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
       PyOwned owned(r);
       if (PyDict_CheckExact(c) && PyUnicode_Check(index.obj))
         return wrap(r, child_source(container.source, Source::Kind::DictItem, PyUnicode_AsUTF8(index.obj)));
-      if (!PyDict_CheckExact(c) && PyLong_Check(index.obj) && PyLong_AsLong(index.obj) >= 0)
-        return wrap(r, child_source(container.source, Source::Kind::Item, "", static_cast<int>(PyLong_AsLong(index.obj))));
+      if (!PyDict_CheckExact(c) && PyLong_Check(index.obj)) {
+        // A tuple's length is fixed, so a negative index names one item (self.min_size[-1]).
+        long i = PyLong_AsLong(index.obj);
+        if (i < 0 && PyTuple_CheckExact(c)) i += static_cast<long>(PyTuple_GET_SIZE(c));
+        if (i >= 0) return wrap(r, child_source(container.source, Source::Kind::Item, "", static_cast<int>(i)));
+      }
       throw Unsupported("subscript of " + describe(container));
     }
   }

@@ -246,3 +246,53 @@ def test_topk_of_too_large_k_raises_like_eager():
         return torch.topk(x, 5)
 
     check(f, torch.randn(3), graphs=0)
+
+
+def test_a_negative_index_into_a_tuple_attribute():
+    class Transform(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.min_size = (320, 256)
+
+        def forward(self, x):
+            return x * self.min_size[-1] + self.min_size[-2]
+
+    m = Transform()
+
+    def run(x):
+        return m(x)
+
+    check(run, torch.randn(3))
+    g = fastdyn.jit(run)
+    m.min_size = (1, 2)  # the tuple is guarded: a new value is traced again
+    x = torch.randn(3)
+    assert torch.equal(g(x), x * 2 + 1)
+
+
+def test_an_object_with_a_python_call_method_is_inlined_and_guarded():
+    class LevelMapper:
+        def __init__(self, k):
+            self.k = k
+
+        def __call__(self, x, scale=1.0):
+            return x * self.k * scale
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mapper = LevelMapper(3)
+
+        def forward(self, x):
+            return self.mapper(x, scale=2.0) + 1
+
+    m = Head()
+
+    def run(x):
+        return m(x)
+
+    check(run, torch.randn(4))
+    g, x = fastdyn.jit(run), torch.randn(4)
+    m.mapper.k = 5
+    assert torch.equal(g(x), x * 5 * 2.0 + 1)
+    LevelMapper.__call__ = lambda self, x, scale=1.0: x - self.k
+    assert torch.equal(g(x), x - 5 + 1)
