@@ -180,19 +180,46 @@ bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name, st
       add_guard(child_source(owner.source, Source::Kind::Attr, "__getattr__"), GuardKind::IdIs, module_hook);
     else if (module_dict)
       guard_class_attr(owner, "__getattr__", nullptr);
-    if (nn_module)
-      for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
-        GuardSpec g;
-        g.source = child_source(owner.source, Source::Kind::Attr, slot);
-        g.kind = GuardKind::Lacks;
-        g.obj = Py_NewRef(o);
-        g.name = name;
-        result_.guards.push_back(std::move(g));
-      }
+    if (nn_module) guard_module_lacks(owner, name);
   } else {
     pin(owner);  // another lookup (a custom __getattribute__): only this very object is known
   }
   return false;
+}
+
+void Tracer::guard_module_lacks(const SymValue& owner, const std::string& name) {
+  for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
+    GuardSpec g;
+    g.source = child_source(owner.source, Source::Kind::Attr, slot);
+    g.kind = GuardKind::Lacks;
+    g.obj = Py_NewRef(owner.obj);
+    g.name = name;
+    result_.guards.push_back(std::move(g));
+  }
+}
+
+bool Tracer::plain_module_store(const SymValue& owner, const std::string& name, const SymValue& value) {
+  static PyObject* module_setattr = resolve_python_name("torch.nn.Module.__setattr__");  // NB: kept
+  static PyObject* setattr_name = PyUnicode_InternFromString("__setattr__");  // NB: kept
+  PyObject* o = owner.obj;
+  if (!owner.source || !PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(module_type()))) return false;
+  PyObject* found = _PyType_Lookup(Py_TYPE(o), setattr_name);  // borrowed
+  if (!found || found != module_setattr) return false;
+  using K = SymValue::Kind;
+  const bool plain_value = value.kind == K::List || value.kind == K::Tuple || value.kind == K::Dict ||
+                           (value.kind == K::Constant && !THPVariable_Check(value.obj) &&
+                            !PyObject_TypeCheck(value.obj, reinterpret_cast<PyTypeObject*>(module_type())));
+  if (!plain_value) return false;
+  PyObject** dictptr = _PyObject_GetDictPtr(o);
+  if (!dictptr || !*dictptr) return false;
+  PyOwned key(PyUnicode_FromString(name.c_str()));
+  for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
+    PyObject* d = PyDict_GetItemString(*dictptr, slot);  // borrowed
+    if (!d || !PyDict_Check(d) || PyDict_Contains(d, key.p) != 0) return false;
+  }
+  guard_class_attr(owner, "__setattr__", found);
+  guard_module_lacks(owner, name);
+  return true;
 }
 
 SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {

@@ -901,7 +901,10 @@ struct Handlers {
     }
     if (!owner.is_constant() || owner.name == "__super__") throw Unsupported("attribute assignment on " + describe(owner));
     PyTypeObject* tp = Py_TYPE(owner.obj);
-    if (tp->tp_setattro != PyObject_GenericSetAttr || PyType_Check(owner.obj) || PyModule_Check(owner.obj))
+    // (An nn.Module's own __setattr__ stores a plain value as object.__setattr__ does; the replay
+    // after the graph runs it.)
+    const bool module_store = t.plain_module_store(owner, name, value);
+    if (!module_store && (tp->tp_setattro != PyObject_GenericSetAttr || PyType_Check(owner.obj) || PyModule_Check(owner.obj)))
       throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " (custom __setattr__)");
     if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Function || value.kind == SymValue::Kind::Cell)
       throw Unsupported("storing a " + describe(value) + " in an attribute");

@@ -135,6 +135,12 @@ class Tracer {
   // A getter it inlines to find out (a property's, a descriptor's Python __get__: hasattr runs
   // it, as getattr does) leaves its result in *value, so that getattr does not run it twice.
   bool has_attr_guarded(const SymValue& owner, const std::string& name, std::optional<SymValue>* value = nullptr);
+  // Guards that none of the nn.Module owner's _parameters, _buffers and _modules holds `name`.
+  void guard_module_lacks(const SymValue& owner, const std::string& name);
+  // Whether `owner.name = value` on an nn.Module is what object.__setattr__ does: its class's
+  // __setattr__ is nn.Module's, value is no tensor, Parameter or Module, and none of its three
+  // dicts holds the name (then Module.__setattr__ stores into the instance dict). Guards so.
+  bool plain_module_store(const SymValue& owner, const std::string& name, const SymValue& value);
   // `container`, a list or dict the caller can see (it has a source), is about to be mutated
   // (`what`: "append", "item assignment" ...). The trace mutates its symbolic items, and the
   // transformed code gives the real object those final contents after the graph

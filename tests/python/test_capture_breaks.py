@@ -296,3 +296,37 @@ def test_an_object_with_a_python_call_method_is_inlined_and_guarded():
     assert torch.equal(g(x), x * 5 * 2.0 + 1)
     LevelMapper.__call__ = lambda self, x, scale=1.0: x - self.k
     assert torch.equal(g(x), x - 5 + 1)
+
+
+def test_a_module_stores_a_plain_value_in_its_forward():
+    class AnchorCache(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell_anchors = [torch.zeros(2)]
+
+        def forward(self, x):
+            self.cell_anchors = [a + x for a in self.cell_anchors]  # nn.Module.__setattr__
+            self.count = len(self.cell_anchors)
+            return self.cell_anchors[0] * 2
+
+    def fresh():
+        torch.manual_seed(0)
+        return AnchorCache()
+
+    eager, compiled = fresh(), fresh()
+    g = fastdyn.jit(compiled.forward)
+    x = torch.ones(2)
+    before = fastdyn.stats()
+    for _ in range(3):
+        assert torch.equal(g(x), eager(x))
+        assert type(compiled.cell_anchors) is list and torch.equal(compiled.cell_anchors[0], eager.cell_anchors[0])
+        assert compiled.count == eager.count
+    assert fastdyn.stats()["graph_breaks"] == before["graph_breaks"]
+    for m in (compiled, eager):  # now a buffer's name: the guard misses, and the store raises as eager's
+        del m.count
+        m.register_buffer("count", torch.tensor(0))
+    with pytest.raises(TypeError) as want:
+        eager(x)
+    with pytest.raises(TypeError) as got:
+        g(x)
+    assert str(got.value) == str(want.value)
