@@ -362,7 +362,7 @@ class Callable:
         return x * self.k
 
 
-@CASES(lambda: (Callable(4.0), r(4, 8)), xfail=INLINE)
+@CASES(lambda: (Callable(4.0), r(4, 8)))
 def dunder_call_of_user_object(c, x):
     return c(x) + 1
 
