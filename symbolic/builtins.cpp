@@ -285,6 +285,17 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
   if ((is("dict") || ordered) && n <= 1) {
     SymValue d = SymValue::boxed(SymValue::Kind::Dict);
     if (ordered) d.obj = Py_NewRef(fn);
+    // A key seen before keeps its place and takes the new value, as eager's dict does.
+    auto put = [&](const SymValue& key, const SymValue& value) {
+      if (!key.is_constant()) throw Unsupported("dict() with a non-constant key");
+      for (size_t i = 0; i < d.box->keys.size(); ++i) {
+        const int eq = t.equal(d.box->keys[i], key);
+        if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
+        if (eq) { d.box->items[i] = value; return; }
+      }
+      d.box->keys.push_back(key);
+      d.box->items.push_back(value);
+    };
     if (n == 1) {
       if (args[0].kind == SymValue::Kind::Dict) {
         d.box->keys = args[0].box->keys;
@@ -292,16 +303,13 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
       } else {
         for (SymValue& pair : remaining(t.make_iterator(args[0]))) {
           Args kv = t.unpack(pair, 2);
-          if (!kv[0].is_constant()) throw Unsupported("dict() with a non-constant key");
-          d.box->keys.push_back(kv[0]);
-          d.box->items.push_back(kv[1]);
+          put(kv[0], kv[1]);
         }
       }
     }
     for (auto& [k, v] : kwargs) {
       PyOwned key(PyUnicode_FromString(k.c_str()));
-      d.box->keys.push_back(Tracer::constant(key.p));
-      d.box->items.push_back(v);
+      put(Tracer::constant(key.p), v);
     }
     out = d;
     return true;

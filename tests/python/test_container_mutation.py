@@ -307,3 +307,15 @@ def test_a_set_changed_while_iterated_raises_as_eager():
         return x
 
     check(f, r(2), graphs=0)
+
+
+def test_dict_of_a_dict_and_keywords_replaces_a_repeated_key():
+    # dict(a, x=5) where a has 'x', and pairs repeating a key: one entry, the last value, in the
+    # first one's place (before 2026-11-27 the trace appended a second 'x': len 3, d['x'] == 1).
+    def f(x):
+        a = {"x": 1, "y": 2}
+        d = dict(a, x=5)
+        e = dict([("k", 1), ("j", 3), ("k", 2)])
+        return x + d["x"], list(d.items()), len(d), list(e.items()), len(e)
+
+    check(f, torch.zeros(2))
