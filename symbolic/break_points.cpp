@@ -26,6 +26,21 @@ int call_sequence_start(const std::vector<Instruction>& insts, int inst) {
   return s;
 }
 
+// The instruction that begins the outermost loop around instruction `inst` (the target of a
+// backward jump from below it to at or above it), or -1 outside loops.
+int outermost_loop_head(const std::vector<Instruction>& insts, int inst) {
+  const int at = insts[static_cast<size_t>(inst)].index;
+  int head = -1;
+  for (const Instruction& j : insts) {
+    if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
+    const int target = j.next - j.arg;
+    if (!(target <= at && at < j.index)) continue;
+    for (size_t k = 0; k < insts.size(); ++k)
+      if (insts[k].index == target && (head < 0 || static_cast<int>(k) < head)) head = static_cast<int>(k);
+  }
+  return head;
+}
+
 // Why the root frame cannot break at instruction `inst`, or "" if it can.
 std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
   // Zero-argument super() reads the frame's first slot and its __class__ cell: in transformed
@@ -50,10 +65,11 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
   // Every block around it must be a with.
   for (const ExceptionEntry& e : enclosing_handlers(code, in.index))
     if (!with_cleanup(e.target)) return "inside a try block";
+  // (A break at a loop's first instruction is before the loop: trace_frame moves breaks there.)
   for (const Instruction& j : insts) {
     if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
     const int target = j.next - j.arg;
-    if (target <= in.index && in.index < j.index) return "inside a loop";
+    if (target < in.index && in.index < j.index) return "inside a loop";
   }
   return "";
 }
@@ -95,7 +111,17 @@ TraceResult trace_frame(const FrameInputs& frame) {
   const int failed = result.break_inst;
   const char* opname = opcode_info(insts[static_cast<size_t>(failed)].opcode).name;
   const bool is_call = std::strcmp(opname, "CALL") == 0 || std::strcmp(opname, "CALL_FUNCTION_EX") == 0;
-  const int start = is_call ? call_sequence_start(insts, failed) : failed;
+  int start = is_call ? call_sequence_start(insts, failed) : failed;
+  int end = failed;
+  // Inside a loop the frame breaks before the loop instead: the graph covers the code up to it,
+  // and the continuation (no instruction in between) runs the loop and what follows as written,
+  // its calls compiled as frames of their own. A break inside a loop that begins the frame (a
+  // continuation resuming at it, say) would capture nothing: the frame runs as written.
+  const int loop = outermost_loop_head(insts, start);
+  if (loop >= 0) {
+    start = loop;
+    end = loop - 1;
+  }
   std::string blocker = break_blocker(frame.code, insts, start);
   if (!blocker.empty()) {
     result.reason += " (no graph break: " + blocker + ")";
@@ -105,10 +131,22 @@ TraceResult trace_frame(const FrameInputs& frame) {
   again.filename = result.filename;
   attempt(again, start);
   if (!again.ok || !again.stopped) return result;  // not reproducible: run the frame eagerly
-  again.reason = result.reason;
+  if (loop >= 0 && again.graph.nodes.empty()) {
+    result.reason += " (no graph break: inside a loop, with nothing to compile before it)";
+    return result;
+  }
+  if (loop >= 0 && !again.stack.empty() && again.stack.back().kind == SymValue::Kind::Iterator) {
+    // A for loop's iterator: rebuilt only where nothing but the loop can reach it.
+    const SymBox* it = again.stack.back().box.get();
+    bool reachable = false;
+    for (const auto& l : again.locals) reachable = reachable || (l && l->box.get() == it);
+    for (size_t i = 0; i + 1 < again.stack.size(); ++i) reachable = reachable || again.stack[i].box.get() == it;
+    if (!reachable) again.stack.back().box->loop_only = true;
+  }
+  again.reason = result.reason + (loop >= 0 ? " (inside a loop: the frame breaks before the loop)" : "");
   again.lineno = result.lineno;
   again.break_inst = start;
-  again.break_end = failed;
+  again.break_end = end;
   return again;
 }
 

@@ -217,9 +217,11 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
   if ((is("iter") && n == 1) || (is("reversed") && n == 1)) {
     SymValue it = t.make_iterator(args[0]);
     if (is("reversed")) {
+      const bool fixed = it.box->fixed;
       Args items = remaining(it);
       std::reverse(items.begin(), items.end());
       it = iterator_of(std::move(items));
+      it.box->fixed = fixed;
     }
     out = it;
     return true;
@@ -243,11 +245,13 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
       start = PyLong_AsLong(start_v->obj);
     }
     Args items;
-    for (SymValue& v : remaining(t.make_iterator(args[0]))) {
+    SymValue inner = t.make_iterator(args[0]);
+    for (SymValue& v : remaining(inner)) {
       PyOwned i(PyLong_FromLong(start++));
       items.push_back(SymValue::tuple({Tracer::constant(i.p), v}));
     }
     out = iterator_of(std::move(items));
+    out.box->fixed = inner.box->fixed;
     return true;
   }
   if (is("zip")) {
@@ -259,8 +263,11 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     }
     std::vector<Args> seqs;
     size_t len = SIZE_MAX;
+    bool fixed = true;
     for (SymValue& a : args) {
-      seqs.push_back(remaining(t.make_iterator(a)));
+      SymValue inner = t.make_iterator(a);
+      fixed = fixed && inner.box->fixed;
+      seqs.push_back(remaining(inner));
       if (strict && len != SIZE_MAX && seqs.back().size() != len) throw Unsupported("zip(strict=True) of unequal lengths");
       len = std::min(len, seqs.back().size());
     }
@@ -272,6 +279,7 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
       items.push_back(SymValue::tuple(std::move(tup)));
     }
     out = iterator_of(std::move(items));
+    out.box->fixed = fixed;
     return true;
   }
   if ((is("list") || is("tuple")) && n == 1 && !args[0].is_python_constant()) {

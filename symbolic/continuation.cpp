@@ -41,6 +41,8 @@ void collect_tensors(const SymValue& v, std::vector<codegen::ValueId>& out, std:
     for (const SymValue& i : v.box->items) collect_tensors(i, out, seen);
     for (const SymValue& i : v.box->closure) collect_tensors(i, out, seen);
   }
+  if (v.kind == K::Iterator)  // the items still to come (a rebuilt iterator holds those)
+    for (size_t i = v.box->pos; i < v.box->items.size(); ++i) collect_tensors(v.box->items[i], out, seen);
 }
 
 // How a breaking instruction uses the stack and where execution goes on.
@@ -78,10 +80,14 @@ bool plain_effect(const char* name, int arg, int* pops, int* pushes) {
 }
 
 BreakShape shape_of(const std::vector<Instruction>& insts, int first, int last, int* jump_target) {
+  BreakShape s;
+  if (last < first) {  // no instruction: the continuation resumes at `first` (before a loop)
+    s.successors.push_back({first, 0, 0, false});
+    return s;
+  }
   const Instruction& in = insts[static_cast<size_t>(last)];
   const char* name = opcode_info(in.opcode).name;
   const int next = last + 1;
-  BreakShape s;
   if (std::strcmp(name, "CALL") == 0) {
     s.consumed = in.arg + 2;
     s.successors.push_back({next, 0, 1, false});
@@ -352,6 +358,12 @@ struct BoxSlots {
         for (const SymValue& i : v.box->closure) collect(i);
         collect(v.box->annotations);
       }
+      return;
+    }
+    if (v.kind == K::Iterator) {  // one slot (two references stay one iterator); its items to come
+      if (std::find(boxes.begin(), boxes.end(), v.box.get()) != boxes.end()) return;
+      boxes.push_back(v.box.get());
+      for (size_t i = v.box->pos; i < v.box->items.size(); ++i) collect(v.box->items[i]);
       return;
     }
     if (v.kind == K::Record) {
@@ -655,6 +667,14 @@ struct Rebuilder {
         b.call(2);
         return;
       }
+      case K::Iterator:  // iter() of a tuple of the items not yet produced (values.h: fixed)
+        if (!v.box->fixed || !v.box->loop_only)
+          throw CannotRebuild(v.box->fixed ? "an iterator the code can reach" : "an iterator over a list, dict or set (eager's would see it change)");
+        return boxed(v, [&] {
+          for (size_t i = v.box->pos; i < v.box->items.size(); ++i) push(v.box->items[i]);
+          b.emit(op::BUILD_TUPLE, static_cast<int>(v.box->items.size() - v.box->pos));
+          b.emit(op::GET_ITER, 0);
+        });
       default:
         throw CannotRebuild("a " + describe(v) + " cannot be rebuilt");
     }

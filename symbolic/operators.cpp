@@ -550,7 +550,12 @@ SymValue Tracer::make_iterator(const SymValue& v) {
     default:
       throw Unsupported("iteration over " + describe(v));
   }
-  return iterator_of(std::move(items));
+  SymValue it = iterator_of(std::move(items));
+  // Fixed items (values.h): tuples, a tensor's rows, module lists, immutable constants.
+  PyObject* o = v.kind == K::Constant ? v.obj : nullptr;
+  it.box->fixed = !o || PyTuple_Check(o) || PyRange_Check(o) || PyUnicode_CheckExact(o) || THPSize_Check(o) ||
+                  is_module_container(o, "ModuleList") || is_module_container(o, "Sequential");
+  return it;
 }
 
 std::vector<SymValue> Tracer::unpack(const SymValue& seq, int n) {

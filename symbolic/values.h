@@ -133,6 +133,15 @@ struct SymBox {
   SymValue annotations;  // Function: MAKE_FUNCTION's annotations, if it had any
   size_t pos = 0;
   bool exhausted = false;  // an iterator whose end a loop or next() has seen
+  // Iterator: its items were fixed when it was made (a tuple, range, str, torch.Size, a tensor's
+  // rows, a module list's modules); not one over a list, dict or set, whose later mutation
+  // eager's iterator would see.
+  bool fixed = false;
+  // Iterator: the anonymous one a `for` loop holds on the stack where the frame breaks before
+  // that loop (break_points.cpp), which only the loop's FOR_ITER consumes. Fixed and so, it is
+  // rebuilt as iter() of a tuple of the items still to come (continuation.cpp); an iterator the
+  // code can reach (a local, an argument) is not, since its type, copy or pickle would differ.
+  bool loop_only = false;
 };
 
 }  // namespace fastdyn::symbolic

@@ -1,0 +1,189 @@
+"""A graph break inside a loop (issue 21): the frame breaks before the loop instead of running as
+written. The graph covers the code up to the loop; the continuation runs the loop and what follows
+as written, its calls compiled as frames of their own. The loop's own iterator on the stack there
+is rebuilt only where its items were fixed when it was made (a tuple, range, module list, a
+tensor's rows) and nothing but the loop reaches it: iter() of a tuple of the items still to come.
+One over a list, dict or set, or one the code holds, stays eager's: the frame runs as written."""
+import pytest
+import torch
+import torch.nn as nn
+
+from fdcheck import assert_same, fastdyn
+
+pytestmark = pytest.mark.skipif(fastdyn is None, reason="fastdyn not importable")
+
+LOG = []
+
+
+def untraceable(tag):
+    """A call the trace cannot follow (it breaks on print), with a side effect to order."""
+    print(end="")
+    LOG.append(tag)
+
+
+def run_both(fn, *args):
+    """fn eagerly, then through fastdyn twice: the results and the side-effect logs must agree.
+    Returns the graph-break reasons fastdyn.explain gives."""
+    LOG.clear()
+    want = fn(*args)
+    want_log = list(LOG)
+    jitted = fastdyn.jit(fn)
+    for call in ("first", "second"):
+        LOG.clear()
+        got = jitted(*args)
+        assert_same(got, want, f"{fn.__name__}: {call} call")
+        assert LOG == want_log, f"{fn.__name__}: {call} call: side effects {LOG} != {want_log}"
+    return str(fastdyn.explain(fn, *args))
+
+
+class Block(nn.Module):
+    def __init__(self, i):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.i = i
+
+    def forward(self, x):
+        y = self.lin(x)
+        untraceable(self.i)
+        return torch.relu(y) + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Linear(8, 8)
+        self.blocks = nn.ModuleList([Block(i) for i in range(3)])
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        x = torch.tanh(self.stem(x)) * 2
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x).softmax(-1)
+
+
+def test_a_break_inside_a_module_loop_compiles_the_code_before_the_loop():
+    torch.manual_seed(0)
+    net = Net().eval()
+
+    def forward(x):
+        return net(x)
+
+    with torch.no_grad():
+        report = run_both(forward, torch.randn(4, 8))
+    assert "the frame breaks before the loop" in str(report), report
+    # The stem is a graph of Net.forward's: tanh and mul fused after the linear.
+    with torch.no_grad():
+        text = str(fastdyn.explain(forward, torch.randn(4, 8)))
+    assert "aten::tanh" in text and "aten::mul.Scalar" in text, text
+
+
+def test_a_while_loop_with_a_break_keeps_the_order_of_effects():
+    def f(x, n):
+        x = x * 2 + 1
+        i = 0
+        while i < n:
+            x = x + i
+            untraceable(("step", i))
+            i += 1
+        return x.sum(), i
+
+    report = run_both(f, torch.ones(3), 4)
+    assert "the frame breaks before the loop" in str(report), report
+
+
+@pytest.mark.parametrize("kind", ["tuple", "range", "enumerate", "zip", "reversed", "tensor rows"])
+def test_the_loop_iterator_is_rebuilt_over_fixed_items(kind):
+    def f(x):
+        x = x.cos()
+        ws = (x * 1, x * 2, x * 3)
+        total = x
+        if kind == "tuple":
+            for w in ws:
+                total = total + w
+                untraceable(kind)
+        elif kind == "range":
+            for i in range(3):
+                total = total + ws[i] * i
+                untraceable(i)
+        elif kind == "enumerate":
+            for i, w in enumerate(ws, 1):
+                total = total + w * i
+                untraceable(i)
+        elif kind == "zip":
+            for a, b in zip(ws, reversed(ws)):
+                total = total + a * b
+                untraceable(kind)
+        elif kind == "reversed":
+            for w in reversed(ws):
+                total = total * 0.5 + w
+                untraceable(kind)
+        else:
+            for row in torch.stack(ws):
+                total = total + row.sin()
+                untraceable(kind)
+        return total
+
+    report = run_both(f, torch.randn(5))
+    assert "the frame breaks before the loop" in str(report), report
+
+
+def test_a_loop_over_a_list_the_loop_extends_sees_the_new_items():
+    # An iterator over a list is not rebuilt (eager's sees the list change): the frame runs as
+    # written, and the items the loop appends are visited, as in eager.
+    def f(x):
+        items = [x + 1, x + 2]
+        out = x * 0
+        for v in items:
+            out = out + v
+            untraceable(len(items))
+            if len(items) < 4:
+                items.append(v * 10)
+        return out, len(items)
+
+    run_both(f, torch.ones(2))
+
+
+def test_an_iterator_the_code_holds_is_not_rebuilt():
+    # Its type, copy or pickle would tell a rebuilt one from eager's: the frame runs as written.
+    def outside_loops(x):
+        it = iter((x + 1, x + 2, x + 3))
+        first = next(it)
+        untraceable("mid")
+        return first, list(it), type(it).__name__
+
+    def loop_over_a_local(x):
+        x = x.exp()
+        it = iter((x, x * 2))
+        for w in it:
+            x = x + w
+            untraceable("w")
+        return x, type(it).__name__
+
+    for f in (outside_loops, loop_over_a_local):
+        report = run_both(f, torch.zeros(3))
+        assert "can reach" in report or "no graph break" in report, report
+
+
+def test_a_nested_loop_breaks_before_the_outer_loop():
+    def f(x):
+        x = x.exp()
+        for i in range(2):
+            for j in range(2):
+                x = x + i * j
+                untraceable((i, j))
+        return x
+
+    report = run_both(f, torch.zeros(2))
+    assert "the frame breaks before the loop" in str(report), report
+
+
+def test_a_loop_that_begins_the_frame_runs_as_written():
+    def f(x):
+        for i in range(3):
+            x = x + i
+            untraceable(i)
+        return x
+
+    report = run_both(f, torch.zeros(2))
+    assert "nothing to compile before it" in str(report), report
