@@ -890,6 +890,31 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     }
     return constant(Py_None);
   }
+  // A functools.lru_cache over a function its library marks constant for the life of the
+  // process (torch._dynamo.assume_constant_result's marker; transformers' install and version
+  // probes): called for real on constant arguments, its plain result folded.
+  static PyObject* lru_wrapper = resolve_python_name("functools._lru_cache_wrapper");
+  if (lru_wrapper && PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(lru_wrapper))) {
+    PyOwned wrapped(PyObject_GetAttrString(fn, "__wrapped__"));
+    PyOwned marked(wrapped.p ? PyObject_GetAttrString(wrapped.p, "_dynamo_marked_constant") : nullptr);
+    PyErr_Clear();
+    if (marked.p != Py_True) throw Unsupported("call to " + py_repr(fn) + " (an lru_cache; its function is not marked constant)");
+    PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].is_python_constant()) throw Unsupported("call to " + py_repr(fn) + " with " + describe(args[i]));
+      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), materialize(args[i]));
+    }
+    PyOwned kw(kwargs.empty() ? nullptr : PyDict_New());
+    for (const auto& [k, v] : kwargs) {
+      if (!v.is_python_constant()) throw Unsupported("call to " + py_repr(fn) + " with " + describe(v));
+      PyOwned o(materialize(v));
+      PyDict_SetItemString(kw.p, k.c_str(), o.p);
+    }
+    PyOwned r(PyObject_Call(fn, tuple.p, kw.p));
+    if (!r.p) { PyErr_Clear(); throw Unsupported("call of " + py_repr(fn) + " raised"); }
+    if (!is_plain_value(r.p)) throw Unsupported("call of " + py_repr(fn) + " gave " + py_repr(r.p));
+    return constant(r.p);
+  }
   throw Unsupported("call to " + py_repr(fn) + " is not supported");
 }
 

@@ -330,3 +330,35 @@ def test_a_module_stores_a_plain_value_in_its_forward():
     with pytest.raises(TypeError) as got:
         g(x)
     assert str(got.value) == str(want.value)
+
+
+def test_an_lru_cache_over_a_function_marked_constant_is_folded():
+    # transformers marks its install and version probes so (torch._dynamo.assume_constant_result's
+    # marker) under functools.lru_cache: called once for real, its answer part of the trace.
+    import functools
+
+    ran = []
+
+    def marked(fn):
+        fn._dynamo_marked_constant = True
+        return fn
+
+    @functools.lru_cache
+    @marked
+    def torch_at_least(major):
+        ran.append(major)
+        return int(torch.__version__.split(".")[0]) >= major
+
+    @functools.lru_cache
+    def unmarked(v):
+        return v * 2
+
+    def f(x):
+        return x + 1 if torch_at_least(2) else x - 1
+
+    def g(x):
+        return x * unmarked(3)
+
+    check(f, torch.ones(2))
+    assert ran == [2]  # eager's call filled the cache; the trace's was a hit
+    check(g, torch.ones(2), graphs=1, breaks=1)  # an unmarked cache stays a call as written
