@@ -777,6 +777,42 @@ CaptureResult bind_stack(BindCall& call) {
   return tensor_result(emit1(call.graph, OpId::stack, {Arg::of_values(ts), Arg::of_int(dim)}, derived(call, out, ts)));
 }
 
+// meshgrid of 0-d and 1-d tensors: each a view of its input, reshaped to vary along its own dim
+// (indexing="xy" swaps the first two) and expanded to the grid, as ATen's meshgrid returns them.
+// indexing=None warns in eager: left to it.
+CaptureResult bind_meshgrid(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "meshgrid(Tensor[] tensors, *, str? indexing=None)");
+  if (a.is_none("indexing")) return fail("meshgrid", "indexing=None warns in eager (left to it)");
+  const std::string indexing = a.str("indexing");
+  if (indexing != "ij" && indexing != "xy") return fail("meshgrid", "indexing must be one of \"xy\" or \"ij\"");
+  std::vector<ValueId> ts = a.tensors("tensors");
+  if (ts.empty()) return fail("meshgrid", "expects a non-empty TensorList");
+  const TensorMeta first = call.graph.meta(ts[0]);
+  const size_t n = ts.size();
+  Ints grid(n);
+  for (size_t i = 0; i < n; ++i) {
+    const TensorMeta& m = call.graph.meta(ts[i]);
+    if (m.dim() > 1) return fail("meshgrid", "Expected 0D or 1D tensor in the tensor list");
+    if (m.dtype != first.dtype || m.device != first.device) return fail("meshgrid", "expects all tensors to have the same dtype and device");
+    grid[i] = m.dim() == 0 ? 1 : m.sizes[0];
+  }
+  const bool swap = indexing == "xy" && n >= 2;
+  if (swap) std::swap(grid[0], grid[1]);
+  std::vector<ValueId> outs;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t along = swap && i < 2 ? 1 - i : i;
+    Ints shape(n, 1);
+    shape[along] = grid[along];
+    MetaResult v = meta::view(call.graph.meta(ts[i]), shape);
+    if (!v.ok()) return fail("meshgrid", v.error);
+    ValueId shaped = emit_view(call, ts[i], shape, v.meta);
+    CaptureResult e = expand_to(call, "meshgrid", shaped, grid);
+    if (!e.ok) return e;
+    outs.push_back(e.values[0]);
+  }
+  return tuple_result(outs);
+}
+
 CaptureResult bind_hstack(BindCall& call) {
   FD_BIND_OR_RETURN(call, a, "hstack(Tensor[] tensors, *, Any out=None)");
   std::vector<ValueId> ts = at_least(call, a.tensors("tensors"), 1);

@@ -362,3 +362,29 @@ def test_an_lru_cache_over_a_function_marked_constant_is_folded():
     check(f, torch.ones(2))
     assert ran == [2]  # eager's call filled the cache; the trace's was a hit
     check(g, torch.ones(2), graphs=1, breaks=1)  # an unmarked cache stays a call as written
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid_views_of_its_inputs(indexing):
+    # torch.meshgrid reaches torch._VF.meshgrid (a module forwarding names): views, as eager's.
+    def f(a, b, c):
+        x, y = torch.meshgrid(a, b, indexing=indexing)
+        p, q, r = torch.meshgrid(a, b, c, indexing=indexing)
+        (s,) = torch.meshgrid(a, indexing=indexing)
+        return x, y, x * 2 + y, p + q * r, s, torch.meshgrid(torch.tensor(5.0), b, indexing=indexing)
+
+    check(f, torch.arange(3.0), torch.arange(4.0) * 10, torch.arange(2.0) * 100)
+
+
+def test_meshgrid_without_indexing_warns_as_eager():
+    def f(a, b):
+        return torch.meshgrid(a, b)
+
+    a, b = torch.arange(3.0), torch.arange(2.0)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got, want = fastdyn.jit(f)(a, b), f(a, b)
+        report = str(fastdyn.explain(f, a, b))
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert "indexing=None warns in eager" in report, report  # its C++ warning is eager's own
