@@ -261,7 +261,8 @@ def run_child(name, args):
         tail = [l for l in (p.stderr or p.stdout).strip().splitlines() if l.strip()][-2:]
         return {"error": f"exit {p.returncode}: " + " | ".join(tail)[:300]}
     res = json.loads(lines[-1][len("RESULT "):])
-    reasons = collections.Counter(m.group("reason") for m in map(BREAK_LINE.search, p.stderr.splitlines()) if m)
+    reasons = collections.Counter(re.sub(r" at 0x[0-9a-f]+", "", m.group("reason"))  # one reason, whatever the object
+                                  for m in map(BREAK_LINE.search, p.stderr.splitlines()) if m)
     res["break_reasons"] = reasons.most_common(5)
     return res
 
