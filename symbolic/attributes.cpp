@@ -323,6 +323,16 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       static PyObject* getattribute_name = PyUnicode_InternFromString("__getattribute__");  // NB: kept
       const bool plain_lookup = Py_TYPE(o)->tp_getattro == PyType_Type.tp_getattro ||
                                 (found && _PyType_Lookup(Py_TYPE(o), getattribute_name) == _PyType_Lookup(&PyType_Type, getattribute_name));
+      // A property of the metaclass with a Python getter (torch.distributed's GroupMember.WORLD):
+      // inlined on the class, as an instance's property is, guarded to stay the metaclass's.
+      if (plain_lookup && meta_found && Py_TYPE(meta_found) == &PyProperty_Type) {
+        PyOwned fget(PyObject_GetAttrString(meta_found, "fget"));
+        PyErr_Clear();
+        if (fget.p && PyFunction_Check(fget.p)) {
+          guard_class_attr(owner, name, meta_found);
+          return call(constant(fget.p), {owner}, {});
+        }
+      }
       if (!plain_lookup || (found && python_dunder(Py_TYPE(found), "__get__")) ||
           (meta_found && (Py_TYPE(meta_found) == &PyProperty_Type || python_dunder(Py_TYPE(meta_found), "__get__"))))
         throw Unsupported("class attribute '" + name + "' of " + describe(owner) + " runs Python code");

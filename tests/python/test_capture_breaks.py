@@ -388,3 +388,24 @@ def test_meshgrid_without_indexing_warns_as_eager():
         report = str(fastdyn.explain(f, a, b))
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     assert "indexing=None warns in eager" in report, report  # its C++ warning is eager's own
+
+
+def test_a_property_of_the_metaclass_is_inlined_and_guarded():
+    # torch.distributed's GroupMember.WORLD, which transformers' generate() reads.
+    class Meta(type):
+        @property
+        def WORLD(cls):
+            return cls.base * 2
+
+    class Group(metaclass=Meta):
+        base = 3
+
+    def f(x):
+        return x * Group.WORLD
+
+    check(f, torch.ones(2))
+    g, x = fastdyn.jit(f), torch.ones(2)
+    Group.base = 5
+    assert torch.equal(g(x), x * 10)
+    Meta.WORLD = property(lambda cls: 7)
+    assert torch.equal(g(x), x * 7)
