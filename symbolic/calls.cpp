@@ -855,6 +855,15 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       throw Unsupported("a mutable " + std::string(Py_TYPE(r)->tp_name) + " from " + py_repr(fn));
     return constant(r);
   }
+  // torch functions that are a tensor's metadata methods (torch.is_floating_point(x) is
+  // x.is_floating_point()): answered by the method's intrinsic.
+  static const std::pair<PyObject*, const char*> metadata_functions[] = {
+      {resolve_python_name("torch.is_floating_point"), "is_floating_point"},
+      {resolve_python_name("torch.is_complex"), "is_complex"},
+      {resolve_python_name("torch.numel"), "numel"}};
+  for (const auto& [f, method] : metadata_functions)
+    if (f && fn == f && args.size() == 1 && kwargs.empty() && args[0].is_tensor())
+      return call_tensor_method(args[0], method, {}, {});
   // torch functions that only read global state, and tracing/scripting probes.
   static PyObject* is_grad_enabled = resolve_python_name("torch.is_grad_enabled");
   if (fn == is_grad_enabled && args.empty()) return constant(ctx_.grad_enabled ? Py_True : Py_False);

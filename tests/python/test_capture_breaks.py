@@ -409,3 +409,12 @@ def test_a_property_of_the_metaclass_is_inlined_and_guarded():
     assert torch.equal(g(x), x * 10)
     Meta.WORLD = property(lambda cls: 7)
     assert torch.equal(g(x), x * 7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_torch_functions_that_are_metadata_methods(dtype):
+    def f(x):
+        y = x * 2 if torch.is_floating_point(x) else x + 1
+        return y, torch.is_complex(x), torch.numel(x)
+
+    check(f, torch.ones(2, 3, dtype=dtype))
