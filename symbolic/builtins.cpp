@@ -357,6 +357,11 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     out.items.push_back(self);
     return true;
   }
+  if (is("setattr") && n == 3 && kwargs.empty() && args[1].is_constant() && PyUnicode_CheckExact(args[1].obj)) {
+    t.store_attr(args[0], PyUnicode_AsUTF8(args[1].obj), args[2]);
+    out = Tracer::constant(Py_None);
+    return true;
+  }
   if (is("callable") && n == 1) {
     using K = SymValue::Kind;
     bool c = args[0].is_constant() ? PyCallable_Check(args[0].obj) : (args[0].kind == K::Function || args[0].kind == K::BoundMethod || args[0].kind == K::Method);

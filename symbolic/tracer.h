@@ -141,6 +141,9 @@ class Tracer {
   // __setattr__ is nn.Module's, value is no tensor, Parameter or Module, and none of its three
   // dicts holds the name (then Module.__setattr__ stores into the instance dict). Guards so.
   bool plain_module_store(const SymValue& owner, const std::string& name, const SymValue& value);
+  // owner.name = value (STORE_ATTR, setattr): on an object made in the trace, or an object from
+  // outside whose store is replayed after the graph; Unsupported where the store runs code.
+  void store_attr(const SymValue& owner, const std::string& name, const SymValue& value);
   // `container`, a list or dict the caller can see (it has a source), is about to be mutated
   // (`what`: "append", "item assignment" ...). The trace mutates its symbolic items, and the
   // transformed code gives the real object those final contents after the graph

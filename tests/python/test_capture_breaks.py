@@ -418,3 +418,21 @@ def test_torch_functions_that_are_metadata_methods(dtype):
         return y, torch.is_complex(x), torch.numel(x)
 
     check(f, torch.ones(2, 3, dtype=dtype))
+
+
+def test_setattr_with_a_constant_name_is_a_store():
+    class Config:
+        def __init__(self):
+            self.scale = 1.0
+
+    cfg = Config()
+
+    def f(x, updates):
+        for k, v in updates.items():
+            setattr(cfg, k, v)  # transformers' config.update does this
+        obj = Config()
+        setattr(obj, "scale", 3.0)
+        return x * cfg.scale * obj.scale, getattr(cfg, "bias", None)
+
+    check(f, torch.ones(2), {"scale": 2.0, "bias": 0.5})
+    assert cfg.scale == 2.0 and cfg.bias == 0.5
