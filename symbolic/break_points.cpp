@@ -1,5 +1,6 @@
 // symbolic/break_points.cpp — the root frame's graph break: where the frame may break (not in a
-// generator, a try block or a loop; inside a with block the continuation re-enters it), and the
+// generator; inside a with block the continuation re-enters it; inside a loop or try block, before
+// the outermost of them), and the
 // trace_frame entry that traces a frame, and on an untraceable instruction traces it again up to
 // that instruction so that the transformed bytecode runs it and calls a continuation.
 #include <cstring>
@@ -41,8 +42,59 @@ int outermost_loop_head(const std::vector<Instruction>& insts, int inst) {
   return head;
 }
 
-// Why the root frame cannot break at instruction `inst`, or "" if it can.
-std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
+// Whether the exception handler at code unit `target` is a with block's cleanup (PUSH_EXC_INFO,
+// WITH_EXCEPT_START), as CPython compiles every with statement's.
+bool with_cleanup(const std::vector<Instruction>& insts, int target) {
+  for (size_t k = 0; k + 1 < insts.size(); ++k)
+    if (insts[k].index == target)
+      return std::strcmp(opcode_info(insts[k].opcode).name, "PUSH_EXC_INFO") == 0 &&
+             std::strcmp(opcode_info(insts[k + 1].opcode).name, "WITH_EXCEPT_START") == 0;
+  return false;
+}
+
+// The code unit where the try block (not a with block) whose handler is at `target` begins: the
+// earliest of the exception-table ranges that share that handler (CPython splits a try body's
+// range around what it nests).
+int try_start(const std::vector<ExceptionEntry>& table, int target) {
+  int start = -1;
+  for (const ExceptionEntry& e : table)
+    if (e.target == target && (start < 0 || e.start < start)) start = e.start;
+  return start;
+}
+
+// The instruction that begins the outermost try block (not a with block) around instruction
+// `inst`, or -1 outside try blocks.
+int outermost_try_start(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
+  const std::vector<ExceptionEntry> table = exception_table(code);
+  int unit = -1;
+  for (const ExceptionEntry& e : enclosing_handlers(code, insts[static_cast<size_t>(inst)].index)) {
+    if (with_cleanup(insts, e.target)) continue;
+    const int start = try_start(table, e.target);
+    if (unit < 0 || start < unit) unit = start;
+  }
+  for (size_t k = 0; unit >= 0 && k < insts.size(); ++k)
+    if (insts[k].index == unit) return static_cast<int>(k);
+  return -1;
+}
+
+// Where the frame breaks for an untraceable instruction at `inst`: before the outermost loop or
+// try block around it (what `inst` reaches through), or `inst` itself outside them.
+int break_point(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
+  for (int at = inst;;) {
+    int moved = at;
+    const int loop = outermost_loop_head(insts, at);
+    if (loop >= 0 && loop < moved) moved = loop;
+    const int block = outermost_try_start(code, insts, at);
+    if (block >= 0 && block < moved) moved = block;
+    if (moved == at) return at;
+    at = moved;
+  }
+}
+
+// Why the root frame cannot break at instruction `inst`, or "" if it can. `before_block`: the
+// break runs no instruction of its own (break_point moved it before a loop or try block), so the
+// try blocks that begin at `inst` are entered by the continuation alone.
+std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst, bool before_block) {
   // Zero-argument super() reads the frame's first slot and its __class__ cell: in transformed
   // code and continuations the first slot holds something else.
   for (int i = 0; i < code->co_nfreevars; ++i) {
@@ -55,16 +107,14 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
   // block's exception-table entry, and the rebuilt stack holds an __exit__ that restores what the
   // block changed (continuation.cpp; the trace only enters grad-mode blocks and nullcontext).
   // A try block's handler would need the state of the frame at the break: not rebuilt.
-  auto with_cleanup = [&](int target) {
-    for (size_t k = 0; k + 1 < insts.size(); ++k)
-      if (insts[k].index == target)
-        return std::strcmp(opcode_info(insts[k].opcode).name, "PUSH_EXC_INFO") == 0 &&
-               std::strcmp(opcode_info(insts[k + 1].opcode).name, "WITH_EXCEPT_START") == 0;
-    return false;
-  };
-  // Every block around it must be a with.
-  for (const ExceptionEntry& e : enclosing_handlers(code, in.index))
-    if (!with_cleanup(e.target)) return "inside a try block";
+  const std::vector<ExceptionEntry> table = exception_table(code);
+  for (const ExceptionEntry& e : enclosing_handlers(code, in.index)) {
+    if (with_cleanup(insts, e.target)) continue;
+    // (Before a block: one that begins here, and the finally blocks around its handlers, which
+    // begin no earlier, are the continuation's alone.)
+    if (before_block && try_start(table, e.target) >= in.index) continue;
+    return "inside a try block";
+  }
   // (A break at a loop's first instruction is before the loop: trace_frame moves breaks there.)
   for (const Instruction& j : insts) {
     if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
@@ -113,16 +163,18 @@ TraceResult trace_frame(const FrameInputs& frame) {
   const bool is_call = std::strcmp(opname, "CALL") == 0 || std::strcmp(opname, "CALL_FUNCTION_EX") == 0;
   int start = is_call ? call_sequence_start(insts, failed) : failed;
   int end = failed;
-  // Inside a loop the frame breaks before the loop instead: the graph covers the code up to it,
-  // and the continuation (no instruction in between) runs the loop and what follows as written,
-  // its calls compiled as frames of their own. A break inside a loop that begins the frame (a
-  // continuation resuming at it, say) would capture nothing: the frame runs as written.
-  const int loop = outermost_loop_head(insts, start);
-  if (loop >= 0) {
-    start = loop;
-    end = loop - 1;
+  // Inside a loop or a try block the frame breaks before the outermost of them instead: the graph
+  // covers the code up to it, and the continuation (no instruction in between) runs the loop or
+  // block and what follows as written, its calls compiled as frames of their own. A break inside
+  // one that begins the frame (a continuation resuming at it, say) would capture nothing: the
+  // frame runs as written.
+  const int before = break_point(frame.code, insts, start);
+  const bool moved = before != start || outermost_loop_head(insts, start) >= 0 || outermost_try_start(frame.code, insts, start) >= 0;
+  if (moved) {
+    start = before;
+    end = before - 1;
   }
-  std::string blocker = break_blocker(frame.code, insts, start);
+  std::string blocker = break_blocker(frame.code, insts, start, moved);
   if (!blocker.empty()) {
     result.reason += " (no graph break: " + blocker + ")";
     return result;
@@ -131,11 +183,12 @@ TraceResult trace_frame(const FrameInputs& frame) {
   again.filename = result.filename;
   attempt(again, start);
   if (!again.ok || !again.stopped) return result;  // not reproducible: run the frame eagerly
-  if (loop >= 0 && again.graph.nodes.empty()) {
-    result.reason += " (no graph break: inside a loop, with nothing to compile before it)";
+  if (moved && again.graph.nodes.empty()) {
+    result.reason += " (no graph break: inside a loop or try block, with nothing to compile before it)";
     return result;
   }
-  if (loop >= 0 && !again.stack.empty() && again.stack.back().kind == SymValue::Kind::Iterator) {
+  if (moved && std::strcmp(opcode_info(insts[static_cast<size_t>(start)].opcode).name, "FOR_ITER") == 0 &&
+      !again.stack.empty() && again.stack.back().kind == SymValue::Kind::Iterator) {
     // A for loop's iterator: rebuilt only where nothing but the loop can reach it.
     const SymBox* it = again.stack.back().box.get();
     bool reachable = false;
@@ -143,7 +196,7 @@ TraceResult trace_frame(const FrameInputs& frame) {
     for (size_t i = 0; i + 1 < again.stack.size(); ++i) reachable = reachable || again.stack[i].box.get() == it;
     if (!reachable) again.stack.back().box->loop_only = true;
   }
-  again.reason = result.reason + (loop >= 0 ? " (inside a loop: the frame breaks before the loop)" : "");
+  again.reason = result.reason + (moved ? " (inside a loop or try block: the frame breaks before it)" : "");
   again.lineno = result.lineno;
   again.break_inst = start;
   again.break_end = end;

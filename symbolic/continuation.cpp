@@ -896,7 +896,10 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     // their exception-table entries: should it raise, each block's __exit__ (on the rebuilt
     // stack) runs before the exception leaves, as in the original code.
     const int break_start = b.as().new_label(), break_stop = b.as().new_label();
-    const std::vector<ExceptionEntry> blocks = enclosing_handlers(orig, insts[static_cast<size_t>(trace.break_inst)].index);
+    // (No instruction, before a loop or try block: nothing for a handler to cover.)
+    const std::vector<ExceptionEntry> blocks = trace.break_end < trace.break_inst
+                                                   ? std::vector<ExceptionEntry>{}
+                                                   : enclosing_handlers(orig, insts[static_cast<size_t>(trace.break_inst)].index);
     for (const ExceptionEntry& e : blocks) {
       const Instruction* h = nullptr;
       for (const Instruction& in : insts)

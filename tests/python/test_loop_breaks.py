@@ -1,5 +1,5 @@
-"""A graph break inside a loop (issue 21): the frame breaks before the loop instead of running as
-written. The graph covers the code up to the loop; the continuation runs the loop and what follows
+"""A graph break inside a loop or a try block (issue 21): the frame breaks before the outermost of
+them instead of running as written. The graph covers the code up to the loop; the continuation runs the loop and what follows
 as written, its calls compiled as frames of their own. The loop's own iterator on the stack there
 is rebuilt only where its items were fixed when it was made (a tuple, range, module list, a
 tensor's rows) and nothing but the loop reaches it: iter() of a tuple of the items still to come.
@@ -71,7 +71,7 @@ def test_a_break_inside_a_module_loop_compiles_the_code_before_the_loop():
 
     with torch.no_grad():
         report = run_both(forward, torch.randn(4, 8))
-    assert "the frame breaks before the loop" in str(report), report
+    assert "the frame breaks before it" in str(report), report
     # The stem is a graph of Net.forward's: tanh and mul fused after the linear.
     with torch.no_grad():
         text = str(fastdyn.explain(forward, torch.randn(4, 8)))
@@ -89,7 +89,7 @@ def test_a_while_loop_with_a_break_keeps_the_order_of_effects():
         return x.sum(), i
 
     report = run_both(f, torch.ones(3), 4)
-    assert "the frame breaks before the loop" in str(report), report
+    assert "the frame breaks before it" in str(report), report
 
 
 @pytest.mark.parametrize("kind", ["tuple", "range", "enumerate", "zip", "reversed", "tensor rows"])
@@ -125,7 +125,7 @@ def test_the_loop_iterator_is_rebuilt_over_fixed_items(kind):
         return total
 
     report = run_both(f, torch.randn(5))
-    assert "the frame breaks before the loop" in str(report), report
+    assert "the frame breaks before it" in str(report), report
 
 
 def test_a_loop_over_a_list_the_loop_extends_sees_the_new_items():
@@ -175,7 +175,7 @@ def test_a_nested_loop_breaks_before_the_outer_loop():
         return x
 
     report = run_both(f, torch.zeros(2))
-    assert "the frame breaks before the loop" in str(report), report
+    assert "the frame breaks before it" in str(report), report
 
 
 def test_a_loop_that_begins_the_frame_runs_as_written():
@@ -187,3 +187,68 @@ def test_a_loop_that_begins_the_frame_runs_as_written():
 
     report = run_both(f, torch.zeros(2))
     assert "nothing to compile before it" in str(report), report
+
+
+# ---- try blocks: the frame breaks before the outermost try block around the break
+
+
+def with_try(x, d):
+    x = x.exp() * 2
+    try:
+        y = x + d["k"]
+        untraceable("in try")
+        z = y * 3
+    except KeyError:
+        untraceable("handler")
+        z = x - 1
+    finally:
+        LOG.append("finally")
+    return z.sum()
+
+
+@pytest.mark.parametrize("d", [{"k": 1.0}, {}], ids=["body", "handler"])
+def test_a_break_inside_a_try_block_breaks_before_it(d):
+    report = run_both(with_try, torch.zeros(3), d)
+    assert "the frame breaks before it" in report, report
+
+
+def test_an_exception_leaving_the_try_block_is_eagers():
+    def f(x, n):
+        x = x + 1
+        try:
+            untraceable("before")
+            if n > 1:
+                raise ValueError(f"n is {n}")
+        finally:
+            LOG.append("finally")
+        return x
+
+    run_both(f, torch.zeros(2), 1)
+    LOG.clear()
+    with pytest.raises(ValueError, match="n is 2") as want:
+        f(torch.zeros(2), 2)
+    want_log = list(LOG)
+    LOG.clear()
+    with pytest.raises(ValueError, match="n is 2") as got:
+        fastdyn.jit(f)(torch.zeros(2), 2)
+    assert LOG == want_log
+    assert got.traceback[-1].lineno == want.traceback[-1].lineno  # raised on the same source line
+
+
+def test_a_try_block_inside_a_loop_inside_a_try_block():
+    def f(x, items):
+        x = x.sin()
+        total = x * 0
+        try:
+            for i in range(len(items)):
+                try:
+                    total = total + items[i]
+                    untraceable(i)
+                except IndexError:
+                    untraceable("never")
+        finally:
+            LOG.append("outer finally")
+        return total + x
+
+    report = run_both(f, torch.ones(2), (torch.ones(2), torch.full((2,), 2.0)))
+    assert "the frame breaks before it" in report, report
