@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "runtime/guards.h"
-#include "symbolic/continuation.h"
 #include "symbolic/opcodes.h"
 #include "symbolic/tracer.h"
 

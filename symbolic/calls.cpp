@@ -4,13 +4,11 @@
 // made in the trace in containers.cpp; operators, subscripts and iteration in operators.cpp.
 #include <ATen/Context.h>
 #include <torch/csrc/Device.h>
-#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <cstring>
 
