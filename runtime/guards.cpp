@@ -551,7 +551,7 @@ void GuardTree::add_dict_keys(GuardNode* n, PyObject* dict) {
     if (c.kind == CheckKind::DictKeys) return;
   Check c;
   c.kind = CheckKind::DictKeys;
-  PyObject* keys = PyODict_CheckExact(dict) ? PySequence_List(dict) : PyDict_Keys(dict);  // an OrderedDict's own order
+  PyObject* keys = PySequence_List(dict);  // iteration order (an OrderedDict's own, not its dict's)
   c.expected = keys ? PyList_AsTuple(keys) : nullptr;
   Py_XDECREF(keys);
   if (!c.expected) {

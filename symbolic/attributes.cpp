@@ -224,8 +224,7 @@ bool Tracer::plain_module_store(const SymValue& owner, const std::string& name, 
 
 // STORE_ATTR, and setattr() with a constant name (builtins.cpp).
 void Tracer::store_attr(const SymValue& owner, const std::string& name, const SymValue& value) {
-  Tracer& t = *this;  // (the body was the STORE_ATTR handler's)
-  if (owner.kind == SymValue::Kind::Object) return t.store_object_attr(owner, name, value);
+  if (owner.kind == SymValue::Kind::Object) return store_object_attr(owner, name, value);
   if (owner.kind == SymValue::Kind::Record) {
     for (size_t i = 0; i < owner.field_names.size(); ++i)
       if (owner.field_names[i] == name) throw Unsupported("assignment to a field of a record made in the frame");
@@ -234,55 +233,50 @@ void Tracer::store_attr(const SymValue& owner, const std::string& name, const Sy
   if (owner.is_tensor() && name == "grad" && value.is_constant() && value.obj == Py_None) {
     // p.grad = None (zero_grad(set_to_none=True)) on a leaf input: replayed after the graph;
     // later reads in the trace see None (tensor_attr).
-    PyObject* obj = t.input_object(owner);
+    PyObject* obj = input_object(owner);
     if (!owner.source || !obj || !THPVariable_Unpack(obj).is_leaf())
       throw Unsupported("'.grad' assignment on a tensor that is not a leaf input");
-    for (auto& [o, n, v] : t.written_attrs_)
+    for (auto& [o, n, v] : written_attrs_)
       if (o == obj && n == name) return;  // None already
-    t.written_attrs_.emplace_back(obj, name, value);
-    t.result_.effects.push_back({owner, name, value});
+    written_attrs_.emplace_back(obj, name, value);
+    result_.effects.push_back({owner, name, value});
     return;
   }
   if (!owner.is_constant() || owner.name == "__super__") throw Unsupported("attribute assignment on " + describe(owner));
   PyTypeObject* tp = Py_TYPE(owner.obj);
   // (An nn.Module's own __setattr__ stores a plain value as object.__setattr__ does; the replay
   // after the graph runs it.)
-  const bool module_store = t.plain_module_store(owner, name, value);
+  const bool module_store = plain_module_store(owner, name, value);
   if (!module_store && (tp->tp_setattro != PyObject_GenericSetAttr || PyType_Check(owner.obj) || PyModule_Check(owner.obj)))
     throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " (custom __setattr__)");
   if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Function || value.kind == SymValue::Kind::Cell)
     throw Unsupported("storing a " + describe(value) + " in an attribute");
-  {
-    // A data descriptor on the type (a property's setter, ...) runs code on assignment, and
-    // reads after it would not see the value stored: only __slots__ members store plainly.
-    PyOwned key(PyUnicode_FromString(name.c_str()));
-    PyObject* descr = key.p ? _PyType_Lookup(tp, key.p) : nullptr;
-    if (descr && Py_TYPE(descr)->tp_descr_set && !Py_IS_TYPE(descr, &PyMemberDescr_Type))
-      throw Unsupported(std::string("attribute assignment through a ") + Py_TYPE(descr)->tp_name + " ('" + name +
-                        "' of " + tp->tp_name + ")");
-  }
-  {
-    // Replayed after the graph, outside any try block: a store that would raise (an object
-    // without a __dict__ and no slot of that name, object() say) must raise where it is.
-    PyOwned key(PyUnicode_FromString(name.c_str()));
-    PyObject* descr = key.p ? _PyType_Lookup(tp, key.p) : nullptr;
-    if (!(descr && Py_IS_TYPE(descr, &PyMemberDescr_Type)) && !_PyObject_GetDictPtr(owner.obj))
-      throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " without a __dict__");
-  }
-  if (!owner.source) t.pin(owner);  // replayed on this very object
-  for (auto& [obj, n, v] : t.written_attrs_)
+  PyOwned key(PyUnicode_FromString(name.c_str()));
+  PyObject* descr = key.p ? _PyType_Lookup(tp, key.p) : nullptr;  // borrowed
+  const bool slot = descr && Py_IS_TYPE(descr, &PyMemberDescr_Type);
+  // A data descriptor on the type (a property's setter, ...) runs code on assignment, and reads
+  // after it would not see the value stored: only __slots__ members store plainly.
+  if (descr && Py_TYPE(descr)->tp_descr_set && !slot)
+    throw Unsupported(std::string("attribute assignment through a ") + Py_TYPE(descr)->tp_name + " ('" + name +
+                      "' of " + tp->tp_name + ")");
+  // Replayed after the graph, outside any try block: a store that would raise (an object without
+  // a __dict__ and no slot of that name, object() say) must raise where it is.
+  if (!slot && !_PyObject_GetDictPtr(owner.obj))
+    throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " without a __dict__");
+  if (!owner.source) pin(owner);  // replayed on this very object
+  for (auto& [obj, n, v] : written_attrs_)
     if (obj == owner.obj && n == name) {
       v = value;
       // Nothing runs between the replayed stores: the last value, stored where the first store
       // was (which keeps the instance dict's insertion order), is all that is observable. So a
       // tensor overwritten in the frame (a cache layer's empty placeholder replaced by a cat)
       // is not kept alive as a graph output.
-      for (TraceResult::SideEffect& e : t.result_.effects)
+      for (TraceResult::SideEffect& e : result_.effects)
         if (e.target.is_constant() && e.target.obj == owner.obj && e.name == name) e.value = value;
       return;
     }
-  t.written_attrs_.emplace_back(owner.obj, name, value);
-  t.result_.effects.push_back({owner, name, value});
+  written_attrs_.emplace_back(owner.obj, name, value);
+  result_.effects.push_back({owner, name, value});
 }
 
 SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {

@@ -3,7 +3,9 @@
 // the outermost of them), and the
 // trace_frame entry that traces a frame, and on an untraceable instruction traces it again up to
 // that instruction so that the transformed bytecode runs it and calls a continuation.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,22 +78,23 @@ int outermost_try_start(PyCodeObject* code, const std::vector<Instruction>& inst
   return -1;
 }
 
-// Where the frame breaks for an untraceable instruction at `inst`: before the outermost loop or
-// try block around it (what `inst` reaches through), or `inst` itself outside them.
-int break_point(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
+// Where the frame breaks for an untraceable instruction at `inst` inside loops or try blocks:
+// before the outermost of them (moving out until no loop or try block holds the point; a point
+// at a loop's first instruction is held by it); nullopt outside them.
+std::optional<int> before_blocks(PyCodeObject* code, const std::vector<Instruction>& insts, int inst) {
+  std::optional<int> out;
   for (int at = inst;;) {
-    int moved = at;
     const int loop = outermost_loop_head(insts, at);
-    if (loop >= 0 && loop < moved) moved = loop;
     const int block = outermost_try_start(code, insts, at);
-    if (block >= 0 && block < moved) moved = block;
-    if (moved == at) return at;
-    at = moved;
+    if (loop < 0 && block < 0) return out;
+    const int moved = std::min(loop < 0 ? at : loop, block < 0 ? at : block);
+    if (out && moved == at) return out;
+    out = at = moved;
   }
 }
 
 // Why the root frame cannot break at instruction `inst`, or "" if it can. `before_block`: the
-// break runs no instruction of its own (break_point moved it before a loop or try block), so the
+// break runs no instruction of its own (before_blocks moved it before a loop or try block), so the
 // try blocks that begin at `inst` are entered by the continuation alone.
 std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst, bool before_block) {
   // Zero-argument super() reads the frame's first slot and its __class__ cell: in transformed
@@ -167,11 +170,11 @@ TraceResult trace_frame(const FrameInputs& frame) {
   // block and what follows as written, its calls compiled as frames of their own. A break inside
   // one that begins the frame (a continuation resuming at it, say) would capture nothing: the
   // frame runs as written.
-  const int before = break_point(frame.code, insts, start);
-  const bool moved = before != start || outermost_loop_head(insts, start) >= 0 || outermost_try_start(frame.code, insts, start) >= 0;
+  const std::optional<int> before = before_blocks(frame.code, insts, start);
+  const bool moved = before.has_value();
   if (moved) {
-    start = before;
-    end = before - 1;
+    start = *before;
+    end = *before - 1;
   }
   std::string blocker = break_blocker(frame.code, insts, start, moved);
   if (!blocker.empty()) {

@@ -35,6 +35,22 @@ static bool is_foldable_builtin(PyObject* fn) {
   return false;
 }
 
+static bool is_lru_cache(PyObject* fn) {
+  static PyObject* lru_wrapper = resolve_python_name("functools._lru_cache_wrapper");  // NB: kept for the process
+  return lru_wrapper && PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(lru_wrapper));
+}
+
+// A functools.lru_cache over a function its library marks constant for the life of the process
+// (torch._dynamo.assume_constant_result's marker; transformers' install and version probes): on
+// constant arguments it folds like a pure builtin.
+static bool constant_lru_cache(PyObject* fn) {
+  if (!is_lru_cache(fn)) return false;
+  PyOwned wrapped(PyObject_GetAttrString(fn, "__wrapped__"));
+  PyOwned marked(wrapped.p ? PyObject_GetAttrString(wrapped.p, "_dynamo_marked_constant") : nullptr);
+  PyErr_Clear();
+  return marked.p == Py_True;
+}
+
 // Whether `v` holds an nn.Module that came from the frame (wrap() guards those by type only).
 static bool holds_type_guarded_module(const SymValue& v) {
   switch (v.kind) {
@@ -783,7 +799,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   static PyObject* iinfo = resolve_python_name("torch.iinfo");
   static PyObject* signature = resolve_python_name("inspect.signature");  // NB: kept for the process
   if (all_const && (is_foldable_builtin(fn) || is_math_function(fn) || fn == finfo || fn == iinfo ||
-                    fn == signature || fn == partial_type || is_pure_method(fn))) {
+                    fn == signature || fn == partial_type || is_pure_method(fn) || constant_lru_cache(fn))) {
     // An nn.Module read from the frame is guarded by its type, so one entry serves every
     // instance of a class: a folded call must not depend on which instance it is. isinstance
     // and type read only its type, inspect.signature(self.forward) its class's function;
@@ -897,31 +913,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     }
     return constant(Py_None);
   }
-  // A functools.lru_cache over a function its library marks constant for the life of the
-  // process (torch._dynamo.assume_constant_result's marker; transformers' install and version
-  // probes): called for real on constant arguments, its plain result folded.
-  static PyObject* lru_wrapper = resolve_python_name("functools._lru_cache_wrapper");
-  if (lru_wrapper && PyObject_TypeCheck(fn, reinterpret_cast<PyTypeObject*>(lru_wrapper))) {
-    PyOwned wrapped(PyObject_GetAttrString(fn, "__wrapped__"));
-    PyOwned marked(wrapped.p ? PyObject_GetAttrString(wrapped.p, "_dynamo_marked_constant") : nullptr);
-    PyErr_Clear();
-    if (marked.p != Py_True) throw Unsupported("call to " + py_repr(fn) + " (an lru_cache; its function is not marked constant)");
-    PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (!args[i].is_python_constant()) throw Unsupported("call to " + py_repr(fn) + " with " + describe(args[i]));
-      PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), materialize(args[i]));
-    }
-    PyOwned kw(kwargs.empty() ? nullptr : PyDict_New());
-    for (const auto& [k, v] : kwargs) {
-      if (!v.is_python_constant()) throw Unsupported("call to " + py_repr(fn) + " with " + describe(v));
-      PyOwned o(materialize(v));
-      PyDict_SetItemString(kw.p, k.c_str(), o.p);
-    }
-    PyOwned r(PyObject_Call(fn, tuple.p, kw.p));
-    if (!r.p) { PyErr_Clear(); throw Unsupported("call of " + py_repr(fn) + " raised"); }
-    if (!is_plain_value(r.p)) throw Unsupported("call of " + py_repr(fn) + " gave " + py_repr(r.p));
-    return constant(r.p);
-  }
+  if (is_lru_cache(fn)) throw Unsupported("call to " + py_repr(fn) + " (an lru_cache; its function is not marked constant, or an argument is not)");
   throw Unsupported("call to " + py_repr(fn) + " is not supported");
 }
 
