@@ -12,8 +12,9 @@ CUDA graphs, one per KV length met up to its bound); torch.compile(model.forward
 mode="reduce-overhead"). generate() gets disable_compile=True: with a static cache on a GPU,
 transformers otherwise wraps the forward in torch.compile itself (so "eager" was inductor, and
 the other modes ran under it). Each mode runs in a fresh process: a first generate (compiles included),
-then three more, timed with a synchronize at the end; tokens/s is the new tokens over the median
-of those three. Every mode's tokens are compared with eager's.
+then --generates more (3), timed with a synchronize at the end; tokens/s is the new tokens over the
+median of those (each one's time is in the JSON line). --profile prints a cProfile of one more
+generate per mode. Every mode's tokens are compared with eager's.
 """
 import argparse
 import json
@@ -26,7 +27,7 @@ CHILD = r"""
 import json, os, statistics, sys, time, tempfile
 os.environ.setdefault("FASTDYN_CACHE_DIR", tempfile.mkdtemp(prefix="fastdyn-decode-"))
 import torch, transformers
-mode, tokens, cache = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+mode, tokens, cache, generates, profile = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
 cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8,
                                num_key_value_heads=4, vocab_size=8192, max_position_embeddings=1024)
 torch.manual_seed(0)
@@ -47,9 +48,15 @@ def generate():
 
 t0 = time.perf_counter(); out = generate(); first = time.perf_counter() - t0
 times = []
-for _ in range(3):
+for _ in range(generates):
     t0 = time.perf_counter(); out = generate(); times.append(time.perf_counter() - t0)
-res = {"mode": mode, "first_s": first, "generate_s": statistics.median(times), "tokens": out[0, ids.shape[1]:].tolist()}
+res = {"mode": mode, "first_s": first, "generate_s": statistics.median(times), "times": times,
+       "tokens": out[0, ids.shape[1]:].tolist()}
+if profile:  # where one more generate's host time goes (stderr)
+    import cProfile, pstats
+    pr = cProfile.Profile(); pr.enable(); generate(); pr.disable()
+    print(f"## {mode}", file=sys.stderr)
+    pstats.Stats(pr, stream=sys.stderr).sort_stats("tottime").print_stats(25)
 if mode.startswith("fastdyn"):
     s = fastdyn.stats()
     res["graphs"] = s["graphs"]; res["cuda_graph_captures"] = s.get("cuda_graph_captures", 0)
@@ -62,6 +69,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--modes", default="eager,fastdyn,fastdyn_ro,inductor,inductor_ro")
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--generates", type=int, default=3, help="timed generates after the first (the median is reported)")
+    ap.add_argument("--profile", action="store_true", help="cProfile one more generate per mode (to stderr)")
     ap.add_argument("--cache", default="dynamic,static",
                     help="KV caches: dynamic (transformers' default, grows by a token per step) and static "
                          "(a fixed-size buffer: the shapes CUDA graphs need)")
@@ -75,8 +84,10 @@ def table(opts, cache):
     rows = []
     for mode in opts.modes.split(","):
         try:
-            r = subprocess.run([sys.executable, "-c", CHILD, mode, str(opts.tokens), cache], capture_output=True,
-                               text=True, timeout=opts.timeout)
+            r = subprocess.run([sys.executable, "-c", CHILD, mode, str(opts.tokens), cache, str(opts.generates),
+                                str(int(opts.profile))], capture_output=True, text=True, timeout=opts.timeout)
+            if opts.profile:
+                sys.stderr.write(r.stderr)
             line = next((l for l in r.stdout.splitlines() if l.startswith("RESULT ")), None)
             if line is None:
                 rows.append({"mode": mode, "error": (r.stderr or r.stdout).strip().splitlines()[-1:]})

@@ -66,6 +66,7 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_PERF_MAP", SettingKind::Flag, {}},
       {"FASTDYN_SEGV_BACKTRACE", SettingKind::Flag, {}},  // a crash prints the native stack (pymodule)
       {"FASTDYN_NVRTC", SettingKind::Text, {}},           // the NVRTC library file (runtime/cuda/cuda_api.h)
+      {"FASTDYN_NVRTC_OPTIONS", SettingKind::Text, {}},   // NVRTC options added to the backend's (bench/nvrtc_options.py)
       {"FASTDYN_DISABLE", SettingKind::Flag, {}},
       {"FASTDYN_CACHE_DIR", SettingKind::Text, {}},
       {"FASTDYN_LLVM_ARGS", SettingKind::Text, {}},

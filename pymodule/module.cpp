@@ -326,12 +326,16 @@ PYBIND11_MODULE(_C, m) {
   // Around each CUDA graph capture (python/fastdyn/_cuda_graphs.py): kernels unloaded meanwhile wait.
   m.def("cuda_begin_graph_capture", [] { runtime::cuda::begin_graph_capture(); });
   m.def("cuda_end_graph_capture", [] { runtime::cuda::end_graph_capture(); });
-  m.def("cuda_route_timings", [] {
-    py::list out;
-    for (const codegen::RouteTiming& t : codegen::cuda_route_timings())
-      out.append(py::make_tuple(t.nvrtc_cubin_ms, t.nvrtc_ptx_ms, t.driver_ptx_load_ms, t.driver_cubin_load_ms));
-    return out;
-  });
+  m.def(
+      "cuda_route_timings",
+      [](const std::vector<std::string>& extra) {
+        py::list out;
+        for (const codegen::RouteTiming& t : codegen::cuda_route_timings(extra))
+          out.append(py::make_tuple(t.nvrtc_cubin_ms, t.nvrtc_ptx_ms, t.driver_ptx_load_ms, t.driver_cubin_load_ms));
+        return out;
+      },
+      py::arg("extra_options") = std::vector<std::string>{});
+  m.def("cuda_nvrtc_options", [] { return runtime::cuda::nvrtc_options(); });
   m.def("autocast_policies", [] {  // codegen/capture/autocast.cpp's table (tests/python/test_autocast.py)
     py::list out;
     for (size_t i = 0; i < static_cast<size_t>(codegen::OpId::kCount); ++i) {

@@ -46,11 +46,18 @@ CudaKernels& kernels() {
   return *k;
 }
 
+// NVRTC's options, as part of the cache's identity (they change the binary).
+std::string options() {
+  std::string out;
+  for (const std::string& o : rc::nvrtc_options()) out += " " + o;
+  return out;
+}
+
 runtime::KernelCache& cache(int arch) {  // NB: under kernels().mutex
   std::unique_ptr<runtime::KernelCache>& c = kernels().caches[arch];
   if (!c)
     c = std::make_unique<runtime::KernelCache>(
-        runtime::TargetIdentity{"cuda", "nvrtc " + rc::nvrtc_version(), "sm_" + std::to_string(arch), "", runtime::binary_identity()});
+        runtime::TargetIdentity{"cuda", "nvrtc " + rc::nvrtc_version() + options(), "sm_" + std::to_string(arch), "", runtime::binary_identity()});
   return *c;
 }
 
@@ -136,7 +143,7 @@ CudaCompileStats cuda_compile_stats() {
   return out;
 }
 
-std::vector<RouteTiming> cuda_route_timings() {
+std::vector<RouteTiming> cuda_route_timings(const std::vector<std::string>& extra) {
   std::vector<std::pair<std::string, int>> sources;  // (source, device)
   {
     std::lock_guard<std::mutex> lock(kernels().mutex);
@@ -150,10 +157,10 @@ std::vector<RouteTiming> cuda_route_timings() {
     const int arch = rc::device_info(device).arch;
     RouteTiming t;
     auto t0 = std::chrono::steady_clock::now();
-    const std::string cubin = rc::nvrtc_compile(source, "route1.cu", arch, true);
+    const std::string cubin = rc::nvrtc_compile(source, "route1.cu", arch, true, extra);
     t.nvrtc_cubin_ms = ms_since(t0);
     t0 = std::chrono::steady_clock::now();
-    const std::string ptx = rc::nvrtc_compile(source, "route2.cu", arch, false);
+    const std::string ptx = rc::nvrtc_compile(source, "route2.cu", arch, false, extra);
     t.nvrtc_ptx_ms = ms_since(t0);
     t0 = std::chrono::steady_clock::now();
     { rc::LoadedKernel k(ptx, cuda_emit::kSymbol, device); }

@@ -34,13 +34,14 @@ struct CudaCompileStats {
 };
 CudaCompileStats cuda_compile_stats();
 
-// The compile routes of issue 20, timed on the kernels this process compiled (bench/cuda.py):
+// The compile routes of issue 20, timed on the kernels this process compiled (bench/gpu_kernels.py):
 // route 1 is NVRTC to a CUBIN (what the backend does); route 2 would emit PTX directly and have
 // the driver assemble it, which costs at least the driver's PTX load (its ptxas) of the PTX that
-// NVRTC gives for the same kernel.
+// NVRTC gives for the same kernel. `extra` NVRTC options go after the backend's own
+// (bench/nvrtc_options.py compares option sets).
 struct RouteTiming {
   double nvrtc_cubin_ms = 0, nvrtc_ptx_ms = 0, driver_ptx_load_ms = 0, driver_cubin_load_ms = 0;
 };
-std::vector<RouteTiming> cuda_route_timings();
+std::vector<RouteTiming> cuda_route_timings(const std::vector<std::string>& extra = {});
 
 }  // namespace fastdyn::codegen

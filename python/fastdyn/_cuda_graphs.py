@@ -18,6 +18,12 @@ Runner here, which owns the torch.cuda.CUDAGraph. Per Runner (one graph at one s
 - replay: copy the moving inputs in, check the in-place inputs are still where they were (else
   this call runs the compiled executable and a later call captures again), replay, and return
   fresh outputs (clones): a later replay never overwrites a tensor the user holds.
+- moves are counted per input: one that came at a new address twice, and that the graph does not
+  write, is copied in from the next capture on; inputs that stayed put stay read in place. (A
+  static KV cache made anew per generate() is written by the graph, so each new cache is a new
+  capture; the weights beside it never move and are never copied. Copying every input after two
+  moves, as before, copied the weights at every decode step: 41 copies per step on a 4-layer
+  Llama.)
 
 A graph is not captured when it draws random numbers (the capture call would draw them twice and
 leave the generator where eager does not), when an input lives off the GPU or on another GPU than the others, when
@@ -32,7 +38,8 @@ import torch
 
 WARMUP = 2
 
-_stats = {"cuda_graph_captures": 0, "cuda_graph_replays": 0, "cuda_graph_skipped": 0, "cuda_graph_recaptures": 0}
+_stats = {"cuda_graph_captures": 0, "cuda_graph_replays": 0, "cuda_graph_skipped": 0, "cuda_graph_recaptures": 0,
+          "cuda_graph_input_copies": 0}
 
 
 def stats():
@@ -126,7 +133,7 @@ class Runner:
         self.in_place = []          # (input, address) read in place by the graph
         self.copied = []            # (input, static buffer) copied in before each replay
         self.skip = None            # why this graph is never captured
-        self.recaptures = 0         # inputs read in place that moved (see _moved)
+        self.moves = {}             # input index -> times it came at a new address after a capture read it in place
         if not_capturable:
             self._not_capturable(not_capturable)
 
@@ -141,7 +148,7 @@ class Runner:
         for i, t in enumerate(inputs):
             if t._version != versions[i]:
                 self.mutated.add(i)
-        ptrs = [t.data_ptr() if self.recaptures < 2 or i in self.mutated else None for i, t in enumerate(inputs)]
+        ptrs = [t.data_ptr() if i in self.mutated or self.moves.get(i, 0) < 2 else None for i, t in enumerate(inputs)]
         if self.ptrs is None:
             self.ptrs = ptrs
         else:
@@ -211,7 +218,7 @@ class Runner:
                  f"{sum(s is not None for s in self.static_in)} of {len(inputs)})")
         for i, p in self.in_place:
             if inputs[i].data_ptr() != p:
-                return self._moved(inputs)
+                return self._moved(inputs, [j for j, q in self.in_place if inputs[j].data_ptr() != q])
         if torch.cuda.current_device() != self.device.index:
             # replay() launches on the current device's current stream, where the copies in and
             # out must be ordered too: the graph's device, whatever the current one.
@@ -224,15 +231,17 @@ class Runner:
             s.copy_(inputs[i])
         self.graph.replay()
         _stats["cuda_graph_replays"] += 1
+        _stats["cuda_graph_input_copies"] += len(self.copied)
         return tuple(o.clone() for o in self.static_out)
 
-    def _moved(self, inputs):
-        # An input the graph reads in place came at another address: the graph would read the
-        # old one. This call runs as compiled and warms up a new capture; after a second move,
-        # every input the graph does not write is copied in.
+    def _moved(self, inputs, moved):
+        # Inputs the graph reads in place came at other addresses: the graph would read the old
+        # ones. This call runs as compiled and warms up a new capture; an input's second move
+        # makes it copied in from then on, unless the graph writes it (module docstring).
         self.graph = self.static_out = self.static_in = None
         self.family.graphs -= 1
-        self.recaptures += 1
+        for i in moved:
+            self.moves[i] = self.moves.get(i, 0) + 1
         self.calls = 0
         self.ptrs = None
         _stats["cuda_graph_recaptures"] += 1

@@ -241,7 +241,8 @@ def stats():
     cache files ignored) and kernel_memory_evictions (kernels the in-memory cache, bounded by
     FASTDYN_KERNEL_CACHE_SIZE kernels, default 4096, let go; one still in use stays loaded).
     With mode="reduce-overhead": cuda_graph_captures, cuda_graph_replays, cuda_graph_recaptures
-    (an input read in place came at another address) and cuda_graph_skipped (graphs not captured;
+    (an input read in place came at another address), cuda_graph_input_copies (inputs copied into
+    a graph's buffers, summed over replays) and cuda_graph_skipped (graphs not captured;
     FASTDYN_LOG=code says why)."""
     d = dict(_C.stats())
     d.update(_cuda_graphs.stats())

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -212,7 +213,38 @@ void add_library_dir(const std::string& dir) {
 
 std::string nvrtc_origin() { return nvrtc().origin; }
 
-std::string nvrtc_compile(const std::string& source, const std::string& name, int arch, bool cubin) {
+namespace {
+
+// Whether this NVRTC takes `option` (older ones refuse options they do not know): one empty
+// program compiled with it, once.
+bool nvrtc_accepts(const char* option) {
+  const Nvrtc& n = nvrtc();
+  nvrtcProgram prog = nullptr;
+  if (!n.ok || n.nvrtcCreateProgram(&prog, "extern \"C\" __global__ void k() {}\n", "probe.cu", 0, nullptr, nullptr) != 0)
+    return false;
+  const char* opts[] = {option};
+  const bool ok = n.nvrtcCompileProgram(prog, 1, opts) == 0;
+  n.nvrtcDestroyProgram(&prog);
+  return ok;
+}
+
+}  // namespace
+
+const std::vector<std::string>& nvrtc_options() {
+  static const std::vector<std::string> options = [] {
+    std::vector<std::string> o = {"--std=c++17", "-default-device"};
+    if (nvrtc_accepts("-minimal")) o.push_back("-minimal");
+    if (const char* extra = std::getenv("FASTDYN_NVRTC_OPTIONS")) {
+      std::istringstream words(extra);
+      for (std::string w; words >> w;) o.push_back(w);
+    }
+    return o;
+  }();
+  return options;
+}
+
+std::string nvrtc_compile(const std::string& source, const std::string& name, int arch, bool cubin,
+                          const std::vector<std::string>& extra) {
   const Nvrtc& n = nvrtc();
   if (!n.ok) throw BackendError("cuda backend: NVRTC is missing: " + n.origin);
   nvrtcProgram prog = nullptr;
@@ -224,10 +256,10 @@ std::string nvrtc_compile(const std::string& source, const std::string& name, in
     ~Destroy() { n.nvrtcDestroyProgram(p); }
   } destroy{n, &prog};
   const std::string arch_opt = std::string("--gpu-architecture=") + (cubin ? "sm_" : "compute_") + std::to_string(arch);
-  // NB: no fast-math: precise expf, logf, division and sqrt, as ATen's kernels (nvcc's defaults,
-  // multiply-add contraction included).
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
-  const nvrtcResult e = n.nvrtcCompileProgram(prog, 3, opts);
+  std::vector<const char*> opts = {arch_opt.c_str()};
+  for (const std::string& o : nvrtc_options()) opts.push_back(o.c_str());
+  for (const std::string& o : extra) opts.push_back(o.c_str());
+  const nvrtcResult e = n.nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
   if (e != 0) {
     size_t size = 0;
     n.nvrtcGetProgramLogSize(prog, &size);

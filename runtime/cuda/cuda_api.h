@@ -35,9 +35,19 @@ void add_library_dir(const std::string& dir);
 // Where NVRTC was loaded from, or why it was not (for errors and `fastdyn.backends()`).
 std::string nvrtc_origin();
 
+// The options every NVRTC compile gets besides the architecture (part of the kernel cache's
+// identity: they change the binary): C++17, device code by default, no fast-math (precise expf,
+// logf, division and sqrt, as ATen's kernels); `-minimal` where NVRTC takes it (none of the CUDA
+// runtime's texture, launch or device-runtime declarations, which the kernels never use: about
+// 5 ms less per kernel on an H200 host, 11.8 -> 6.6 ms for an empty one); then the words of
+// FASTDYN_NVRTC_OPTIONS (for measuring: bench/nvrtc_options.py). Not passed: --Ofast-compile,
+// which cut the mean compile by a third but made the kernels 1.8x (mid) to 10x (max) slower.
+const std::vector<std::string>& nvrtc_options();
 // CUDA C++ compiled by NVRTC for sm_<arch> (90 for an H100): a CUBIN when `cubin`, else PTX for
-// compute_<arch>. `name` names the program in NVRTC's log. Throws BackendError with the log.
-std::string nvrtc_compile(const std::string& source, const std::string& name, int arch, bool cubin);
+// compute_<arch>, with nvrtc_options() and then `extra`. `name` names the program in NVRTC's log.
+// Throws BackendError with the log.
+std::string nvrtc_compile(const std::string& source, const std::string& name, int arch, bool cubin,
+                          const std::vector<std::string>& extra = {});
 
 struct DeviceInfo {
   int arch = 0;          // 10 * major + minor: 90 for an H100

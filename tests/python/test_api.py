@@ -14,7 +14,7 @@ from fdcheck import assert_same, call_with_stats, fastdyn, line_of
 STATS_KEYS = {"frames_seen", "frames_compiled", "cache_hits", "cache_misses", "recompiles",
               "graph_breaks", "graphs", "compile_seconds", "sizes_compiled", "backend_failures", "background_compiles", "background_pending",
               "background_compile_seconds", "cuda_graph_captures", "cuda_graph_replays", "cuda_graph_skipped",
-              "cuda_graph_recaptures"}
+              "cuda_graph_recaptures", "cuda_graph_input_copies"}
 if fastdyn is not None and fastdyn._C.has_llvm_cpu:
     STATS_KEYS |= {"kernel_compiles", "kernel_memory_hits", "kernel_disk_hits", "kernel_cache_rejected",
                    "kernel_memory_evictions"}

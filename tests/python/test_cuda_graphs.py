@@ -180,6 +180,30 @@ def test_an_input_read_in_place_that_moves_is_captured_again_then_copied():
     assert s["cuda_graph_recaptures"] == 1 and s["cuda_graph_captures"] == 2, s
 
 
+@gpu
+def test_a_written_input_made_anew_per_round_leaves_the_weights_read_in_place():
+    # A static KV cache made anew per generate(): the graph writes it, so each new cache is a new
+    # capture; the weight beside it never moves and must not be copied in at every replay (all
+    # inputs but the written one were, after two moves). The token is new at every step: copied.
+    w = torch.randn(64, 64, device="cuda")
+
+    def step(cache, tok, w):
+        cache.add_(tok)
+        return F.linear(cache, w).relu()
+
+    f = fastdyn.jit(step, mode="reduce-overhead")
+    for _ in range(4):  # four "generates", eight steps each
+        c_e, c_f = torch.zeros(8, 64, device="cuda"), torch.zeros(8, 64, device="cuda")
+        for _ in range(8):
+            tok = torch.randn(8, 64, device="cuda")
+            torch.testing.assert_close(f(c_f, tok, w), step(c_e, tok, w))
+            torch.testing.assert_close(c_f, c_e)
+    s = fastdyn.stats()
+    assert s["cuda_graph_captures"] == 4 and s["cuda_graph_recaptures"] == 3, s
+    # One copy (the token) per replay: the weight and the cache are read in place.
+    assert s["cuda_graph_replays"] > 0 and s["cuda_graph_input_copies"] == s["cuda_graph_replays"], s
+
+
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_a_graph_on_the_second_gpu_is_captured_there():
     w, b = torch.randn(64, 64, device="cuda:1"), torch.randn(64, device="cuda:1")
