@@ -2,15 +2,19 @@
 """GPU benchmark: eager, torch.compile (inductor) and fastdyn's cuda backend on the same cases, in
 one process, on the accelerator machine (scripts/device_test.sh runs it).
 
-    python3 bench/gpu_kernels.py --out DIR [--cases softmax,layer_norm] [--quick]
+    python3 bench/gpu_kernels.py --out DIR [--cases softmax,layer_norm] [--quick] [--ro]
 
 Per case and mode: the first call (compilation included; fastdyn's first calls run on ATen while
 its kernels compile in the background, so "ready" is the time until its kernels run), and the
 steady-state time per call (median of CUDA-event timed batches after warm-up). The modes' steady
 states are measured interleaved, batch after batch, so that they see the same GPU clocks.
 Every mode's output is compared with eager's. Also: NVRTC's compile time per kernel and the two
-compile routes of issue 20 timed on the same kernels (codegen/cuda/backend.h's cuda_route_timings).
-Writes DIR/cuda.md and DIR/cuda.json.
+compile routes of issue 20 timed on the same kernels (codegen/cuda/backend.h's cuda_route_timings);
+the roofline (the fused pointwise chain's bytes per second against a device-to-device copy_ of the
+same size, in the same run); and the host time per call of a launch-bound graph (chain_16: one
+kernel), against eager's per op. --ro adds both modes' mode="reduce-overhead" (CUDA graphs).
+FASTDYN_CACHE_DIR set to a directory of an earlier run gives warm-cache first calls (default: a
+cold cache). Writes DIR/cuda.md and DIR/cuda.json.
 """
 import argparse
 import json
@@ -97,6 +101,20 @@ def batch_ms(fn, args, reps):
     return start.elapsed_time(end) / reps
 
 
+def host_us(fn, args, n=2000):
+    for _ in range(50):
+        fn(*args)
+    sync()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(*args)
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+        sync()
+    return best
+
+
 def close(a, b):
     a = a if isinstance(a, (tuple, list)) else (a,)
     b = b if isinstance(b, (tuple, list)) else (b,)
@@ -113,11 +131,13 @@ def main():
     ap.add_argument("--cases", default="")
     ap.add_argument("--quick", action="store_true", help="skip inductor")
     ap.add_argument("--batches", type=int, default=15)
+    ap.add_argument("--ro", action="store_true", help="add fastdyn's and inductor's reduce-overhead modes")
     opts = ap.parse_args()
     os.makedirs(opts.out, exist_ok=True)
     all_cases = cases()
     names = [c for c in opts.cases.split(",") if c] or list(all_cases)
     modes = ["eager", "fastdyn"] + ([] if opts.quick else ["inductor"])
+    modes += ["fastdyn_ro"] + ([] if opts.quick else ["inductor_ro"]) if opts.ro else []
     rows = []
     with torch.no_grad():
         for name in names:
@@ -126,12 +146,16 @@ def main():
             torch._dynamo.reset()
             fastdyn.reset()
             info0 = fastdyn._C.cuda_info()
-            runners = {"eager": fn, "fastdyn": fastdyn.jit(fn), "inductor": torch.compile(fn)}
+            runners = {"eager": fn, "fastdyn": fastdyn.jit(fn), "inductor": torch.compile(fn),
+                       "fastdyn_ro": fastdyn.jit(fn, mode="reduce-overhead"),
+                       "inductor_ro": torch.compile(fn, mode="reduce-overhead")}
             row = {"case": name}
             want, row["eager_first_s"] = first_call(fn, args)
             for m in modes[1:]:
                 out, row[m + "_first_s"] = first_call(runners[m], args)
                 row[m + "_correct"] = close(out, want)
+                if m == "fastdyn_ro":
+                    fastdyn.synchronize()  # its kernels (capture waits for them)
                 if m == "fastdyn":
                     t0 = time.perf_counter()
                     fastdyn.synchronize()
@@ -161,6 +185,15 @@ def main():
                 row[m + "_ms"] = statistics.median(samples[m])
             for m in modes[1:]:
                 row[m + "_speedup"] = row["eager_ms"] / row[m + "_ms"]
+            if name == "chain_16":  # host time per call, launch-bound: no synchronize inside the loop
+                row["host_us"] = {m: host_us(runners[m], args) for m in ("eager", "fastdyn")}
+                row["host_us"]["eager_one_op"] = host_us(lambda x: x.relu(), args)
+            if name == "pointwise_chain":  # the roofline: one read and one write of 16M float32
+                src = args[0]
+                dst = torch.empty_like(src)
+                copy = statistics.median(batch_ms(lambda: dst.copy_(src), (), 50) for _ in range(opts.batches))
+                row["copy_ms"] = copy
+                row["roofline"] = copy / row["fastdyn_ms"]
             rows.append(row)
             print(json.dumps(row), flush=True)
         routes = fastdyn._C.cuda_route_timings()
@@ -187,6 +220,20 @@ def main():
     geo = lambda m: statistics.geometric_mean([r[m + "_speedup"] for r in rows if m + "_speedup" in r])
     lines += ["", "Geomean speed-up over eager: fastdyn {:.2f}x".format(geo("fastdyn")) +
               ("" if opts.quick else ", inductor {:.2f}x (fastdyn / inductor {:.2f})".format(geo("inductor"), geo("fastdyn") / geo("inductor")))]
+    for m in ("fastdyn_ro", "inductor_ro"):
+        if m in modes:
+            lines += ["", f"{m} (CUDA graphs) speed-up over eager: " + ", ".join(
+                f"{r['case']} {r[m + '_speedup']:.2f}x" + ("" if r.get(m + "_correct", True) else " (WRONG)") for r in rows)
+                + f"; geomean {geo(m):.2f}x"]
+    for r in rows:
+        if "roofline" in r:
+            lines += ["", "Roofline: the fused pointwise chain moves 2 x 64 MiB in {:.3f} ms, a device-to-device copy_ of the same "
+                      "size takes {:.3f} ms: {:.0%} of copy_'s bandwidth.".format(r["fastdyn_ms"], r["copy_ms"], r["roofline"])]
+        if "host_us" in r:
+            h = r["host_us"]
+            lines += ["", "Host time per call, chain_16 (launch-bound, no synchronize between calls, best of 5 x 2000): "
+                      "fastdyn {:.1f} us (guards, one kernel launch), eager {:.1f} us (3 ops), eager's one op (x.relu()) "
+                      "{:.1f} us.".format(h["fastdyn"], h["eager"], h["eager_one_op"])]
     lines += ["", "Compile routes, median per kernel over {} kernels: NVRTC to CUBIN {:.1f} ms (route 1); NVRTC to PTX {:.1f} ms, "
               "then the driver's PTX load {:.1f} ms (route 2 costs at least this load); CUBIN load {:.2f} ms.".format(
                   summary["kernels_timed"], summary["route1_nvrtc_cubin_ms"], summary["nvrtc_ptx_ms"],
