@@ -15,6 +15,14 @@ Runner here, which owns the torch.cuda.CUDAGraph. Per Runner (one graph at one s
   background compiler, or the user's other threads, may call CUDA meanwhile), with the garbage
   collector off and kernels unloaded meanwhile left loaded until the capture ends (an unload
   invalidates a capture: runtime/cuda/cuda_api.h).
+- cuBLAS's workspaces are cleared around each capture (as inductor's cudagraph trees do), so a
+  captured matmul's workspace is allocated inside the capture, from the graph's pool. Captured
+  with the workspace that the warm-up left for the stream (ordinary memory), a graph kept using
+  that memory after anything else cleared the workspaces (torch.compile's reduce-overhead does,
+  around each of its recordings) and the allocator gave it away: a replay then read or wrote
+  freed memory (an H200 run of bench/gpu_kernels.py --ro failed with "unspecified launch
+  failure" in GPT-2's replay). Clearing them frees the workspace of a graph someone else captured
+  the same way, as torch.compile's clearing does.
 - replay: copy the moving inputs in, check the in-place inputs are still where they were (else
   this call runs the compiled executable and a later call captures again), replay, and return
   fresh outputs (clones): a later replay never overwrites a tensor the user holds.
@@ -90,10 +98,14 @@ def capturing(graph, pool, stream):
     collecting = gc.isenabled()
     gc.disable()
     _C.cuda_begin_graph_capture()
+    # cuBLAS's workspace for this stream is made inside the capture, so it comes from the graph's
+    # pool and lives as long as the graph (module docstring).
+    torch._C._cuda_clearCublasWorkspaces()
     try:
         with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
             yield
     finally:
+        torch._C._cuda_clearCublasWorkspaces()
         _C.cuda_end_graph_capture()
         if collecting:
             gc.enable()

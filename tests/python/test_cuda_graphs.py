@@ -273,6 +273,43 @@ def test_a_graph_that_writes_its_input_and_multiplies_is_captured_in_a_fresh_pro
     assert "captures 1 replays" in out and "skipped 0" in out, out
 
 
+# A matmul of few rows and a long inner dimension: cuBLAS splits the sum and uses its workspace.
+_WORKSPACE_SCRIPT = (
+    "import torch, fastdyn\n"
+    "clear = torch._C._cuda_clearCublasWorkspaces\n"
+    "w, b = torch.randn(16384, 64, device='cuda'), torch.randn(64, device='cuda')\n"
+    "f = lambda x: torch.addmm(b, x, w).relu() + 1  # cuBLASLt with a bias epilogue, as GPT-2's Conv1D\n"
+    "g = fastdyn.jit(f, mode='reduce-overhead')\n"
+    "x = torch.randn(32, 16384, device='cuda')\n"
+    "g(x)\n"
+    "fastdyn.synchronize()\n"
+    "for _ in range(4):\n"
+    "    g(x)  # warm-up, capture, replays\n"
+    "clear()  # as torch.compile's reduce-overhead does around each recording\n"
+    "torch.cuda.empty_cache()  # the memory of workspaces no graph owns goes back to the driver\n"
+    "sentinels = [torch.full((1 << 19,), 7.0, device='cuda') for _ in range(48)]  # and is handed out again\n"
+    "for _ in range(3):\n"
+    "    torch.testing.assert_close(g(x), f(x))\n"
+    "torch.cuda.synchronize()\n"
+    "assert all(bool((t == 7.0).all()) for t in sentinels), 'a replay wrote into memory it does not own'\n"
+    "s = fastdyn.stats()\n"
+    "print('captures', s['cuda_graph_captures'], 'replays', s['cuda_graph_replays'])\n")
+
+
+@gpu
+def test_a_captured_matmul_keeps_its_cublas_workspace_when_the_workspaces_are_cleared():
+    """A graph captured with the workspace its stream's warm-up had left (ordinary memory) read
+    freed memory once anything cleared cuBLAS's workspaces (torch.compile's reduce-overhead does):
+    on an H200, "unspecified launch failure" in a GPT-2 replay (bench/gpu_kernels.py --ro, twice),
+    which ran after the fix. Captures now make the workspace inside the graph's pool. This script
+    did not fail without the fix in five shapes tried on the H200 (whether a replay lands on
+    reused memory depends on cuBLAS's algorithm and the allocator), so it guards the path, not
+    that one failure. A fresh process: such a failure poisons the CUDA context."""
+    out = _fresh_process(_WORKSPACE_SCRIPT)
+    captures, replays = (int(v) for v in out.split()[1::2])
+    assert captures == 1 and replays >= 4, out  # the three calls after the clearing were replays
+
+
 @gpu
 def test_kernels_unloaded_during_a_capture_stay_loaded_until_it_ends(monkeypatch):
     """cuModuleUnload during a capture invalidates it (from any thread, in the global mode). The
