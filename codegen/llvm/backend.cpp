@@ -16,7 +16,10 @@
 #include "runtime/program_executable.h"
 
 #include <ATen/ATen.h>
+#include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/raw_ostream.h>
 
@@ -103,26 +106,98 @@ struct EmittedModule {
 };
 
 constexpr const char* kSymbol = "fastdyn_kernel";
+constexpr const char* kKeyHead = "llvm_cpu 4 vector_bits=";  // then the bits, a newline, the module's bitcode
+
+// The report's copy of a kernel's code. An emitted module is printed while the report records
+// (the module is at hand) and its text remembered by cache key, so a kernel met again (the next
+// layer, the next size: an emit-memo hit, no module) costs a lookup. A kernel emitted before the
+// report began is recorded as its bitcode (the cache key), which pymodule's journal reader prints
+// (kernel_ir) when report() reads the journal. Bounded by kPrintedBytes of text, oldest out.
+class PrintedIr {
+ public:
+  std::shared_ptr<const std::string> find(const std::string* key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : it->second.ir;
+  }
+  void insert(std::shared_ptr<const std::string> key, std::shared_ptr<const std::string> ir) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string* k = key.get();
+    if (!map_.emplace(k, Entry{std::move(key), ir}).second) return;
+    order_.push_back(k);
+    bytes_ += ir->size();
+    while (bytes_ > kPrintedBytes && order_.size() > 1) {
+      auto old = map_.find(order_.front());
+      bytes_ -= old->second.ir->size();
+      map_.erase(old);
+      order_.pop_front();
+    }
+  }
+
+ private:
+  static constexpr size_t kPrintedBytes = size_t{16} << 20;
+  struct Entry {
+    std::shared_ptr<const std::string> key;  // keeps the address the map is keyed by alive
+    std::shared_ptr<const std::string> ir;
+  };
+  std::mutex mutex_;
+  std::unordered_map<const std::string*, Entry> map_;
+  std::deque<const std::string*> order_;
+  size_t bytes_ = 0;
+};
+
+PrintedIr& printed_ir() {
+  static PrintedIr* p = new PrintedIr();  // NB: leaked, as emit_memo()
+  return *p;
+}
+
+void journal_code(const loop::Kernel& k, const std::shared_ptr<const std::string>& key) {
+  if (!runtime::journal::recording()) return;
+  if (std::shared_ptr<const std::string> ir = printed_ir().find(key.get()))
+    runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"code", *ir}});
+  else
+    runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"bitcode", *key}});
+}
 
 std::unique_ptr<EmittedModule> emit_module(const llvm_emit::KernelInput& input, const loop::Kernel& k, int bits) {
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
   std::vector<int32_t> params = llvm_emit::emit_kernel(input, *mb.module, bits, kSymbol);
   ++g_emitted;
+  std::shared_ptr<std::string> ir;
   if (loop::dump_enabled("llvm") || runtime::journal::recording()) {
-    std::string ir;
-    llvm::raw_string_ostream os(ir);
+    ir = std::make_shared<std::string>();
+    llvm::raw_string_ostream os(*ir);
     mb.module->print(os, nullptr);
     os.flush();
-    if (loop::dump_enabled("llvm")) std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), ir.c_str());
-    runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"code", std::move(ir)}});
+    if (loop::dump_enabled("llvm")) std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), ir->c_str());
   }
-  auto key = std::make_shared<std::string>("llvm_cpu 4 vector_bits=" + std::to_string(bits) + "\n");
+  auto key = std::make_shared<std::string>(std::string(kKeyHead) + std::to_string(bits) + "\n");
   {
     llvm::raw_string_ostream key_os(*key);
     llvm::WriteBitcodeToFile(*mb.module, key_os);
   }
+  if (ir && runtime::journal::recording()) printed_ir().insert(key, std::move(ir));
+  journal_code(k, key);
   return std::make_unique<EmittedModule>(EmittedModule{std::move(mb), std::move(key), std::move(params)});
 }
+
+}  // namespace
+
+std::string kernel_ir(const std::string& bitcode_field) {
+  const size_t nl = bitcode_field.find('\n');
+  if (bitcode_field.rfind(kKeyHead, 0) != 0 || nl == std::string::npos) return "; (not a kernel's bitcode)\n";
+  llvm::LLVMContext context;
+  llvm::Expected<std::unique_ptr<llvm::Module>> m = llvm::parseBitcodeFile(
+      llvm::MemoryBufferRef(llvm::StringRef(bitcode_field).substr(nl + 1), "kernel"), context);
+  if (!m) return "; (the kernel's bitcode did not read back: " + llvm::toString(m.takeError()) + ")\n";
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  (*m)->print(os, nullptr);
+  os.flush();
+  return ir;
+}
+
+namespace {
 
 // The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
 // when it is in neither cache and compile_missing is false (then *keep holds the emitted module).
@@ -137,11 +212,11 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
   if (!*keep) {
     const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
     const std::string plan_key = llvm_emit::emit_key(input, bits);
-    // NB: FASTDYN_DUMP=llvm prints every kernel's IR, and the report records it, so both always emit.
-    if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key);
-        known && !loop::dump_enabled("llvm") && !runtime::journal::recording()) {
+    // NB: FASTDYN_DUMP=llvm prints every kernel's IR, so it always emits.
+    if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key); known && !loop::dump_enabled("llvm")) {
       std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
       if (!addrs.empty()) {
+        journal_code(k, known->key);
         size_values(known->params);
         return reinterpret_cast<KernelFn>(addrs.at(0));
       }

@@ -133,6 +133,29 @@ def test_a_function_with_a_break_and_recompiles(tmp_path, recording, capsys):
     assert f":{relu_line}" in "\n".join(page.text_of("kernel-code", "details"))
 
 
+@needs_llvm
+def test_a_kernel_met_before_still_shows_its_code():
+    # The report records an llvm_cpu kernel as its bitcode, also when the emitter's memo or the
+    # kernel cache serves it (no new emission), and prints the IR when the report is read.
+    def twice(x):
+        return (x * 3.0 + 1.0).tanh()
+    fastdyn.jit(twice)(torch.randn(32, 64))  # compiled before the report: the memo knows its plan
+    fastdyn.synchronize()
+    emitted = fastdyn._C.kernels_emitted()
+    fastdyn.reset()
+    fastdyn.start_report()
+    try:
+        fastdyn.jit(twice)(torch.randn(32, 64))
+        fastdyn.synchronize()
+        events, _ = fastdyn._C.journal_events()
+    finally:
+        fastdyn.stop_report()
+    assert fastdyn._C.kernels_emitted() == emitted  # served without emitting again
+    code = [f["code"] for _, kind, f, _ in events if kind == "kernel_code"]
+    assert code and all("define" in c and "fastdyn_kernel" in c for c in code), code[:1]
+    assert not any("bitcode" in f for _, kind, f, _ in events if kind == "kernel_code")
+
+
 def test_nothing_is_recorded_while_no_report_is_asked_for():
     assert not fastdyn._C.journal_is_on()
     fastdyn._C.journal_clear()
