@@ -285,7 +285,17 @@ _WORKSPACE_SCRIPT = (
     "fastdyn.synchronize()\n"
     "for _ in range(4):\n"
     "    g(x)  # warm-up, capture, replays\n"
-    "clear()  # as torch.compile's reduce-overhead does around each recording\n"
+    "f(x)  # eager: the current stream's workspace, in ordinary memory\n"
+    "torch.cuda.synchronize()\n"
+    "def freed_by_clear():\n"
+    "    before = torch.cuda.memory_allocated()\n"
+    "    clear()\n"
+    "    return before - torch.cuda.memory_allocated()\n"
+    "freed = freed_by_clear()  # as torch.compile's reduce-overhead does around each recording\n"
+    "f(x)\n"
+    "torch.cuda.synchronize()\n"
+    "one = freed_by_clear()  # what one stream's workspace is\n"
+    "assert one > 0 and freed == one, ('a workspace the graph uses was ordinary memory', freed, one)\n"
     "torch.cuda.empty_cache()  # the memory of workspaces no graph owns goes back to the driver\n"
     "sentinels = [torch.full((1 << 19,), 7.0, device='cuda') for _ in range(48)]  # and is handed out again\n"
     "for _ in range(3):\n"
@@ -301,10 +311,11 @@ def test_a_captured_matmul_keeps_its_cublas_workspace_when_the_workspaces_are_cl
     """A graph captured with the workspace its stream's warm-up had left (ordinary memory) read
     freed memory once anything cleared cuBLAS's workspaces (torch.compile's reduce-overhead does):
     on an H200, "unspecified launch failure" in a GPT-2 replay (bench/gpu_kernels.py --ro, twice),
-    which ran after the fix. Captures now make the workspace inside the graph's pool. This script
-    did not fail without the fix in five shapes tried on the H200 (whether a replay lands on
-    reused memory depends on cuBLAS's algorithm and the allocator), so it guards the path, not
-    that one failure. A fresh process: such a failure poisons the CUDA context."""
+    which ran after the fix. Captures now make the workspace inside the graph's pool. Whether a
+    replay lands on reused memory depends on cuBLAS's algorithm and the allocator, so the script
+    checks the cause: clearing the workspaces frees exactly one stream's workspace of ordinary
+    memory (eager's), none that the graph uses (two, without the fix). A fresh process: a failed
+    replay poisons the CUDA context."""
     out = _fresh_process(_WORKSPACE_SCRIPT)
     captures, replays = (int(v) for v in out.split()[1::2])
     assert captures == 1 and replays >= 4, out  # the three calls after the clearing were replays
