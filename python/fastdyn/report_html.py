@@ -11,11 +11,9 @@ loop IR, graph pictures, guard lists, ...) and each cut is named in a visible `<
     from fastdyn import report_html
     report_html.write(data, "fastdyn_report.html")
 """
-import html
 import operator
 import os
 import re
-from dataclasses import dataclass, field, replace
 
 __all__ = ["render", "write", "fix_for", "recompile_fix_for", "parse_graph", "FIXES", "RECOMPILE_FIXES"]
 
@@ -102,8 +100,12 @@ _SPECIAL = re.compile(r"[&<>\"']")
 
 
 def esc(x):
+    """html.escape(x, quote=True), without importing html (its entity tables cost 1.3 ms)."""
     s = "" if x is None else str(x)
-    return html.escape(s, quote=True) if _SPECIAL.search(s) else s
+    if not _SPECIAL.search(s):
+        return s
+    return (s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;").replace("'", "&#x27;"))
 
 
 def _num(v):
@@ -122,18 +124,28 @@ def _ident(s):
 
 # --------------------------------------------------------------------------------------------
 # Size bound: each level cuts more; render() tries them in order until the page fits.
-@dataclass(frozen=True)
+# (The classes here are plain slotted classes, not dataclasses: making four dataclasses was half of
+# this module's import, which the first report() of a process pays.)
 class Limits:
-    """How much of each kind of text one size level keeps (None: all)."""  # a docstring also spares dataclass an inspect.signature
-    gen_lines: int = None      # generated code lines per kernel (0: left out)
-    ir_lines: int = None       # loop IR / program text lines
-    node_cap: int = 400        # ops drawn per graph
-    guard_cap: int = None      # guards listed per entry
-    source_lines: int = None   # source lines shown per code object
-    text_chars: int = None     # any other single text
-    rows: int = None           # rows of any other list (breaks, stats, kernels, ...)
-    max_entries: int = None    # entries per code object
-    max_codes: int = None      # code objects
+    """How much of each kind of text one size level keeps (None: all)."""
+    __slots__ = ("gen_lines", "ir_lines", "node_cap", "guard_cap", "source_lines", "text_chars", "rows",
+                 "max_entries", "max_codes")
+
+    def __init__(self, gen_lines=None, ir_lines=None, node_cap=400, guard_cap=None, source_lines=None,
+                 text_chars=None, rows=None, max_entries=None, max_codes=None):
+        self.gen_lines = gen_lines        # generated code lines per kernel (0: left out)
+        self.ir_lines = ir_lines          # loop IR / program text lines
+        self.node_cap = node_cap          # ops drawn per graph
+        self.guard_cap = guard_cap        # guards listed per entry
+        self.source_lines = source_lines  # source lines shown per code object
+        self.text_chars = text_chars      # any other single text
+        self.rows = rows                  # rows of any other list (breaks, stats, kernels, ...)
+        self.max_entries = max_entries    # entries per code object
+        self.max_codes = max_codes        # code objects
+
+    def replace(self, **changes):
+        """A copy with `changes` (dataclasses.replace)."""
+        return Limits(**{**{k: getattr(self, k) for k in self.__slots__}, **changes})
 
 
 LEVELS = [
@@ -148,14 +160,16 @@ LEVELS = [
 ]
 
 
-@dataclass
 class Ctx:
     """One rendering at one size level: its limits, what it cut, and caches across levels."""
-    lim: Limits
-    cuts: dict = field(default_factory=dict)   # what -> [times, amount left out]
-    diverged: dict = field(default_factory=dict)  # (code id, entry, kernel) -> divergence
-    svgs: dict = field(default_factory=dict)      # graph pictures, kept across size levels
-    lines: dict = field(default_factory=dict)     # "file.py:12" -> that line's text (data["source_lines"])
+    __slots__ = ("lim", "cuts", "diverged", "svgs", "lines")
+
+    def __init__(self, lim, svgs=None, lines=None):
+        self.lim = lim
+        self.cuts = {}                 # what -> [times, amount left out]
+        self.diverged = {}             # (code id, entry, kernel) -> divergence
+        self.svgs = {} if svgs is None else svgs      # graph pictures, kept across size levels
+        self.lines = {} if lines is None else lines   # "file.py:12" -> that line's text (data["source_lines"])
 
     def cut(self, what, amount):
         """Record that `amount` `what` (e.g. 'source lines') were left out."""
@@ -209,14 +223,16 @@ _DECL = re.compile(r"%(\d+)\s*:")
 _NAME = re.compile(r"\s*([A-Za-z_][\w:.]*)\s*\(")
 
 
-@dataclass
 class Op:
     """One line of a graph dump: the op, the values it writes and reads."""
-    index: int
-    line: str
-    name: str           # None: a line not understood (drawn as an opaque node)
-    outs: list          # [(value id, type text)]
-    args: list          # value ids read
+    __slots__ = ("index", "line", "name", "outs", "args")
+
+    def __init__(self, index, line, name, outs, args):
+        self.index = index
+        self.line = line
+        self.name = name    # None: a line not understood (drawn as an opaque node)
+        self.outs = outs    # [(value id, type text)]
+        self.args = args    # value ids read
 
 
 def _decls(text):
@@ -276,23 +292,27 @@ NW, NH, DW, GX, GY, MARGIN = 160, 38, 12, 28, 58, 20
 DUMMY_BUDGET = 3000
 
 
-@dataclass
 class Node:
     """A box of the graph picture and its place in the layout."""
-    key: str
-    kind: str            # input | op | output | dummy
-    classes: str
-    value: str           # data-value
-    label: list          # two text lines
-    title: str
-    group: str = None    # kernel name
-    values: str = ""     # data-values: every output of an op
-    preds: list = field(default_factory=list)
-    succs: list = field(default_factory=list)
-    via: dict = field(default_factory=dict)   # pred key -> the value id read from it
-    row: int = 0
-    x: float = 0.0       # centre
-    w: float = NW
+    __slots__ = ("key", "kind", "classes", "value", "label", "title", "group", "values", "preds", "succs", "via",
+                 "row", "x", "w")
+
+    def __init__(self, key, kind, classes, value, label, title, group=None, values="", preds=None, via=None, row=0,
+                 w=NW):
+        self.key = key
+        self.kind = kind          # input | op | output | dummy
+        self.classes = classes
+        self.value = value        # data-value
+        self.label = label        # two text lines
+        self.title = title
+        self.group = group        # kernel name
+        self.values = values      # data-values: every output of an op
+        self.preds = [] if preds is None else preds
+        self.succs = []
+        self.via = {} if via is None else via   # pred key -> the value id read from it
+        self.row = row
+        self.x = 0.0              # centre
+        self.w = w
 
 
 def _group_sort(row, keys, group):
@@ -1036,8 +1056,8 @@ def render(data, *, max_bytes=8_000_000):
     n = len(data.get("codes") or [])
     while n > 1:   # last resort: fewer code objects
         n //= 2
-        levels.append(replace(LEVELS[-1], max_codes=n))
-    levels.append(replace(LEVELS[-1], max_codes=0, text_chars=100, rows=5))
+        levels.append(LEVELS[-1].replace(max_codes=n))
+    levels.append(LEVELS[-1].replace(max_codes=0, text_chars=100, rows=5))
     svgs = {}
     for lim in levels:
         text = _page(data, Ctx(lim, svgs=svgs, lines=data.get("source_lines") or {}))
