@@ -8,8 +8,6 @@
 
 #include <csignal>
 #include <cstdlib>
-#include <string>
-#include <unordered_map>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -235,20 +233,9 @@ PYBIND11_MODULE(_C, m) {
     size_t dropped = 0;
     std::vector<runtime::journal::Event> events = runtime::journal::snapshot(&dropped);
     py::list out;
-    std::unordered_map<std::string, py::str> printed;  // a kernel's bitcode -> its IR text, printed once
     for (const runtime::journal::Event& e : events) {
       py::dict fields;
-      for (const auto& [k, v] : e.fields) {
-#ifdef FASTDYN_HAVE_LLVM
-        if (k == "bitcode") {  // an llvm_cpu kernel's code, recorded unprinted (codegen/llvm/backend.h)
-          auto it = printed.find(v);
-          if (it == printed.end()) it = printed.emplace(v, py::str(codegen::kernel_ir(v))).first;
-          fields["code"] = it->second;
-          continue;
-        }
-#endif
-        fields[py::str(k)] = py::bytes(v).attr("decode")("utf-8", "replace");
-      }
+      for (const auto& [k, v] : e.fields) fields[py::str(k)] = py::bytes(v).attr("decode")("utf-8", "replace");
       out.append(py::make_tuple(e.graph, e.kind, fields, e.ms));
     }
     return py::make_tuple(out, dropped);

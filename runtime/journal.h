@@ -16,9 +16,7 @@
 //   limit      eval_hook: the recompile-limit warning
 //   pass       codegen: one compile step (name), ms
 //   kernel     codegen/loop: a fused kernel of a program (loop IR, graph values fused into it, locations)
-//   kernel_code  a backend: a kernel's generated code (LLVM IR, CUDA C++); an llvm_cpu kernel emitted
-//              before the report began comes as its bitcode ("bitcode": the cache key), printed by
-//              pymodule when the report reads the journal
+//   kernel_code  a backend: a kernel's generated code (LLVM IR, CUDA C++)
 //   ready      runtime: a tiered graph's kernels were published; ms since the journal started
 //   check      runtime: accuracy mode (FASTDYN_CHECK): the first kernel of a graph that diverged
 //

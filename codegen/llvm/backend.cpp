@@ -111,8 +111,8 @@ constexpr const char* kKeyHead = "llvm_cpu 4 vector_bits=";  // then the bits, a
 // The report's copy of a kernel's code. An emitted module is printed while the report records
 // (the module is at hand) and its text remembered by cache key, so a kernel met again (the next
 // layer, the next size: an emit-memo hit, no module) costs a lookup. A kernel emitted before the
-// report began is recorded as its bitcode (the cache key), which pymodule's journal reader prints
-// (kernel_ir) when report() reads the journal. Bounded by kPrintedBytes of text, oldest out.
+// report began is printed once from its bitcode (the cache key). Bounded by kPrintedBytes of
+// text, oldest out.
 class PrintedIr {
  public:
   std::shared_ptr<const std::string> find(const std::string* key) {
@@ -151,12 +151,29 @@ PrintedIr& printed_ir() {
   return *p;
 }
 
+// The LLVM IR text of a module from its cache key (kKeyHead, then the bitcode).
+std::string kernel_ir(const std::string& key) {
+  const size_t nl = key.find('\n');
+  if (key.rfind(kKeyHead, 0) != 0 || nl == std::string::npos) return "; (not a kernel's bitcode)\n";
+  llvm::LLVMContext context;
+  llvm::Expected<std::unique_ptr<llvm::Module>> m = llvm::parseBitcodeFile(
+      llvm::MemoryBufferRef(llvm::StringRef(key).substr(nl + 1), "kernel"), context);
+  if (!m) return "; (the kernel's bitcode did not read back: " + llvm::toString(m.takeError()) + ")\n";
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  (*m)->print(os, nullptr);
+  os.flush();
+  return ir;
+}
+
 void journal_code(const loop::Kernel& k, const std::shared_ptr<const std::string>& key) {
   if (!runtime::journal::recording()) return;
-  if (std::shared_ptr<const std::string> ir = printed_ir().find(key.get()))
-    runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"code", *ir}});
-  else
-    runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"bitcode", *key}});
+  std::shared_ptr<const std::string> ir = printed_ir().find(key.get());
+  if (!ir) {
+    ir = std::make_shared<const std::string>(kernel_ir(*key));
+    printed_ir().insert(key, ir);
+  }
+  runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"code", *ir}});
 }
 
 std::unique_ptr<EmittedModule> emit_module(const llvm_emit::KernelInput& input, const loop::Kernel& k, int bits) {
@@ -180,24 +197,6 @@ std::unique_ptr<EmittedModule> emit_module(const llvm_emit::KernelInput& input, 
   journal_code(k, key);
   return std::make_unique<EmittedModule>(EmittedModule{std::move(mb), std::move(key), std::move(params)});
 }
-
-}  // namespace
-
-std::string kernel_ir(const std::string& bitcode_field) {
-  const size_t nl = bitcode_field.find('\n');
-  if (bitcode_field.rfind(kKeyHead, 0) != 0 || nl == std::string::npos) return "; (not a kernel's bitcode)\n";
-  llvm::LLVMContext context;
-  llvm::Expected<std::unique_ptr<llvm::Module>> m = llvm::parseBitcodeFile(
-      llvm::MemoryBufferRef(llvm::StringRef(bitcode_field).substr(nl + 1), "kernel"), context);
-  if (!m) return "; (the kernel's bitcode did not read back: " + llvm::toString(m.takeError()) + ")\n";
-  std::string ir;
-  llvm::raw_string_ostream os(ir);
-  (*m)->print(os, nullptr);
-  os.flush();
-  return ir;
-}
-
-namespace {
 
 // The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
 // when it is in neither cache and compile_missing is false (then *keep holds the emitted module).

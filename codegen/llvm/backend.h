@@ -42,10 +42,6 @@ PreparedLlvm prepare_llvm_cpu(const Graph& g);  // rewrite_graph(g), then the ov
 
 // Kernels this process has emitted as LLVM IR (plan keys the memo did not know), for tests.
 int64_t kernels_emitted();
-// The LLVM IR text of a kernel the report's journal recorded as its module's bitcode (a
-// `kernel_code` event's "bitcode" field: a kernel emitted before the report began); a one-line
-// note if the bitcode does not read back.
-std::string kernel_ir(const std::string& bitcode_field);
 // From the graph-level passes' result (codegen/passes/graph_passes.h): the loop pipeline and the rest.
 PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten);
 
