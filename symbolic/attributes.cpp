@@ -26,6 +26,10 @@ using codegen::Family;
 SymValue Tracer::load_global(const std::string& name) {
   FrameState& f = fr();
   const bool root_globals = f.globals == frame_.globals;
+  if (root_globals) {
+    auto w = written_globals_.find(name);
+    if (w != written_globals_.end()) return w->second;
+  }
   auto src = std::make_shared<Source>();
   src->name = name;
   PyObject* v = PyDict_GetItemString(f.globals, name.c_str());
@@ -49,6 +53,24 @@ SymValue Tracer::load_global(const std::string& name) {
   src->kind = Source::Kind::DictItem;
   src->parent = const_source(frame_.builtins, "builtins");
   return wrap(v, src);
+}
+
+void Tracer::store_global(const std::string& name, SymValue value) {
+  if (fr().globals != frame_.globals) throw Unsupported("assignment to the global '" + name + "' of another module");
+  if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Cell)
+    throw Unsupported("storing a " + describe(value) + " in the global '" + name + "'");
+  // The global's old value is released after the graph, not where eager drops it: it may not
+  // run code when released.
+  PyObject* old = PyDict_GetItemString(frame_.globals, name.c_str());
+  if (!written_globals_.count(name) && old && (Py_TYPE(old)->tp_finalize || Py_TYPE(old)->tp_del))
+    throw Unsupported("assignment to the global '" + name + "', which holds an object with a finalizer");
+  auto& effects = result_.effects;
+  auto same = std::find_if(effects.begin(), effects.end(), [&](const TraceResult::SideEffect& e) {
+    return e.kind == TraceResult::SideEffect::Kind::SetGlobal && e.name == name;
+  });
+  if (same != effects.end()) same->value = value;
+  else effects.push_back({SymValue::null(), name, value, TraceResult::SideEffect::Kind::SetGlobal});
+  written_globals_[name] = std::move(value);
 }
 
 namespace {

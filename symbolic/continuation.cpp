@@ -733,6 +733,11 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       b.store_deref(e.target.source->index);
       continue;
     }
+    if (e.kind == TraceResult::SideEffect::Kind::SetGlobal) {
+      rb.push(e.value);
+      b.emit(op::STORE_GLOBAL, b.name_index(e.name));
+      continue;
+    }
     rb.push(e.value);
     rb.push(e.target);
     b.emit(op::STORE_ATTR, b.name_index(e.name));

@@ -400,10 +400,17 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       return v;
     }
   }
+  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || PyODict_CheckExact(obj)) {
+    // Read again through the same path (a global read twice, self.cache twice): the same box, so
+    // that a mutation through either read is one object's (its guards are the first read's).
+    auto first = visible_value_.find(obj);
+    if (first != visible_value_.end() && source_name(*first->second.source) == source_name(*source)) return first->second;
+  }
   auto visible = [&](SymValue v) {  // a list or dict the caller passed, as read through `source`
     visible_boxes_[obj].push_back(v.box.get());
     visible_object_[v.box.get()] = obj;
     v.source = source;
+    visible_value_.emplace(obj, v);
     return v;
   };
   if (PyList_CheckExact(obj)) {

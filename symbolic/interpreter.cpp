@@ -180,6 +180,7 @@ struct Handlers {
     if (in.arg & 1) t.push(SymValue::null());
     t.push(t.load_global(str_name(t, namei)));
   }
+  static void store_global(Tracer& t, const Instruction& in) { t.store_global(str_name(t, in.arg), t.pop()); }
   static void load_attr(Tracer& t, const Instruction& in) {
     int namei = in.arg;
     bool method = false;
@@ -934,7 +935,7 @@ struct Handlers {
           {"LOAD_FAST", load_fast}, {"LOAD_FAST_CHECK", load_fast},
           {"LOAD_FAST_AND_CLEAR", load_fast_and_clear}, {"STORE_FAST", store_fast},
           {"DELETE_FAST", delete_fast}, {"LOAD_CONST", load_const}, {"RETURN_CONST", return_const},
-          {"LOAD_GLOBAL", load_global}, {"LOAD_ATTR", load_attr}, {"LOAD_METHOD", load_method},
+          {"LOAD_GLOBAL", load_global}, {"STORE_GLOBAL", store_global}, {"LOAD_ATTR", load_attr}, {"LOAD_METHOD", load_method},
           {"LOAD_SUPER_ATTR", load_super_attr}, {"POP_TOP", pop_top}, {"PUSH_NULL", push_null},
           {"COPY", copy}, {"SWAP", swap}, {"END_FOR", end_for}, {"BINARY_OP", binary_op},
           {"COMPARE_OP", compare_op}, {"IS_OP", is_op}, {"RAISE_VARARGS", raise_varargs}, {"CONTAINS_OP", contains_op},

@@ -84,8 +84,8 @@ struct TraceResult {
   std::vector<codegen::shapes::Relation> size_relations;
   SymValue return_value;  // when the frame was traced to its return
 
-  // Attribute writes on objects that outlive the frame, in program order: the transformed code
-  // performs them after the graph runs (target.name = value).
+  // Writes to what outlives the frame (attributes, the caller's lists and dicts, free variables,
+  // globals), in program order: the transformed code performs them after the graph runs.
   struct SideEffect {
     SymValue target;
     std::string name;  // SetAttr: the attribute
@@ -95,8 +95,9 @@ struct TraceResult {
     // passed as `target` (its source) gets the items its box holds at the trace's end
     // (target[:] = [...]; or clear() and update()): the trace mutated it.
     // SetCell: the frame's free variable `target` (its source the Closure index) gets `value`
-    // (STORE_DEREF after the graph).
-    enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell } kind = Kind::SetAttr;
+    // (STORE_DEREF after the graph). SetGlobal: the frame's global `name` gets `value`
+    // (STORE_GLOBAL after the graph; target unused).
+    enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell, SetGlobal } kind = Kind::SetAttr;
   };
   std::vector<SideEffect> effects;
 

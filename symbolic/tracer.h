@@ -214,6 +214,10 @@ class Tracer {
 
   // ---- calls.cpp ----
   SymValue load_global(const std::string& name);
+  // STORE_GLOBAL: the root frame's global `name` = value, replayed after the graph
+  // (SideEffect::SetGlobal); later reads in the trace see value. Unsupported for another
+  // module's globals (an inlined function's).
+  void store_global(const std::string& name, SymValue value);
   SymValue load_attr(const SymValue& owner, const std::string& name);
   SymValue tensor_attr(const SymValue& t, const std::string& name);
   SymValue call(const SymValue& callable, std::vector<SymValue> args,
@@ -264,11 +268,13 @@ class Tracer {
   std::vector<runtime::AutocastState> autocast_outside_;
   // Attribute values written during the trace (result_.effects), read back by later reads.
   std::vector<std::tuple<PyObject*, std::string, SymValue>> written_attrs_;
+  std::unordered_map<std::string, SymValue> written_globals_;  // store_global's, by name
   // Lists and dicts the caller passed (wrap), by object: the boxes of their reads, one per path
   // read before a mutation; once the trace mutates one (mutate_visible), every later read of
   // that object shares the mutated box.
   std::unordered_map<PyObject*, std::vector<const SymBox*>> visible_boxes_;
   std::unordered_map<const SymBox*, PyObject*> visible_object_;
+  std::unordered_map<PyObject*, SymValue> visible_value_;  // the first read of each (by object)
   std::unordered_map<PyObject*, SymValue> mutated_visible_;
   std::set<const SymBox*> iterated_boxes_;  // dicts whose keys()/values()/items() the trace took (a snapshot)
   // Iterators the trace made over lists and dicts (a snapshot of their items): (container, iterator).
