@@ -307,9 +307,18 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   // generic lookup below, whatever the class's own. Taken here, so nested reads are normal.
   const bool generic = std::exchange(generic_lookup_, false);
   if (owner.is_tensor()) return tensor_attr(owner, name);
-  if (owner.kind == K::NamedTuple)
+  if (owner.kind == K::NamedTuple) {
     for (size_t i = 0; i < owner.field_names.size(); ++i)
       if (owner.field_names[i] == name) return owner.items[i];
+    if (name == "_replace") {  // answered on the fields (containers.cpp)
+      SymValue m;
+      m.kind = K::BoundMethod;
+      m.name = name;
+      m.items.push_back(owner);
+      return m;
+    }
+    if (owner.obj && name != "__dict__") return named_tuple_class_attr(owner, name);
+  }
   if (owner.kind == K::BoundMethod && owner.obj) {
     if (name == "__func__") return constant(owner.obj);
     if (name == "__self__") return owner.items[0];
@@ -334,6 +343,9 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       m.items.push_back(owner);
       return m;
     }
+    // Its class's attributes and methods (__dataclass_fields__, a method of a frozen dataclass).
+    SymValue out;
+    if (object_lookup(owner, name, &out)) return out;
     throw Unsupported("attribute '" + name + "' of " + describe(owner));
   }
   if (!owner.is_constant()) throw Unsupported("attribute '" + name + "' of " + describe(owner));

@@ -480,8 +480,10 @@ bool Calls::is_record_type(PyObject* type) {
 }
 
 // A dataclass instance made in the frame. It is built for real after the graph (the type's
-// own __init__/__post_init__ run then); the trace reads its fields.
-SymValue Calls::make_record(PyObject* type, Args args, Kwargs kwargs) {
+// own __init__/__post_init__ run then, given every field's value); the trace reads its fields.
+// A field left to its default_factory gets the factory's result, called in the trace where
+// __init__ would call it.
+SymValue Calls::make_record(Tracer& t, PyObject* type, Args args, Kwargs kwargs) {
   PyOwned fields(PyObject_GetAttrString(type, "__dataclass_fields__"));
   PyOwned missing(resolve_python_name("dataclasses.MISSING"));
   if (!fields.p || !PyDict_Check(fields.p)) { PyErr_Clear(); throw Unsupported("dataclass fields"); }
@@ -511,8 +513,11 @@ SymValue Calls::make_record(PyObject* type, Args args, Kwargs kwargs) {
       if (kn == name) value = kv;
     if (!value) {
       PyOwned def(PyObject_GetAttrString(f, "default"));
-      if (!def.p || def.p == missing.p) { PyErr_Clear(); throw Unsupported("dataclass field '" + name + "' without a value"); }
-      value = Tracer::constant(def.p);
+      PyOwned factory(PyObject_GetAttrString(f, "default_factory"));
+      if (!def.p || !factory.p) { PyErr_Clear(); throw Unsupported("dataclass field '" + name + "': reading its default raised"); }
+      if (def.p != missing.p) value = Tracer::constant(def.p);
+      else if (factory.p != missing.p) value = t.call(Tracer::constant(factory.p), {}, {});
+      else throw Unsupported("dataclass field '" + name + "' without a value");
     }
     v.field_names.push_back(name);
     v.items.push_back(std::move(*value));
@@ -760,8 +765,11 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   static PyObject* tuple_new = resolve_python_name("builtins.tuple.__new__");  // NB: kept for the process
   if (fn == tuple_new && args.size() == 2 && kwargs.empty() && args[0].is_constant() && is_namedtuple_type(args[0].obj))
     return Calls::make_namedtuple(args[0].obj, remaining(make_iterator(args[1])), {});
-  if (Calls::is_record_type(fn)) return Calls::make_record(fn, std::move(args), std::move(kwargs));
+  // A dataclass whose instances are plain objects is one (its generated __init__ inlined, so that
+  // default factories run and fields can be assigned); a frozen one, or one with a base of its
+  // own layout (transformers' ModelOutput, an OrderedDict), is a record of its fields.
   if (plain_class(fn)) return new_object(fn, std::move(args), std::move(kwargs));
+  if (Calls::is_record_type(fn)) return Calls::make_record(*this, fn, std::move(args), std::move(kwargs));
   // A builtin exception of constants, made for real (its constructor runs no Python), for a
   // raise (interpreter.cpp); marked so that it never outlives the trace as a shared constant.
   if (PyExceptionClass_Check(fn) && !(reinterpret_cast<PyTypeObject*>(fn)->tp_flags & Py_TPFLAGS_HEAPTYPE) && kwargs.empty()) {

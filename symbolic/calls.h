@@ -41,7 +41,7 @@ struct Calls {
 
   // Dataclass and namedtuple records built in the trace (calls.cpp).
   static bool is_record_type(PyObject* type);
-  static SymValue make_record(PyObject* type, Args args, Kwargs kwargs);
+  static SymValue make_record(Tracer& t, PyObject* type, Args args, Kwargs kwargs);
   static SymValue make_namedtuple(PyObject* type, Args args, Kwargs kwargs);
 };
 

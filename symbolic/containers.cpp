@@ -80,6 +80,15 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
     t.check_not_iterating(self, describe(self) + "." + name + "()");
     if (self.source) t.mutate_visible(self, describe(self) + "." + name + "()");
   };
+  if (self.kind == K::NamedTuple && name == "_replace" && args.empty()) {  // a new tuple of its type
+    SymValue r = self;
+    for (auto& [k, v] : kwargs) {
+      auto f = std::find(r.field_names.begin(), r.field_names.end(), k);
+      if (f == r.field_names.end()) throw Unsupported("_replace of " + describe(self) + " with no field '" + k + "' (ValueError)");
+      r.items[static_cast<size_t>(f - r.field_names.begin())] = std::move(v);
+    }
+    return r;
+  }
   if (!kwargs.empty() && !(self.kind == K::Dict && name == "update"))
     throw Unsupported(describe(self) + "." + name + " with keyword arguments");
   const size_t n = args.size();

@@ -212,6 +212,24 @@ bool Tracer::object_lookup(const SymValue& self, const std::string& name, SymVal
   return false;
 }
 
+// What a named tuple's class gives for `name` (no field): a method bound to it, a property's
+// value, a class attribute (_fields, _field_defaults).
+SymValue Tracer::named_tuple_class_attr(const SymValue& owner, const std::string& name) {
+  PyOwned key(PyUnicode_InternFromString(name.c_str()));
+  PyObject* defining = nullptr;
+  PyObject* found = mro_lookup(reinterpret_cast<PyTypeObject*>(owner.obj), key.p, nullptr, &defining);
+  if (!found || !defining) throw Unsupported("attribute '" + name + "' of " + describe(owner));
+  SymValue value = load_attr(constant(defining), name);  // guarded, as any class attribute is
+  if (PyFunction_Check(found)) return bound(value.obj, name, owner);
+  if (Py_IS_TYPE(found, &PyProperty_Type)) {
+    PyOwned fget(PyObject_GetAttrString(found, "fget"));
+    if (!fget.p || fget.p == Py_None) { PyErr_Clear(); throw Unsupported("property '" + name + "' of " + describe(owner) + " has no getter"); }
+    return call(constant(fget.p), {owner}, {});
+  }
+  if (Py_TYPE(found)->tp_descr_get) throw Unsupported(std::string("attribute '") + name + "' of " + describe(owner) + " is a " + Py_TYPE(found)->tp_name);
+  return value;
+}
+
 SymValue Tracer::object_attr(const SymValue& self, const std::string& name, PyObject* after) {
   SymValue out;
   if (!object_lookup(self, name, &out, after))

@@ -14,8 +14,6 @@ from .cases import Cases, r, xfail
 
 CASES = Cases()
 MUTATION = "caller-visible container mutation replayed"
-NTUPLE = "namedtuples and dataclasses"
-
 Point = collections.namedtuple("Point", ["x", "y"])
 
 
@@ -23,6 +21,13 @@ class Pair(typing.NamedTuple):
     first: torch.Tensor
     second: torch.Tensor
     weight: float = 1.0
+
+    def blended(self, t):
+        return self.first * (1 - t) + self.second * t
+
+    @property
+    def total(self):
+        return (self.first + self.second) * self.weight
 
 
 @dataclasses.dataclass
@@ -36,6 +41,20 @@ class State:
 class Options:
     scale: float
     shift: float = 0.0
+
+    def apply(self, x):
+        return x * self.scale + self.shift
+
+
+@dataclasses.dataclass
+class Tracked:
+    value: torch.Tensor
+    history: list = dataclasses.field(default_factory=list)
+    norm: float = dataclasses.field(init=False, default=0.0)
+
+    def __post_init__(self):
+        self.history.append("made")
+        self.norm = 2.0
 
 
 def two():
@@ -235,13 +254,13 @@ def namedtuple_returned(x, y):
     return Pair(x + 1, y * 2)
 
 
-@CASES(lambda: (Pair(r(4, 8), r(4, 8), 0.5),), xfail=NTUPLE)
+@CASES(lambda: (Pair(r(4, 8), r(4, 8), 0.5),))
 def typing_namedtuple_replace_and_default(p):
     q = p._replace(weight=3.0)
     return (p.first + p.second) * p.weight + q.weight
 
 
-@CASES(two, xfail=NTUPLE)
+@CASES(two)
 def dataclass_created_and_read(x, y):
     s = State(x)
     s.count += 2
@@ -259,7 +278,25 @@ def dataclass_returned(x):
     return State(x * 2, count=5, tags=["a"])
 
 
-@CASES(lambda: (r(4, 8),), xfail=NTUPLE)
+@CASES(lambda: (Pair(r(4, 8), r(4, 8), 0.5),))
+def typing_namedtuple_method_and_property(p):
+    return p.blended(0.25) + p.total + len(p._fields)
+
+
+@CASES(lambda: (r(4, 8),))
+def frozen_dataclass_method(x):
+    return Options(2.0, 1.0).apply(x)
+
+
+@CASES(lambda: (r(4, 8),), fresh=True)
+def dataclass_post_init_runs_once_and_is_returned(x):
+    t = Tracked(x * 2)
+    t.history.append("used")
+    t.value = t.value + t.norm
+    return t
+
+
+@CASES(lambda: (r(4, 8),))
 def dataclass_fields_and_asdict_like(x):
     opts = Options(scale=0.5)
     names = [f.name for f in dataclasses.fields(opts)]
