@@ -19,7 +19,7 @@ void Tracer::check_not_iterating(const SymValue& c, const std::string& what) con
 
 void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
   using K = SymValue::Kind;
-  if (!c.box || (c.kind != K::List && c.kind != K::Dict)) throw Unsupported(what + " on " + describe(c) + " the caller can see");
+  if (!c.box || (c.kind != K::List && c.kind != K::Dict && c.kind != K::Set)) throw Unsupported(what + " on " + describe(c) + " the caller can see");
   auto o = visible_object_.find(c.box.get());
   if (o == visible_object_.end()) throw Unsupported(what + " on a " + describe(c) + " the caller can see");
   PyObject* obj = o->second;
@@ -40,6 +40,7 @@ void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
   for (const SymValue& v : c.box->items)
     if (finalizes(v)) throw Unsupported(what + " on a " + describe(c) + " the caller can see, holding an object with a finalizer");
   mutated_visible_.emplace(obj, c);
+  if (c.kind == K::Set) return;  // its calls are replayed one by one (container_method)
   TraceResult::SideEffect e;
   e.target = c;
   e.value = c;  // the same box, as a value made in the trace: its items are the graph's outputs
@@ -112,6 +113,15 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
     const bool reads = std::find_if(std::begin(pure), std::end(pure), [&](const char* m) { return name == m; }) != std::end(pure);
     if (!mutates && !reads) throw Unsupported("set." + name + "()");
     if (mutates) t.check_not_iterating(self, "set." + name + "()");
+    if (mutates && self.source) {  // the caller's set: the same call on it after the graph
+      t.mutate_visible(self, "set." + name + "()");
+      TraceResult::SideEffect e;
+      e.target = self;
+      e.name = name;
+      e.value = Tracer::constant(tuple.p);  // the operands as they are now
+      e.kind = TraceResult::SideEffect::Kind::CallMethod;
+      t.result_.effects.push_back(std::move(e));
+    }
     PyOwned method(PyObject_GetAttrString(self.obj, name.c_str()));
     PyOwned r(method.p ? PyObject_Call(method.p, tuple.p, nullptr) : nullptr);
     if (!r.p) { PyErr_Clear(); throw Unsupported("set." + name + "() raised"); }  // KeyError: eager raises it

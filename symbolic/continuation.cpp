@@ -342,7 +342,8 @@ struct BoxSlots {
   void collect(const SymValue& v) {
     using K = SymValue::Kind;
     if (preload && v.source &&
-        (v.kind == K::Constant || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict || v.kind == K::Tuple) &&
+        (v.kind == K::Constant || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict || v.kind == K::Tuple ||
+         v.kind == K::Set) &&
         through_path(v.source.get()) &&
         std::find(sources.begin(), sources.end(), v.source.get()) == sources.end())
       sources.push_back(v.source.get());
@@ -544,7 +545,8 @@ struct Rebuilder {
           b.emit(op::BUILD_MAP, static_cast<int>(v.box->keys.size()));
           b.call(2);
         });
-      case K::Set:  // a copy of the trace's final set, once (set.copy keeps its table: eager's order)
+      case K::Set:  // the caller's set, or a copy of the trace's final set, once (set.copy keeps its table: eager's order)
+        if (v.source) return load_sourced(v);
         return boxed(v, [&] {
           static PyObject* set_copy = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PySet_Type), "copy");  // NB: kept
           b.emit(op::PUSH_NULL, 0);
@@ -731,6 +733,17 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
     if (e.kind == TraceResult::SideEffect::Kind::SetCell) {
       rb.push(e.value);
       b.store_deref(e.target.source->index);
+      continue;
+    }
+    if (e.kind == TraceResult::SideEffect::Kind::CallMethod) {
+      PyOwned method(PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(e.target.obj)), e.name.c_str()));
+      FD_CHECK(method.p, "a replayed method the target's type lacks");
+      b.emit(op::PUSH_NULL, 0);
+      b.load_const(method.p);
+      rb.push(e.target);
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(e.value.obj); ++i) b.load_const(PyTuple_GET_ITEM(e.value.obj, i));
+      b.call(static_cast<int>(PyTuple_GET_SIZE(e.value.obj)) + 1);
+      b.emit(op::POP_TOP, 0);
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetGlobal) {

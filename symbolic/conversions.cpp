@@ -389,18 +389,18 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     throw Unsupported(source_name(*source) + " nests lists or dicts deeper than 16 (or holds itself)");
   if (PyList_CheckExact(obj) && PyList_GET_SIZE(obj) > 256)  // a guard and a value per item: too many
     throw Unsupported(source_name(*source) + " is a list of " + std::to_string(PyList_GET_SIZE(obj)) + " items");
-  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj)) {
-    // A list or dict the trace has mutated, read again through another path: the same box (the
-    // guards hold both paths to one object, guard_builder.cpp).
+  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || PySet_CheckExact(obj)) {
+    // A list, dict or set the trace has mutated, read again through another path: the same box
+    // (the guards hold both paths to one object, guard_builder.cpp).
     auto m = mutated_visible_.find(obj);
     if (m != mutated_visible_.end()) {
-      guard(PyList_CheckExact(obj) ? GuardKind::TypeAndLen : GuardKind::DictKeys);
+      guard(PyList_CheckExact(obj) ? GuardKind::TypeAndLen : PySet_CheckExact(obj) ? GuardKind::IdIs : GuardKind::DictKeys);
       SymValue v = m->second;
       v.source = source;
       return v;
     }
   }
-  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || PyODict_CheckExact(obj)) {
+  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || PyODict_CheckExact(obj) || PySet_CheckExact(obj)) {
     // Read again through the same path (a global read twice, self.cache twice): the same box, so
     // that a mutation through either read is one object's (its guards are the first read's).
     auto first = visible_value_.find(obj);
@@ -458,6 +458,26 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
         v.box->items.push_back(wrap(val, item_src));
       }
       return visible(std::move(v));
+    }
+  }
+  if (PySet_CheckExact(obj)) {
+    // A set the caller passed, of items that compare in C: its contents guarded against a
+    // snapshot, and the trace works on a private copy, as on a set made in the trace; a
+    // mutation gives the caller's set the copy's final contents after the graph (mutate_visible).
+    int budget = 256;
+    PyOwned snapshot(snapshot_copy(obj, 0, budget));
+    bool comparable = snapshot.p != nullptr;
+    PyObject* key;
+    Py_hash_t hash;
+    Py_ssize_t pos = 0;
+    while (comparable && _PySet_NextEntry(obj, &pos, &key, &hash)) comparable = compares_in_c(key);
+    if (!snapshot.p) PyErr_Clear();
+    if (comparable) {
+      guard(GuardKind::TypeIs);
+      add_guard(source, GuardKind::Equals, snapshot.p);
+      PyOwned copy(PySet_New(snapshot.p));  // the trace's own (the guard keeps the snapshot)
+      if (!copy.p) { PyErr_Clear(); throw Unsupported(source_name(*source) + ": copying the set raised"); }
+      return visible(set_value(copy.p));
     }
   }
   // A dict of another type (OrderedDict, a registry subclass), size or kind of key, a set...:

@@ -96,8 +96,10 @@ struct TraceResult {
     // (target[:] = [...]; or clear() and update()): the trace mutated it.
     // SetCell: the frame's free variable `target` (its source the Closure index) gets `value`
     // (STORE_DEREF after the graph). SetGlobal: the frame's global `name` gets `value`
-    // (STORE_GLOBAL after the graph; target unused).
-    enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell, SetGlobal } kind = Kind::SetAttr;
+    // (STORE_GLOBAL after the graph; target unused). CallMethod: target.name(*value), value a
+    // constant tuple (a mutating method of the caller's set, replayed call by call so that its
+    // table evolves as eager's does).
+    enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell, SetGlobal, CallMethod } kind = Kind::SetAttr;
   };
   std::vector<SideEffect> effects;
 
