@@ -228,7 +228,17 @@ bool Tracer::plain_module_store(const SymValue& owner, const std::string& name, 
   PyObject* found = _PyType_Lookup(Py_TYPE(o), setattr_name);  // borrowed
   if (!found || found != module_setattr) return false;
   using K = SymValue::Kind;
+  // A tensor is plain unless it is a Parameter or a Buffer (Module.__setattr__ registers those): a
+  // tensor the graph computes never is; an input is checked as it is now (its type is guarded).
+  static PyObject* parameter = resolve_python_name("torch.nn.Parameter");  // NB: kept
+  static PyObject* buffer = resolve_python_name("torch.nn.Buffer");        // NB: kept
+  auto plain_tensor = [&] {
+    PyObject* t = value.source ? input_object(value) : nullptr;
+    if (value.source && !t) return false;
+    return !t || (!PyObject_IsInstance(t, parameter) && !(buffer && PyObject_IsInstance(t, buffer)));
+  };
   const bool plain_value = value.kind == K::List || value.kind == K::Tuple || value.kind == K::Dict ||
+                           (value.kind == K::Tensor && plain_tensor()) ||
                            (value.kind == K::Constant && !THPVariable_Check(value.obj) &&
                             !PyObject_TypeCheck(value.obj, reinterpret_cast<PyTypeObject*>(module_type())));
   if (!plain_value) return false;
@@ -287,7 +297,7 @@ void Tracer::store_attr(const SymValue& owner, const std::string& name, const Sy
     throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " without a __dict__");
   if (!owner.source) pin(owner);  // replayed on this very object
   for (auto& [obj, n, v] : written_attrs_)
-    if (obj == owner.obj && n == name) {
+    if (obj == owner.obj && n == name && !deleted_attrs_.count({obj, name})) {
       v = value;
       // Nothing runs between the replayed stores: the last value, stored where the first store
       // was (which keeps the instance dict's insertion order), is all that is observable. So a
@@ -297,8 +307,31 @@ void Tracer::store_attr(const SymValue& owner, const std::string& name, const Sy
         if (e.target.is_constant() && e.target.obj == owner.obj && e.name == name) e.value = value;
       return;
     }
-  written_attrs_.emplace_back(owner.obj, name, value);
+  auto w = std::find_if(written_attrs_.begin(), written_attrs_.end(), [&](const auto& e) { return std::get<0>(e) == owner.obj && std::get<1>(e) == name; });
+  if (w != written_attrs_.end()) std::get<2>(*w) = value;  // after a del: a store of its own, in order
+  else written_attrs_.emplace_back(owner.obj, name, value);
   result_.effects.push_back({owner, name, value});
+}
+
+void Tracer::delete_attr(const SymValue& owner, const std::string& name) {
+  if (!owner.is_constant() || owner.name == "__super__" || owner.kind != SymValue::Kind::Constant)
+    throw Unsupported("del of an attribute of " + describe(owner));
+  PyTypeObject* tp = Py_TYPE(owner.obj);
+  if (tp->tp_setattro != PyObject_GenericSetAttr || PyType_Check(owner.obj) || PyModule_Check(owner.obj) ||
+      !has_standard_getattribute(tp) || !_PyObject_GetDictPtr(owner.obj))
+    throw Unsupported(std::string("del of an attribute of a ") + tp->tp_name);
+  PyOwned key(PyUnicode_FromString(name.c_str()));
+  PyObject* descr = key.p ? _PyType_Lookup(tp, key.p) : nullptr;  // borrowed
+  if (descr && Py_TYPE(descr)->tp_descr_set)
+    throw Unsupported(std::string("del through a ") + Py_TYPE(descr)->tp_name + " ('" + name + "' of " + tp->tp_name + ")");
+  // It must be there (eager raises AttributeError otherwise): read it, which guards it.
+  load_attr(owner, name);
+  if (!owner.source) pin(owner);
+  deleted_attrs_.insert({owner.obj, name});
+  auto w = std::find_if(written_attrs_.begin(), written_attrs_.end(), [&](const auto& e) { return std::get<0>(e) == owner.obj && std::get<1>(e) == name; });
+  if (w != written_attrs_.end()) std::get<2>(*w) = SymValue::null();
+  else written_attrs_.emplace_back(owner.obj, name, SymValue::null());
+  result_.effects.push_back({owner, name, SymValue::null()});
 }
 
 SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
@@ -369,7 +402,10 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   PyObject* o = owner.obj;
   // (A class's own __getattribute__ runs for every read, stored values included: below.)
   if (generic || has_standard_getattribute(Py_TYPE(o)))
-    if (const SymValue* written = written_attr(o, name)) return *written;
+    if (const SymValue* written = written_attr(o, name)) {
+      if (written->is_null()) throw Unsupported("'" + name + "' was deleted in the frame (AttributeError)");
+      return *written;
+    }
   if (owner.name == "__super__") {
     if (name == "__getattribute__") {  // object's lookup, done for real on the instance
       SymValue m;

@@ -178,7 +178,12 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
       return true;
     }
     if (args[0].is_constant() && has_standard_getattribute(Py_TYPE(args[0].obj))) {
-      if (const SymValue* written = t.written_attr(args[0].obj, name)) {  // stored earlier in the trace
+      if (const SymValue* written = t.written_attr(args[0].obj, name)) {  // stored (or deleted) earlier in the trace
+        if (written->is_null()) {
+          if (has) { out = Tracer::constant(Py_False); return true; }
+          if (n == 3) { out = args[2]; return true; }
+          throw Unsupported("getattr of an attribute deleted in the frame (AttributeError)");
+        }
         out = has ? Tracer::constant(Py_True) : *written;
         return true;
       }
@@ -355,6 +360,11 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     out = Tracer::constant(sup.p);
     out.name = "__super__";
     out.items.push_back(self);
+    return true;
+  }
+  if (is("delattr") && n == 2 && kwargs.empty() && args[1].is_constant() && PyUnicode_CheckExact(args[1].obj)) {
+    t.delete_attr(args[0], PyUnicode_AsUTF8(args[1].obj));
+    out = Tracer::constant(Py_None);
     return true;
   }
   if (is("setattr") && n == 3 && kwargs.empty() && args[1].is_constant() && PyUnicode_CheckExact(args[1].obj)) {

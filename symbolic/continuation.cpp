@@ -336,7 +336,9 @@ struct BoxSlots {
   size_t size() const { return boxes.size() + sources.size(); }
   static bool through_path(const Source* s) {
     for (; s; s = s->parent.get())
-      if (s->kind == Source::Kind::Attr || s->kind == Source::Kind::Item || s->kind == Source::Kind::DictItem) return true;
+      if (s->kind == Source::Kind::Attr || s->kind == Source::Kind::Item || s->kind == Source::Kind::DictItem ||
+          s->kind == Source::Kind::Global)  // a global the effects may rebind (SetGlobal)
+        return true;
     return false;
   }
   void collect(const SymValue& v) {
@@ -749,6 +751,11 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
     if (e.kind == TraceResult::SideEffect::Kind::SetGlobal) {
       rb.push(e.value);
       b.emit(op::STORE_GLOBAL, b.name_index(e.name));
+      continue;
+    }
+    if (e.value.is_null()) {  // del target.name
+      rb.push(e.target);
+      b.emit(op::DELETE_ATTR, b.name_index(e.name));
       continue;
     }
     rb.push(e.value);

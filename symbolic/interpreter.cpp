@@ -883,6 +883,7 @@ struct Handlers {
     SymValue value = t.pop();
     t.store_attr(owner, str_name(t, in.arg), value);
   }
+  static void delete_attr(Tracer& t, const Instruction& in) { t.delete_attr(t.pop(), str_name(t, in.arg)); }
 
   // ---- imports of modules already imported (a sys.modules lookup, as Python does first)
   static void import_name(Tracer& t, const Instruction& in) {
@@ -960,7 +961,7 @@ struct Handlers {
           {"BEFORE_WITH", before_with}, {"MAKE_FUNCTION", make_function},
           {"KW_NAMES", kw_names}, {"CALL", call}, {"CALL_FUNCTION_EX", call_function_ex},
           {"RETURN_VALUE", return_value}, {"IMPORT_NAME", import_name}, {"IMPORT_FROM", import_from},
-          {"RETURN_GENERATOR", return_generator}, {"YIELD_VALUE", yield_value}, {"STORE_ATTR", store_attr}, {"BUILD_SET", build_set}, {"SET_ADD", set_add}, {"SET_UPDATE", set_add},
+          {"RETURN_GENERATOR", return_generator}, {"YIELD_VALUE", yield_value}, {"STORE_ATTR", store_attr}, {"DELETE_ATTR", delete_attr}, {"BUILD_SET", build_set}, {"SET_ADD", set_add}, {"SET_UPDATE", set_add},
       };
       for (int op = 0; op < 256; ++op) {
         const char* name = opcode_info(static_cast<uint8_t>(op)).name;

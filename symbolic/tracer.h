@@ -144,6 +144,9 @@ class Tracer {
   // owner.name = value (STORE_ATTR, setattr): on an object made in the trace, or an object from
   // outside whose store is replayed after the graph; Unsupported where the store runs code.
   void store_attr(const SymValue& owner, const std::string& name, const SymValue& value);
+  // del owner.name (DELETE_ATTR, delattr) on an object from outside: replayed after the graph
+  // (a SetAttr effect whose value is Null); later reads in the trace find it missing.
+  void delete_attr(const SymValue& owner, const std::string& name);
   // `container`, a list or dict the caller can see (it has a source), is about to be mutated
   // (`what`: "append", "item assignment" ...). The trace mutates its symbolic items, and the
   // transformed code gives the real object those final contents after the graph
@@ -270,6 +273,7 @@ class Tracer {
   // Attribute values written during the trace (result_.effects), read back by later reads.
   std::vector<std::tuple<PyObject*, std::string, SymValue>> written_attrs_;
   std::unordered_map<std::string, SymValue> written_globals_;  // store_global's, by name
+  std::set<std::pair<PyObject*, std::string>> deleted_attrs_;   // delete_attr's (their stores are never merged)
   // Lists and dicts the caller passed (wrap), by object: the boxes of their reads, one per path
   // read before a mutation; once the trace mutates one (mutate_visible), every later read of
   // that object shares the mutated box.

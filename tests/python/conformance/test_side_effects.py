@@ -13,7 +13,6 @@ from fdcheck import assert_same_object, call_with_stats, check_report, fastdyn
 from .cases import Cases, r, xfail
 
 CASES = Cases()
-ATTR = "attribute writes on user objects replayed"
 GRADMODE = "with torch.no_grad() blocks"
 RNG = "random factories (same stream as eager)"
 SETITEM = "setitem on tensors (x[...] = v)"
@@ -57,11 +56,19 @@ def attribute_stores_tensor_on_argument(c, x):
     return c.last + 1
 
 
-@CASES(counter_and_tensor, fresh=True, xfail=ATTR)
+@CASES(counter_and_tensor, fresh=True)
 def setattr_and_delattr_builtins(c, x):
     setattr(c, "extra", x * 3)
     delattr(c, "last")
     return getattr(c, "extra") - x
+
+
+@CASES(counter_and_tensor, fresh=True)
+def attribute_deleted_probed_and_stored_again(c, x):
+    del c.last
+    missing = not hasattr(c, "last")
+    c.last = x * 2
+    return c.last + 1, missing, getattr(c, "nope", 3)
 
 
 @CASES(counter_and_tensor, fresh=True)
@@ -110,7 +117,7 @@ def attribute_writes_on_object_made_in_frame(x):
     return c.last * c.calls
 
 
-@CASES(lambda: (torch.manual_seed(1) and Cache(), r(4, 8)), fresh=True, xfail=ATTR)
+@CASES(lambda: (torch.manual_seed(1) and Cache(), r(4, 8)), fresh=True)
 def module_attribute_writes_in_forward(m, x):
     return m(x) * 2
 
@@ -344,6 +351,14 @@ def global_written_twice_and_read_back(x):
     return y + COUNTER
 
 
+def global_read_then_bumped(x):
+    """The value read before the write is returned (found by the differential fuzzer)."""
+    global COUNTER
+    old = COUNTER
+    COUNTER += 1
+    return old, x * 2
+
+
 def _globals_state():
     return copy.copy([COUNTER, TOTAL, list(LOG), dict(SETTINGS)])
 
@@ -396,6 +411,10 @@ def test_global_dict_mutation_replayed():
 
 def test_global_written_by_inlined_helper_across_a_break():
     check_global_effects(global_written_by_helper_then_break, graphs=2, breaks=1)
+
+
+def test_global_read_then_bumped_returns_the_old_value():
+    check_global_effects(global_read_then_bumped)
 
 
 def test_global_written_twice_and_read_back():
