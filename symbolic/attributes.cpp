@@ -493,7 +493,8 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       }
       // (A module subclass forwarding names, torch._VF to torch._C._VariableFunctions: its C
       // functions are guarded by identity like any module attribute.)
-      if (!is_plain_value(v) && !PyType_Check(v) && !(PyModule_Check(o) && PyCFunction_Check(v)))
+      // Its submodules too (torch.backends.mha under torch.backends' PropModule).
+      if (!is_plain_value(v) && !PyType_Check(v) && !(PyModule_Check(o) && (PyCFunction_Check(v) || PyModule_Check(v))))
         throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " (custom __getattribute__)");
       SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);
       return src ? wrap(v, src) : constant(v);

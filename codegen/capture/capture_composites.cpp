@@ -1,5 +1,6 @@
 // codegen/capture/capture_composites.cpp — binders of families that eager implements as a composite of
-// other ATen ops (CompositeImplicitAutograd): torch.diff.
+// other ATen ops (CompositeImplicitAutograd): torch.diff; and torch.diag_embed, whose values are
+// a select between its input and zeros (see bind_diag_embed).
 //
 // Such a family is recorded as the very ops eager's composite runs, through the binders of those
 // ops (record_call of cat, narrow, sub...). Nothing here computes metadata itself: every output's
@@ -74,6 +75,33 @@ CaptureResult bind_diff(BindCall& c) {
     x = CallArg::tensor(result.values[0]);
   }
   return result;
+}
+
+// torch.diag_embed(input, offset=0, dim1=-2, dim2=-1): the last dim of `input` on the diagonal
+// of two new last dims, zeros elsewhere. Recorded as where(eye(n), input.unsqueeze(-2), 0): the
+// same values bit for bit (a select, no arithmetic: NaN and inf stay on the diagonal only) and the
+// same dtype (a zero of the input's kind is a wrapped number). Other offsets and dims are left
+// to eager (a clear failure: the frame breaks there and runs it).
+CaptureResult bind_diag_embed(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "diag_embed(Tensor input, int offset=0, int dim1=-2, int dim2=-1)");
+  const CallArg& input = a.get("input");
+  const TensorMeta m = c.graph.meta(input.value);
+  if (m.dim() < 1) return CaptureResult::fail("diag_embed: the input must have at least one dimension");
+  const int64_t out_dim = m.dim() + 1;
+  auto d1 = wrap_dim(a.integer("dim1"), out_dim), d2 = wrap_dim(a.integer("dim2"), out_dim);
+  if (a.integer("offset") != 0 || !d1 || !d2 || *d1 != out_dim - 2 || *d2 != out_dim - 1)
+    return CaptureResult::fail("diag_embed: only offset=0 onto the last two dims is recorded");
+  if (c10::isComplexType(m.dtype)) return CaptureResult::fail("diag_embed: complex inputs are not recorded");
+  shapes::pin_value(c.graph, input.value, m.dim() - 1, "diag_embed() builds its eye mask at the length as a number");
+  const int64_t n = c.graph.meta(input.value).sizes.back();
+  CaptureResult mask = sub_call(c, "diag_embed", Family::eye, {CallArg::of_int(n)},
+                                {{"dtype", CallArg::of_dtype(c10::ScalarType::Bool)}, {"device", CallArg::of_device(m.device)}});
+  if (!mask.ok) return mask;
+  CaptureResult row = sub_call(c, "diag_embed", Family::unsqueeze, {input, CallArg::of_int(-2)});
+  if (!row.ok) return row;
+  const CallArg zero = m.dtype == c10::ScalarType::Bool ? CallArg::of_bool(false)
+                       : c10::isIntegralType(m.dtype, false) ? CallArg::of_int(0) : CallArg::of_double(0.0);
+  return sub_call(c, "diag_embed", Family::where, {CallArg::tensor(mask.values[0]), CallArg::tensor(row.values[0]), zero});
 }
 
 }  // namespace fastdyn::codegen

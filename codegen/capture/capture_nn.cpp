@@ -908,14 +908,72 @@ namespace fastdyn::codegen {
 // torch.einsum over two operands without repeated subscripts in one operand (those are diagonals:
 // views whose layout we do not model). Such contractions run as one bmm, whose result eager
 // returns contiguous in the requested output order.
+namespace {
+
+// einsum of one operand, as eager computes it: the operand permuted to (output dims, then the
+// summed ones), then summed over the trailing summed dims, whose result is contiguous; with none
+// to sum, the permuted view itself (it aliases the operand, as eager's does).
+CaptureResult einsum_one(BindCall& c, const std::string& eq, ValueId op) {
+  const TensorMeta m = c.graph.meta(op);
+  const size_t arrow = eq.find("->");
+  const std::string term = eq.substr(0, arrow);
+  const size_t ell = term.find("...");
+  const int64_t letters = static_cast<int64_t>(term.size()) - (ell == std::string::npos ? 0 : 3);
+  const int64_t n_ell = m.dim() - letters;
+  if (n_ell < 0 || (ell == std::string::npos && n_ell != 0))
+    return CaptureResult::fail("einsum: subscripts '" + term + "' do not fit the operand of shape " + shape_str(m.sizes));
+  std::map<char, int64_t> dim_of;  // label -> input dim
+  for (size_t j = 0, d = 0; j < term.size(); ++j) {
+    if (term.compare(j, 3, "...") == 0) { d += static_cast<size_t>(n_ell); j += 2; continue; }
+    const char ch = term[j];
+    if (!std::isalpha(static_cast<unsigned char>(ch))) return CaptureResult::fail(std::string("einsum: invalid subscript '") + ch + "'");
+    if (!dim_of.emplace(ch, static_cast<int64_t>(d++)).second)
+      return CaptureResult::fail(std::string("einsum: repeated subscript '") + ch + "' in one operand (a diagonal) is not supported");
+  }
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = eq.substr(arrow + 2);
+  } else {  // implicit: '...' first, then every label (each seen once), alphabetically
+    out = ell == std::string::npos ? "" : "...";
+    for (const auto& kv : dim_of) out += kv.first;
+  }
+  std::vector<int64_t> perm;
+  std::vector<bool> used(static_cast<size_t>(m.dim()), false);
+  for (size_t j = 0; j < out.size(); ++j) {
+    if (out.compare(j, 3, "...") == 0) {
+      if (ell == std::string::npos) return CaptureResult::fail("einsum: '...' in the output but not in the operand");
+      for (int64_t e = 0; e < n_ell; ++e) perm.push_back(static_cast<int64_t>(ell) + e);
+      j += 2;
+      continue;
+    }
+    auto it = dim_of.find(out[j]);
+    if (it == dim_of.end() || used[static_cast<size_t>(it->second)])
+      return CaptureResult::fail(std::string("einsum: output subscript '") + out[j] + "' must appear once in the output and in the operand");
+    perm.push_back(it->second);
+    used[static_cast<size_t>(it->second)] = true;
+  }
+  for (int64_t e : perm) used[static_cast<size_t>(e)] = true;
+  const int64_t n_out = static_cast<int64_t>(perm.size());
+  for (int64_t d = 0; d < m.dim(); ++d)
+    if (!used[static_cast<size_t>(d)]) perm.push_back(d);
+  CaptureResult p = record_call(c.graph, c.ctx, Family::permute, {CallArg::tensor(op), CallArg::of_ints(perm)}, {});
+  if (!p.ok || n_out == m.dim()) return p;
+  std::vector<int64_t> summed;
+  for (int64_t d = n_out; d < m.dim(); ++d) summed.push_back(d);
+  return record_call(c.graph, c.ctx, Family::sum, {CallArg::tensor(p.values[0]), CallArg::of_ints(summed)}, {});
+}
+
+}  // namespace
+
 CaptureResult bind_einsum(BindCall& c) {
   FD_BIND_OR_RETURN(c, a, "einsum(str equation, Tensor[] *operands)");
   std::string eq;
   for (char ch : a.str("equation"))
     if (ch != ' ') eq += ch;
   std::vector<ValueId> ops = a.tensors("operands");
-  // NB: one operand gives a view (permute/diagonal); three or more may come back permuted,
-  // depending on eager's contraction path. Only pairs are known to be contiguous.
+  if (ops.size() == 1 && eq.find(',') == std::string::npos) return einsum_one(c, eq, ops[0]);
+  // NB: three or more may come back permuted, depending on eager's contraction path. Only pairs
+  // are known to be contiguous (one operand: einsum_one).
   if (ops.size() != 2)
     return CaptureResult::fail("einsum: only two operands are supported, got " + std::to_string(ops.size()));
   size_t arrow = eq.find("->");

@@ -586,7 +586,7 @@ TEST(CapturePointwise, BindingErrorsNameTheCulprit) {
       {Family::glu, {T(0)}, {{"dim", I(5)}}, "glu: dim 5 out of range"},
       // Three-operand einsum may return a permuted layout eager chooses by its contraction path.
       {Family::einsum, {Str("ab,bc,cd->da"), T(0), T(0), T(0)}, {}, "einsum: only two operands"},
-      {Family::einsum, {Str("ii->i"), T(0)}, {}, "einsum: only two operands"},
+      {Family::einsum, {Str("ii->i"), T(0)}, {}, "einsum: repeated subscript 'i' in one operand (a diagonal)"},
   };
   for (const auto& k : cases) {
     Graph g;

@@ -280,9 +280,27 @@ def scaled_dot_product_attention_causal(q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-@CASES(lambda: (r(2, 4, 8), r(8, 3)), xfail="op table: einsum of one operand")
+@CASES(lambda: (r(2, 4, 8), r(8, 3)))
 def einsum_forms(x, w):
     return torch.einsum("bsd,de->bse", x, w), torch.einsum("bsd->bd", x)
+
+
+@CASES(lambda: (r(2, 3, 4), r(5, 2, 3, 4)))
+def einsum_one_operand_permutes_and_sums(x, y):
+    """Eager's layouts: a permuted view where nothing is summed, a contiguous sum otherwise."""
+    return (torch.einsum("bsd->db", x), torch.einsum("bsd->dsb", x), torch.einsum("bsd", x),
+            torch.einsum("bsd->", x), torch.einsum("...sd->...ds", y), torch.einsum("a...d->da...", y),
+            torch.einsum("...d->d", y))
+
+
+@CASES(lambda: (r(3, 5), r(2, 4).long()))
+def diag_embed_of_floats_and_ints(x, i):
+    return torch.diag_embed(x) * 2, i.diag_embed()
+
+
+@CASES(lambda: (torch.tensor([[1.0, float("nan"), float("inf")]]),))
+def diag_embed_keeps_nan_and_inf_on_the_diagonal(x):
+    return torch.diag_embed(x)
 
 
 CASES.define_tests(globals())

@@ -116,20 +116,20 @@ def identity_and_flatten_modules(ident, flat, x):
     return flat(ident(x))
 
 
-@CASES(lambda: (nn.MultiheadAttention(8, 2, batch_first=True).eval(), r(2, 4, 8)), xfail=MODULE,
+@CASES(lambda: (nn.MultiheadAttention(8, 2, batch_first=True).eval(), r(2, 4, 8)),
        atol=1e-5, rtol=1e-5)
 def multihead_self_attention(mha, x):
     out, _ = mha(x, x, x, need_weights=False)
     return out
 
 
-@CASES(lambda: (nn.MultiheadAttention(8, 2).eval(), r(4, 2, 8), r(3, 2, 8)), xfail=MODULE,
+@CASES(lambda: (nn.MultiheadAttention(8, 2).eval(), r(4, 2, 8), r(3, 2, 8)),
        atol=1e-5, rtol=1e-5)
 def multihead_cross_attention_with_weights(mha, q, kv):
     return mha(q, kv, kv)
 
 
-@CASES(lambda: (nn.MultiheadAttention(8, 2, batch_first=True).eval(), r(2, 4, 8)), xfail=MODULE,
+@CASES(lambda: (nn.MultiheadAttention(8, 2, batch_first=True).eval(), r(2, 4, 8)),
        atol=1e-5, rtol=1e-5)
 def multihead_attention_causal_mask(mha, x):
     mask = torch.triu(torch.ones(4, 4, dtype=torch.bool), diagonal=1)
@@ -228,7 +228,7 @@ def user_module_keyword_argument(m, x):
     return m(x, scale=3.0)
 
 
-@CASES(lambda: (Scaled(), r(4, 8)), xfail=MODULE)
+@CASES(lambda: (Scaled(), r(4, 8)))
 def parameter_read_directly(m, x):
     return x @ torch.diag_embed(m.weight) + m.offset.sum()
 
