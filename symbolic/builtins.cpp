@@ -139,10 +139,47 @@ bool Calls::sum_of_tensors(Tracer& t, Args& args, Kwargs& kwargs, SymValue& out)
   return true;
 }
 
+// sorted(iterable, key=None, reverse=False) of items that are constants comparing in C (str,
+// int, float, tuples of them: no user __lt__ runs): sorted at trace time by Python's own sort
+// (its stability and its reverse included), a new list of those constants.
+SymValue Calls::sorted_constants(Tracer& t, const SymValue& iterable, Kwargs& kwargs) {
+  PyOwned kw(PyDict_New());
+  for (auto& [k, v] : kwargs) {
+    if (k == "key" && v.is_constant() && v.obj == Py_None) continue;
+    if (k != "reverse" || !v.is_constant() || !PyBool_Check(v.obj)) throw Unsupported("sorted() with " + k + "=" + describe(v));
+    PyDict_SetItemString(kw.p, "reverse", v.obj);
+  }
+  std::vector<SymValue> items = remaining(t.make_iterator(iterable));
+  PyOwned list(PyList_New(0));
+  for (const SymValue& i : items) {
+    if (!i.is_python_constant()) throw Unsupported("sorted() of " + describe(i));
+    PyOwned o(t.materialize(i));
+    if (!o.p || !compares_in_c(o.p)) throw Unsupported("sorted() of " + describe(i) + " (its comparison may run Python)");
+    PyList_Append(list.p, o.p);
+  }
+  PyOwned args(PyTuple_Pack(1, list.p));
+  PyOwned r(PyObject_Call(builtin("sorted"), args.p, kw.p));
+  if (!r.p) { PyErr_Clear(); throw Unsupported("sorted() raised"); }  // TypeError: eager raises it
+  std::vector<SymValue> out;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r.p); ++i) out.push_back(Tracer::constant(PyList_GET_ITEM(r.p, i)));
+  return SymValue::list(std::move(out));
+}
+
 bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
   auto is = [&](const char* name) { return fn == builtin(name); };
   const size_t n = args.size();
   if (is("len") && n == 1 && kwargs.empty()) { out = length(t, args[0]); return true; }
+  if (is("sorted") && n == 1) { out = sorted_constants(t, args[0], kwargs); return true; }
+  // functools.reduce(fn, iterable[, initial]): the loop it runs, with fn inlined at each step.
+  static PyObject* reduce = resolve_python_name("functools.reduce");  // NB: kept for the process
+  if (fn == reduce && (n == 2 || n == 3) && kwargs.empty()) {
+    std::vector<SymValue> items = remaining(t.make_iterator(args[1]));
+    if (n == 2 && items.empty()) throw Unsupported("functools.reduce() of an empty iterable with no initial value (TypeError)");
+    SymValue acc = n == 3 ? args[2] : items.front();
+    for (size_t i = n == 3 ? 0 : 1; i < items.size(); ++i) acc = t.call(args[0], {acc, items[i]}, {});
+    out = std::move(acc);
+    return true;
+  }
   if (is("sum") && sum_of_tensors(t, args, kwargs, out)) return true;
   // type() and isinstance() of a size-derived int read its type, not its number: no pin.
   const bool typed_constant = n >= 1 && args[0].kind == SymValue::Kind::Constant;

@@ -37,6 +37,7 @@ struct Calls {
   static bool torch_function_probe(PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
   static bool sum_of_tensors(Tracer& t, Args& args, Kwargs& kwargs, SymValue& out);
   static bool builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
+  static SymValue sorted_constants(Tracer& t, const SymValue& iterable, Kwargs& kwargs);
   static bool tensor_from_data(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
 
   // Dataclass and namedtuple records built in the trace (calls.cpp).

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
+#include <map>
 #include <functional>
 #include <cstring>
 #include <optional>
@@ -148,6 +149,48 @@ static PyObject* compare_or_fold(const std::string& sym, PyObject* x, PyObject* 
   return fold_binary(sym, x, y);
 }
 
+// `a sym b` where an operand is an object made in the trace: Python's binary-operator protocol
+// over its class's Python dunders, each inlined. In place, a.__iop__ first; then a.__op__ and
+// b.__rop__ (b's first where its class is a proper subclass of a's that defines it); an answer of
+// NotImplemented passes on. == and != fall back to identity, as object's do.
+SymValue Tracer::object_operator(const std::string& sym, const SymValue& a, const SymValue& b) {
+  using K = SymValue::Kind;
+  static const std::map<std::string, std::pair<std::string, std::string>> names = {  // forward, reflected
+      {"+", {"add", "radd"}}, {"-", {"sub", "rsub"}}, {"*", {"mul", "rmul"}}, {"/", {"truediv", "rtruediv"}},
+      {"//", {"floordiv", "rfloordiv"}}, {"%", {"mod", "rmod"}}, {"**", {"pow", "rpow"}}, {"@", {"matmul", "rmatmul"}},
+      {"&", {"and", "rand"}}, {"|", {"or", "ror"}}, {"^", {"xor", "rxor"}}, {"<<", {"lshift", "rlshift"}},
+      {">>", {"rshift", "rrshift"}}, {"<", {"lt", "gt"}}, {"<=", {"le", "ge"}}, {">", {"gt", "lt"}}, {">=", {"ge", "le"}},
+      {"==", {"eq", "eq"}}, {"!=", {"ne", "ne"}}};
+  const bool in_place = sym.size() >= 2 && sym.back() == '=' && sym != "==" && sym != "!=" && sym != "<=" && sym != ">=";
+  auto it = names.find(in_place ? sym.substr(0, sym.size() - 1) : sym);
+  if (it == names.end()) throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
+  auto dunder = [](const SymValue& v, const std::string& name) -> PyObject* {
+    return v.kind == K::Object ? python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), ("__" + name + "__").c_str()) : nullptr;
+  };
+  auto answered = [](const SymValue& r) { return !(r.is_constant() && r.obj == Py_NotImplemented); };
+  if (in_place)
+    if (PyObject* f = dunder(a, "i" + it->second.first)) {
+      SymValue r = call(constant(f), {a, b}, {});
+      if (answered(r)) return r;
+    }
+  PyObject* fwd = dunder(a, it->second.first);
+  PyObject* rev = dunder(b, it->second.second);
+  const bool b_first = rev && a.kind == K::Object && b.obj != a.obj &&
+                       PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(b.obj), reinterpret_cast<PyTypeObject*>(a.obj));
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool reflected = (pass == 0) == b_first;
+    PyObject* f = reflected ? rev : fwd;
+    if (!f) continue;
+    SymValue r = reflected ? call(constant(f), {b, a}, {}) : call(constant(f), {a, b}, {});
+    if (answered(r)) return r;
+  }
+  if (sym == "==" || sym == "!=") {  // identity
+    const bool same = a.kind == b.kind && a.box == b.box;
+    return constant((same == (sym == "==")) ? Py_True : Py_False);
+  }
+  throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b) + " (TypeError)");
+}
+
 SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b) {
   using K = SymValue::Kind;
   const std::string sym = symbol;
@@ -155,6 +198,7 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
     if (auto r = size_arithmetic(sym, a, b)) return *r;
     if (auto r = size_comparison(sym, a, b)) return *r;
   }
+  if (a.kind == K::Object || b.kind == K::Object) return object_operator(sym, a, b);
   // Sets: on real sets (a Set's own for an in-place operator, copies otherwise).
   if (a.kind == K::Set || b.kind == K::Set) {
     PyOwned x(set_operand(a)), y(set_operand(b));

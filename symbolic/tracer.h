@@ -218,6 +218,7 @@ class Tracer {
   // ---- calls.cpp ----
   SymValue load_global(const std::string& name);
   SymValue named_tuple_class_attr(const SymValue& owner, const std::string& name);
+  SymValue object_operator(const std::string& sym, const SymValue& a, const SymValue& b);
   // STORE_GLOBAL: the root frame's global `name` = value, replayed after the graph
   // (SideEffect::SetGlobal); later reads in the trace see value. Unsupported for another
   // module's globals (an inlined function's).
