@@ -107,7 +107,8 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
   const Instruction& in = insts[static_cast<size_t>(inst)];
   // Inside a with block the continuation goes on within it: its copy of the bytecode keeps the
   // block's exception-table entry, and the rebuilt stack holds an __exit__ that restores what the
-  // block changed (continuation.cpp; the trace only enters grad-mode blocks and nullcontext).
+  // block changed (continuation.cpp; the trace only enters grad-mode, torch.autocast and
+  // nullcontext blocks).
   // A try block's handler would need the state of the frame at the break: not rebuilt.
   const std::vector<ExceptionEntry> table = exception_table(code);
   for (const ExceptionEntry& e : enclosing_handlers(code, in.index)) {

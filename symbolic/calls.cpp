@@ -569,10 +569,19 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
         if (!args.empty() || !kwargs.empty()) throw Unsupported("object.__init__() takes no arguments");
         return constant(Py_None);
       }
-      if (callable.name == "__fd_autocast_exit__") {  // the state from before the block
+      if (callable.name == "__fd_autocast_exit__" || callable.name == "__fd_real_autocast_exit__") {  // the state from before the block
         if (autocast_outside_.empty()) throw Unsupported("torch.autocast's __exit__ outside its block");
         ctx_.autocast = autocast_outside_.back();
         autocast_outside_.pop_back();
+        if (callable.name == "__fd_real_autocast_exit__") {  // entered for real: exited for real, after the graph
+          PyOwned none3(PyTuple_Pack(3, Py_None, Py_None, Py_None));
+          TraceResult::SideEffect e;
+          e.target = callable.items.at(0);
+          e.name = "__exit__";
+          e.value = constant(none3.p);
+          e.kind = TraceResult::SideEffect::Kind::CallMethod;
+          result_.effects.push_back(std::move(e));
+        }
         return constant(Py_False);
       }
       if (callable.name == "__fd_grad_exit__") {

@@ -626,7 +626,35 @@ struct Rebuilder {
           b.load_attr("__exit__");
           return;
         }
-        if (v.name == "__fd_autocast_exit__") throw CannotRebuild("a break inside a torch.autocast block");
+        if (v.name == "__fd_autocast_exit__") {
+          // A break inside a torch.autocast block the trace entered: the continuation goes on
+          // inside it, so a new torch.autocast of the block's device, dtype and flags is entered
+          // now, for real, and the stack gets its __exit__ (which the continuation replays after
+          // its graph: __fd_real_autocast_exit__). As eager makes one per entry of the block.
+          PyObject* mgr = v.items.at(0).obj;
+          PyOwned device(PyObject_GetAttrString(mgr, "device")), dtype(PyObject_GetAttrString(mgr, "fast_dtype")),
+              enabled(PyObject_GetAttrString(mgr, "_enabled")), cache(PyObject_GetAttrString(mgr, "_cache_enabled"));
+          if (!device.p || !dtype.p || !enabled.p || !cache.p) { PyErr_Clear(); throw CannotRebuild("a torch.autocast without its settings"); }
+          static PyObject* autocast = resolve_python_name("torch.amp.autocast_mode.autocast");  // NB: kept
+          static PyObject* kw = Py_BuildValue("(sss)", "dtype", "enabled", "cache_enabled");    // NB: kept
+          b.emit(op::PUSH_NULL, 0);
+          b.load_const(autocast);
+          for (PyObject* a : {device.p, dtype.p, enabled.p, cache.p}) b.load_const(a);
+          b.call_kw(4, kw);
+          b.emit(op::COPY, 1);
+          b.load_attr("__enter__");
+          b.emit(op::PUSH_NULL, 0);
+          b.emit(op::SWAP, 2);
+          b.call(0);
+          b.emit(op::POP_TOP, 0);
+          b.load_attr("__exit__");
+          return;
+        }
+        if (v.name == "__fd_real_autocast_exit__") {  // a block entered for real before: its own __exit__
+          push(v.items.at(0));
+          b.load_attr("__exit__");
+          return;
+        }
         if (v.name == "__fd_object_init__") throw CannotRebuild("object.__init__ reached through super()");
         if (v.name == "__fd_grad_exit__") {
           // A break inside a grad-mode block: the continuation goes on inside it, so the mode is

@@ -577,6 +577,35 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       add_guard(attr_of(self_source, "mode"), GuardKind::Equals, mode.p);
       return grad_exit(wrap(self, self_source), prev.p == Py_True, mode.p == Py_True);
     }
+    // The __exit__ of a torch.autocast block a continuation resumes inside (entered for real by
+    // the code before it, continuation.cpp): the block's exit, traced as such (the state before
+    // the block, from what its __enter__ saved), and called for real after the graph.
+    static PyObject* autocast_exit_fn = resolve_python_name("torch.amp.autocast_mode.autocast.__exit__");  // NB: kept
+    if (fn == autocast_exit_fn) {
+      PyObject* self = PyMethod_GET_SELF(obj);
+      SourcePtr self_source = part("__self__");
+      PyOwned device(PyObject_GetAttrString(self, "device")), prev(PyObject_GetAttrString(self, "prev")),
+          prev_dtype(PyObject_GetAttrString(self, "prev_fastdtype"));
+      if (!device.p || !prev.p || !prev_dtype.p || !PyUnicode_Check(device.p) || !PyBool_Check(prev.p) || !THPDtype_Check(prev_dtype.p)) {
+        PyErr_Clear();
+        throw Unsupported("a torch.autocast.__exit__ whose block was not entered");
+      }
+      const std::string dev = PyUnicode_AsUTF8(device.p);
+      if (dev != "cpu" && dev != "cuda") throw Unsupported("torch.autocast on device type " + dev);
+      add_guard(attr_of(self_source, "device"), GuardKind::Equals, device.p);
+      add_guard(attr_of(self_source, "prev"), GuardKind::Equals, prev.p);
+      add_guard(attr_of(self_source, "prev_fastdtype"), GuardKind::IdIs, prev_dtype.p);
+      runtime::AutocastState outside = ctx_.autocast;
+      const c10::ScalarType dt = reinterpret_cast<THPDtype*>(prev_dtype.p)->scalar_type;
+      if (dev == "cpu") { outside.cpu = prev.p == Py_True; outside.cpu_dtype = dt; }
+      else { outside.cuda = prev.p == Py_True; outside.cuda_dtype = dt; }
+      autocast_outside_.push_back(outside);
+      SymValue m;
+      m.kind = SymValue::Kind::BoundMethod;
+      m.name = "__fd_real_autocast_exit__";
+      m.items.push_back(wrap(self, self_source));
+      return m;
+    }
     SymValue m;
     m.kind = SymValue::Kind::BoundMethod;
     m.obj = Py_NewRef(fn);

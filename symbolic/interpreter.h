@@ -98,7 +98,7 @@ struct TraceResult {
     // (STORE_DEREF after the graph). SetGlobal: the frame's global `name` gets `value`
     // (STORE_GLOBAL after the graph; target unused). CallMethod: target.name(*value), value a
     // constant tuple (a mutating method of the caller's set, replayed call by call so that its
-    // table evolves as eager's does).
+    // table evolves as eager's does; the __exit__ of a torch.autocast block entered for real).
     enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell, SetGlobal, CallMethod } kind = Kind::SetAttr;
   };
   std::vector<SideEffect> effects;

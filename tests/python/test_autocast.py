@@ -245,22 +245,57 @@ def test_an_autocast_block_inside_the_frame_is_traced():
     assert fastdyn.stats()["graphs"] == 1 and fastdyn.stats()["graph_breaks"] == 0
 
 
-def test_a_break_inside_an_autocast_block_runs_the_frame_eagerly():
+def _autocast_nesting():
+    n = torch.autocast_increment_nesting()
+    torch.autocast_decrement_nesting()
+    return n - 1
+
+
+def test_a_break_inside_an_autocast_block_resumes_inside_it():
+    """The continuation goes on inside the block (a torch.autocast entered for real at the break,
+    exited for real after the continuation's graph): eager's values and casts, and the autocast
+    state, nesting and dtype restored after each call, through two breaks in the block."""
     seen = []
 
     def f(x, w):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = x @ w
-            seen.append(torch.is_autocast_enabled("cpu"))  # a list the caller sees: eager's own call
+            seen.append(torch.is_autocast_enabled("cpu"))  # a list the caller sees
             print(end="")  # not traced: a break inside the block
             z = y @ w
-        return z
+            print(end="")  # a second one, in the continuation
+            q = z @ w
+        return y, z, q, q.float() + 1, torch.is_autocast_enabled("cpu")
 
     x, w = torch.randn(4, 4), torch.randn(4, 4)
     want = f(x, w)
-    got = fastdyn.jit(f)(x, w)
-    same(got, want)
-    assert seen == [True, True] and not torch.is_autocast_enabled("cpu")
+    g = fastdyn.jit(f)
+    for _ in range(3):
+        seen.clear()
+        got = g(x, w)
+        same(got[:4], want[:4])
+        assert got[4] is False and got[0].dtype == torch.bfloat16 and seen == [True]
+        assert not torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert _autocast_nesting() == 0
+    assert fastdyn.stats()["graphs"] == 3 and fastdyn.stats()["graph_breaks"] == 2
+
+
+def test_an_exception_after_a_break_inside_an_autocast_block_restores_the_state():
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.float16):
+            y = x @ w
+            print(end="")
+            if y.dtype == torch.float16:
+                raise ValueError("inside the block")
+        return y
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    g = fastdyn.jit(f)
+    for fn in (f, g, g):
+        with pytest.raises(ValueError, match="inside the block"):
+            fn(x, w)
+        assert not torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert _autocast_nesting() == 0
 
 
 def test_autocast_without_a_dtype_reads_the_guarded_default():
