@@ -585,9 +585,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
         return constant(Py_False);
       }
       if (callable.name == "__fd_grad_exit__") {
-        const bool prev = callable.items.at(1).obj == Py_True;
-        if (prev != ctx_.grad_enabled) grad_mode_changed_ = true;
-        ctx_.grad_enabled = prev;
+        set_grad_mode(callable.items.at(1).obj == Py_True);
         return constant(Py_None);
       }
       if (!callable.obj) return container_method(callable.items[0], callable.name, std::move(args), std::move(kwargs));
@@ -697,6 +695,23 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     PyOwned arg(args.empty() ? nullptr : materialize(args[0]));
     PyOwned obj(arg.p ? PyObject_CallOneArg(fn, arg.p) : PyObject_CallNoArgs(fn));
     if (!obj.p) { PyErr_Clear(); throw Unsupported("creating " + py_repr(fn) + " raised"); }
+    return constant(obj.p);
+  }
+  // torch.set_grad_enabled(mode) sets the mode as it is made (a `with` on it then does nothing
+  // more, and its __exit__ restores the mode it saved). In the trace: the mode changes here, and
+  // the object is made without its __init__ (which would set the real mode now), holding the
+  // mode before (`prev`) and `mode` as __init__ would.
+  static PyObject* set_grad_type = resolve_python_name("torch.autograd.grad_mode.set_grad_enabled");  // NB: kept
+  if (fn == set_grad_type && kwargs.empty() && args.size() == 1 && args[0].is_constant() && PyBool_Check(args[0].obj)) {
+    PyTypeObject* tp = reinterpret_cast<PyTypeObject*>(fn);
+    PyOwned empty(PyTuple_New(0));
+    PyOwned obj(tp->tp_new(tp, empty.p, nullptr));
+    if (!obj.p || PyObject_SetAttrString(obj.p, "prev", ctx_.grad_enabled ? Py_True : Py_False) < 0 ||
+        PyObject_SetAttrString(obj.p, "mode", args[0].obj) < 0) {
+      PyErr_Clear();
+      throw Unsupported("making torch.set_grad_enabled raised");
+    }
+    set_grad_mode(args[0].obj == Py_True);
     return constant(obj.p);
   }
   // torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...) of constants, made for

@@ -773,18 +773,26 @@ struct Handlers {
       return;
     }
     bool mode;
+    bool prev = t.ctx_.grad_enabled;
     if (type == no_grad) mode = false;
     else if (type == enable_grad) mode = true;
     else if (type == set_grad) {
-      PyOwned m(PyObject_GetAttrString(mgr.obj, "mode"));
-      if (!m.p) { PyErr_Clear(); throw Unsupported("set_grad_enabled without a mode"); }
+      // torch.set_grad_enabled(mode) sets the mode when made (a break: made for real before the
+      // continuation that enters it) and its __exit__ restores the mode it saved then: both
+      // read from the object, and guarded where it comes from outside.
+      PyOwned m(PyObject_GetAttrString(mgr.obj, "mode")), p(PyObject_GetAttrString(mgr.obj, "prev"));
+      if (!m.p || !p.p || !PyBool_Check(m.p) || !PyBool_Check(p.p)) { PyErr_Clear(); throw Unsupported("set_grad_enabled without a bool mode and prev"); }
+      if (mgr.source) {
+        t.add_guard(child_source(mgr.source, Source::Kind::Attr, "mode"), GuardKind::Equals, m.p);
+        t.add_guard(child_source(mgr.source, Source::Kind::Attr, "prev"), GuardKind::Equals, p.p);
+      }
       mode = m.p == Py_True;
+      prev = p.p == Py_True;
     } else {
       throw Unsupported("'with' on " + describe(mgr) + " (only grad-mode, autocast and nullcontext blocks are traced)");
     }
-    SymValue exit = Tracer::grad_exit(mgr, t.ctx_.grad_enabled, mode);
-    if (mode != t.ctx_.grad_enabled) t.grad_mode_changed_ = true;
-    t.ctx_.grad_enabled = mode;
+    SymValue exit = Tracer::grad_exit(mgr, prev, mode);
+    t.set_grad_mode(mode);
     t.push(std::move(exit));
     t.push(Tracer::constant(Py_None));  // what __enter__ returned
   }
@@ -1071,9 +1079,9 @@ void Tracer::run() {
     }
     ~HookScope() { size_read_hook() = saved; }
   } hook(this);
-  const bool entry_grad = ctx_.grad_enabled;
+  entry_grad_ = ctx_.grad_enabled;
   run_frame();
-  if (ctx_.grad_enabled != entry_grad) result_.grad_mode_after = ctx_.grad_enabled;
+  if (ctx_.grad_enabled != entry_grad_) result_.grad_mode_after = ctx_.grad_enabled;
   FrameState& root = *frames_.front();
   if (result_.stopped) {
     result_.stack = root.stack;
@@ -1099,10 +1107,19 @@ void Tracer::run() {
     read_every_size(e.target, seen);
     read_every_size(e.value, seen);
   }
-  if (grad_mode_changed_) {
-    for (const codegen::TensorMeta& m : result_.graph.values)
-      if (m.requires_grad) throw Unsupported("a grad-mode block inside a graph that tracks gradients");
-  }
+  finish_grad_stamps();
+}
+
+void Tracer::set_grad_mode(bool mode) {
+  if (mode == ctx_.grad_enabled) return;
+  finish_grad_stamps();
+  ctx_.grad_enabled = mode;
+}
+
+void Tracer::finish_grad_stamps() {
+  std::vector<codegen::Node>& nodes = result_.graph.nodes;
+  const int8_t mode = ctx_.grad_enabled == entry_grad_ ? int8_t{-1} : int8_t{ctx_.grad_enabled};
+  for (; grad_stamped_ < nodes.size(); ++grad_stamped_) nodes[grad_stamped_].grad_mode = mode;
 }
 
 // Inline a call into a new frame: used by calls.cpp.

@@ -219,6 +219,10 @@ class Tracer {
   SymValue load_global(const std::string& name);
   SymValue named_tuple_class_attr(const SymValue& owner, const std::string& name);
   SymValue object_operator(const std::string& sym, const SymValue& a, const SymValue& b);
+  // Enters grad mode `mode` in the trace: the nodes recorded since the last change are stamped
+  // with the mode they were recorded under (Node::grad_enabled). finish_grad_stamps at the end.
+  void set_grad_mode(bool mode);
+  void finish_grad_stamps();
   // STORE_GLOBAL: the root frame's global `name` = value, replayed after the graph
   // (SideEffect::SetGlobal); later reads in the trace see value. Unsupported for another
   // module's globals (an inlined function's).
@@ -267,7 +271,8 @@ class Tracer {
   int nargs_ = 0;       // argument slots of the root frame
   int wrap_depth_ = 0;  // wrap()'s recursion into lists and dicts
   int stop_at_ = -1;    // root instruction index at which to stop and record a break
-  bool grad_mode_changed_ = false;
+  bool entry_grad_ = true;    // the grad mode the frame was entered in
+  size_t grad_stamped_ = 0;  // nodes before this one carry their grad mode (set_grad_mode)
   bool generic_lookup_ = false;  // the next load_attr is object.__getattribute__'s (attributes.cpp)
   // The autocast state before each torch.autocast block the trace is inside (innermost last).
   std::vector<runtime::AutocastState> autocast_outside_;

@@ -168,6 +168,7 @@ struct Step {
   std::vector<ValueId> outputs;
   std::vector<ValueId> release;  // values whose last use is this step
   size_t node_index = 0;
+  int8_t grad_mode = -1;            // the node's (Node::grad_mode)
   TypedCall typed;                  // set when the unboxed fast path applies
   std::vector<c10::Scalar> scalars; // the fast path's Scalar operands, in order
 };
@@ -187,6 +188,9 @@ class AtenExecutable final : public runtime::Executable {
     torch::jit::Stack stack;
     stack.reserve(max_stack_);
     for (const Step& s : steps_) {
+      // A node of a grad-mode block inside the frame runs in that block's mode (Node::grad_mode).
+      std::optional<at::AutoGradMode> block_mode;
+      if (s.grad_mode >= 0) block_mode.emplace(s.grad_mode == 1);
       if (s.typed.index() != 0) {
         table[static_cast<size_t>(s.outputs[0])] = call_typed(s, table);
       } else {
@@ -327,6 +331,7 @@ class Compiler {
     const Node& n = g_.nodes[index];
     Step s(find_operator(index));
     s.node_index = index;
+    s.grad_mode = n.grad_mode;
     const c10::FunctionSchema& schema = s.op.schema();
     const auto& params = schema.arguments();
     if (n.args.size() > params.size())

@@ -153,6 +153,10 @@ struct Node {
   // The Python line that recorded it (source_location.h), -1 unknown. Set only while the
   // report's journal is on; passes that copy a node carry it, so kernels know their lines.
   int32_t loc = -1;
+  // The grad mode of the block it was recorded in, where that differs from the graph's caller's
+  // (a torch.no_grad() block inside a frame that tracks gradients): 0 off, 1 on, -1 the caller's.
+  // The aten backend runs it so, where autograd records what runs (loop backends record nothing).
+  int8_t grad_mode = -1;
 };
 
 // Where a size symbol comes from: dim `dim` of graph input number `input` (an index into

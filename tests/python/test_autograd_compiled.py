@@ -382,3 +382,64 @@ def test_zero_grad_set_to_none_is_traced():
         return loss, [p.grad.clone() for p in model.parameters()], none
 
     assert _three_steps_like_eager(step) == 2
+
+
+# ---- grad-mode blocks inside a frame that tracks gradients
+
+def _grads_like_eager(fn, make_inputs, steps=2):
+    """fn's outputs, and the gradients a backward of their sum gives every input, eager then
+    compiled (fresh inputs each step): the same values, requires_grad flags and gradients."""
+    jitted = fastdyn.jit(fn)
+    for _ in range(steps):
+        torch.manual_seed(3)
+        eager_in = make_inputs()
+        torch.manual_seed(3)
+        comp_in = make_inputs()
+        want, got = fn(*eager_in), jitted(*comp_in)
+        for w, g in zip(want, got):
+            assert w.requires_grad == g.requires_grad
+            torch.testing.assert_close(g, w)
+        sum(o.sum() for o in want if o.requires_grad).backward()
+        sum(o.sum() for o in got if o.requires_grad).backward()
+        for a, b in zip(eager_in, comp_in):
+            if a.requires_grad:
+                torch.testing.assert_close(b.grad, a.grad)
+
+
+def test_a_no_grad_block_is_a_constant_for_the_backward():
+    def f(w, x):
+        with torch.no_grad():
+            scale = w.abs().amax()  # no gradient flows through the scale
+        y = x * w / scale
+        return y, scale
+
+    _grads_like_eager(f, lambda: (torch.randn(8).requires_grad_(), torch.randn(4, 8).requires_grad_()))
+    assert fastdyn.stats()["graph_breaks"] == 0
+
+
+def test_a_parameter_updated_in_place_under_no_grad_then_used_gets_eagers_gradient():
+    # The in-place write into a leaf that requires grad keeps ATen's autograd (eager's version
+    # counters); its node runs with grad off, as in eager, and the product after it with grad on.
+    def f(w, x):
+        with torch.no_grad():
+            w.mul_(0.5)
+        return (x * w,)
+
+    _grads_like_eager(f, lambda: (nn.Parameter(torch.randn(8)), torch.randn(4, 8)))
+    assert fastdyn.stats()["graphs"] == 1 and fastdyn.stats()["graph_breaks"] == 0
+
+
+def test_set_grad_enabled_made_in_the_frame_and_enable_grad_inside_no_grad():
+    def f(x):
+        torch.set_grad_enabled(False)
+        a = x * 2
+        torch.set_grad_enabled(True)
+        with torch.no_grad():
+            with torch.enable_grad():
+                b = x.exp()
+            c = b + a
+        return a, b, c
+
+    _grads_like_eager(f, lambda: (torch.randn(4, 8).requires_grad_(),))
+    assert torch.is_grad_enabled()
+    assert fastdyn.stats()["graph_breaks"] == 0

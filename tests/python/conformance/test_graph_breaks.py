@@ -24,7 +24,6 @@ from .cases import RECOMPILE, Cases, r
 
 CASES = Cases()
 BREAK = "graph breaks with continuation functions"
-GRADBLOCK = "a grad-mode block in a graph with inputs that require grad (the graph runs on ATen, which cannot switch the mode mid-graph)"
 
 
 def helper(a, b):
@@ -336,7 +335,7 @@ def test_a_break_inside_a_with_inside_a_try_runs_the_frame_as_written():
     assert got == ("caught", True) and torch.is_grad_enabled()
 
 
-@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=2, breaks=1, xfail=GRADBLOCK)
+@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=2, breaks=1)
 def break_inside_no_grad(x):
     with torch.no_grad():
         y = x * 2
@@ -345,7 +344,7 @@ def break_inside_no_grad(x):
     return z, x * 3
 
 
-@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=2, breaks=1, xfail=GRADBLOCK)
+@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=2, breaks=1)
 def break_inside_enable_grad_inside_no_grad(x):
     with torch.no_grad():
         a = x + 1
@@ -577,7 +576,7 @@ def consecutive_breaks_without_ops_between(x):
     return a * 2
 
 
-@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=2, breaks=1, xfail=GRADBLOCK)
+@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=2, breaks=1)
 def break_inside_nested_grad_mode_blocks(x):
     with torch.no_grad():
         with torch.enable_grad():
