@@ -439,13 +439,24 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
   PyObject** dictptr = _PyObject_GetDictPtr(mod);
   PyObject* dict = dictptr ? *dictptr : nullptr;
   if (!dict) throw Unsupported("module without __dict__");
-  // No hooks, on the instance or global; guarded so that registering one recompiles.
-  for (const char* h : {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"}) {
+  // No backward hooks and no hooks taking keywords, on the instance or global; guarded so that
+  // registering one recompiles. The instance's forward pre-hooks and forward hooks are inlined
+  // around forward below, as Module._call_impl runs them (each guarded with its dict).
+  for (const char* h : {"_backward_hooks", "_backward_pre_hooks", "_forward_pre_hooks_with_kwargs",
+                        "_forward_hooks_with_kwargs", "_forward_hooks_always_called"}) {
     PyObject* d = PyDict_GetItemString(dict, h);
     if (!d) continue;
     if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("module with ") + h); }
     if (m.source) t.add_guard(child_source(m.source, Source::Kind::Attr, h), GuardKind::TypeAndLen, d);
   }
+  auto hooks = [&](const char* h) -> std::vector<SymValue> {
+    PyObject* d = PyDict_GetItemString(dict, h);
+    if (!d || (!m.source && PyObject_Length(d) == 0)) return {};
+    if (!m.source) throw Unsupported(std::string("module with ") + h + " reached by no path");
+    SymValue hs = t.load_attr(m, h);  // the dict, guarded key by key and hook by hook
+    if (hs.kind != SymValue::Kind::Dict) throw Unsupported(std::string("module with ") + h + " no guard can follow");
+    return hs.box->items;
+  };
   static PyObject* module_mod = resolve_python_name("torch.nn.modules.module");
   for (const char* h : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                         "_global_backward_pre_hooks"}) {
@@ -465,8 +476,25 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
   // The class may be given another forward (or __call__) later.
   t.guard_class_attr(m, "__call__", type_call);
   if (type_call == module_call) t.guard_class_attr(m, "forward", fwd);
+  for (const SymValue& hook : hooks("_forward_pre_hooks")) {  // hook(module, args): new args, or None
+    SymValue r = t.call(hook, {m, SymValue::tuple(args)}, {});
+    if (r.is_constant() && r.obj == Py_None) continue;
+    if (r.is_constant() && PyTuple_Check(r.obj)) {
+      args.clear();
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(r.obj); ++i) args.push_back(Tracer::constant(PyTuple_GET_ITEM(r.obj, i)));
+    } else {
+      args = r.kind == SymValue::Kind::Tuple ? r.items : std::vector<SymValue>{r};
+    }
+  }
+  const std::vector<SymValue> forward_hooks = hooks("_forward_hooks");
+  Args hook_args = args;
   args.insert(args.begin(), m);
-  return inline_call(t, target_of_function(t, fwd), std::move(args), std::move(kwargs));
+  SymValue result = inline_call(t, target_of_function(t, fwd), std::move(args), std::move(kwargs));
+  for (const SymValue& hook : forward_hooks) {  // hook(module, args, result): a new result, or None
+    SymValue r = t.call(hook, {m, SymValue::tuple(hook_args), result}, {});
+    if (!(r.is_constant() && r.obj == Py_None)) result = std::move(r);
+  }
+  return result;
 }
 
 bool Calls::is_record_type(PyObject* type) {
