@@ -712,6 +712,13 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       if (!probes[i]) probes[i] = resolve_loaded_python_name(probe_names[i].first);  // NB: kept for the process
       if (probes[i] == fn) return constant(probe_names[i].second ? Py_True : Py_False);
     }
+  // The depth of the TorchDispatchMode stack: 0 wherever compiled code runs (the hook runs frames
+  // as written while a mode is active, and the guards check none is: runtime/guards.h).
+  static PyObject* dispatch_depth = resolve_python_name("torch._C._len_torch_dispatch_stack");  // NB: kept
+  if (fn == dispatch_depth && args.empty() && kwargs.empty()) {
+    PyOwned zero(PyLong_FromLong(0));
+    return constant(zero.p);
+  }
   SymValue made;
   if (Calls::tensor_from_data(*this, fn, args, kwargs, made)) return made;
   // Context managers that are plain objects until a `with` enters them: made for real.

@@ -1000,3 +1000,23 @@ def test_locals_stay_alive_in_the_handler_when_the_breaking_call_raises():
     assert seen == [True] * 4, seen
     report = fastdyn.explain(locals_alive_when_the_breaking_call_raises, torch.ones(2), [])
     assert report.graph_count == 1 and report.graph_break_count >= 1, report
+
+
+def test_dispatch_mode_depth_folds_to_zero_and_a_mode_still_runs_eagerly():
+    """torch._C._len_torch_dispatch_stack() (nn.MultiheadAttention's fast-path check on torch 2.11)
+    is 0 wherever compiled code runs; under a TorchDispatchMode the frame runs as written."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def f(x):
+        return x + torch._C._len_torch_dispatch_stack()
+
+    report = fastdyn.explain(f, torch.ones(2))
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    jitted = fastdyn.jit(f)
+    assert torch.equal(jitted(torch.ones(2)), torch.ones(2))
+    with Passthrough():
+        assert torch.equal(jitted(torch.ones(2)), torch.full((2,), 2.0))
