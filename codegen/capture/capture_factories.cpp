@@ -406,6 +406,99 @@ CaptureResult bind_randint(BindCall& call) {
   return emit_factory(call, OpId::randint_low, std::move(args), out, o.requires_grad);
 }
 
+// ---- more random draws: each is ATen's own op, run between the kernels in program order, so the
+// generator advances as eager's does and the values are eager's bit for bit. No generator= (the
+// default generator is the one the stream follows).
+
+CaptureResult bind_randperm(BindCall& call) {
+  static const Signature sig(
+      "randperm(int n, *, Any generator=None, Any out=None, ScalarType? dtype=None, Any layout=None, Any device=None, "
+      "bool requires_grad=False, bool pin_memory=False)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  if (!a.is_none("generator")) return fail("randperm", "a generator= other than the default is not recorded");
+  Options o;
+  if (!read_options("randperm", a, o, err)) return err;
+  const int64_t n = a.integer("n");
+  if (n < 0) return fail("randperm", "n must be non-negative, got" + std::to_string(n));
+  c10::ScalarType dtype = o.dtype.value_or(c10::ScalarType::Long);
+  TensorMeta out;
+  if (!factory_meta("randperm", o, dtype, o.device.value_or(kCpu), {n}, {1}, out, err)) return err;
+  std::vector<Arg> args{Arg::of_int(n)};
+  push_tail(args, dtype, o.device);
+  return emit_factory(call, OpId::randperm, std::move(args), out, o.requires_grad);
+}
+
+// torch.normal(mean, std, size) of two numbers (the float_float overload); tensor means and stds
+// are left to eager.
+CaptureResult bind_normal(BindCall& call) {
+  static const Signature sig(
+      "normal(float mean, float std, int[] size, *, Any generator=None, Any out=None, ScalarType? dtype=None, "
+      "Any layout=None, Any device=None, bool requires_grad=False, bool pin_memory=False)");
+  BoundArgs a;
+  CaptureResult err;
+  if (!bind_sig(sig, call, a, err)) return err;
+  if (!a.is_none("generator")) return fail("normal", "a generator= other than the default is not recorded");
+  Options o;
+  if (!read_options("normal", a, o, err)) return err;
+  const double std = a.number("std");
+  if (std < 0) return fail("normal", "normal expects std >= 0.0, but found std " + std::to_string(std));
+  c10::ScalarType dtype = o.dtype.value_or(call.ctx.default_dtype);
+  Ints sizes = a.ints("size");
+  TensorMeta out;
+  if (!factory_meta("normal", o, dtype, o.device.value_or(kCpu), sizes, contiguous_strides(sizes), out, err)) return err;
+  std::vector<Arg> args{Arg::of_double(a.number("mean")), Arg::of_double(std), Arg::of_ints(sizes), Arg::none()};
+  push_tail(args, dtype, o.device);
+  return emit_factory(call, OpId::normal_float_float, std::move(args), out, o.requires_grad);
+}
+
+// torch.bernoulli(input) (its probabilities) and torch.bernoulli(input, p): a new contiguous
+// tensor of input's dtype, as ATen allocates it.
+CaptureResult bind_bernoulli(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "bernoulli(Tensor input, float? p=None, *, Any generator=None)");
+  if (!a.is_none("generator")) return fail("bernoulli", "a generator= other than the default is not recorded");
+  const ValueId x = a.tensor("input");
+  const TensorMeta& m = call.graph.meta(x);
+  if (!c10::isFloatingType(m.dtype)) return fail("bernoulli", std::string("expects a floating point input, got ") + c10::toString(m.dtype));
+  const TensorMeta out = contiguous_meta(m.dtype, m.device, m.sizes, false);
+  if (a.is_none("p")) return tensor_result(emit1(call.graph, OpId::bernoulli, {Arg::of_value(x), Arg::none()}, out));
+  return tensor_result(emit1(call.graph, OpId::bernoulli_p, {Arg::of_value(x), Arg::of_double(a.number("p")), Arg::none()}, out));
+}
+
+namespace {
+
+// self.bernoulli_(p) / uniform_(from, to) / normal_(mean, std): in place on a contiguous floating
+// tensor (functionalization records ATen's functional form, which draws the same numbers).
+CaptureResult random_fill_(BindCall& call, const char* name, OpId op, const BoundArgs& a, const char* p0, const char* p1) {
+  if (!a.is_none("generator")) return fail(name, "a generator= other than the default is not recorded");
+  const ValueId x = a.tensor("self");
+  const TensorMeta& m = call.graph.meta(x);
+  if (!c10::isFloatingType(m.dtype)) return fail(name, std::string("expects a floating point tensor, got ") + c10::toString(m.dtype));
+  if (m.strides != contiguous_strides(m.sizes)) return fail(name, "only a contiguous tensor is filled in the graph");
+  std::vector<Arg> args{Arg::of_value(x), Arg::of_double(a.number(p0))};
+  if (p1) args.push_back(Arg::of_double(a.number(p1)));
+  args.push_back(Arg::none());
+  return tensor_result(emit1(call.graph, op, std::move(args), m));
+}
+
+}  // namespace
+
+CaptureResult bind_bernoulli_(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "bernoulli_(Tensor self, float p=0.5, *, Any generator=None)");
+  return random_fill_(call, "bernoulli_", OpId::bernoulli__float, a, "p", nullptr);
+}
+CaptureResult bind_uniform_(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "uniform_(Tensor self, float from=0.0, float to=1.0, *, Any generator=None)");
+  if (a.number("from") > a.number("to")) return fail("uniform_", "expects to return a [from, to) range, but found from > to");
+  return random_fill_(call, "uniform_", OpId::uniform_, a, "from", "to");
+}
+CaptureResult bind_normal_(BindCall& call) {
+  FD_BIND_OR_RETURN(call, a, "normal_(Tensor self, float mean=0.0, float std=1.0, *, Any generator=None)");
+  if (a.number("std") < 0) return fail("normal_", "normal expects std >= 0.0");
+  return random_fill_(call, "normal_", OpId::normal_, a, "mean", "std");
+}
+
 // ---- casts -----------------------------------------------------------------------------------
 
 namespace {

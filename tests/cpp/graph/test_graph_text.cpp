@@ -318,7 +318,11 @@ TEST(OpTable, InPlaceTwinsAreTheOutOfPlaceRows) {
   // pow_.Scalar takes a Scalar exponent (pow.Tensor_Scalar); floor_divide has no .Tensor overload.
   const std::map<std::string, std::string> renamed = {{"aten::pow_.Scalar", "aten::pow.Tensor_Scalar"},
                                                       {"aten::pow_.Tensor", "aten::pow.Tensor_Tensor"},
-                                                      {"aten::floor_divide_.Tensor", "aten::floor_divide"}};
+                                                      {"aten::floor_divide_.Tensor", "aten::floor_divide"},
+                                                      // Random fills: ATen's functional forms (Random rows, the same draws).
+                                                      {"aten::bernoulli_.float", "aten::bernoulli.p"},
+                                                      {"aten::uniform_", "aten::uniform"},
+                                                      {"aten::normal_", "aten::normal_functional"}};
   // In-place rows with no twin although the name matches a Pointwise row: the result type differs.
   const std::set<std::string> no_twin = {"aten::logical_not_"};
   int twins = 0;
@@ -346,7 +350,12 @@ TEST(OpTable, InPlaceTwinsAreTheOutOfPlaceRows) {
     } else {
       ASSERT_NE(info.twin, OpId::NoTwin) << q << ": its twin " << expected << " exists; name it in the Twin column";
       EXPECT_EQ(qualified_name(info.twin), expected) << q;
-      EXPECT_EQ(op_info(info.twin).category, OpCategory::Pointwise) << q;
+      const OpCategory twin_kind = op_info(info.twin).category;
+      EXPECT_EQ(twin_kind, info.aten == std::string("bernoulli_") || info.aten == std::string("uniform_") ||
+                                   info.aten == std::string("normal_")
+                               ? OpCategory::Random
+                               : OpCategory::Pointwise)
+          << q;
       ++twins;
     }
   }

@@ -13,7 +13,6 @@ from fdcheck import assert_same_object, call_with_stats, check_report, fastdyn
 from .cases import Cases, r, xfail
 
 CASES = Cases()
-RNG = "random factories (same stream as eager)"
 SETITEM = "setitem on tensors (x[...] = v)"
 
 
@@ -254,19 +253,26 @@ def randn_like_and_rand_like(x):
     return torch.randn_like(x) + torch.rand_like(x) * x
 
 
-@CASES(lambda: (r(4, 8),), seed=0, xfail='op table: torch.bernoulli')
+@CASES(lambda: (r(4, 8),), seed=0)
 def bernoulli_and_dropout_draws(x):
     keep = torch.bernoulli(torch.full_like(x, 0.5))
     return F.dropout(x * keep, p=0.5, training=True)
 
 
-@CASES(lambda: (r(4, 8),), seed=0, xfail=RNG)
+@CASES(lambda: (r(4, 8),), seed=0)
 def randperm_and_normal(x):
     perm = torch.randperm(4)
     return x[perm] + torch.normal(0.0, 1.0, size=(4, 8))
 
 
-@CASES(lambda: (r(4, 8),), seed=0, xfail='op table: Tensor.uniform_ / Tensor.normal_')
+@CASES(lambda: (r(4, 8),), seed=0)
+def drop_path_mask_like_timm(x):
+    """timm's drop_path: a per-sample keep mask drawn in place on a new tensor, scaled in place."""
+    keep = x.new_empty((x.shape[0], 1)).bernoulli_(0.8)
+    return x * keep.div_(0.8), torch.bernoulli(x.sigmoid(), p=0.25)
+
+
+@CASES(lambda: (r(4, 8),), seed=0)
 def inplace_random_fill(x):
     y = torch.empty_like(x)
     y.uniform_(-1, 1)
