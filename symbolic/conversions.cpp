@@ -549,6 +549,23 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     type_guarded_.emplace(obj, source);
     return SymValue::constant(obj, source);
   }
+  // A tensor's builtin method (x.mul, read before a break and handed to the continuation on its
+  // stack): made anew by every read, so guarded by its name and its tensor, and traced as the
+  // method it is.
+  if (PyCFunction_Check(obj) && PyCFunction_GET_SELF(obj) && THPVariable_Check(PyCFunction_GET_SELF(obj))) {
+    auto attr_of = [&](const char* attr) {
+      auto s = std::make_shared<Source>();
+      s->kind = Source::Kind::Attr;
+      s->name = attr;
+      s->parent = source;
+      return s;
+    };
+    guard(GuardKind::TypeIs);
+    PyOwned name(PyUnicode_FromString(reinterpret_cast<PyCFunctionObject*>(obj)->m_ml->ml_name));
+    add_guard(attr_of("__name__"), GuardKind::Equals, name.p);
+    SymValue self = wrap(PyCFunction_GET_SELF(obj), attr_of("__self__"));
+    return tensor_attr(self, PyUnicode_AsUTF8(name.p));
+  }
   // A bound method (a classmethod read from its class, say) is made anew by every read: guard
   // its function and its self, not the method object.
   if (PyMethod_Check(obj) && PyFunction_Check(PyMethod_GET_FUNCTION(obj))) {

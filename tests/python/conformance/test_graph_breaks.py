@@ -171,9 +171,16 @@ def break_inside_torch_call_arguments(x):
     return torch.add(x * 2, x.sum(), alpha=print("alpha") or 3)
 
 
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=1, xfail=BREAK)
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def break_inside_method_call_arguments(x):
     return (x + 1).mul(print("arg") or 2).add(x)
+
+
+@CASES(lambda: (r(4, 8), r(4, 8)), graphs=2, breaks=1)
+def break_inside_arguments_of_an_input_tensors_method(x, y):
+    """The continuation gets y.add (a builtin bound method of an input) on its stack: traced as
+    y's method and guarded by its name and tensor, not by the method object (a new one per call)."""
+    return y.add(x * 2, alpha=print("alpha") or 3).sum(0)
 
 
 @CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
