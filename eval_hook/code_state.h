@@ -27,6 +27,10 @@ struct CacheEntry {
   // (jit(f, backend="aten") next to jit(g) leaves g's entries native; likewise mode=).
   Target target;
   bool rerun_on_error = true; // no in-place or random op: a failed run can be redone eagerly
+  // Transformed code that goes on after its graph (effects, a break's continuation): a failure
+  // of its own graph, the first thing it runs, left nothing behind (no in-place or random op),
+  // so the frame is redone eagerly; a failure later on is the user code's own.
+  bool rerun_if_graph_raised = false;
   // When every graph input is an argument slot, the hit path calls `graph` with those slots
   // directly: the same work as running `fn`'s bytecode (load the slots, one call), minus a frame.
   std::vector<int> direct_slots;

@@ -428,6 +428,11 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
   }
   set_transformed_function(*entry, code, frame);
   entry->rerun_on_error = false;  // the continuation may have run user code with side effects
+  entry->rerun_if_graph_raised = !trace.graph.nodes.empty();  // no graph: nothing of its own to fail
+  for (const codegen::Node& n : trace.graph.nodes) {
+    const codegen::OpCategory c = codegen::op_info(n.op).category;
+    if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) entry->rerun_if_graph_raised = false;
+  }
   entry->direct = false;
   entry->guards = symbolic::build_guards(trace);
   log_entry(qualname, *entry);

@@ -13,6 +13,7 @@
 #include "eval_hook/journal_events.h"
 #include "eval_hook/cpython_compat.h"
 #include "eval_hook/skip_rules.h"
+#include "runtime/compiled_graph.h"
 #include "runtime/errors.h"
 #include "runtime/guards.h"
 #include "runtime/journal.h"
@@ -84,6 +85,8 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
   // fastdyn.reset() inside, may destroy the entry while it runs (its function and graph stay
   // alive through the running frame).
   const bool rerun_on_error = entry.rerun_on_error;
+  const bool rerun_if_graph_raised = entry.rerun_if_graph_raised;
+  const uint64_t own_graph_call = runtime::graph_calls() + 1;  // its graph is the first call it makes
   PyObject** slots = fd_frame_localsplus(frame);
   PyObject* result = nullptr;
   constexpr size_t kMaxDirect = 16;
@@ -113,9 +116,10 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
       Py_DECREF(callee);
     }
   }
-  if (!result && rerun_on_error) {
+  if (!result && (rerun_on_error || (rerun_if_graph_raised && runtime::failed_graph_call() == own_graph_call))) {
     // The graph raised (an index out of range, say). It had no side effects, and the frame is
-    // untouched: run it eagerly so the user sees exactly eager's exception and traceback.
+    // untouched: run it eagerly so the user sees exactly eager's exception and traceback (and
+    // eager's side effects before it: a global or attribute the frame writes first).
     PyErr_Clear();
     return run_previous(tstate, frame, 0);
   }

@@ -90,7 +90,10 @@ PyObject* build(const OutputTemplate& t, std::vector<at::Tensor>& outputs, std::
   return nullptr;
 }
 
-PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+thread_local uint64_t t_graph_calls = 0;   // graph_calls()
+thread_local uint64_t t_failed_call = 0;   // failed_graph_call()
+
+PyObject* compiled_graph_run(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<CompiledGraphObject*>(self_obj);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {
@@ -125,6 +128,13 @@ PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t 
   for (PyObject* w : wrapped) Py_XDECREF(w);
   return result;
   END_HANDLE_TH_ERRORS
+}
+
+PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  const uint64_t call = ++t_graph_calls;
+  PyObject* result = compiled_graph_run(self_obj, args, nargsf, kwnames);
+  if (!result) t_failed_call = call;
+  return result;
 }
 
 void compiled_graph_dealloc(PyObject* self_obj) {
@@ -176,5 +186,8 @@ bool is_compiled_graph(PyObject* obj) { return Py_TYPE(obj) == compiled_graph_ty
 Executable* compiled_graph_executable(PyObject* obj) {
   return is_compiled_graph(obj) ? reinterpret_cast<CompiledGraphObject*>(obj)->exe.get() : nullptr;
 }
+
+uint64_t graph_calls() { return t_graph_calls; }
+uint64_t failed_graph_call() { return t_failed_call; }
 
 }  // namespace fastdyn::runtime

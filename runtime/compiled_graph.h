@@ -5,6 +5,7 @@
 // graph's outputs and trace-time constants (a tensor, a tuple of tensors and constants, ...).
 // It is a native type with vectorcall: no Python frame, no per-op Python.
 #pragma once
+#include <cstdint>
 #include <Python.h>
 
 #include <memory>
@@ -36,5 +37,10 @@ PyObject* make_compiled_graph(ExecutablePtr exe, OutputTemplate out, std::string
 bool is_compiled_graph(PyObject* obj);
 // Borrowed view of the executable behind a compiled-graph object (nullptr if not one).
 Executable* compiled_graph_executable(PyObject* obj);
+// Calls of compiled graphs on this thread, numbered from 1, and the number of the last that
+// raised: the hook asks whether the failing call was its entry's own graph, the first call its
+// transformed code makes (not a graph of a frame it called, the same code's included).
+uint64_t graph_calls();
+uint64_t failed_graph_call();
 
 }  // namespace fastdyn::runtime

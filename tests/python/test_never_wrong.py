@@ -1020,3 +1020,47 @@ def test_dispatch_mode_depth_folds_to_zero_and_a_mode_still_runs_eagerly():
     assert torch.equal(jitted(torch.ones(2)), torch.ones(2))
     with Passthrough():
         assert torch.equal(jitted(torch.ones(2)), torch.full((2,), 2.0))
+
+
+CALLS = 0
+
+
+class _Counter:
+    def __init__(self):
+        self.n = 0
+
+
+def _write_then_index(x, idx, counter):
+    global CALLS
+    CALLS += 1
+    counter.n += 1
+    return x[idx] * 2
+
+
+def _write_then_index_then_break(x, idx, counter):
+    counter.n += 1
+    y = x[idx] * 2
+    print(end="")
+    return y + 1
+
+
+@pytest.mark.parametrize("fn", [_write_then_index, _write_then_index_then_break])
+def test_a_graph_that_raises_after_the_frame_wrote_state_leaves_eagers_writes(fn):
+    """The graph runs before the writes the trace recorded are replayed: when it raises (an index
+    out of range), the frame is redone eagerly, so the global and the attribute get eager's
+    writes and the exception is eager's."""
+    global CALLS
+    x = torch.randn(4)
+    results = {}
+    for mode, f in (("eager", fn), ("fastdyn", fastdyn.jit(fn))):
+        CALLS, counter, seen = 0, _Counter(), []
+        for i in (1, 2, 10, 3):
+            try:
+                seen.append(f(x, torch.tensor([i]), counter))
+            except IndexError as e:
+                seen.append(type(e).__name__)
+        results[mode] = (seen, CALLS, counter.n)
+    (want, want_calls, want_n), (got, got_calls, got_n) = results["eager"], results["fastdyn"]
+    assert (got_calls, got_n) == (want_calls, want_n)
+    for g, w in zip(got, want):
+        assert g == w if isinstance(w, str) else torch.equal(g, w)
