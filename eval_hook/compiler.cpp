@@ -125,6 +125,16 @@ std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) 
 
 // The frame's result goes back through bytecode (continuation.h's assemble_return), not through
 // an output template of the graph.
+// Whether a run whose graph raised left nothing behind, so that the frame can be redone eagerly:
+// no in-place op (it may have written an input) and no random op (it advanced the generator).
+bool redoable(const codegen::Graph& g) {
+  for (const codegen::Node& n : g.nodes) {
+    const codegen::OpCategory c = codegen::op_info(n.op).category;
+    if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) return false;
+  }
+  return true;
+}
+
 void return_through_bytecode(Prepared& p) {
   p.out = runtime::OutputTemplate();
   p.trace.graph.outputs.clear();
@@ -428,11 +438,7 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
   }
   set_transformed_function(*entry, code, frame);
   entry->rerun_on_error = false;  // the continuation may have run user code with side effects
-  entry->rerun_if_graph_raised = !trace.graph.nodes.empty();  // no graph: nothing of its own to fail
-  for (const codegen::Node& n : trace.graph.nodes) {
-    const codegen::OpCategory c = codegen::op_info(n.op).category;
-    if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) entry->rerun_if_graph_raised = false;
-  }
+  entry->rerun_if_graph_raised = !trace.graph.nodes.empty() && redoable(trace.graph);  // no graph: nothing of its own to fail
   entry->direct = false;
   entry->guards = symbolic::build_guards(trace);
   log_entry(qualname, *entry);
@@ -494,10 +500,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
   if (!entry->graph) throw InternalError("creating the compiled graph object failed");
   set_transformed_function(*entry, symbolic::assemble_graph_call(frame.code, p.trace, entry->graph), frame);
-  for (const codegen::Node& n : p.trace.graph.nodes) {
-    const codegen::OpCategory c = codegen::op_info(n.op).category;
-    if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) entry->rerun_on_error = false;
-  }
+  entry->rerun_on_error = redoable(p.trace.graph);
   // NB: a graph that cannot be re-run eagerly on error keeps its frame, so that a traceback
   // still names the user's function.
   entry->direct = entry->rerun_on_error;

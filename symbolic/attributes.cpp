@@ -296,19 +296,23 @@ void Tracer::store_attr(const SymValue& owner, const std::string& name, const Sy
   if (!slot && !_PyObject_GetDictPtr(owner.obj))
     throw Unsupported(std::string("attribute assignment on a ") + tp->tp_name + " without a __dict__");
   if (!owner.source) pin(owner);  // replayed on this very object
-  for (auto& [obj, n, v] : written_attrs_)
-    if (obj == owner.obj && n == name && !deleted_attrs_.count({obj, name})) {
-      v = value;
+  if (!deleted_attrs_.count({owner.obj, name}))
+    if (SymValue* written = written_attr_slot(owner.obj, name)) {
+      *written = value;
       // Nothing runs between the replayed stores: the last value, stored where the first store
       // was (which keeps the instance dict's insertion order), is all that is observable. So a
       // tensor overwritten in the frame (a cache layer's empty placeholder replaced by a cat)
-      // is not kept alive as a graph output.
+      // is not kept alive as a graph output. (After a del, a store is its own, in order.)
       for (TraceResult::SideEffect& e : result_.effects)
         if (e.target.is_constant() && e.target.obj == owner.obj && e.name == name) e.value = value;
       return;
     }
-  auto w = std::find_if(written_attrs_.begin(), written_attrs_.end(), [&](const auto& e) { return std::get<0>(e) == owner.obj && std::get<1>(e) == name; });
-  if (w != written_attrs_.end()) std::get<2>(*w) = value;  // after a del: a store of its own, in order
+  note_written_attr(owner, name, value);
+}
+
+// Records owner.name = value (Null: del owner.name) for later reads, and its replay.
+void Tracer::note_written_attr(const SymValue& owner, const std::string& name, const SymValue& value) {
+  if (SymValue* written = written_attr_slot(owner.obj, name)) *written = value;
   else written_attrs_.emplace_back(owner.obj, name, value);
   result_.effects.push_back({owner, name, value});
 }
@@ -328,10 +332,7 @@ void Tracer::delete_attr(const SymValue& owner, const std::string& name) {
   load_attr(owner, name);
   if (!owner.source) pin(owner);
   deleted_attrs_.insert({owner.obj, name});
-  auto w = std::find_if(written_attrs_.begin(), written_attrs_.end(), [&](const auto& e) { return std::get<0>(e) == owner.obj && std::get<1>(e) == name; });
-  if (w != written_attrs_.end()) std::get<2>(*w) = SymValue::null();
-  else written_attrs_.emplace_back(owner.obj, name, SymValue::null());
-  result_.effects.push_back({owner, name, SymValue::null()});
+  note_written_attr(owner, name, SymValue::null());
 }
 
 SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {

@@ -603,12 +603,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
         autocast_outside_.pop_back();
         if (callable.name == "__fd_real_autocast_exit__") {  // entered for real: exited for real, after the graph
           PyOwned none3(PyTuple_Pack(3, Py_None, Py_None, Py_None));
-          TraceResult::SideEffect e;
-          e.target = callable.items.at(0);
-          e.name = "__exit__";
-          e.value = constant(none3.p);
-          e.kind = TraceResult::SideEffect::Kind::CallMethod;
-          result_.effects.push_back(std::move(e));
+          replay_call(callable.items.at(0), "__exit__", none3.p);
         }
         return constant(Py_False);
       }

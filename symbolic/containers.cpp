@@ -49,6 +49,10 @@ void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
   result_.effects.push_back(std::move(e));
 }
 
+void Tracer::replay_call(const SymValue& target, const std::string& name, PyObject* args) {
+  result_.effects.push_back({target, name, constant(args), TraceResult::SideEffect::Kind::CallMethod});
+}
+
 SymValue set_value(PyObject* set) {
   SymValue v;
   v.kind = SymValue::Kind::Set;
@@ -115,12 +119,7 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
     if (mutates) t.check_not_iterating(self, "set." + name + "()");
     if (mutates && self.source) {  // the caller's set: the same call on it after the graph
       t.mutate_visible(self, "set." + name + "()");
-      TraceResult::SideEffect e;
-      e.target = self;
-      e.name = name;
-      e.value = Tracer::constant(tuple.p);  // the operands as they are now
-      e.kind = TraceResult::SideEffect::Kind::CallMethod;
-      t.result_.effects.push_back(std::move(e));
+      t.replay_call(self, name, tuple.p);  // the operands as they are now
     }
     PyOwned method(PyObject_GetAttrString(self.obj, name.c_str()));
     PyOwned r(method.p ? PyObject_Call(method.p, tuple.p, nullptr) : nullptr);

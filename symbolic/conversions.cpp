@@ -462,8 +462,8 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   }
   if (PySet_CheckExact(obj)) {
     // A set the caller passed, of items that compare in C: its contents guarded against a
-    // snapshot, and the trace works on a private copy, as on a set made in the trace; a
-    // mutation gives the caller's set the copy's final contents after the graph (mutate_visible).
+    // snapshot, and the trace works on a private copy, as on a set made in the trace; each
+    // mutating call is replayed on the caller's set after the graph (container_method).
     int budget = 256;
     PyOwned snapshot(snapshot_copy(obj, 0, budget));
     bool comparable = snapshot.p != nullptr;
@@ -553,17 +553,10 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   // stack): made anew by every read, so guarded by its name and its tensor, and traced as the
   // method it is.
   if (PyCFunction_Check(obj) && PyCFunction_GET_SELF(obj) && THPVariable_Check(PyCFunction_GET_SELF(obj))) {
-    auto attr_of = [&](const char* attr) {
-      auto s = std::make_shared<Source>();
-      s->kind = Source::Kind::Attr;
-      s->name = attr;
-      s->parent = source;
-      return s;
-    };
     guard(GuardKind::TypeIs);
     PyOwned name(PyUnicode_FromString(reinterpret_cast<PyCFunctionObject*>(obj)->m_ml->ml_name));
-    add_guard(attr_of("__name__"), GuardKind::Equals, name.p);
-    SymValue self = wrap(PyCFunction_GET_SELF(obj), attr_of("__self__"));
+    add_guard(child_source(source, Source::Kind::Attr, "__name__"), GuardKind::Equals, name.p);
+    SymValue self = wrap(PyCFunction_GET_SELF(obj), child_source(source, Source::Kind::Attr, "__self__"));
     return tensor_attr(self, PyUnicode_AsUTF8(name.p));
   }
   // A bound method (a classmethod read from its class, say) is made anew by every read: guard

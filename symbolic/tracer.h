@@ -157,12 +157,20 @@ class Tracer {
   // trace is still stepping: the trace iterates a snapshot, eager's iteration would see the
   // mutation (or raise, for a dict that changes size).
   void check_not_iterating(const SymValue& container, const std::string& what) const;
-  // The value the trace itself stored in obj.name earlier (replayed after the graph), if any.
+  // The value the trace itself stored in obj.name earlier (replayed after the graph; Null where
+  // it deleted it), if any.
   const SymValue* written_attr(PyObject* obj, const std::string& name) const {
-    for (const auto& [o, n, v] : written_attrs_)
+    return const_cast<Tracer*>(this)->written_attr_slot(obj, name);
+  }
+  SymValue* written_attr_slot(PyObject* obj, const std::string& name) {
+    for (auto& [o, n, v] : written_attrs_)
       if (o == obj && n == name) return &v;
     return nullptr;
   }
+  void note_written_attr(const SymValue& owner, const std::string& name, const SymValue& value);
+  // A call of `name` on `target` with the constant arguments `args` (a tuple), replayed after
+  // the graph in program order (SideEffect::CallMethod).
+  void replay_call(const SymValue& target, const std::string& name, PyObject* args);
   // Whether the trace stored an attribute of obj (to be replayed after the graph).
   bool written_attrs_of(PyObject* obj) const {
     for (const auto& w : written_attrs_)
