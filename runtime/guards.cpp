@@ -156,7 +156,7 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
       if (PyTuple_Check(parent)) {  // a namedtuple too: the trace wraps only those indexing as tuple does
         if (a.index >= PyTuple_GET_SIZE(parent)) return nullptr;
         out = PyTuple_GET_ITEM(parent, a.index);
-      } else if (PyList_CheckExact(parent)) {
+      } else if (PyList_Check(parent)) {  // a plain list subclass too: its type is guarded first
         if (a.index >= PyList_GET_SIZE(parent)) return nullptr;
         out = PyList_GET_ITEM(parent, a.index);
       }

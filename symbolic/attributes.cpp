@@ -358,6 +358,10 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     if (name == "__self__") return owner.items[0];
     return load_attr(constant(owner.obj), name);  // __name__, __code__, __qualname__...
   }
+  if (owner.kind == K::List && owner.obj) {  // what a list subclass adds (objects.cpp)
+    SymValue out;
+    if (list_subclass_member(owner, name, &out)) return out;
+  }
   if (owner.kind == K::List || owner.kind == K::Dict || owner.kind == K::Tuple || owner.kind == K::Set) {
     SymValue m;
     m.kind = K::BoundMethod;  // a container method: obj stays null

@@ -22,7 +22,7 @@ PyObject* Calls::type_of(Tracer& t, const SymValue& v) {
     case K::Constant: return reinterpret_cast<PyObject*>(Py_TYPE(v.obj));
     case K::Tensor: return v.obj ? reinterpret_cast<PyObject*>(Py_TYPE(v.obj)) : tensor_type();
     case K::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
-    case K::List: return reinterpret_cast<PyObject*>(&PyList_Type);
+    case K::List: return v.obj ? v.obj : reinterpret_cast<PyObject*>(&PyList_Type);
     case K::Dict: return v.obj ? v.obj : reinterpret_cast<PyObject*>(&PyDict_Type);
     case K::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
     case K::NamedTuple: if (v.obj) return v.obj; break;

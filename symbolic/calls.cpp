@@ -666,6 +666,18 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       return Calls::inline_call(*this, Calls::target_of_function(*this, callable.obj), std::move(args), std::move(kwargs));
     case K::Function:
       return Calls::inline_call(*this, Calls::target_of_made(*this, callable), std::move(args), std::move(kwargs));
+    case K::List:    // an instance of a list subclass with a __call__ (LogitsProcessorList)
+    case K::Object: {  // an object of the trace whose class has a __call__ (a logits processor)
+      // Looked up on the class, as a call does (an attribute of the object's own is not asked).
+      SymValue method;
+      bool own = false;
+      if (callable.kind == K::Object)
+        for (const SymValue& k : callable.box->keys) own = own || PyUnicode_CompareWithASCIIString(k.obj, "__call__") == 0;
+      if (callable.obj && !own && python_dunder(reinterpret_cast<PyTypeObject*>(callable.obj), "__call__") &&
+          (callable.kind == K::List ? list_subclass_member(callable, "__call__", &method) : object_lookup(callable, "__call__", &method)))
+        return call(method, std::move(args), std::move(kwargs));
+      throw Unsupported("call of " + describe(callable));
+    }
     case K::Constant:
       break;
     default:
@@ -777,9 +789,20 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
       return call(constant(call_fn), std::move(args), std::move(kwargs));
     }
   }
+  static PyObject* signature = resolve_python_name("inspect.signature");  // NB: kept for the process
+  // inspect.signature(obj.method) reads the method's function only (a bound method's signature
+  // is its function's without the first parameter): the object itself, which may be guarded by
+  // its type or made in the trace (a logits processor), is not fixed by it.
+  if (fn == signature && args.size() == 1 && kwargs.empty() && args[0].kind == SymValue::Kind::BoundMethod && args[0].obj &&
+      PyFunction_Check(args[0].obj)) {
+    static PyObject* placeholder = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));  // NB: kept
+    PyOwned method(PyMethod_New(args[0].obj, placeholder));
+    PyOwned sig(method.p ? PyObject_CallOneArg(signature, method.p) : nullptr);
+    if (!sig.p) { PyErr_Clear(); throw Unsupported("inspect.signature of " + describe(args[0]) + " raised"); }
+    return constant(sig.p);
+  }
   if (PyFunction_Check(fn)) {
     // Pure library functions called on constants are answered for real rather than inlined.
-    static PyObject* signature = resolve_python_name("inspect.signature");
     // NB: is_python_constant() reads size-derived ints (pins them): asked only of signature's.
     bool consts = fn == signature;
     for (const SymValue& a : args) consts = consts && a.is_python_constant();
@@ -823,6 +846,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   // default factories run and fields can be assigned); a frozen one, or one with a base of its
   // own layout (transformers' ModelOutput, an OrderedDict), is a record of its fields.
   if (plain_class(fn)) return new_object(fn, std::move(args), std::move(kwargs));
+  if (plain_list_subclass(fn)) return new_list_subclass(fn, std::move(args), std::move(kwargs));
   if (Calls::is_record_type(fn)) return Calls::make_record(*this, fn, std::move(args), std::move(kwargs));
   // A builtin exception of constants, made for real (its constructor runs no Python), for a
   // raise (interpreter.cpp); marked so that it never outlives the trace as a shared constant.
@@ -859,7 +883,6 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   for (const auto& kv : kwargs) all_const = all_const && kv.second.is_python_constant();
   static PyObject* finfo = resolve_python_name("torch.finfo");
   static PyObject* iinfo = resolve_python_name("torch.iinfo");
-  static PyObject* signature = resolve_python_name("inspect.signature");  // NB: kept for the process
   if (all_const && (is_foldable_builtin(fn) || is_math_function(fn) || fn == finfo || fn == iinfo ||
                     fn == signature || fn == partial_type || is_pure_method(fn) || constant_lru_cache(fn))) {
     // An nn.Module read from the frame is guarded by its type, so one entry serves every

@@ -507,8 +507,13 @@ struct Rebuilder {
       case K::List:
         if (v.source) return load_sourced(v);
         return boxed(v, [&] {
+          if (v.obj) {  // a list subclass: its class called on the list (objects.cpp)
+            b.emit(op::PUSH_NULL, 0);
+            b.load_const(v.obj);
+          }
           for (const SymValue& i : v.box->items) push(i);
           b.emit(op::BUILD_LIST, static_cast<int>(v.box->items.size()));
+          if (v.obj) b.call(1);
         });
       case K::Dict:
         if (v.source) return load_sourced(v);

@@ -55,6 +55,16 @@ bool comparable_key(PyObject* o) {
          (tp->tp_hash == PyBaseObject_Type.tp_hash && tp->tp_richcompare == PyBaseObject_Type.tp_richcompare);
 }
 
+// Whether an object has no attribute of its own (an empty or absent instance dict).
+bool instance_dict_empty(PyObject* o) {
+  PyOwned d(PyObject_GenericGetDict(o, nullptr));
+  if (!d.p) {
+    PyErr_Clear();
+    return true;
+  }
+  return PyDict_Check(d.p) && PyDict_GET_SIZE(d.p) == 0;
+}
+
 // A container whose contents the trace could read and no per-item guard follows: dicts and sets
 // of other kinds, list subclasses, bytearrays, deques.
 bool is_mutable_container(PyObject* o) {
@@ -190,7 +200,7 @@ std::string describe(const SymValue& v) {
     case SymValue::Kind::Constant: return py_repr(v.obj);
     case SymValue::Kind::Tensor: return "Tensor";
     case SymValue::Kind::Tuple: return "tuple";
-    case SymValue::Kind::List: return "list";
+    case SymValue::Kind::List: return v.obj ? reinterpret_cast<PyTypeObject*>(v.obj)->tp_name : "list";
     case SymValue::Kind::Slice: return "slice";
     case SymValue::Kind::Method: return "Tensor." + v.name;
     case SymValue::Kind::NamedTuple: return "named tuple";
@@ -385,22 +395,26 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     explicit Depth(int& depth) : d(depth) { ++d; }
     ~Depth() { --d; }
   } depth(wrap_depth_);
-  if ((PyList_CheckExact(obj) || PyDict_CheckExact(obj)) && wrap_depth_ > 16)
+  // A plain list subclass (objects.cpp) with nothing in its own __dict__ is a list of the trace
+  // tagged with its class.
+  const bool list_like = PyList_CheckExact(obj) || (PyList_Check(obj) && plain_list_subclass(reinterpret_cast<PyObject*>(Py_TYPE(obj))) &&
+                                                    instance_dict_empty(obj));
+  if ((list_like || PyDict_CheckExact(obj)) && wrap_depth_ > 16)
     throw Unsupported(source_name(*source) + " nests lists or dicts deeper than 16 (or holds itself)");
-  if (PyList_CheckExact(obj) && PyList_GET_SIZE(obj) > 256)  // a guard and a value per item: too many
+  if (list_like && PyList_GET_SIZE(obj) > 256)  // a guard and a value per item: too many
     throw Unsupported(source_name(*source) + " is a list of " + std::to_string(PyList_GET_SIZE(obj)) + " items");
-  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || PySet_CheckExact(obj)) {
+  if (list_like || PyDict_CheckExact(obj) || PySet_CheckExact(obj)) {
     // A list, dict or set the trace has mutated, read again through another path: the same box
     // (the guards hold both paths to one object, guard_builder.cpp).
     auto m = mutated_visible_.find(obj);
     if (m != mutated_visible_.end()) {
-      guard(PyList_CheckExact(obj) ? GuardKind::TypeAndLen : PySet_CheckExact(obj) ? GuardKind::IdIs : GuardKind::DictKeys);
+      guard(list_like ? GuardKind::TypeAndLen : PySet_CheckExact(obj) ? GuardKind::IdIs : GuardKind::DictKeys);
       SymValue v = m->second;
       v.source = source;
       return v;
     }
   }
-  if (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || PyODict_CheckExact(obj) || PySet_CheckExact(obj)) {
+  if (list_like || PyDict_CheckExact(obj) || PyODict_CheckExact(obj) || PySet_CheckExact(obj)) {
     // Read again through the same path (a global read twice, self.cache twice): the same box, so
     // that a mutation through either read is one object's (its guards are the first read's).
     auto first = visible_value_.find(obj);
@@ -413,7 +427,7 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
     visible_value_.emplace(obj, v);
     return v;
   };
-  if (PyList_CheckExact(obj)) {
+  if (list_like) {
     // A list the caller passed: its items are guarded one by one; the source marks it as
     // visible to the caller (a mutation is replayed on it: mutate_visible).
     guard(GuardKind::TypeAndLen);
@@ -425,7 +439,9 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       item_src->parent = source;
       items.push_back(wrap(PyList_GET_ITEM(obj, i), item_src));
     }
-    return visible(SymValue::list(std::move(items)));
+    SymValue v = SymValue::list(std::move(items));
+    if (!PyList_CheckExact(obj)) v.obj = Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    return visible(std::move(v));
   }
   if ((PyDict_CheckExact(obj) || PyODict_CheckExact(obj)) && PyDict_GET_SIZE(obj) <= 64) {
     // A dict the caller passed (**kwargs, a cache keyed by layer): each value guarded under its
@@ -775,12 +791,13 @@ PyObject* Tracer::materialize(const SymValue& v) const {
         if (v.kind == SymValue::Kind::Tuple) PyTuple_SET_ITEM(out, i, objs[i]);
         else PyList_SET_ITEM(out, i, objs[i]);
       }
-      if (v.torch_size) {  // torch.Size(tuple)
-        static PyObject* size_type = reinterpret_cast<PyObject*>(&THPSizeType);
-        PyObject* size = PyObject_CallOneArg(size_type, out);
+      // torch.Size(tuple); a list subclass's class called on the list (its __init__ is list's)
+      PyObject* wrapper = v.torch_size ? reinterpret_cast<PyObject*>(&THPSizeType) : v.kind == SymValue::Kind::List ? v.obj : nullptr;
+      if (wrapper) {
+        PyObject* typed = PyObject_CallOneArg(wrapper, out);
         Py_DECREF(out);
-        if (!size) PyErr_Clear();
-        return size;
+        if (!typed) PyErr_Clear();
+        return typed;
       }
       return out;
     }

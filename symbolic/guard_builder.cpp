@@ -152,7 +152,7 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
       case GuardKind::TypeAndLen:
         tree->add_type_is(n, Py_TYPE(g.obj));
         tree->add_len_is(n, PyObject_Length(g.obj));
-        if (containers_aliased && PyList_CheckExact(g.obj)) same_or_distinct(n, g.obj);
+        if (containers_aliased && PyList_Check(g.obj)) same_or_distinct(n, g.obj);
         break;
       case GuardKind::TypeAttr: tree->add_type_attr(n, g.name, g.obj); break;
       case GuardKind::Lacks: tree->add_lacks(n, g.name); break;

@@ -315,6 +315,13 @@ struct Handlers {
     SymValue a = t.pop();
     t.push(Tracer::constant(same_object(t, a, b) != (in.arg == 1) ? Py_True : Py_False));
   }
+  static bool str_keys(PyObject* dict) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(dict, &pos, &k, &v))
+      if (!PyUnicode_CheckExact(k)) return false;
+    return true;
+  }
   static void contains_op(Tracer& t, const Instruction& in) {
     SymValue container = t.pop();
     SymValue item = t.pop();
@@ -334,6 +341,14 @@ struct Handlers {
       t.push(Tracer::constant((r == 1) != (in.arg == 1) ? Py_True : Py_False));
       return;
     }
+    // A ModelOutput of the trace holds the keys of its fields that are not None.
+    if (container.kind == SymValue::Kind::Record && is_model_output(container.obj) && item.is_constant() && PyUnicode_CheckExact(item.obj)) {
+      for (size_t i = 0; i < container.field_names.size() && !found; ++i)
+        found = container.field_names[i] == PyUnicode_AsUTF8(item.obj) &&
+                !(container.items[i].is_constant() && container.items[i].obj == Py_None);
+      t.push(Tracer::constant(found != (in.arg == 1) ? Py_True : Py_False));
+      return;
+    }
     if (container.kind == SymValue::Kind::Dict) {
       if (!item.is_constant()) throw Unsupported("'in' of a " + describe(item) + " in a dict");
       for (const SymValue& k : container.box->keys) {
@@ -341,6 +356,12 @@ struct Handlers {
         if (eq < 0) { PyErr_Clear(); throw Unsupported("'in' raised"); }
         if (eq) { found = true; break; }
       }
+    } else if (container.is_constant() && container.source && PyDict_Check(container.obj) && item.is_constant() &&
+               PyUnicode_CheckExact(item.obj) && !python_dunder(Py_TYPE(container.obj), "__contains__") && str_keys(container.obj)) {
+      // A dict subclass from outside the frame that keeps dict's lookup, with str keys (the
+      // ModelOutput a caller hands on): its keys are guarded, not its identity.
+      t.add_guard(container.source, GuardKind::DictKeys, container.obj);
+      found = PyDict_Contains(container.obj, item.obj) == 1;
     } else if (container.is_python_constant() && item.is_python_constant()) {
       PyOwned c(t.materialize(container)), i(t.materialize(item));
       // Containment compares with ==: a Python __eq__ of the item or of any member is user code.
@@ -350,7 +371,10 @@ struct Handlers {
       auto python_hash = [](PyObject* o) {
         return PyTuple_Check(o) ? !holds_only_builtin_values(o) : python_dunder(Py_TYPE(o), "__hash__") != nullptr;
       };
-      const bool hashed = PyAnySet_CheckExact(c.p) || PyDict_CheckExact(c.p) || PyDictKeys_Check(c.p);
+      // A dict subclass that keeps dict's lookup (a ModelOutput) with str keys: a str is found by
+      // hash and str equality only.
+      const bool str_keyed = PyDict_Check(c.p) && PyUnicode_CheckExact(i.p) && !python_dunder(Py_TYPE(c.p), "__contains__") && str_keys(c.p);
+      const bool hashed = PyAnySet_CheckExact(c.p) || PyDict_CheckExact(c.p) || PyDictKeys_Check(c.p) || str_keyed;
       bool user_eq = python_eq(i.p) || (hashed && python_hash(i.p)) ||
                      !(PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p) || hashed || PyUnicode_CheckExact(c.p) || PyRange_Check(c.p));
       if (!user_eq && (PyTuple_CheckExact(c.p) || PyList_CheckExact(c.p))) user_eq = python_eq(c.p);  // its items

@@ -265,6 +265,73 @@ void Tracer::store_object_attr(const SymValue& self, const std::string& name, co
   items.push_back(value);
 }
 
+// ---- Plain list subclasses (transformers' LogitsProcessorList, StoppingCriteriaList): a List
+// value tagged with its class. Everything a list does is list's own, so the trace's list (its
+// items, appends, iteration, len) is exact; what the class adds (__call__, a property) is looked
+// up on the class and inlined with the List as self.
+
+bool Tracer::plain_list_subclass(PyObject* type) {
+  if (!PyType_Check(type)) return false;
+  auto* tp = reinterpret_cast<PyTypeObject*>(type);
+  if (tp == &PyList_Type || !PyType_IsSubtype(tp, &PyList_Type) || !(tp->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+  if (Py_TYPE(type)->tp_call != PyType_Type.tp_call || tp->tp_new != PyList_Type.tp_new || tp->tp_init != PyList_Type.tp_init)
+    return false;
+  if (tp->tp_setattro != PyObject_GenericSetAttr || !has_standard_getattribute(tp) || tp->tp_finalize || tp->tp_del) return false;
+  static PyObject* list_dict = PyObject_GetAttrString(reinterpret_cast<PyObject*>(&PyList_Type), "__dict__");  // NB: kept
+  static const char* const allowed[] = {"__doc__", "__module__", "__qualname__", "__dict__", "__weakref__"};
+  PyObject* mro = tp->tp_mro;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    auto* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (c == &PyList_Type || c == &PyBaseObject_Type) continue;
+    if (!(c->tp_flags & Py_TPFLAGS_HEAPTYPE) || !c->tp_dict) return false;  // another C base (a layout of its own)
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(c->tp_dict, &pos, &k, &v)) {
+      if (!PyUnicode_Check(k)) return false;
+      if (std::any_of(std::begin(allowed), std::end(allowed), [&](const char* a) { return PyUnicode_CompareWithASCIIString(k, a) == 0; }))
+        continue;
+      if (std::strcmp(PyUnicode_AsUTF8(k), "__slots__") == 0) return false;
+      const int mine = PySequence_Contains(list_dict, k);  // overrides something list does
+      if (mine != 0) {
+        PyErr_Clear();
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+SymValue Tracer::new_list_subclass(PyObject* type, std::vector<SymValue> args, std::vector<std::pair<std::string, SymValue>> kwargs) {
+  if (!kwargs.empty() || args.size() > 1) throw Unsupported(std::string(reinterpret_cast<PyTypeObject*>(type)->tp_name) + "() takes at most one positional argument");
+  SymValue v = SymValue::list(args.empty() ? std::vector<SymValue>{} : remaining(make_iterator(args[0])));
+  v.obj = Py_NewRef(type);
+  return v;
+}
+
+bool Tracer::list_subclass_member(const SymValue& self, const std::string& name, SymValue* out) {
+  auto* tp = reinterpret_cast<PyTypeObject*>(self.obj);
+  PyOwned key(PyUnicode_InternFromString(name.c_str()));
+  PyObject* defining = nullptr;
+  PyObject* found = mro_lookup(tp, key.p, nullptr, &defining);
+  // The caller's list: what the lookup found (or that it found nothing) holds while its class
+  // keeps it and its own dict does not shadow it (a list's is empty when it is read: wrap()).
+  if (self.source) {
+    GuardSpec g;
+    g.source = self.source;
+    g.kind = GuardKind::TypeAttr;
+    g.obj = Py_XNewRef(found);
+    g.name = name;
+    result_.guards.push_back(std::move(g));
+  }
+  if (name == "__class__") {
+    *out = constant(self.obj);
+    return true;
+  }
+  if (!found || defining == reinterpret_cast<PyObject*>(&PyList_Type) || defining == reinterpret_cast<PyObject*>(&PyBaseObject_Type))
+    return false;
+  return object_lookup(self, name, out);
+}
+
 std::optional<std::vector<SymValue>> Tracer::sequence_items(const SymValue& v) {
   static PyObject* sequence_iter = resolve_python_name("collections.abc.Sequence.__iter__");  // NB: kept
   if (!sequence_iter || python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__iter__") != sequence_iter) return std::nullopt;

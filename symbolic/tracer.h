@@ -254,6 +254,13 @@ class Tracer {
   bool object_lookup(const SymValue& self, const std::string& name, SymValue* out, PyObject* after = nullptr);
   SymValue object_attr(const SymValue& self, const std::string& name, PyObject* after = nullptr);
   void store_object_attr(const SymValue& self, const std::string& name, const SymValue& value);
+  // A list subclass that adds methods or properties and changes nothing a list does (no list
+  // method, __init__ or __new__ of its own): its instances are Lists tagged with the class.
+  static bool plain_list_subclass(PyObject* type);
+  SymValue new_list_subclass(PyObject* type, std::vector<SymValue> args, std::vector<std::pair<std::string, SymValue>> kwargs);
+  // `name` on such a list found in its class (not list's own): a bound method, a property's
+  // value... False: list's own attribute (a container method) or none.
+  bool list_subclass_member(const SymValue& self, const std::string& name, SymValue* out);
   // The items of a Sequence's own __iter__ (collections.abc.Sequence.__iter__: self[0], self[1]...
   // up to the first IndexError), or nullopt when `v`'s class iterates otherwise.
   std::optional<std::vector<SymValue>> sequence_items(const SymValue& v);

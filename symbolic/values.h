@@ -60,7 +60,9 @@ struct SymValue {
     Constant,    // obj (strong) known at trace time
     Tensor,      // tensor: a graph value
     Tuple,       // items (built in the trace, or a constant tuple holding tensors)
-    List,        // items
+    List,        // box->items; obj: nullptr for a list, the class for an instance of a plain
+                 // list subclass (transformers' LogitsProcessorList: objects.cpp), rebuilt as
+                 // that class called on the items
     Slice,       // items: start, stop, step
     Method,      // a tensor method bound to items[0]: name
     NamedTuple,  // items with field_names; obj: the type (torch.return_types.*, namedtuples)

@@ -254,3 +254,40 @@ def test_a_static_cache_generate_is_one_graph_per_shape_with_no_break(model_name
     for g in got:
         assert torch.equal(g, want)
     assert d["graph_breaks"] == 0 and d["graphs"] <= 3, d
+
+
+@pytest.mark.parametrize("model_name", ["gpt2", "llama"])
+def test_generate_under_enable_traces_the_decoding_loop_frame(model_name):
+    """generate() under fastdyn.enable() on the default (dynamic) cache: tokens equal eager's, and
+    the decoding method (`_sample`) is compiled up to its loop rather than run as written: its
+    logits-processor and stopping-criteria lists (list subclasses) and the ModelOutput it tests
+    with `in` are values of the trace. The graph count of one generate (prompt and decode
+    graphs, static then automatic dynamic) stays bounded: 17 for GPT-2 at this transformers."""
+    import transformers
+    torch.manual_seed(0)
+    if model_name == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, vocab_size=500, max_position_embeddings=128)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    else:
+        cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=500, n_positions=128)
+        model = transformers.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, 500, (1, 7))
+
+    def generate():
+        return model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0)
+
+    with torch.no_grad():
+        want = generate()
+        report = fastdyn.explain(generate)
+        fastdyn.enable()
+        try:
+            got = [generate() for _ in range(2)]
+        finally:
+            fastdyn.disable()
+    for g in got:
+        assert torch.equal(g, want)
+    reasons = "\n".join(b.reason for b in report.break_reasons)
+    assert "ProcessorList" not in reasons and "CriteriaList" not in reasons, reasons
+    assert "'in' on" not in reasons, reasons
+    assert report.graph_count <= 18, report.graph_count

@@ -239,3 +239,118 @@ def test_assert_same_object_sees_the_attribute_order():
     b.__dict__ = dict(reversed(list(b.__dict__.items())))
     with pytest.raises(AssertionError):
         assert_same_object(b, a)
+
+
+# ---- list subclasses that only add methods (transformers' LogitsProcessorList and
+# StoppingCriteriaList): Lists of the trace tagged with their class.
+
+class Scale:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x):
+        return x * self.k
+
+
+class Processors(list):
+    def __call__(self, x):
+        for p in self:
+            x = p(x)
+        return x
+
+    @property
+    def first_scale(self):
+        return self[0].k if self else None
+
+
+class LoudList(list):  # overrides a list method: not a plain subclass, runs as written
+    def append(self, item):
+        super().append(item)
+        super().append(item)
+
+
+def test_a_list_subclass_made_in_the_frame_is_one_graph_and_is_returned_as_its_class():
+    def f(x):
+        ps = Processors()
+        for i in range(3):
+            ps.append(Scale(i + 1.0))
+        ps.extend([Scale(0.5)])
+        return ps(x), ps, isinstance(ps, Processors), type(ps).__name__, len(ps), ps.first_scale
+
+    (out, _) = check_fresh(f, lambda: (r(4),))
+    got = fastdyn.jit(f)(r(4))[1]
+    assert type(got) is Processors and [p.k for p in got] == [1.0, 2.0, 3.0, 0.5]
+
+
+def test_a_list_subclass_passed_in_is_guarded_item_by_item_and_its_mutations_are_replayed():
+    def f(ps, x):
+        ps.append(Scale(10.0))
+        return ps(x).sum() + 1, ps.first_scale
+
+    check_fresh(f, lambda: (Processors([Scale(2.0), Scale(3.0)]), r(5)))
+    jf = fastdyn.jit(f)
+    x = r(5)
+    for ks in ([2.0], [2.0, 3.0], [4.0, 5.0, 6.0]):  # another length or another item: still right
+        ps, want = Processors(Scale(k) for k in ks), Processors(Scale(k) for k in ks)
+        torch.testing.assert_close(jf(ps, x)[0], f(want, x)[0])
+        assert type(ps) is Processors and [p.k for p in ps] == [p.k for p in want]
+
+
+def test_a_list_subclass_that_overrides_a_list_method_runs_its_own_method():
+    def f(x):
+        ls = LoudList()
+        ls.append(x + 1)
+        return ls, len(ls)
+
+    x = r(3)
+    got, n = fastdyn.jit(f)(x)
+    assert type(got) is LoudList and n == 2 and torch.equal(got[0], x + 1)
+
+
+def test_an_object_made_in_the_frame_is_called_through_its_class_call():
+    def f(x):
+        s = Scale(3.0)
+        return s(x) + s(x + 1)
+
+    check(f, r(4))
+
+
+def test_in_on_a_model_output_reads_its_keys():
+    from transformers.modeling_outputs import BaseModelOutput
+
+    def made(x):
+        o = BaseModelOutput(last_hidden_state=x + 1)
+        return o.last_hidden_state * 2, "last_hidden_state" in o, "hidden_states" in o
+
+    check(made, r(3))
+
+    def passed(o, x):
+        return x * 2 if "attentions" in o else x - 1
+
+    jf = fastdyn.jit(passed)
+    x = r(3)
+    with_att = BaseModelOutput(last_hidden_state=x, attentions=(x,))
+    without = BaseModelOutput(last_hidden_state=x)
+    for o in (with_att, without, with_att):  # its keys are guarded: each answer is eager's
+        got, delta = call_with_stats(jf, o, x)
+        torch.testing.assert_close(got, passed(o, x))
+        assert delta["graph_breaks"] == 0, delta
+
+
+def test_the_signature_of_a_method_does_not_fix_its_object():
+    # LogitsProcessorList.__call__ asks inspect.signature(processor.__call__) of processors made
+    # anew by every generate(): one compiled entry serves them all.
+    import inspect
+
+    def f(ps, x):
+        for p in ps:
+            if len(inspect.signature(p.__call__).parameters) == 1:
+                x = p(x)
+        return x
+
+    jf = fastdyn.jit(f)
+    x = r(4)
+    jf([Scale(2.0)], x)
+    got, delta = call_with_stats(jf, [Scale(2.0)], x)
+    torch.testing.assert_close(got, x * 2.0)
+    assert delta["cache_hits"] == 1 and delta["recompiles"] == 0, delta
