@@ -17,6 +17,7 @@
 #include "runtime/errors.h"
 #include "runtime/guards.h"
 #include "runtime/journal.h"
+#include "symbolic/continuation.h"
 
 namespace fastdyn::eval_hook {
 namespace {
@@ -238,7 +239,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
 // Once per code object that reaches the limit: a Python warning naming the function and the
 // guard of its newest entry that this call failed (what kept changing: a size, a value...). The
 // warning never changes what the program does: with warnings turned into errors it is printed.
-void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame) {
+void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame, int limit) {
   const char* name = PyUnicode_AsUTF8(code->co_qualname);
   // Off for this thread: describing a guard may run a user __repr__, and the warnings machinery
   // (a user's showwarning) runs as written.
@@ -246,7 +247,7 @@ void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame)
   std::string why = failed_guard(st, frame);
   if (why.empty()) why = "a guard failed";
   const std::string msg = std::string("fastdyn: ") + (name ? name : "?") + " reached the recompile limit (" +
-                          std::to_string(config().recompile_limit) + " entries); calls that match none run eagerly. "
+                          std::to_string(limit) + " entries); calls that match none run eagerly. "
                           "The guard that failed: " + why + ". Raise the limit with fastdyn.set_recompile_limit(n) "
                           "or FASTDYN_RECOMPILE_LIMIT.";
   journal_events::recompile_limit(code, msg);
@@ -258,6 +259,9 @@ void warn_recompile_limit(PyCodeObject* code, const CodeState& st, Frame* frame)
   }
   PyErr_Restore(type, value, tb);
 }
+
+// Entries kept by a continuation that resumes inside a loop body (see fastdyn_eval_frame).
+constexpr int kLoopResumeEntries = 3;
 
 PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag) {
   const Request request = current_request();  // a copy: compiling overrides the thread's
@@ -312,7 +316,12 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
   if (mode != Mode::Compile) return run_previous(tstate, frame, throwflag);
   st = ensure_code_state(code);
   st->eager = false;  // fullgraph retraces a frame that ran eagerly, to raise its break
-  if (st->compiles >= config().recompile_limit) {
+  // A continuation that resumes inside a loop body runs once per iteration: a value the loop
+  // changes at every iteration (a counter) would make an entry each time. It keeps a few, and
+  // past them the rest of such a loop runs as written (its calls compiled), quietly.
+  const bool loop_resume = symbolic::resumes_inside_loop(code);
+  const int limit = loop_resume ? std::min(config().recompile_limit, kLoopResumeEntries) : config().recompile_limit;
+  if (st->compiles >= limit) {
     // At the limit a miss runs eagerly; the entries stay in use for the calls they match.
     // Warned unasked only for code that compiled a graph: library code recompiling on fresh
     // objects (dataclass __init__s, sympy while torch imports it) is not the user's concern,
@@ -321,13 +330,13 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
       return std::any_of(st->entries.begin(), st->entries.end(),
                          [](const std::unique_ptr<CacheEntry>& e) { return e->graph != nullptr; });
     };
-    if (!st->limit_logged && (config().log_recompiles || has_graph())) {
+    if (!st->limit_logged && (config().log_recompiles || (has_graph() && !loop_resume))) {
       st->limit_logged = true;
-      warn_recompile_limit(code, *st, frame);
+      warn_recompile_limit(code, *st, frame, limit);
     }
-    if (++st->misses_at_limit >= config().recompile_limit) {
+    if (++st->misses_at_limit >= limit) {
       st->misses_at_limit = 0;
-      st->skip_span = std::min(st->skip_span ? 2 * st->skip_span : config().recompile_limit, 64);
+      st->skip_span = std::min(st->skip_span ? 2 * st->skip_span : limit, 64);
       st->skip_left = st->skip_span;
     }
     return run_previous(tstate, frame, throwflag);

@@ -250,6 +250,7 @@ PyObject* CodeBuilder::consts_tuple() const { return PyList_AsTuple(consts_); }
 PyObject* CodeBuilder::names_tuple() const { return PyList_AsTuple(names_); }
 
 void CodeBuilder::store_deref(int free_index) { emit(op::STORE_DEREF, free_base_ + free_index); }
+void CodeBuilder::delete_deref(int free_index) { emit(op::DELETE_DEREF, free_base_ + free_index); }
 
 void CodeBuilder::load_closure(int free_index) {
 #if FD_PY_MINOR >= 12

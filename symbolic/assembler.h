@@ -67,6 +67,7 @@ class CodeBuilder {
   void load_source(const Source& s);
   void load_closure(int free_index);  // the cell of the frame's free variable `free_index`
   void store_deref(int free_index);   // STORE_DEREF into the frame's free variable `free_index`
+  void delete_deref(int free_index);  // DELETE_DEREF of the frame's free variable `free_index`
   PyObject* globals() const { return globals_; }  // the frame's globals (borrowed), if given
   void set_globals(PyObject* g) { globals_ = g; }
   void load_attr(const std::string& name);

@@ -28,21 +28,6 @@ int call_sequence_start(const std::vector<Instruction>& insts, int inst) {
   return s;
 }
 
-// The instruction that begins the outermost loop around instruction `inst` (the target of a
-// backward jump from below it to at or above it), or -1 outside loops.
-int outermost_loop_head(const std::vector<Instruction>& insts, int inst) {
-  const int at = insts[static_cast<size_t>(inst)].index;
-  int head = -1;
-  for (const Instruction& j : insts) {
-    if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
-    const int target = j.next - j.arg;
-    if (!(target <= at && at < j.index)) continue;
-    for (size_t k = 0; k < insts.size(); ++k)
-      if (insts[k].index == target && (head < 0 || static_cast<int>(k) < head)) head = static_cast<int>(k);
-  }
-  return head;
-}
-
 // Whether the exception handler at code unit `target` is a with block's cleanup (PUSH_EXC_INFO,
 // WITH_EXCEPT_START), as CPython compiles every with statement's.
 bool with_cleanup(const std::vector<Instruction>& insts, int target) {
@@ -96,7 +81,8 @@ std::optional<int> before_blocks(PyCodeObject* code, const std::vector<Instructi
 // Why the root frame cannot break at instruction `inst`, or "" if it can. `before_block`: the
 // break runs no instruction of its own (before_blocks moved it before a loop or try block), so the
 // try blocks that begin at `inst` are entered by the continuation alone.
-std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst, bool before_block) {
+std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& insts, int inst, bool before_block,
+                          bool in_loop = false) {
   // Zero-argument super() reads the frame's first slot and its __class__ cell: in transformed
   // code and continuations the first slot holds something else.
   for (int i = 0; i < code->co_nfreevars; ++i) {
@@ -118,13 +104,33 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
     if (before_block && try_start(table, e.target) >= in.index) continue;
     return "inside a try block";
   }
-  // (A break at a loop's first instruction is before the loop: trace_frame moves breaks there.)
+  // (A break at a loop's first instruction is before the loop: trace_frame moves breaks there,
+  // unless it resumes inside the loop body: in_loop.)
+  if (in_loop) return "";
   for (const Instruction& j : insts) {
     if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
     const int target = j.next - j.arg;
     if (target < in.index && in.index < j.index) return "inside a loop";
   }
   return "";
+}
+
+// The iterators on the stack at a break (the for loops around it hold theirs there) are rebuilt
+// only where nothing but their loop can reach them; marks those. False if another remains: one
+// the code holds, or one over items that could still change (a list's), which stays eager's.
+bool mark_loop_iterators(TraceResult& r) {
+  bool all = true;
+  for (size_t k = 0; k < r.stack.size(); ++k) {
+    SymValue& v = r.stack[k];
+    if (v.kind != SymValue::Kind::Iterator) continue;
+    const SymBox* it = v.box.get();
+    bool reachable = false;
+    for (const auto& l : r.locals) reachable = reachable || (l && l->box.get() == it);
+    for (size_t i = 0; i < r.stack.size(); ++i) reachable = reachable || (i != k && r.stack[i].box.get() == it);
+    if (!reachable) v.box->loop_only = true;
+    all = all && !reachable && v.box->fixed;
+  }
+  return all;
 }
 
 }  // namespace
@@ -166,6 +172,27 @@ TraceResult trace_frame(const FrameInputs& frame) {
   const bool is_call = std::strcmp(opname, "CALL") == 0 || std::strcmp(opname, "CALL_FUNCTION_EX") == 0;
   int start = is_call ? call_sequence_start(insts, failed) : failed;
   int end = failed;
+  // Inside a while loop, outside try blocks, the frame breaks in the loop body: its continuation
+  // resumes there, and its trace goes on through the rest of the body and the loop's condition
+  // into the next iteration up to the same break, so that each iteration is one graph; the
+  // continuations hand on to each other through a trampoline (continuation.cpp), not by nesting
+  // calls. Only where a graph was recorded before the break, and no for loop holds an iterator
+  // on the stack (its items still to come would be guarded anew at every iteration: such a
+  // loop breaks before it, below).
+  if (outermost_loop_head(insts, start) >= 0 && outermost_try_start(frame.code, insts, start) < 0 &&
+      break_blocker(frame.code, insts, start, false, true).empty()) {
+    TraceResult mid;
+    mid.filename = result.filename;
+    attempt(mid, start);
+    const bool no_iterator = std::none_of(mid.stack.begin(), mid.stack.end(), [](const SymValue& v) { return v.kind == SymValue::Kind::Iterator; });
+    if (mid.ok && mid.stopped && !mid.graph.nodes.empty() && no_iterator) {
+      mid.reason = result.reason + " (inside a loop: the continuation resumes in its body)";
+      mid.lineno = result.lineno;
+      mid.break_inst = start;
+      mid.break_end = end;
+      return mid;
+    }
+  }
   // Inside a loop or a try block the frame breaks before the outermost of them instead: the graph
   // covers the code up to it, and the continuation (no instruction in between) runs the loop or
   // block and what follows as written, its calls compiled as frames of their own. A break inside
@@ -190,15 +217,8 @@ TraceResult trace_frame(const FrameInputs& frame) {
     result.reason += " (no graph break: inside a loop or try block, with nothing to compile before it)";
     return result;
   }
-  if (moved && std::strcmp(opcode_info(insts[static_cast<size_t>(start)].opcode).name, "FOR_ITER") == 0 &&
-      !again.stack.empty() && again.stack.back().kind == SymValue::Kind::Iterator) {
-    // A for loop's iterator: rebuilt only where nothing but the loop can reach it.
-    const SymBox* it = again.stack.back().box.get();
-    bool reachable = false;
-    for (const auto& l : again.locals) reachable = reachable || (l && l->box.get() == it);
-    for (size_t i = 0; i + 1 < again.stack.size(); ++i) reachable = reachable || again.stack[i].box.get() == it;
-    if (!reachable) again.stack.back().box->loop_only = true;
-  }
+  if (moved && std::strcmp(opcode_info(insts[static_cast<size_t>(start)].opcode).name, "FOR_ITER") == 0)
+    mark_loop_iterators(again);
   again.reason = result.reason + (moved ? " (inside a loop or try block: the frame breaks before it)" : "");
   again.lineno = result.lineno;
   again.break_inst = start;

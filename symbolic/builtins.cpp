@@ -378,7 +378,13 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
       for (int i = 0; i < co->co_nlocalsplus; ++i)
         if (std::strcmp(PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, i)), "__class__") == 0 && f.locals[static_cast<size_t>(i)]) {
           SymValue& c = *f.locals[static_cast<size_t>(i)];
-          if (c.kind == SymValue::Kind::Cell && c.obj) cls = Tracer::constant(PyCell_GET(c.obj));
+          if (c.kind != SymValue::Kind::Cell) continue;
+          if (!c.box->items.empty()) {  // read, stored or deleted (NULL) in the trace: its value now
+            if (!c.box->items[0].is_constant()) throw Unsupported("super() with __class__ deleted or not a class");
+            cls = c.box->items[0];
+          } else if (c.obj && PyCell_GET(c.obj)) {
+            cls = Tracer::constant(PyCell_GET(c.obj));
+          }
         }
       if (!cls.obj) throw Unsupported("super() without __class__");
     } else {

@@ -88,6 +88,19 @@ std::vector<ExceptionEntry> exception_table(PyCodeObject* code) {
   return out;
 }
 
+int outermost_loop_head(const std::vector<Instruction>& insts, int inst) {
+  const int at = insts[static_cast<size_t>(inst)].index;
+  int head = -1;
+  for (const Instruction& j : insts) {
+    if (!(opcode_info(j.opcode).flags & kJumpBackward)) continue;
+    const int target = j.next - j.arg;
+    if (!(target <= at && at < j.index)) continue;
+    for (size_t k = 0; k < insts.size(); ++k)
+      if (insts[k].index == target && (head < 0 || static_cast<int>(k) < head)) head = static_cast<int>(k);
+  }
+  return head;
+}
+
 std::vector<ExceptionEntry> enclosing_handlers(PyCodeObject* code, int unit) {
   const std::vector<ExceptionEntry> table = exception_table(code);
   auto covering = [&](int u) -> const ExceptionEntry* {

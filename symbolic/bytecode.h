@@ -31,6 +31,10 @@ std::vector<ExceptionEntry> exception_table(PyCodeObject* code);
 // block covers the inner block's cleanup, not the instruction). At most 32.
 std::vector<ExceptionEntry> enclosing_handlers(PyCodeObject* code, int unit);
 
+// The instruction (an index into `insts`) that begins the outermost loop around instruction
+// `inst`: the target of a backward jump from below it to at or above it; -1 outside loops.
+int outermost_loop_head(const std::vector<Instruction>& insts, int inst);
+
 // Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
 // Memoized per code object (code is immutable, and a first call decodes the same functions many
 // times: each inlined layer's forward, the re-trace up to a break, continuations); a copy of an

@@ -2,14 +2,19 @@
 #include "symbolic/continuation.h"
 
 #include <torch/csrc/Size.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
+#include "runtime/tensor_check.h"
 #include "symbolic/assembler.h"
 #include "symbolic/bytecode.h"
 #include "symbolic/opcodes.h"
@@ -64,6 +69,7 @@ bool plain_effect(const char* name, int arg, int* pops, int* pushes) {
       {"STORE_GLOBAL", 1, 0}, {"BINARY_OP", 2, 1}, {"BINARY_SUBSCR", 2, 1}, {"COMPARE_OP", 2, 1},
       {"CONTAINS_OP", 2, 1}, {"UNARY_NOT", 1, 1}, {"UNARY_NEGATIVE", 1, 1}, {"UNARY_INVERT", 1, 1},
       {"GET_ITER", 1, 1}, {"IMPORT_NAME", 2, 1}, {"BUILD_STRING", -1, 1}, {"FORMAT_VALUE", -2, 1},
+      {"BEFORE_WITH", 1, 2},  // only on a manager whose __exit__ never suppresses (interpreter.cpp)
   };
   for (const auto& [n, p, q] : table) {
     if (std::strcmp(n, name) != 0) continue;
@@ -192,11 +198,79 @@ std::string remapped_body(PyCodeObject* orig, int nlocals, int shift, const std:
   return code;
 }
 
-// Continuations made in this process (kept alive by resume_code's cache) -> the number of
-// instructions of their prologue.
-std::unordered_map<PyCodeObject*, size_t>& resume_prologues() {
-  static auto* m = new std::unordered_map<PyCodeObject*, size_t>();
+// Continuations made in this process (kept alive by resume_code's cache): the number of
+// instructions of their prologue, and the user's code object their body is a copy of (the
+// original of the original, for a continuation of a continuation); their instruction
+// `prologue + i` is its instruction i.
+struct ResumeInfo {
+  size_t prologue = 0;
+  PyCodeObject* base = nullptr;
+};
+std::unordered_map<PyCodeObject*, ResumeInfo>& resume_prologues() {
+  static auto* m = new std::unordered_map<PyCodeObject*, ResumeInfo>();
   return *m;
+}
+
+// Continuations that resume inside a loop body (not at a loop's head): called once per iteration.
+std::unordered_set<PyCodeObject*>& loop_resumes() {
+  static auto* m = new std::unordered_set<PyCodeObject*>();
+  return *m;
+}
+
+// ---- the trampoline: continuations called in tail position, one after another
+//
+// A frame's transformed code ends by calling its continuation and returning its result. A break
+// inside a loop resumes in the loop's body, and the continuation's own trace runs into the next
+// iteration and breaks there again: nested, the calls would grow the stack by a frame per
+// iteration (RecursionError after about a thousand). So the transformed code of a continuation
+// returns (marker, continuation, list) instead of calling it, and the frame that began it all
+// calls it through trampoline(), which calls each continuation so returned in turn, in a loop.
+// A continuation is only ever called by transformed code, so such a tuple never leaves the
+// trampoline; one that runs as written returns its real result.
+
+PyObject* tail_call_marker() {
+  static PyObject* marker = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));  // NB: kept
+  return marker;
+}
+
+PyObject* tail_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "fastdyn: a tail call takes a continuation and its list");
+    return nullptr;
+  }
+  return PyTuple_Pack(3, tail_call_marker(), args[0], args[1]);
+}
+
+PyObject* trampoline(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "fastdyn: a trampoline takes a continuation and its list");
+    return nullptr;
+  }
+  PyObject* fn = Py_NewRef(args[0]);
+  PyObject* list = Py_NewRef(args[1]);
+  for (;;) {
+    PyObject* r = PyObject_CallOneArg(fn, list);
+    Py_DECREF(fn);
+    Py_DECREF(list);
+    if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 3 || PyTuple_GET_ITEM(r, 0) != tail_call_marker()) return r;
+    fn = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+    list = Py_NewRef(PyTuple_GET_ITEM(r, 2));
+    Py_DECREF(r);
+  }
+}
+
+PyObject* tail_call_function() {
+  static PyMethodDef def = {"__fd_tail_call__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tail_call)),
+                            METH_FASTCALL, "returns a continuation call for the trampoline to make"};
+  static PyObject* fn = PyCFunction_New(&def, nullptr);  // NB: kept for the process
+  return fn;
+}
+
+PyObject* trampoline_function() {
+  static PyMethodDef def = {"__fd_trampoline__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(trampoline)),
+                            METH_FASTCALL, "calls a continuation, then each one it hands on"};
+  static PyObject* fn = PyCFunction_New(&def, nullptr);  // NB: kept for the process
+  return fn;
 }
 
 struct ResumeKey {
@@ -312,7 +386,13 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
     ++prologue;
     if (in.opcode == op::JUMP_FORWARD) break;
   }
-  resume_prologues()[out] = prologue;
+  auto from = resume_prologues().find(orig);
+  resume_prologues()[out] = ResumeInfo{prologue, from != resume_prologues().end() ? from->second.base : orig};
+  // Inside a loop body: past a backward jump's target, up to that jump itself (where a while
+  // loop's condition at the bottom resumes).
+  const int at = insts[static_cast<size_t>(inst)].index;
+  for (const Instruction& j : insts)
+    if ((opcode_info(j.opcode).flags & kJumpBackward) && j.next - j.arg < at && at <= j.index) loop_resumes().insert(out);
   Py_INCREF(reinterpret_cast<PyObject*>(orig));  // NB: see above: the cache keeps orig alive
   cache.emplace(key, reinterpret_cast<PyCodeObject*>(Py_NewRef(reinterpret_cast<PyObject*>(out))));
   return out;
@@ -341,8 +421,10 @@ struct BoxSlots {
         return true;
     return false;
   }
+  std::vector<const codegen::shapes::SizeExpr*> sizes;  // size-derived ints of the break state
   void collect(const SymValue& v) {
     using K = SymValue::Kind;
+    if (v.kind == K::Constant && v.size) sizes.push_back(v.size.get());
     if (preload && v.source &&
         (v.kind == K::Constant || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict || v.kind == K::Tuple ||
          v.kind == K::Set) &&
@@ -389,8 +471,42 @@ struct BoxSlots {
       collect(e.value);
     }
     if (!t.stopped) collect(t.return_value);
+    // A size-derived int is computed from the sizes of the tensors its symbols came from: those
+    // are loaded before the effects too.
+    for (const codegen::shapes::SizeExpr* e : sizes)
+      for (codegen::shapes::SymbolId sym : codegen::shapes::live(t.graph, *e).symbols()) {
+        const Source* src = t.input_sources.at(static_cast<size_t>(t.graph.symbols.at(static_cast<size_t>(sym)).input)).get();
+        if (preload && through_path(src) && std::find(sources.begin(), sources.end(), src) == sources.end()) sources.push_back(src);
+      }
   }
 };
+
+// size_expr(constant, t1, d1, c1, t2, d2, c2, ...): constant + c1 * t1.size(d1) + ... (a
+// size-derived int of a break state, computed from the sizes the call's tensors have).
+PyObject* size_expr(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || (nargs - 1) % 3 != 0) {
+    PyErr_SetString(PyExc_TypeError, "fastdyn: size_expr takes a constant and (tensor, dim, coefficient) triples");
+    return nullptr;
+  }
+  int64_t total = PyLong_AsLongLong(args[0]);
+  for (Py_ssize_t i = 1; i + 2 < nargs; i += 3) {
+    if (!runtime::is_tensor_object(args[i])) {
+      PyErr_SetString(PyExc_TypeError, "fastdyn: size_expr of a non-tensor");
+      return nullptr;
+    }
+    const at::Tensor& t = THPVariable_Unpack(args[i]);
+    total += PyLong_AsLongLong(args[i + 2]) * t.size(PyLong_AsLongLong(args[i + 1]));
+  }
+  if (PyErr_Occurred()) return nullptr;
+  return PyLong_FromLongLong(total);
+}
+
+PyObject* size_expr_function() {
+  static PyMethodDef def = {"__fd_size_expr__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(size_expr)),
+                            METH_FASTCALL, "a size-derived int of a graph break's state, from its tensors' sizes"};
+  static PyObject* fn = PyCFunction_New(&def, nullptr);  // NB: kept for the process
+  return fn;
+}
 
 struct Rebuilder {
   CodeBuilder& b;
@@ -398,6 +514,7 @@ struct Rebuilder {
   int out_slot;
   const BoxSlots& slots;
   int first_slot;  // local index of slots.boxes[0]
+  const TraceResult& trace;
   std::vector<bool> built = std::vector<bool>(slots.boxes.size(), false);
   std::vector<bool> building = std::vector<bool>(slots.boxes.size(), false);
 
@@ -465,6 +582,28 @@ struct Rebuilder {
     b.emit(op::POP_TOP, 0);
   }
 
+  // A size-derived int the trace left unread (interpreter.cpp: it stays a symbol): computed from
+  // the sizes of the tensors its symbols came from, so that one entry serves every size.
+  void push_size(const codegen::shapes::SizeExpr& size) {
+    const codegen::shapes::SizeExpr e = codegen::shapes::live(trace.graph, size);
+    const std::optional<codegen::shapes::SizeExpr::Linear> lin = e.linear();
+    if (!lin) throw CannotRebuild("a size-derived int that is not linear in the sizes: " + e.str());
+    b.emit(op::PUSH_NULL, 0);
+    b.load_const(size_expr_function());
+    PyOwned constant(PyLong_FromLongLong(lin->constant));
+    b.load_const(constant.p);
+    for (const auto& [sym, coef] : lin->terms) {
+      const codegen::SymbolSource& from = trace.graph.symbols.at(static_cast<size_t>(sym));
+      SymValue input;
+      input.source = trace.input_sources.at(static_cast<size_t>(from.input));
+      load_sourced(input);
+      PyOwned dim(PyLong_FromLong(from.dim)), c(PyLong_FromLongLong(coef));
+      b.load_const(dim.p);
+      b.load_const(c.p);
+    }
+    b.call(1 + 3 * static_cast<int>(lin->terms.size()));
+  }
+
   void push(const SymValue& v) {
     using K = SymValue::Kind;
     switch (v.kind) {
@@ -480,6 +619,7 @@ struct Rebuilder {
         return;
       }
       case K::Constant:
+        if (v.size) return push_size(*v.size);
         if (v.name == "__super__" || v.name == "__fd_object_super__") throw CannotRebuild("a super() object");
         if (v.name == "__fd_exception__") throw CannotRebuild("an exception made in the trace");
         if (v.source) return load_sourced(v);
@@ -570,8 +710,9 @@ struct Rebuilder {
           static PyObject* cell_type = reinterpret_cast<PyObject*>(&PyCell_Type);
           b.emit(op::PUSH_NULL, 0);
           b.load_const(cell_type);
-          if (!v.box->items.empty()) push(v.box->items[0]);
-          b.call(v.box->items.empty() ? 0 : 1);
+          const bool empty = v.box->items.empty() || v.box->items[0].is_null();  // NULL: deleted in the trace
+          if (!empty) push(v.box->items[0]);
+          b.call(empty ? 0 : 1);
         });
       case K::Function:  // MAKE_FUNCTION as the trace saw it, with the same cells, once
         if (v.box->globals.obj != b.globals())
@@ -766,6 +907,10 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetCell) {
+      if (e.value.is_null()) {  // del of the free variable
+        b.delete_deref(e.target.source->index);
+        continue;
+      }
       rb.push(e.value);
       b.store_deref(e.target.source->index);
       continue;
@@ -837,9 +982,11 @@ PyCodeObject* or_why(std::string* why, Body body) {
 
 }  // namespace
 
+bool resumes_inside_loop(PyCodeObject* code) { return loop_resumes().count(code) != 0; }
+
 bool is_resume_prologue(PyCodeObject* code, size_t inst) {
   auto it = resume_prologues().find(code);
-  return it != resume_prologues().end() && inst < it->second;
+  return it != resume_prologues().end() && inst < it->second.prologue;
 }
 
 std::vector<codegen::ValueId> break_outputs(const TraceResult& trace) {
@@ -863,7 +1010,7 @@ PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyOb
     const int nboxes = static_cast<int>(slots.size());
     CodeBuilder b(line, nargs + 1 + nboxes);
     b.set_globals(globals);
-    Rebuilder rb{b, outputs, nargs, slots, nargs + 1};
+    Rebuilder rb{b, outputs, nargs, slots, nargs + 1, trace};
     emit_graph_and_effects(b, orig, trace, graph, rb, nargs);
     rb.push(trace.return_value);
     b.emit(op::RETURN_VALUE, 0);
@@ -877,6 +1024,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
                              std::string* why) {
   return or_why(why, [&] {
     const std::vector<Instruction> insts = decode(orig);
+    const bool continuation = is_resume_prologue(orig, 0);  // called by a trampoline: hands on its continuation
     int jump_target = -1;
     const BreakShape shape = shape_of(insts, trace.break_inst, trace.break_end, &jump_target);
     const int depth = static_cast<int>(trace.stack.size());
@@ -901,7 +1049,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     const int free_base = hold_base + nlocals;
     CodeBuilder b(line, free_base);
     b.set_globals(globals);
-    Rebuilder rb{b, outputs, out_slot, slots, nargs + 1};
+    Rebuilder rb{b, outputs, out_slot, slots, nargs + 1, trace};
     emit_graph_and_effects(b, orig, trace, graph, rb, out_slot);
     // NULL and a placeholder where each continuation's function goes, then its arguments. With
     // cells or free variables the placeholder is the continuation's closure, built now (the
@@ -981,14 +1129,35 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       if (s.via_jump) b.as().bind(label);
       std::vector<bool> layout = below;
       for (int k = 0; k < s.kept + s.pushed; ++k) layout.push_back(false);
-      PyOwned code(reinterpret_cast<PyObject*>(resume_code(orig, insts, s.inst, layout, bound, cells)));
+      // A continuation's own continuation resumes in the user's code object, not in a copy of a
+      // copy: a loop that breaks at every iteration then hands on to one continuation, whose
+      // compiled entries serve every iteration. (Its stack slots are dead past its prologue; its
+      // free variables are the original's cells and free variables, in the same order.)
+      PyCodeObject* target = orig;
+      int target_inst = s.inst;
+      std::vector<bool> target_bound = bound;
+      std::vector<int> target_cells = cells;
+      auto info = resume_prologues().find(orig);
+      if (info != resume_prologues().end() && s.inst >= static_cast<int>(info->second.prologue)) {
+        PyCodeObject* base = info->second.base;
+        const bool stack_slots_dead = std::none_of(bound.begin() + base->co_nlocals, bound.end(), [](bool b) { return b; });
+        if (stack_slots_dead && cells.empty()) {
+          target = base;
+          target_inst = s.inst - static_cast<int>(info->second.prologue);
+          target_bound.resize(static_cast<size_t>(base->co_nlocals));
+          target_cells = cell_slots(base);
+        }
+      }
+      const int passed_locals = static_cast<int>(target_bound.size());
+      PyOwned code(reinterpret_cast<PyObject*>(resume_code(target, target == orig ? insts : decode(target), target_inst, layout,
+                                                           target_bound, target_cells)));
       // One list argument (see resume_code): the held locals, then the stack items.
       b.emit(op::BUILD_LIST, passed + s.kept + s.pushed);
-      for (int i = 0; i < nlocals; ++i) {
+      for (int i = 0; i < passed_locals; ++i) {
         if (bound[static_cast<size_t>(i)]) b.emit(op::LOAD_FAST, hold_base + i);
         else b.load_const(Py_None);
       }
-      b.emit(op::BUILD_LIST, nlocals);
+      b.emit(op::BUILD_LIST, passed_locals);
       b.emit(op::SWAP, 2);
       b.emit(op::LIST_EXTEND, 1);
       // This frame's slots (parameters, held locals) would keep alive, for as long as the
@@ -1010,11 +1179,16 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
         b.emit(op::MAKE_FUNCTION, 0x08);
         b.emit(op::SWAP, 2);
       }
-      b.call(1);
+      // NULL, continuation, list -> NULL, trampoline (or tail call), continuation, list
+      b.load_const(continuation ? tail_call_function() : trampoline_function());
+      b.emit(op::SWAP, 3);
+      b.emit(op::SWAP, 2);
+      b.call(2);
       b.emit(op::RETURN_VALUE, 0);
     }
     // The blocks' handlers, innermost first, as CPython compiles a with statement's (the exits
-    // rebuilt here never suppress: grad mode's and nullcontext's return None).
+    // rebuilt here never suppress: grad mode's and nullcontext's return None, and a block
+    // entered for real is one whose __exit__ cannot: interpreter.cpp, exit_never_suppresses).
     auto rebuilt_depth = [&](int original) {  // the transformed stack below the block's exit
       int d = 2;  // the continuation's NULL and placeholder (the locals are held in slots)
       for (int j = 0; j < original; ++j)

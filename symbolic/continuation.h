@@ -7,7 +7,10 @@
 //      from graph outputs, trace-time constants and the places inputs were read from;
 //   3. runs the instruction itself, exactly as the original code would (a CALL, a conditional
 //      jump on a tensor, a store...);
-//   4. calls a continuation for each way the instruction can go on and returns its result.
+//   4. calls a continuation for each way the instruction can go on and returns its result
+//      (through a trampoline: a continuation's own transformed code returns its continuation
+//      call for the trampoline to make, so that a loop that breaks at every iteration does
+//      not nest a call per iteration).
 // A continuation ("resume function") is the original code object with a prologue: its one
 // parameter is a list of the original's locals followed by the non-NULL stack items; the
 // prologue unpacks it into its slots and empties it (the caller's stack holds the list until the
@@ -34,6 +37,8 @@ std::vector<codegen::ValueId> break_outputs(const TraceResult& trace);
 // Whether instruction `inst` (an index into decode(code)) of `code` is in the prologue of a
 // continuation made by assemble_break.
 bool is_resume_prologue(PyCodeObject* code, size_t inst);
+// Whether `code` is a continuation that resumes inside a loop's body (called once per iteration).
+bool resumes_inside_loop(PyCodeObject* code);
 
 // The transformed code of a frame that broke. `graph` (borrowed) returns a tuple of `outputs`,
 // or is nullptr when nothing was recorded before the break. `globals` (borrowed) are the frame's.

@@ -225,6 +225,8 @@ struct Handlers {
   static void load_closure(Tracer& t, const Instruction& in) { t.push(cell_at(t, in.arg)); }
   static void load_deref(Tracer& t, const Instruction& in) {
     SymValue& c = cell_at(t, in.arg);
+    if (!c.box->items.empty() && c.box->items[0].is_null())
+      throw Unsupported("free variable '" + local_name(t, in.arg) + "' referenced after its del");
     if (c.box->items.empty()) {
       if (!c.obj) throw Unsupported("free variable '" + local_name(t, in.arg) + "' referenced before assignment");
       PyObject* v = PyCell_GET(c.obj);
@@ -233,8 +235,16 @@ struct Handlers {
     }
     t.push(c.box->items[0]);
   }
-  static void store_deref(Tracer& t, const Instruction& in) {
-    SymValue v = t.pop();
+  static void store_deref(Tracer& t, const Instruction& in) { set_cell(t, in, t.pop()); }
+  // `del x` of a cell variable: the cell empties (a NULL value: DELETE_DEREF after the graph for
+  // the root frame's real cell). Deleting an empty one raises NameError: not traced.
+  static void delete_deref(Tracer& t, const Instruction& in) {
+    SymValue& c = cell_at(t, in.arg);
+    const bool unbound = c.box->items.empty() ? !c.obj || !PyCell_GET(c.obj) : c.box->items[0].is_null();
+    if (unbound) throw Unsupported("del of the unbound free variable '" + local_name(t, in.arg) + "'");
+    set_cell(t, in, SymValue::null());  // the box holds NULL: deleted in the trace
+  }
+  static void set_cell(Tracer& t, const Instruction& in, SymValue v) {
     SymValue& c = cell_at(t, in.arg);
     // The root frame's free variable (a cell of the enclosing function, or of the frame a
     // continuation resumes; from a nested function too: root_free_cell): the real cell gets the
@@ -747,9 +757,36 @@ struct Handlers {
   }
 
   // ---- with blocks: torch.no_grad(), enable_grad(), set_grad_enabled(b)
+  // Whether leaving a `with` on `mgr` can never swallow the block's exception: a
+  // contextlib.contextmanager whose generator has no handler that ends without re-raising (try
+  // and finally only: no except clause, no with block, no return from a finally). Such a block
+  // may be entered for real at a graph break, and the continuation resumes inside it: the
+  // transformed code's handler for a breaking instruction inside it calls its __exit__ and
+  // re-raises (continuation.cpp), which is all such an __exit__ can make of an exception.
+  static bool exit_never_suppresses(PyObject* mgr) {
+    static PyObject* generator_manager = resolve_python_name("contextlib._GeneratorContextManager");  // NB: kept
+    if (!generator_manager || reinterpret_cast<PyObject*>(Py_TYPE(mgr)) != generator_manager) return false;
+    PyOwned gen(PyObject_GetAttrString(mgr, "gen"));
+    PyOwned code(gen.p && PyGen_CheckExact(gen.p) ? PyObject_GetAttrString(gen.p, "gi_code") : nullptr);
+    if (!code.p || !PyCode_Check(code.p)) {
+      PyErr_Clear();
+      return false;
+    }
+    const std::vector<Instruction> insts = decode(reinterpret_cast<PyCodeObject*>(code.p));
+    for (size_t k = 0; k < insts.size(); ++k) {
+      const char* name = opcode_info(insts[k].opcode).name;
+      if (!std::strcmp(name, "CHECK_EXC_MATCH") || !std::strcmp(name, "CHECK_EG_MATCH") || !std::strcmp(name, "WITH_EXCEPT_START"))
+        return false;
+      if (!std::strcmp(name, "POP_EXCEPT") && (k + 1 == insts.size() || std::strcmp(opcode_info(insts[k + 1].opcode).name, "RERAISE") != 0))
+        return false;
+    }
+    return true;
+  }
   static void before_with(Tracer& t, const Instruction&) {
     SymValue mgr = t.pop();
-    if (!mgr.is_constant()) throw Unsupported("'with' on " + describe(mgr));
+    // Any other manager's __exit__ may swallow an exception of the block, which the transformed
+    // code could not then go on from: the frame runs as written.
+    if (!mgr.is_constant()) throw NoBreak("'with' on " + describe(mgr) + " (its __exit__ may suppress an exception)");
     static PyObject* no_grad = grad_mode_type("no_grad");
     static PyObject* enable_grad = grad_mode_type("enable_grad");
     static PyObject* set_grad = grad_mode_type("set_grad_enabled");
@@ -812,8 +849,10 @@ struct Handlers {
       }
       mode = m.p == Py_True;
       prev = p.p == Py_True;
+    } else if (exit_never_suppresses(mgr.obj)) {
+      throw Unsupported("'with' on " + describe(mgr) + " (entered for real: the continuation resumes inside the block)");
     } else {
-      throw Unsupported("'with' on " + describe(mgr) + " (only grad-mode, autocast and nullcontext blocks are traced)");
+      throw NoBreak("'with' on " + describe(mgr) + " (only grad-mode, autocast and nullcontext blocks are traced; its __exit__ may suppress an exception)");
     }
     SymValue exit = Tracer::grad_exit(mgr, prev, mode);
     t.set_grad_mode(mode);
@@ -964,7 +1003,7 @@ struct Handlers {
       const std::pair<const char*, Fn> by_name[] = {
           {"NOP", nop}, {"RESUME", nop}, {"PRECALL", nop}, {"COPY_FREE_VARS", nop},
           {"EXTENDED_ARG", nop}, {"MAKE_CELL", make_cell}, {"LOAD_CLOSURE", load_closure},
-          {"LOAD_DEREF", load_deref}, {"STORE_DEREF", store_deref},
+          {"LOAD_DEREF", load_deref}, {"STORE_DEREF", store_deref}, {"DELETE_DEREF", delete_deref},
           {"LOAD_FAST", load_fast}, {"LOAD_FAST_CHECK", load_fast},
           {"LOAD_FAST_AND_CLEAR", load_fast_and_clear}, {"STORE_FAST", store_fast},
           {"DELETE_FAST", delete_fast}, {"LOAD_CONST", load_const}, {"RETURN_CONST", return_const},
@@ -1064,13 +1103,16 @@ void Tracer::run_frame() {
 
 namespace {
 
-// Size-derived ints that outlive the trace (returned, left on the stack or in locals at a break,
-// stored by a side effect) reach Python as numbers: their sizes are specialised.
-void read_every_size(const SymValue& v, std::set<const SymBox*>& seen) {
-  size_read(v);
-  for (const SymValue& i : v.items) read_every_size(i, seen);
+// Size-derived ints that outlive the trace (returned, stored by a side effect, held by an object
+// made in the trace) reach Python as numbers: their sizes are specialised. On the stack and in
+// the locals at a break, or in the lists and tuples there, one linear in the sizes is not
+// (`rebuilt`): the transformed code computes it from its tensors' sizes (continuation.cpp).
+void read_every_size(const SymValue& v, std::set<const SymBox*>& seen, bool rebuilt = false) {
+  if (!(rebuilt && v.kind == SymValue::Kind::Constant && v.size && v.size->linear())) size_read(v);
+  const bool sequence = v.kind == SymValue::Kind::Tuple || v.kind == SymValue::Kind::List;
+  for (const SymValue& i : v.items) read_every_size(i, seen, rebuilt && sequence);
   if (v.box && seen.insert(v.box.get()).second) {
-    for (const SymValue& i : v.box->items) read_every_size(i, seen);
+    for (const SymValue& i : v.box->items) read_every_size(i, seen, rebuilt && sequence);
     for (const SymValue& k : v.box->keys) read_every_size(k, seen);
     for (const SymValue& c : v.box->closure) read_every_size(c, seen);
   }
@@ -1124,9 +1166,9 @@ void Tracer::run() {
   }
   std::set<const SymBox*> seen;
   read_every_size(result_.return_value, seen);
-  for (const SymValue& v : result_.stack) read_every_size(v, seen);
+  for (const SymValue& v : result_.stack) read_every_size(v, seen, true);
   for (const auto& l : result_.locals)
-    if (l) read_every_size(*l, seen);
+    if (l) read_every_size(*l, seen, true);
   for (const auto& e : result_.effects) {
     read_every_size(e.target, seen);
     read_every_size(e.value, seen);

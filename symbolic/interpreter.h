@@ -95,7 +95,7 @@ struct TraceResult {
     // passed as `target` (its source) gets the items its box holds at the trace's end
     // (target[:] = [...]; or clear() and update()): the trace mutated it.
     // SetCell: the frame's free variable `target` (its source the Closure index) gets `value`
-    // (STORE_DEREF after the graph). SetGlobal: the frame's global `name` gets `value`
+    // (STORE_DEREF after the graph; DELETE_DEREF where value is NULL). SetGlobal: the frame's global `name` gets `value`
     // (STORE_GLOBAL after the graph; target unused). CallMethod: target.name(*value), value a
     // constant tuple (a mutating method of the caller's set, replayed call by call so that its
     // table evolves as eager's does; the __exit__ of a torch.autocast block entered for real).

@@ -139,3 +139,20 @@ def test_a_function_without_cells_live_at_a_break_runs_the_frame_as_written():
 
     check_fresh(f, lambda: (r(2),), graphs=1, breaks=1)  # (the graph: double's own frame, called as written)
     assert "a function without cells made in the frame is live at the break" in str(fastdyn.explain(f, r(2)))
+
+
+def test_del_of_a_cell_variable_after_a_break():
+    def f(x):
+        out = x * 2
+        keep = [lambda: out]  # out: a cell
+        print("", end="")
+        y = out + 1
+        del out  # DELETE_DEREF in the continuation: the cell empties after its graph
+        try:
+            keep[0]()
+        except NameError as e:
+            return y, "unbound: " + str(e)
+        return y, "bound"
+
+    # (The lambda's own frame, reading the emptied cell, breaks twice more: it raises NameError.)
+    check(f, r(4), graphs=2, breaks=4)

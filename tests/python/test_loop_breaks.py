@@ -1,6 +1,9 @@
-"""A graph break inside a loop or a try block (issue 21): the frame breaks before the outermost of
-them instead of running as written. The graph covers the code up to the loop; the continuation runs the loop and what follows
-as written, its calls compiled as frames of their own. The loop's own iterator on the stack there
+"""A graph break inside a loop or a try block (issue 21). Inside a while loop (and no try block) the
+continuation resumes in the loop body, and its trace runs on into the next iteration up to the
+same break: one graph per iteration, the continuations handed on through a trampoline. Otherwise
+the frame breaks before the outermost loop or try block instead of running as written: the graph
+covers the code up to it; the continuation runs the loop and what follows as written, its calls
+compiled as frames of their own. The loop's own iterator on the stack there
 is rebuilt only where its items were fixed when it was made (a tuple, range, module list, a
 tensor's rows) and nothing but the loop reaches it: iter() of a tuple of the items still to come.
 One over a list, dict or set, or one the code holds, stays eager's: the frame runs as written."""
@@ -89,7 +92,7 @@ def test_a_while_loop_with_a_break_keeps_the_order_of_effects():
         return x.sum(), i
 
     report = run_both(f, torch.ones(3), 4)
-    assert "the frame breaks before it" in str(report), report
+    assert "the continuation resumes in its body" in str(report), report
 
 
 @pytest.mark.parametrize("kind", ["tuple", "range", "enumerate", "zip", "reversed", "tensor rows"])
@@ -252,3 +255,71 @@ def test_a_try_block_inside_a_loop_inside_a_try_block():
 
     report = run_both(f, torch.ones(2), (torch.ones(2), torch.full((2,), 2.0)))
     assert "the frame breaks before it" in report, report
+
+
+# ---- while loops: the continuation resumes in the loop body (one graph per iteration, the
+# continuations handed on through a trampoline rather than nested calls)
+
+
+class StopWhenDone:
+    """A stop check like transformers' StopCheck: bool() of a tensor, a break inside the call."""
+
+    def __call__(self, x, length):  # (length unread, as in transformers: read, it would be guarded)
+        return bool(x[:, -1].max() <= 0)
+
+
+def decode_like(x, stop):
+    x = x * 1.0
+    done = False
+    while not done:
+        nxt = x[:, -1:] - 1
+        x = torch.cat([x, nxt], 1)
+        done = stop(x, x.shape[1])  # a size-derived int crosses the break as an argument
+    return x
+
+
+def test_a_while_loop_resumes_in_its_body_with_one_entry_for_every_length():
+    report = run_both(decode_like, torch.full((1, 3), 6.0), StopWhenDone())
+    assert "the continuation resumes in its body" in report, report
+    jitted = fastdyn.jit(decode_like)
+    jitted(torch.full((1, 3), 6.0), StopWhenDone())
+    jitted(torch.full((1, 2), 7.0), StopWhenDone())  # a second width: the entry's dim becomes a symbol
+    before = fastdyn.stats()
+    for width, start in ((4, 9.0), (5, 12.0)):  # more iterations, longer rows: the entries serve them all
+        got = jitted(torch.full((1, width), start), StopWhenDone())
+        want = decode_like(torch.full((1, width), start), StopWhenDone())
+        assert_same(got, want, "longer decode")
+    delta = {k: fastdyn.stats()[k] - before[k] for k in ("recompiles", "graphs")}
+    assert delta == {"recompiles": 0, "graphs": 0}, delta
+
+
+def test_a_loop_that_breaks_at_every_iteration_does_not_nest_calls():
+    def f(x, n):
+        x = x + 1
+        i = torch.zeros(())
+        while (i < n).item():  # a tensor condition: a break at every iteration
+            x = x * 0.5 + 1
+            i = i + 1
+        return x, i
+
+    n = 3000  # nested continuations would pass the recursion limit
+    want = f(torch.zeros(3), n)
+    got = fastdyn.jit(f)(torch.zeros(3), n)
+    assert_same(got, want, "3000 iterations")
+
+
+def test_a_loop_counter_keeps_few_entries_quietly():
+    import warnings
+
+    def f(x, n):
+        x = x * 2 + 1
+        i = 0
+        while i < n:
+            x = x + i
+            untraceable(("step", i))
+            i += 1
+        return x.sum(), i
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit warning for a loop's continuation
+        run_both(f, torch.ones(3), 12)

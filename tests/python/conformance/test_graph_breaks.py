@@ -725,3 +725,81 @@ def test_continuation_whose_graph_only_passes_a_tensor_through():
         assert_same(jitted(layer, k), _lazy_init(eager_layer, k))
         assert layer.w is w_before  # .to() on the same device returns the tensor itself, as in eager
         assert_same(layer.keys, eager_layer.keys)
+
+
+# ---- a block of a contextlib.contextmanager whose generator only has try/finally: entered for
+# real at a break, the continuation resumes inside it (its __exit__ can never swallow an
+# exception, so the transformed code's handler may call it and re-raise). Any other manager's
+# block runs as written (its __exit__ may suppress).
+
+_BLOCK_LOG = []
+
+
+@contextlib.contextmanager
+def _tagged(tag):
+    _BLOCK_LOG.append(("enter", tag))
+    try:
+        yield tag * 2
+    finally:
+        _BLOCK_LOG.append(("exit", tag))
+
+
+@contextlib.contextmanager
+def _swallowing():
+    try:
+        yield
+    except KeyError:
+        _BLOCK_LOG.append("swallowed")
+
+
+def _in_tagged_block(x, table):
+    y = x + 1
+    with _tagged(3) as k:
+        z = (y * k).sin()
+        z = z + table["k"]  # a Python __getitem__: a break inside the block
+    return z + 1
+
+
+def _in_swallowing_block(x, table):
+    y = x + 1
+    with _swallowing():
+        y = y * 2
+        y = y + table["absent"]  # raises KeyError, which __exit__ swallows
+    return y
+
+
+class _Table:
+    def __init__(self, d):
+        self.d = d
+
+    def __getitem__(self, k):
+        return self.d[k]
+
+
+@pytest.mark.parametrize("fn, table, raises", [
+    (_in_tagged_block, {"k": 1.0}, None),
+    (_in_tagged_block, {}, KeyError),       # raised inside the block, after the break: exits, then leaves
+    (_in_swallowing_block, {}, None),       # swallowed by __exit__: the frame runs as written
+])
+def test_a_contextmanager_block_with_a_break(fn, table, raises):
+    x = r(4)
+    for attempt in ("eager", "first", "second"):
+        _BLOCK_LOG.clear()
+        call = fn if attempt == "eager" else fastdyn.jit(fn)
+        if raises:
+            with pytest.raises(raises):
+                call(x, _Table(table))
+            got = None
+        else:
+            got = call(x, _Table(table))
+        if attempt == "eager":
+            want, want_log = got, list(_BLOCK_LOG)
+        else:
+            assert _BLOCK_LOG == want_log, (attempt, _BLOCK_LOG, want_log)
+            if want is not None:
+                torch.testing.assert_close(got, want)
+    report = str(fastdyn.explain(fn, x, _Table(table)))
+    if fn is _in_tagged_block:
+        assert "entered for real" in report, report
+    else:
+        assert "may suppress" in report, report
