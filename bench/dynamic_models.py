@@ -6,7 +6,8 @@ generate() with the default KV cache, under eager, torch.compile and fastdyn.
 gpt2 sweep   GPT-2 (2 layers, hidden 128, random weights) called once at each of 50 random
              sequence lengths in 1..256 (fixed seed), each mode in its own fresh process (cold
              compile caches): the total wall time of the 50 calls, compiles included, the number
-             of graphs compiled (fastdyn: frames_compiled, "+N sizes" its dynamic entries
+             of graphs compiled (fastdyn: stats()["graphs"], in how many compiled entries (frames and
+             continuations, some without a graph), "+N sizes" its dynamic entries
              specialised kernels to; inductor: Dynamo's unique graphs), and whether every output
              equals eager's.
              Then, in the fastdyn process, steady state at every length, interleaved in that one
@@ -56,7 +57,7 @@ def llama():
 def compiles():
     if mode.startswith("fastdyn"):
         s = fastdyn.stats()
-        return f"{s['frames_compiled']} (+{s['sizes_compiled']} sizes)"
+        return f"{s['graphs']} in {s['frames_compiled']} entries (+{s['sizes_compiled']} sizes)"
     if mode == "inductor":
         from torch._dynamo.utils import counters
         return str(counters["stats"]["unique_graphs"])

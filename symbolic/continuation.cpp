@@ -107,8 +107,10 @@ BreakShape shape_of(const std::vector<Instruction>& insts, int first, int last, 
   if (first != last) throw CannotRebuild("an instruction sequence that is not a call");
   const uint32_t flags = opcode_info(in.opcode).flags;
   if (flags & kJumpRelative) {
-    if (flags & kJumpBackward) throw CannotRebuild("a backward jump");
-    const int target_units = in.next + in.arg;
+    // A while loop's test at its bottom (3.11): a conditional jump back to the body, which the
+    // transformed code takes forward to the body's continuation (forward_twin).
+    if ((flags & kJumpBackward) && forward_twin(in.opcode) < 0) throw CannotRebuild("a backward jump");
+    const int target_units = (flags & kJumpBackward) ? in.next - in.arg : in.next + in.arg;
     int target = -1;
     for (size_t i = 0; i < insts.size(); ++i)
       if (insts[i].start == target_units || insts[i].index == target_units) target = static_cast<int>(i);
@@ -1119,7 +1121,8 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       const Instruction& in = insts[static_cast<size_t>(i)];
       if (i == trace.break_end && shape.successors.size() == 2) {
         label = b.as().new_label();
-        b.as().emit_jump(in.opcode, label, line);  // NB: bool(tensor) raises rarely; no columns
+        const int forward = forward_twin(in.opcode);  // to the continuation: always forward here
+        b.as().emit_jump(forward >= 0 ? static_cast<uint8_t>(forward) : in.opcode, label, line);  // NB: bool(tensor) raises rarely; no columns
       } else {
         copy_instruction(b, orig, in);
       }

@@ -241,8 +241,12 @@ void Tracer::guard_class_attr(const SymValue& owner, const std::string& name, Py
   PyTypeObject* tp = Py_TYPE(owner.obj);
   // A builtin type (dict, int, ...) cannot change, and its instances have no dict to shadow with.
   if ((tp->tp_flags & Py_TPFLAGS_IMMUTABLETYPE) && !_PyObject_GetDictPtr(owner.obj)) return;
+  guard_type_attr(owner.source, name, found);
+}
+
+void Tracer::guard_type_attr(const SourcePtr& source, const std::string& name, PyObject* found) {
   GuardSpec g;
-  g.source = owner.source;
+  g.source = source;
   g.kind = GuardKind::TypeAttr;
   g.obj = Py_XNewRef(found);
   g.name = name;

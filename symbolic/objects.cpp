@@ -315,14 +315,7 @@ bool Tracer::list_subclass_member(const SymValue& self, const std::string& name,
   PyObject* found = mro_lookup(tp, key.p, nullptr, &defining);
   // The caller's list: what the lookup found (or that it found nothing) holds while its class
   // keeps it and its own dict does not shadow it (a list's is empty when it is read: wrap()).
-  if (self.source) {
-    GuardSpec g;
-    g.source = self.source;
-    g.kind = GuardKind::TypeAttr;
-    g.obj = Py_XNewRef(found);
-    g.name = name;
-    result_.guards.push_back(std::move(g));
-  }
+  if (self.source) guard_type_attr(self.source, name, found);
   if (name == "__class__") {
     *out = constant(self.obj);
     return true;

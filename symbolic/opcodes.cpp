@@ -42,4 +42,14 @@ const char* compare_op_symbol(int index) {
 
 int python_minor() { return FD_PY_MINOR; }
 
+int forward_twin(uint8_t opcode) {
+  const char* name = opcode_info(opcode).name;
+  static const std::string backward = "POP_JUMP_BACKWARD_";
+  if (!name || std::string(name).rfind(backward, 0) != 0) return -1;
+  const std::string twin = "POP_JUMP_FORWARD_" + std::string(name).substr(backward.size());
+  for (int i = 0; i < 256; ++i)
+    if (opcode_info(static_cast<uint8_t>(i)).name && twin == opcode_info(static_cast<uint8_t>(i)).name) return i;
+  return -1;
+}
+
 }  // namespace fastdyn::symbolic

@@ -38,5 +38,9 @@ const OpcodeInfo& opcode_info(uint8_t opcode);
 const char* binary_op_symbol(int oparg);
 const char* compare_op_symbol(int index);
 int python_minor();  // 11 or 12
+// The forward twin of a backward conditional jump (3.11's POP_JUMP_BACKWARD_IF_TRUE ->
+// POP_JUMP_FORWARD_IF_TRUE), or -1: a graph break at the test of a while loop jumps forward
+// to its continuations.
+int forward_twin(uint8_t opcode);
 
 }  // namespace fastdyn::symbolic

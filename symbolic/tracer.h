@@ -129,6 +129,9 @@ class Tracer {
   // anywhere): guard that the class still answers so and that the object has no own attribute of
   // that name (GuardKind::TypeAttr). Owners without a source are fixed objects: nothing to add.
   void guard_class_attr(const SymValue& owner, const std::string& name, PyObject* found);
+  // What `name` finds on the object at `source` is its class's `found` (nullptr: nothing), not
+  // an attribute of its own (GuardKind::TypeAttr).
+  void guard_type_attr(const SourcePtr& source, const std::string& name, PyObject* found);
   // Whether the constant `owner` has attribute `name` (hasattr, getattr with a default). When it
   // has not, guards that it stays so, or raises Unsupported where that cannot be guarded or
   // finding out would run the class's own __getattr__.

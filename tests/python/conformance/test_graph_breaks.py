@@ -398,7 +398,7 @@ def tensor_branch_inside_loop_over_list(xs):
 # graph computes the test, the continuation's graph the body and the test again (it is cached
 # for every later trip): (2, 2). Falling back for the whole frame would be (0, 1), allowed by
 # the issue but not the goal.
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=2, xfail="break at a loop test resumed in a continuation")
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=2)
 def loop_trip_count_depends_on_tensor(x):
     while x.abs().max() > 0.5:
         x = x / 2
