@@ -780,9 +780,10 @@ CaptureResult bind_clamp_max(BindCall& c) {
   return record_clamp(c, a.get("input"), CallArg::none(), a.get("max"), false);
 }
 
-// lerp does not promote: end (and a tensor weight) must have input's dtype.
-CaptureResult bind_lerp(BindCall& c) {
-  FD_BIND_OR_RETURN(c, a, "lerp(Tensor input, Tensor end, Tensor|Number weight)");
+// lerp does not promote: end (and a tensor weight) must have input's dtype. lerp_ writes into input.
+namespace {
+CaptureResult record_lerp(BindCall& c, const BoundArgs& a, bool inplace) {
+  const char* name = inplace ? "lerp_" : "lerp";
   const CallArg &x = a.get("input"), &end = a.get("end"), &w = a.get("weight");
   ST dt = c.graph.meta(x.value).dtype;
   for (const CallArg* o : {&end, &w})
@@ -793,39 +794,62 @@ CaptureResult bind_lerp(BindCall& c) {
   std::vector<const CallArg*> ops{&x, &end};
   if (is_tensor(w)) ops.push_back(&w);
   Plan p;
-  if (auto err = plan_elementwise(c, "lerp", is_tensor(w) ? OpId::lerp_Tensor : OpId::lerp_Scalar, ops, p)) return CaptureResult::fail(*err);
+  if (auto err = plan_elementwise(c, name, is_tensor(w) ? OpId::lerp_Tensor : OpId::lerp_Scalar, ops, p)) return CaptureResult::fail(*err);
   p.out = dt;
-  if (is_tensor(w))
-    return tensor_result(emit1(c.graph, OpId::lerp_Tensor,
-                               {Arg::of_value(x.value), Arg::of_value(end.value), Arg::of_value(w.value)}, p.meta()));
-  return tensor_result(
-      emit1(c.graph, OpId::lerp_Scalar, {Arg::of_value(x.value), Arg::of_value(end.value), scalar_arg(w)}, p.meta()));
+  if (inplace)
+    if (auto err = check_inplace(c, name, x.value, p)) return CaptureResult::fail(*err);
+  const OpId op = is_tensor(w) ? (inplace ? OpId::lerp__Tensor : OpId::lerp_Tensor) : (inplace ? OpId::lerp__Scalar : OpId::lerp_Scalar);
+  return tensor_result(emit1(c.graph, op, {Arg::of_value(x.value), Arg::of_value(end.value), is_tensor(w) ? Arg::of_value(w.value) : scalar_arg(w)},
+                             inplace ? inplace_meta(c, x.value, p) : p.meta()));
+}
+}  // namespace
+
+CaptureResult bind_lerp(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "lerp(Tensor input, Tensor end, Tensor|Number weight)");
+  return record_lerp(c, a, false);
+}
+CaptureResult bind_lerp_(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "lerp_(Tensor input, Tensor end, Tensor|Number weight)");
+  return record_lerp(c, a, true);
 }
 
 namespace {
-CaptureResult record_addc(BindCall& c, const Signature& sig, OpId op, bool is_div) {
+// addcmul/addcdiv (op: the out-of-place row) and their in-place forms (inplace_op), which write
+// into input.
+CaptureResult record_addc(BindCall& c, const Signature& sig, OpId op, OpId inplace_op, bool is_div) {
   BoundArgs a;
   if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
-  const char* name = is_div ? "addcdiv" : "addcmul";
+  const bool inplace = inplace_op != kNoOp;
+  const char* name = is_div ? (inplace ? "addcdiv_" : "addcdiv") : (inplace ? "addcmul_" : "addcmul");
   const CallArg &x = a.get("input"), &t1 = a.get("tensor1"), &t2 = a.get("tensor2");
   if (is_div && is_integral(c.graph.meta(t1.value).dtype, true) && is_integral(c.graph.meta(t2.value).dtype, true))
-    return CaptureResult::fail("addcdiv: integer division with addcdiv is no longer supported");
+    return CaptureResult::fail(std::string(name) + ": integer division with addcdiv is no longer supported");
   Plan p;
   if (auto err = plan_elementwise(c, name, op, {&x, &t1, &t2}, p)) return CaptureResult::fail(*err);
-  return tensor_result(emit1(c.graph, op,
+  if (inplace)
+    if (auto err = check_inplace(c, name, x.value, p)) return CaptureResult::fail(*err);
+  return tensor_result(emit1(c.graph, inplace ? inplace_op : op,
                              {Arg::of_value(x.value), Arg::of_value(t1.value), Arg::of_value(t2.value),
                               scalar_arg(a.get("value"))},
-                             p.meta()));
+                             inplace ? inplace_meta(c, x.value, p) : p.meta()));
 }
 }  // namespace
 
 CaptureResult bind_addcmul(BindCall& c) {
   static const Signature sig("addcmul(Tensor input, Tensor tensor1, Tensor tensor2, *, Number value=1)");
-  return record_addc(c, sig, OpId::addcmul, false);
+  return record_addc(c, sig, OpId::addcmul, kNoOp, false);
 }
 CaptureResult bind_addcdiv(BindCall& c) {
   static const Signature sig("addcdiv(Tensor input, Tensor tensor1, Tensor tensor2, *, Number value=1)");
-  return record_addc(c, sig, OpId::addcdiv, true);
+  return record_addc(c, sig, OpId::addcdiv, kNoOp, true);
+}
+CaptureResult bind_addcmul_(BindCall& c) {
+  static const Signature sig("addcmul_(Tensor input, Tensor tensor1, Tensor tensor2, *, Number value=1)");
+  return record_addc(c, sig, OpId::addcmul, OpId::addcmul_, false);
+}
+CaptureResult bind_addcdiv_(BindCall& c) {
+  static const Signature sig("addcdiv_(Tensor input, Tensor tensor1, Tensor tensor2, *, Number value=1)");
+  return record_addc(c, sig, OpId::addcdiv, OpId::addcdiv_, true);
 }
 
 // torch.isin(elements, test_elements): per element of `elements`, whether it is among

@@ -106,7 +106,16 @@ def read_before_and_after(x, y):
     return before + x
 
 
+def adam_like(p, g, m, v):
+    # An Adam step's in-place updates (torch.optim's single-tensor path): lerp_, addcmul_, addcdiv_.
+    m.lerp_(g, 0.1)
+    v.mul_(0.999).addcmul_(g, g, value=0.001)
+    p.addcdiv_(m, v.sqrt().add_(1e-8), value=-0.01)
+    return p, torch.zeros_like(p).lerp_(p, torch.full_like(p, 0.3))
+
+
 NATIVE = {
+    "adam_like": (adam_like, lambda: tuple(t.abs() if i == 3 else t for i, t in enumerate(seeded((8, 16), (8, 16), (8, 16), (8, 16))()))),
     "copy_same": (copy_, seeded((257,), (257,))),
     "copy_broadcast": (copy_, seeded((4, 33), (33,))),
     "copy_cast_f64_from_f32": (copy_, lambda: (torch.zeros(5, 7, dtype=torch.float64), seeded((5, 7))()[0])),
