@@ -213,7 +213,8 @@ std::unordered_map<PyCodeObject*, ResumeInfo>& resume_prologues() {
   return *m;
 }
 
-// Continuations that resume inside a loop body (not at a loop's head): called once per iteration.
+// Continuations that resume inside a loop body (its first instruction included): called once per
+// iteration.
 std::unordered_set<PyCodeObject*>& loop_resumes() {
   static auto* m = new std::unordered_set<PyCodeObject*>();
   return *m;
@@ -390,11 +391,11 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
   }
   auto from = resume_prologues().find(orig);
   resume_prologues()[out] = ResumeInfo{prologue, from != resume_prologues().end() ? from->second.base : orig};
-  // Inside a loop body: past a backward jump's target, up to that jump itself (where a while
-  // loop's condition at the bottom resumes).
+  // Inside a loop body: from a backward jump's target (the body's first instruction, where a
+  // while loop's test resumes) up to that jump itself (where 3.11's test at the bottom resumes).
   const int at = insts[static_cast<size_t>(inst)].index;
   for (const Instruction& j : insts)
-    if ((opcode_info(j.opcode).flags & kJumpBackward) && j.next - j.arg < at && at <= j.index) loop_resumes().insert(out);
+    if ((opcode_info(j.opcode).flags & kJumpBackward) && j.next - j.arg <= at && at <= j.index) loop_resumes().insert(out);
   Py_INCREF(reinterpret_cast<PyObject*>(orig));  // NB: see above: the cache keeps orig alive
   cache.emplace(key, reinterpret_cast<PyCodeObject*>(Py_NewRef(reinterpret_cast<PyObject*>(out))));
   return out;
@@ -1149,6 +1150,23 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
           target_inst = s.inst - static_cast<int>(info->second.prologue);
           target_bound.resize(static_cast<size_t>(base->co_nlocals));
           target_cells = cell_slots(base);
+        }
+      }
+      // Resuming at an unconditional jump is resuming at its target (a jump moves no value): 3.12's
+      // while loop ends its test with a forward jump out and a JUMP_BACKWARD to the body, whose
+      // continuation is then the one a break at the loop's first test already made.
+      {
+        const std::vector<Instruction> target_insts = target == orig ? insts : decode(target);
+        for (int hops = 0; hops < 4; ++hops) {
+          const Instruction& j = target_insts[static_cast<size_t>(target_inst)];
+          const char* name = opcode_info(j.opcode).name;
+          if (std::strcmp(name, "JUMP_BACKWARD") != 0 && std::strcmp(name, "JUMP_FORWARD") != 0) break;
+          const int units = std::strcmp(name, "JUMP_BACKWARD") == 0 ? j.next - j.arg : j.next + j.arg;
+          int found = -1;
+          for (size_t k = 0; k < target_insts.size(); ++k)
+            if (target_insts[k].index == units || target_insts[k].start == units) found = static_cast<int>(k);
+          if (found < 0) break;
+          target_inst = found;
         }
       }
       const int passed_locals = static_cast<int>(target_bound.size());
