@@ -222,6 +222,51 @@ std::vector<SymValue> remaining(const SymValue& it) {
   return std::vector<SymValue>(it.box->items.begin() + static_cast<long>(it.box->pos), it.box->items.end());
 }
 
+// `nn.ReLU()`, `nn.Softmax(dim=-1)` in a frame: a module class of torch.nn's own, made from
+// constants, that holds no parameter, buffer or submodule once made. Made for real here, once,
+// with the random generator's state put back (an __init__ that initialises weights draws from
+// it; such a module is refused anyway), and used as a constant that nothing else can reach; it
+// must not outlive the frame (Tracer::run). Anything else stays a call the trace does not follow.
+bool Calls::make_stateless_module(Tracer& t, PyObject* cls, const std::vector<SymValue>& args,
+                                  const std::vector<std::pair<std::string, SymValue>>& kwargs, SymValue* out) {
+  PyOwned module_name(PyObject_GetAttrString(cls, "__module__"));
+  if (!module_name.p || !PyUnicode_Check(module_name.p)) {
+    PyErr_Clear();
+    return false;
+  }
+  if (std::string(PyUnicode_AsUTF8(module_name.p)).rfind("torch.nn.modules.", 0) != 0) return false;
+  for (const SymValue& a : args)
+    if (!a.is_python_constant()) return false;
+  for (const auto& [k, v] : kwargs)
+    if (k == "device" || !v.is_python_constant()) return false;
+  PyOwned tuple(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(tuple.p, static_cast<Py_ssize_t>(i), t.materialize(args[i]));
+  PyOwned kw(PyDict_New());
+  for (const auto& [k, v] : kwargs) {
+    PyOwned o(t.materialize(v));
+    PyDict_SetItemString(kw.p, k.c_str(), o.p);
+  }
+  static PyObject* get_state = resolve_python_name("torch.get_rng_state");  // NB: kept for the process
+  static PyObject* set_state = resolve_python_name("torch.set_rng_state");  // NB: kept for the process
+  PyOwned state(PyObject_CallNoArgs(get_state));
+  PyOwned m(state.p ? PyObject_Call(cls, tuple.p, kw.p) : nullptr);
+  PyOwned restored(state.p ? PyObject_CallOneArg(set_state, state.p) : nullptr);
+  if (!m.p || !restored.p) {
+    PyErr_Clear();
+    return false;
+  }
+  for (const char* slot : {"_parameters", "_buffers", "_modules"}) {
+    PyOwned d(PyObject_GetAttrString(m.p, slot));
+    if (!d.p || !PyDict_Check(d.p) || PyDict_GET_SIZE(d.p) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  *out = Tracer::constant(m.p);
+  t.made_modules_.push_back(*out);
+  return true;
+}
+
 // ModelOutput's tuple view: the fields that are not None.
 std::vector<SymValue> model_output_items(const SymValue& r) {
   std::vector<SymValue> out;
@@ -845,6 +890,8 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   // A dataclass whose instances are plain objects is one (its generated __init__ inlined, so that
   // default factories run and fields can be assigned); a frozen one, or one with a base of its
   // own layout (transformers' ModelOutput, an OrderedDict), is a record of its fields.
+  if (PyType_Check(fn) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(fn), reinterpret_cast<PyTypeObject*>(module_type())))
+    if (SymValue made; Calls::make_stateless_module(*this, fn, args, kwargs, &made)) return made;
   if (plain_class(fn)) return new_object(fn, std::move(args), std::move(kwargs));
   if (plain_list_subclass(fn)) return new_list_subclass(fn, std::move(args), std::move(kwargs));
   if (Calls::is_record_type(fn)) return Calls::make_record(*this, fn, std::move(args), std::move(kwargs));

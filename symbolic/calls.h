@@ -43,6 +43,9 @@ struct Calls {
   // Dataclass and namedtuple records built in the trace (calls.cpp).
   static bool is_record_type(PyObject* type);
   static SymValue make_record(Tracer& t, PyObject* type, Args args, Kwargs kwargs);
+  // A stateless module of torch.nn's own made from constants (`nn.ReLU()`): made for real, once,
+  // into *out; false where it is not one (calls.cpp).
+  static bool make_stateless_module(Tracer& t, PyObject* cls, const Args& args, const Kwargs& kwargs, SymValue* out);
   static SymValue make_namedtuple(PyObject* type, Args args, Kwargs kwargs);
 };
 

@@ -1120,6 +1120,22 @@ void read_every_size(const SymValue& v, std::set<const SymBox*>& seen, bool rebu
 
 }  // namespace
 
+bool Tracer::holds_made_module(const SymValue& v, int depth) const {
+  if (depth > 16) return true;  // deeper than any trace builds: assume it may
+  if (v.kind == SymValue::Kind::Constant && v.obj)
+    for (const SymValue& m : made_modules_)
+      if (m.obj == v.obj) return true;
+  for (const SymValue& i : v.items)
+    if (holds_made_module(i, depth + 1)) return true;
+  if (v.box) {
+    for (const SymValue& i : v.box->items)
+      if (holds_made_module(i, depth + 1)) return true;
+    for (const SymValue& c : v.box->closure)
+      if (holds_made_module(c, depth + 1)) return true;
+  }
+  return false;
+}
+
 std::string Tracer::where() const {
   if (frames_.empty()) return "?";
   const FrameState& f = *frames_.back();
@@ -1163,6 +1179,15 @@ void Tracer::run() {
     }
   } else {
     result_.return_value = root.return_value;
+  }
+  // A module made in the frame (calls.cpp) is a new object per call in eager: handed to Python
+  // (returned, live at a break, stored somewhere), the compiled code's one object would show.
+  if (!made_modules_.empty()) {
+    bool escapes = holds_made_module(result_.return_value);
+    for (const SymValue& v : result_.stack) escapes = escapes || holds_made_module(v);
+    for (const auto& l : result_.locals) escapes = escapes || (l && holds_made_module(*l));
+    for (const auto& e : result_.effects) escapes = escapes || holds_made_module(e.value);
+    if (escapes) throw NoBreak("an nn.Module made in the frame outlives it (eager makes one per call)");
   }
   std::set<const SymBox*> seen;
   read_every_size(result_.return_value, seen);

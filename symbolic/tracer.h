@@ -304,6 +304,10 @@ class Tracer {
   std::unordered_map<PyObject*, std::vector<const SymBox*>> visible_boxes_;
   std::unordered_map<const SymBox*, PyObject*> visible_object_;
   std::unordered_map<PyObject*, SymValue> visible_value_;  // the first read of each (by object)
+  // Stateless torch.nn modules the frame makes (calls.cpp: made for real at trace time, one
+  // object for every call of the compiled code): none may outlive the frame (run() checks).
+  std::vector<SymValue> made_modules_;  // constants (own their object)
+  bool holds_made_module(const SymValue& v, int depth = 0) const;
   std::unordered_map<PyObject*, SymValue> mutated_visible_;
   std::set<const SymBox*> iterated_boxes_;  // dicts whose keys()/values()/items() the trace took (a snapshot)
   // Iterators the trace made over lists and dicts (a snapshot of their items): (container, iterator).
