@@ -123,8 +123,6 @@ std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) 
   return names;
 }
 
-// The frame's result goes back through bytecode (continuation.h's assemble_return), not through
-// an output template of the graph.
 // Whether a run whose graph raised left nothing behind, so that the frame can be redone eagerly:
 // no in-place op (it may have written an input) and no random op (it advanced the generator).
 bool redoable(const codegen::Graph& g) {
@@ -135,6 +133,8 @@ bool redoable(const codegen::Graph& g) {
   return true;
 }
 
+// The frame's result goes back through bytecode (continuation.h's assemble_return), not through
+// an output template of the graph.
 void return_through_bytecode(Prepared& p) {
   p.out = runtime::OutputTemplate();
   p.trace.graph.outputs.clear();

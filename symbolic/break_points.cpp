@@ -11,6 +11,7 @@
 
 #include "runtime/guards.h"
 #include "symbolic/opcodes.h"
+#include "symbolic/py_ops.h"
 #include "symbolic/tracer.h"
 
 namespace fastdyn::symbolic {
@@ -116,10 +117,9 @@ std::string break_blocker(PyCodeObject* code, const std::vector<Instruction>& in
 }
 
 // The iterators on the stack at a break (the for loops around it hold theirs there) are rebuilt
-// only where nothing but their loop can reach them; marks those. False if another remains: one
-// the code holds, or one over items that could still change (a list's), which stays eager's.
-bool mark_loop_iterators(TraceResult& r) {
-  bool all = true;
+// only where nothing but their loop can reach them (and their items were fixed: continuation.cpp):
+// marks those.
+void mark_loop_iterators(TraceResult& r) {
   for (size_t k = 0; k < r.stack.size(); ++k) {
     SymValue& v = r.stack[k];
     if (v.kind != SymValue::Kind::Iterator) continue;
@@ -128,12 +128,36 @@ bool mark_loop_iterators(TraceResult& r) {
     for (const auto& l : r.locals) reachable = reachable || (l && l->box.get() == it);
     for (size_t i = 0; i < r.stack.size(); ++i) reachable = reachable || (i != k && r.stack[i].box.get() == it);
     if (!reachable) v.box->loop_only = true;
-    all = all && !reachable && v.box->fixed;
   }
-  return all;
 }
 
 }  // namespace
+
+// Whether leaving a `with` on `mgr` can never swallow the block's exception: a
+// contextlib.contextmanager whose generator has no handler that ends without re-raising (try
+// and finally only: no except clause, no with block, no return from a finally). Such a block
+// may be entered for real at a graph break, and the continuation resumes inside it: the
+// transformed code's handler for a breaking instruction inside it calls its __exit__ and
+// re-raises (continuation.cpp), which is all such an __exit__ can make of an exception.
+bool exit_never_suppresses(PyObject* mgr) {
+  static PyObject* generator_manager = resolve_python_name("contextlib._GeneratorContextManager");  // NB: kept
+  if (!generator_manager || reinterpret_cast<PyObject*>(Py_TYPE(mgr)) != generator_manager) return false;
+  PyOwned gen(PyObject_GetAttrString(mgr, "gen"));
+  PyOwned code(gen.p && PyGen_CheckExact(gen.p) ? PyObject_GetAttrString(gen.p, "gi_code") : nullptr);
+  if (!code.p || !PyCode_Check(code.p)) {
+    PyErr_Clear();
+    return false;
+  }
+  const std::vector<Instruction> insts = decode(reinterpret_cast<PyCodeObject*>(code.p));
+  for (size_t k = 0; k < insts.size(); ++k) {
+    const char* name = opcode_info(insts[k].opcode).name;
+    if (!std::strcmp(name, "CHECK_EXC_MATCH") || !std::strcmp(name, "CHECK_EG_MATCH") || !std::strcmp(name, "WITH_EXCEPT_START"))
+      return false;
+    if (!std::strcmp(name, "POP_EXCEPT") && (k + 1 == insts.size() || std::strcmp(opcode_info(insts[k + 1].opcode).name, "RERAISE") != 0))
+      return false;
+  }
+  return true;
+}
 
 TraceResult trace_frame(const FrameInputs& frame) {
   TraceResult result;
@@ -175,7 +199,7 @@ TraceResult trace_frame(const FrameInputs& frame) {
   // Inside a while loop, outside try blocks, the frame breaks in the loop body: its continuation
   // resumes there, and its trace goes on through the rest of the body and the loop's condition
   // into the next iteration up to the same break, so that each iteration is one graph; the
-  // continuations hand on to each other through a trampoline (continuation.cpp), not by nesting
+  // continuations hand on to each other through a trampoline (break_calls.h), not by nesting
   // calls. Only where a graph was recorded before the break, and no for loop holds an iterator
   // on the stack (its items still to come would be guarded anew at every iteration: such a
   // loop breaks before it, below).

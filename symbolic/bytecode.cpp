@@ -101,6 +101,12 @@ int outermost_loop_head(const std::vector<Instruction>& insts, int inst) {
   return head;
 }
 
+int instruction_at(const std::vector<Instruction>& insts, int unit) {
+  for (size_t i = 0; i < insts.size(); ++i)
+    if (insts[i].start == unit || insts[i].index == unit) return static_cast<int>(i);
+  return -1;
+}
+
 std::vector<ExceptionEntry> enclosing_handlers(PyCodeObject* code, int unit) {
   const std::vector<ExceptionEntry> table = exception_table(code);
   auto covering = [&](int u) -> const ExceptionEntry* {

@@ -35,6 +35,10 @@ std::vector<ExceptionEntry> enclosing_handlers(PyCodeObject* code, int unit);
 // `inst`: the target of a backward jump from below it to at or above it; -1 outside loops.
 int outermost_loop_head(const std::vector<Instruction>& insts, int inst);
 
+// The instruction (an index into `insts`) that starts at code unit `unit` (its EXTENDED_ARG
+// prefix or its opcode), or -1: where a jump lands.
+int instruction_at(const std::vector<Instruction>& insts, int unit);
+
 // Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
 // Memoized per code object (code is immutable, and a first call decodes the same functions many
 // times: each inlined layer's forward, the re-trace up to a break, continuations); a copy of an

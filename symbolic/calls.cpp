@@ -267,6 +267,24 @@ bool Calls::make_stateless_module(Tracer& t, PyObject* cls, const std::vector<Sy
   return true;
 }
 
+bool Tracer::holds_made_module(const SymValue& v, int depth) const {
+  if (depth > 16) return true;  // deeper than any trace builds: assume it may
+  if (v.kind == SymValue::Kind::Constant && v.obj)
+    for (const SymValue& m : made_modules_)
+      if (m.obj == v.obj) return true;
+  for (const SymValue& i : v.items)
+    if (holds_made_module(i, depth + 1)) return true;
+  if (v.box) {
+    for (const SymValue& i : v.box->items)
+      if (holds_made_module(i, depth + 1)) return true;
+    for (const SymValue& k : v.box->keys)
+      if (holds_made_module(k, depth + 1)) return true;
+    for (const SymValue& c : v.box->closure)
+      if (holds_made_module(c, depth + 1)) return true;
+  }
+  return false;
+}
+
 // ModelOutput's tuple view: the fields that are not None.
 std::vector<SymValue> model_output_items(const SymValue& r) {
   std::vector<SymValue> out;

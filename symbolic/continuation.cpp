@@ -2,7 +2,6 @@
 #include "symbolic/continuation.h"
 
 #include <torch/csrc/Size.h>
-#include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,8 +13,8 @@
 
 #include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
-#include "runtime/tensor_check.h"
 #include "symbolic/assembler.h"
+#include "symbolic/break_calls.h"
 #include "symbolic/bytecode.h"
 #include "symbolic/opcodes.h"
 #include "symbolic/py_ops.h"
@@ -110,10 +109,7 @@ BreakShape shape_of(const std::vector<Instruction>& insts, int first, int last, 
     // A while loop's test at its bottom (3.11): a conditional jump back to the body, which the
     // transformed code takes forward to the body's continuation (forward_twin).
     if ((flags & kJumpBackward) && forward_twin(in.opcode) < 0) throw CannotRebuild("a backward jump");
-    const int target_units = (flags & kJumpBackward) ? in.next - in.arg : in.next + in.arg;
-    int target = -1;
-    for (size_t i = 0; i < insts.size(); ++i)
-      if (insts[i].start == target_units || insts[i].index == target_units) target = static_cast<int>(i);
+    const int target = instruction_at(insts, (flags & kJumpBackward) ? in.next - in.arg : in.next + in.arg);
     if (target < 0) throw CannotRebuild("a jump into an instruction");
     *jump_target = target;
     if (std::strncmp(name, "POP_JUMP", 8) == 0) {
@@ -218,62 +214,6 @@ std::unordered_map<PyCodeObject*, ResumeInfo>& resume_prologues() {
 std::unordered_set<PyCodeObject*>& loop_resumes() {
   static auto* m = new std::unordered_set<PyCodeObject*>();
   return *m;
-}
-
-// ---- the trampoline: continuations called in tail position, one after another
-//
-// A frame's transformed code ends by calling its continuation and returning its result. A break
-// inside a loop resumes in the loop's body, and the continuation's own trace runs into the next
-// iteration and breaks there again: nested, the calls would grow the stack by a frame per
-// iteration (RecursionError after about a thousand). So the transformed code of a continuation
-// returns (marker, continuation, list) instead of calling it, and the frame that began it all
-// calls it through trampoline(), which calls each continuation so returned in turn, in a loop.
-// A continuation is only ever called by transformed code, so such a tuple never leaves the
-// trampoline; one that runs as written returns its real result.
-
-PyObject* tail_call_marker() {
-  static PyObject* marker = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));  // NB: kept
-  return marker;
-}
-
-PyObject* tail_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "fastdyn: a tail call takes a continuation and its list");
-    return nullptr;
-  }
-  return PyTuple_Pack(3, tail_call_marker(), args[0], args[1]);
-}
-
-PyObject* trampoline(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "fastdyn: a trampoline takes a continuation and its list");
-    return nullptr;
-  }
-  PyObject* fn = Py_NewRef(args[0]);
-  PyObject* list = Py_NewRef(args[1]);
-  for (;;) {
-    PyObject* r = PyObject_CallOneArg(fn, list);
-    Py_DECREF(fn);
-    Py_DECREF(list);
-    if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 3 || PyTuple_GET_ITEM(r, 0) != tail_call_marker()) return r;
-    fn = Py_NewRef(PyTuple_GET_ITEM(r, 1));
-    list = Py_NewRef(PyTuple_GET_ITEM(r, 2));
-    Py_DECREF(r);
-  }
-}
-
-PyObject* tail_call_function() {
-  static PyMethodDef def = {"__fd_tail_call__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tail_call)),
-                            METH_FASTCALL, "returns a continuation call for the trampoline to make"};
-  static PyObject* fn = PyCFunction_New(&def, nullptr);  // NB: kept for the process
-  return fn;
-}
-
-PyObject* trampoline_function() {
-  static PyMethodDef def = {"__fd_trampoline__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(trampoline)),
-                            METH_FASTCALL, "calls a continuation, then each one it hands on"};
-  static PyObject* fn = PyCFunction_New(&def, nullptr);  // NB: kept for the process
-  return fn;
 }
 
 struct ResumeKey {
@@ -401,6 +341,47 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
   return out;
 }
 
+// Where a continuation of `orig` at instruction `inst` resumes. A continuation's own
+// continuation resumes in the user's code object, not in a copy of a copy: a loop that breaks at
+// every iteration then hands on to one continuation, whose compiled entries serve every
+// iteration (its stack slots are dead past its prologue; its free variables are the original's
+// cells and free variables, in the same order). And resuming at an unconditional jump is
+// resuming at its target (a jump moves no value): 3.12's while loop ends its test with a forward
+// jump out and a JUMP_BACKWARD to the body, whose continuation is then the one a break at the
+// loop's first test already made.
+struct ResumeAt {
+  PyCodeObject* code;
+  std::vector<Instruction> insts;
+  int inst;
+  std::vector<bool> bound;
+  std::vector<int> cells;
+};
+
+ResumeAt resume_at(PyCodeObject* orig, const std::vector<Instruction>& insts, int inst, const std::vector<bool>& bound,
+                   const std::vector<int>& cells) {
+  auto info = resume_prologues().find(orig);
+  ResumeAt at{orig, {}, inst, bound, cells};
+  if (info != resume_prologues().end() && inst >= static_cast<int>(info->second.prologue) && cells.empty()) {
+    PyCodeObject* base = info->second.base;
+    if (std::none_of(bound.begin() + base->co_nlocals, bound.end(), [](bool b) { return b; })) {
+      at.code = base;
+      at.inst = inst - static_cast<int>(info->second.prologue);
+      at.bound.resize(static_cast<size_t>(base->co_nlocals));
+      at.cells = cell_slots(base);
+    }
+  }
+  at.insts = at.code == orig ? insts : decode(at.code);
+  for (int hops = 0; hops < 4; ++hops) {
+    const Instruction& j = at.insts[static_cast<size_t>(at.inst)];
+    const bool back = j.opcode == op::JUMP_BACKWARD;
+    if (!back && j.opcode != op::JUMP_FORWARD) break;
+    const int target = instruction_at(at.insts, back ? j.next - j.arg : j.next + j.arg);
+    if (target < 0) break;
+    at.inst = target;
+  }
+  return at;
+}
+
 // ---- the transformed code
 
 // Lists, dicts and records (dataclass instances) made in the trace, each built once into a
@@ -483,33 +464,6 @@ struct BoxSlots {
       }
   }
 };
-
-// size_expr(constant, t1, d1, c1, t2, d2, c2, ...): constant + c1 * t1.size(d1) + ... (a
-// size-derived int of a break state, computed from the sizes the call's tensors have).
-PyObject* size_expr(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs < 1 || (nargs - 1) % 3 != 0) {
-    PyErr_SetString(PyExc_TypeError, "fastdyn: size_expr takes a constant and (tensor, dim, coefficient) triples");
-    return nullptr;
-  }
-  int64_t total = PyLong_AsLongLong(args[0]);
-  for (Py_ssize_t i = 1; i + 2 < nargs; i += 3) {
-    if (!runtime::is_tensor_object(args[i])) {
-      PyErr_SetString(PyExc_TypeError, "fastdyn: size_expr of a non-tensor");
-      return nullptr;
-    }
-    const at::Tensor& t = THPVariable_Unpack(args[i]);
-    total += PyLong_AsLongLong(args[i + 2]) * t.size(PyLong_AsLongLong(args[i + 1]));
-  }
-  if (PyErr_Occurred()) return nullptr;
-  return PyLong_FromLongLong(total);
-}
-
-PyObject* size_expr_function() {
-  static PyMethodDef def = {"__fd_size_expr__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(size_expr)),
-                            METH_FASTCALL, "a size-derived int of a graph break's state, from its tensors' sizes"};
-  static PyObject* fn = PyCFunction_New(&def, nullptr);  // NB: kept for the process
-  return fn;
-}
 
 struct Rebuilder {
   CodeBuilder& b;
@@ -1133,45 +1087,9 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
       if (s.via_jump) b.as().bind(label);
       std::vector<bool> layout = below;
       for (int k = 0; k < s.kept + s.pushed; ++k) layout.push_back(false);
-      // A continuation's own continuation resumes in the user's code object, not in a copy of a
-      // copy: a loop that breaks at every iteration then hands on to one continuation, whose
-      // compiled entries serve every iteration. (Its stack slots are dead past its prologue; its
-      // free variables are the original's cells and free variables, in the same order.)
-      PyCodeObject* target = orig;
-      int target_inst = s.inst;
-      std::vector<bool> target_bound = bound;
-      std::vector<int> target_cells = cells;
-      auto info = resume_prologues().find(orig);
-      if (info != resume_prologues().end() && s.inst >= static_cast<int>(info->second.prologue)) {
-        PyCodeObject* base = info->second.base;
-        const bool stack_slots_dead = std::none_of(bound.begin() + base->co_nlocals, bound.end(), [](bool b) { return b; });
-        if (stack_slots_dead && cells.empty()) {
-          target = base;
-          target_inst = s.inst - static_cast<int>(info->second.prologue);
-          target_bound.resize(static_cast<size_t>(base->co_nlocals));
-          target_cells = cell_slots(base);
-        }
-      }
-      // Resuming at an unconditional jump is resuming at its target (a jump moves no value): 3.12's
-      // while loop ends its test with a forward jump out and a JUMP_BACKWARD to the body, whose
-      // continuation is then the one a break at the loop's first test already made.
-      {
-        const std::vector<Instruction> target_insts = target == orig ? insts : decode(target);
-        for (int hops = 0; hops < 4; ++hops) {
-          const Instruction& j = target_insts[static_cast<size_t>(target_inst)];
-          const char* name = opcode_info(j.opcode).name;
-          if (std::strcmp(name, "JUMP_BACKWARD") != 0 && std::strcmp(name, "JUMP_FORWARD") != 0) break;
-          const int units = std::strcmp(name, "JUMP_BACKWARD") == 0 ? j.next - j.arg : j.next + j.arg;
-          int found = -1;
-          for (size_t k = 0; k < target_insts.size(); ++k)
-            if (target_insts[k].index == units || target_insts[k].start == units) found = static_cast<int>(k);
-          if (found < 0) break;
-          target_inst = found;
-        }
-      }
-      const int passed_locals = static_cast<int>(target_bound.size());
-      PyOwned code(reinterpret_cast<PyObject*>(resume_code(target, target == orig ? insts : decode(target), target_inst, layout,
-                                                           target_bound, target_cells)));
+      const ResumeAt at = resume_at(orig, insts, s.inst, bound, cells);
+      const int passed_locals = static_cast<int>(at.bound.size());
+      PyOwned code(reinterpret_cast<PyObject*>(resume_code(at.code, at.insts, at.inst, layout, at.bound, at.cells)));
       // One list argument (see resume_code): the held locals, then the stack items.
       b.emit(op::BUILD_LIST, passed + s.kept + s.pushed);
       for (int i = 0; i < passed_locals; ++i) {

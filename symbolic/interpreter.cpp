@@ -757,31 +757,6 @@ struct Handlers {
   }
 
   // ---- with blocks: torch.no_grad(), enable_grad(), set_grad_enabled(b)
-  // Whether leaving a `with` on `mgr` can never swallow the block's exception: a
-  // contextlib.contextmanager whose generator has no handler that ends without re-raising (try
-  // and finally only: no except clause, no with block, no return from a finally). Such a block
-  // may be entered for real at a graph break, and the continuation resumes inside it: the
-  // transformed code's handler for a breaking instruction inside it calls its __exit__ and
-  // re-raises (continuation.cpp), which is all such an __exit__ can make of an exception.
-  static bool exit_never_suppresses(PyObject* mgr) {
-    static PyObject* generator_manager = resolve_python_name("contextlib._GeneratorContextManager");  // NB: kept
-    if (!generator_manager || reinterpret_cast<PyObject*>(Py_TYPE(mgr)) != generator_manager) return false;
-    PyOwned gen(PyObject_GetAttrString(mgr, "gen"));
-    PyOwned code(gen.p && PyGen_CheckExact(gen.p) ? PyObject_GetAttrString(gen.p, "gi_code") : nullptr);
-    if (!code.p || !PyCode_Check(code.p)) {
-      PyErr_Clear();
-      return false;
-    }
-    const std::vector<Instruction> insts = decode(reinterpret_cast<PyCodeObject*>(code.p));
-    for (size_t k = 0; k < insts.size(); ++k) {
-      const char* name = opcode_info(insts[k].opcode).name;
-      if (!std::strcmp(name, "CHECK_EXC_MATCH") || !std::strcmp(name, "CHECK_EG_MATCH") || !std::strcmp(name, "WITH_EXCEPT_START"))
-        return false;
-      if (!std::strcmp(name, "POP_EXCEPT") && (k + 1 == insts.size() || std::strcmp(opcode_info(insts[k + 1].opcode).name, "RERAISE") != 0))
-        return false;
-    }
-    return true;
-  }
   static void before_with(Tracer& t, const Instruction&) {
     SymValue mgr = t.pop();
     // Any other manager's __exit__ may swallow an exception of the block, which the transformed
@@ -1120,22 +1095,6 @@ void read_every_size(const SymValue& v, std::set<const SymBox*>& seen, bool rebu
 
 }  // namespace
 
-bool Tracer::holds_made_module(const SymValue& v, int depth) const {
-  if (depth > 16) return true;  // deeper than any trace builds: assume it may
-  if (v.kind == SymValue::Kind::Constant && v.obj)
-    for (const SymValue& m : made_modules_)
-      if (m.obj == v.obj) return true;
-  for (const SymValue& i : v.items)
-    if (holds_made_module(i, depth + 1)) return true;
-  if (v.box) {
-    for (const SymValue& i : v.box->items)
-      if (holds_made_module(i, depth + 1)) return true;
-    for (const SymValue& c : v.box->closure)
-      if (holds_made_module(c, depth + 1)) return true;
-  }
-  return false;
-}
-
 std::string Tracer::where() const {
   if (frames_.empty()) return "?";
   const FrameState& f = *frames_.back();
@@ -1186,7 +1145,7 @@ void Tracer::run() {
     bool escapes = holds_made_module(result_.return_value);
     for (const SymValue& v : result_.stack) escapes = escapes || holds_made_module(v);
     for (const auto& l : result_.locals) escapes = escapes || (l && holds_made_module(*l));
-    for (const auto& e : result_.effects) escapes = escapes || holds_made_module(e.value);
+    for (const auto& e : result_.effects) escapes = escapes || holds_made_module(e.target) || holds_made_module(e.value);
     if (escapes) throw NoBreak("an nn.Module made in the frame outlives it (eager makes one per call)");
   }
   std::set<const SymBox*> seen;

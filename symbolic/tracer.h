@@ -331,6 +331,9 @@ PyObject* fold_binary(const std::string& sym, PyObject* a, PyObject* b);  // new
 bool foldable_constant(PyObject* o);       // ints, floats, strings, tuples, dtypes... (no user code)
 SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::string& name, int index = 0);
 bool is_model_output(PyObject* type);      // transformers' ModelOutput dataclasses
+// Whether leaving a `with` on `mgr` can never swallow the block's exception (break_points.cpp):
+// such a block may be entered for real at a graph break.
+bool exit_never_suppresses(PyObject* mgr);
 bool is_namedtuple_type(PyObject* o);      // a tuple subclass with _fields (collections/typing namedtuples)
 // A namedtuple class whose __new__ is the one namedtuple generated and without an __init__ of
 // its own: calling it makes exactly tuple.__new__(cls, fields) and runs nothing else.
