@@ -477,6 +477,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   if (!p.ok) {
     outcome.kind = CompileOutcome::Kind::Unsupported;
     outcome.reason = p.why;
+    outcome.retry_later = p.trace.retry_later;
     return outcome;
   }
   if (p.trace.graph.nodes.empty()) {

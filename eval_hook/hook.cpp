@@ -229,8 +229,10 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
         *raise = true;
         return nullptr;
       }
-      if (st->entries.empty()) mark_eager(code);
-      else st->compiles++;  // a failed recompile counts toward the bound: no retrace per call
+      // A failed recompile counts toward the bound (no retrace per call), and so does a trace
+      // that met state the program is still building (it is traced again at the next call).
+      if (st->entries.empty() && !out.retry_later) mark_eager(code);
+      else st->compiles++;
       return nullptr;
   }
   return nullptr;

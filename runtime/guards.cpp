@@ -10,6 +10,7 @@
 #include <ATen/Context.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
@@ -144,12 +145,18 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
       out = PyObject_GetAttr(parent, a.key);
       if (!out) PyErr_Clear();
       return out;
-    case AccessKind::DictItem:
+    case AccessKind::DictItem: {
       if (!PyDict_Check(parent)) return nullptr;
-      out = PyDict_GetItemWithError(parent, a.key);
+      PyObject* key = a.key;
+      if (PyWeakref_CheckRef(key)) {  // a key held weakly (a tensor: Accessor::object)
+        key = PyWeakref_GetObject(key);
+        if (key == Py_None) return nullptr;
+      }
+      out = PyDict_GetItemWithError(parent, key);
       if (!out) PyErr_Clear();
       Py_XINCREF(out);
       return out;
+    }
     case AccessKind::Const:
       return Py_XNewRef(a.object);
     case AccessKind::Item:
@@ -691,7 +698,13 @@ void GuardTree::guard_global_state() {
   deterministic_ = at::globalContext().deterministicAlgorithms();
 }
 
+void GuardTree::guard_no_record_function_observers() { no_observers_ = true; }
+
 bool GuardTree::check(const GuardFrame& frame, GuardFailure* why) const {
+  if (no_observers_ && at::hasCallbacks()) {
+    if (why) why->description = "no RecordFunction observer (profiler) is installed";
+    return false;
+  }
   if (has_global_state_) {
     if (at::GradMode::is_enabled() != grad_enabled_) {
       if (why) why->description = std::string("grad_mode == ") + (grad_enabled_ ? "True" : "False");
@@ -789,6 +802,7 @@ std::vector<std::string> GuardTree::describe() const {
     out.push_back(autocast_.describe());
     out.push_back(std::string("deterministic_algorithms == ") + (deterministic_ ? "True" : "False"));
   }
+  if (no_observers_) out.push_back("no RecordFunction observer (profiler) is installed");
   for (PyObject* n : absent_globals_) out.push_back(std::string("G['") + PyUnicode_AsUTF8(n) + "'] is absent");
   for (const auto& r : roots_) describe_node(*r, nullptr, out);
   if (alias_slots_ > 1) out.push_back("the " + std::to_string(alias_slots_) + " inputs are distinct objects");
@@ -797,7 +811,7 @@ std::vector<std::string> GuardTree::describe() const {
 }
 
 size_t GuardTree::size() const {
-  size_t k = has_global_state_ ? 4 : 0;
+  size_t k = (has_global_state_ ? 4 : 0) + (no_observers_ ? 1 : 0);
   for (const auto& r : roots_) k += count_node(*r);
   return k + relations_.size();
 }

@@ -44,7 +44,8 @@ struct Accessor {
   std::string name;           // Global/Builtin/Attr name, and the Local's name for messages
   PyObject* key = nullptr;    // interned `name` (strong), so the hit path builds no string
   PyObject* object = nullptr; // Const: the object; DictItem: a key other than a str (borrowed
-                              // here; the tree keeps it alive)
+                              // here; the tree keeps it alive); a weak reference there stands
+                              // for its referent (a tensor key: the item is missing once it died)
 };
 
 // A dim whose size is a symbol of the compiled graph (codegen/shapes/propagate.h): any size of
@@ -164,6 +165,9 @@ class GuardTree {
   // have it either), and the object does not shadow it with its own attribute.
   void add_type_attr(GuardNode* n, const std::string& name, PyObject* found);
   void guard_global_state();  // grad mode, default dtype, autocast and deterministic algorithms, as now
+  // No RecordFunction observer (a profiler) is installed, as now: the trace dropped a
+  // record_function block that would have recorded nothing.
+  void guard_no_record_function_observers();
   // The trace read builtin `name`: a global of that name must stay absent (it would shadow it).
   void add_global_absent(const std::string& name);
   void add_lacks(GuardNode* n, const std::string& key);  // the dict has no key `key`
@@ -182,6 +186,7 @@ class GuardTree {
   c10::ScalarType default_dtype_ = c10::ScalarType::Float;
   AutocastState autocast_;
   bool deterministic_ = false;
+  bool no_observers_ = false;
   int alias_slots_ = 0;
   int symbols_ = 0;  // size symbols bound by tensor checks (ids 0..symbols_-1)
   std::vector<SizeRelation> relations_;

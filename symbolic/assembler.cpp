@@ -281,7 +281,11 @@ void CodeBuilder::load_source(const Source& s) {
       return;
     case Source::Kind::DictItem: {
       load_source(*s.parent);
-      if (s.object) {
+      if (s.object && PyWeakref_CheckRef(s.object)) {  // a key held weakly (a tensor): ref()
+        emit(op::PUSH_NULL, 0);
+        load_const(s.object);
+        call(0);
+      } else if (s.object) {
         load_const(s.object);  // a key other than a str
       } else {
         PyObject* k = PyUnicode_FromString(s.name.c_str());

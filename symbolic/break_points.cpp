@@ -186,7 +186,7 @@ TraceResult trace_frame(const FrameInputs& frame) {
     if (PyErr_Occurred()) PyErr_Clear();
   };
   attempt(result, -1);
-  if (result.ok || result.break_inst < 0) return result;
+  if (result.ok || result.break_inst < 0 || result.retry_later) return result;
 
   // A graph break: trace again up to the instruction (sequence) that could not be traced, then
   // stop there. The frame's bytecode runs that instruction itself and calls a continuation.

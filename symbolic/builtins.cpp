@@ -181,6 +181,21 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     return true;
   }
   if (is("sum") && sum_of_tensors(t, args, kwargs, out)) return true;
+  // itertools.chain(*iterables): one iterator over their items in turn (the optimizer step's
+  // loop over its global and own pre-hooks).
+  static PyObject* chain = resolve_python_name("itertools.chain");  // NB: kept for the process
+  if (fn == chain && kwargs.empty()) {
+    Args items;
+    bool fixed = true;
+    for (SymValue& a : args) {
+      SymValue inner = t.make_iterator(a);
+      fixed = fixed && inner.box->fixed;
+      for (SymValue& v : remaining(inner)) items.push_back(std::move(v));
+    }
+    out = iterator_of(std::move(items));
+    out.box->fixed = fixed;
+    return true;
+  }
   // type() and isinstance() of a size-derived int read its type, not its number: no pin.
   const bool typed_constant = n >= 1 && args[0].kind == SymValue::Kind::Constant;
   if (is("type") && n == 1 && typed_constant) {

@@ -3,6 +3,7 @@
 // folded on constants). Builtins on symbolic values are in builtins.cpp; methods of containers
 // made in the trace in containers.cpp; operators, subscripts and iteration in operators.cpp.
 #include <ATen/Context.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Size.h>
@@ -390,7 +391,36 @@ SymValue Tracer::call_tensor_method(const SymValue& self, const std::string& nam
 
 // fn_source: where the trace read fn, if anywhere. A closure guarded by its parts, not its
 // identity (conversions.cpp), has its cells read through it: fn.__closure__[i].cell_contents.
-Calls::Target Calls::target_of_function(Tracer& t, PyObject* fn, const SourcePtr& fn_source) {
+// The function a wrapper that only keeps torch.compile's Dynamo out of it runs: one made by
+// torch._dynamo.disable (marked _torchdynamo_disable; once Dynamo is loaded it wraps torch.optim's
+// _init_group so) or by torch._disable_dynamo (Optimizer.zero_grad). fastdyn traces what it wraps
+// (its own rules decide what breaks); any other function is itself.
+static PyObject* past_dynamo_disable(PyObject* fn) {
+  static PyObject* lazy_disable = [] {  // torch._disable_dynamo's wrapper's code  NB: kept for the process
+    PyOwned wrapped(PyObject_CallFunction(resolve_python_name("torch._disable_dynamo"), "O", resolve_python_name("builtins.len")));
+    PyObject* code = wrapped.p && PyFunction_Check(wrapped.p) ? Py_NewRef(PyFunction_GET_CODE(wrapped.p)) : nullptr;
+    PyErr_Clear();
+    return code;
+  }();
+  for (int depth = 0; depth < 4 && PyFunction_Check(fn); ++depth) {
+    PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn)->func_dict;
+    if (!dict) return fn;
+    PyObject* marked = PyDict_GetItemString(dict, "_torchdynamo_disable");
+    PyObject* wrapped = PyDict_GetItemString(dict, "__wrapped__");
+    const bool wrapper = (marked == Py_True) || (lazy_disable && PyFunction_GET_CODE(fn) == lazy_disable);
+    if (!wrapper || !wrapped || !PyFunction_Check(wrapped)) return fn;
+    fn = wrapped;
+  }
+  return fn;
+}
+
+Calls::Target Calls::target_of_function(Tracer& t, PyObject* fn, const SourcePtr& fn_source_in) {
+  SourcePtr fn_source = fn_source_in;
+  for (PyObject* inner = past_dynamo_disable(fn); inner != fn;) {  // one level at a time, for the path
+    PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn)->func_dict;
+    fn = PyDict_GetItemString(dict, "__wrapped__");
+    if (fn_source) fn_source = child_source(fn_source, Source::Kind::Attr, "__wrapped__");
+  }
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
   Target tg;
   tg.code = reinterpret_cast<PyCodeObject*>(f->func_code);
@@ -791,6 +821,32 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   }
   SymValue made;
   if (Calls::tensor_from_data(*this, fn, args, kwargs, made)) return made;
+  // What a C function reports that stays fixed while the entry holds: the name of the
+  // privateuse1 backend (torch.optim's device probes read it), the default dtype (in every
+  // entry's guards: runtime/guards.h). Folded.
+  static PyObject* process_constants[] = {resolve_python_name("torch._C._get_privateuse1_backend_name"),
+                                          resolve_python_name("torch.get_default_dtype")};  // NB: kept
+  if (args.empty() && kwargs.empty() && std::find(std::begin(process_constants), std::end(process_constants), fn) != std::end(process_constants)) {
+    PyOwned r(PyObject_CallNoArgs(fn));
+    if (!r.p) { PyErr_Clear(); throw Unsupported("call to " + py_repr(fn) + " raised"); }
+    return constant(r.p);
+  }
+  // torch.autograd.profiler.record_function(name) with no RecordFunction observer installed (no
+  // profiler running) records nothing: the trace enters it as a null context (the optimizer
+  // step's and zero_grad's block), and the entry is guarded on no observer being installed.
+  static PyObject* record_function = resolve_python_name("torch.autograd.profiler.record_function");  // NB: kept
+  if (record_function && fn == record_function && !at::hasCallbacks()) {
+    bool constants = true;
+    for (const SymValue& a : args) constants = constants && a.is_python_constant();
+    for (const auto& kv : kwargs) constants = constants && kv.second.is_python_constant();
+    if (constants) {
+      static PyObject* nullcontext = resolve_python_name("contextlib.nullcontext");  // NB: kept
+      PyOwned obj(PyObject_CallNoArgs(nullcontext));
+      if (!obj.p) { PyErr_Clear(); throw Unsupported("making contextlib.nullcontext raised"); }
+      result_.no_record_function_observers = true;
+      return constant(obj.p);
+    }
+  }
   // Context managers that are plain objects until a `with` enters them: made for real.
   static PyObject* plain_managers[] = {resolve_python_name("torch.autograd.grad_mode.no_grad"),
                                        resolve_python_name("torch.autograd.grad_mode.enable_grad"),

@@ -350,6 +350,19 @@ bool is_plain_namedtuple(PyTypeObject* tp) {
 
 }  // namespace
 
+// A dict, or a collections.defaultdict, whose keys are all tensors (hashed by identity) and
+// that has some, or the defaultdict, empty or not.
+static bool keyed_by_tensors(PyObject* obj) {
+  static PyObject* defaultdict = resolve_python_name("collections.defaultdict");  // NB: kept for the process
+  const bool is_defaultdict = Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(defaultdict);
+  if (!is_defaultdict && !(PyDict_CheckExact(obj) && PyDict_GET_SIZE(obj) > 0)) return false;
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(obj, &pos, &k, &v))
+    if (!THPVariable_Check(k)) return false;
+  return true;
+}
+
 SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   auto guard = [&](GuardKind kind) { add_guard(source, kind, obj); };
   if (runtime::is_tensor_object(obj)) {
@@ -499,6 +512,15 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       if (!copy.p) { PyErr_Clear(); throw Unsupported(source_name(*source) + ": copying the set raised"); }
       return visible(set_value(copy.p));
     }
+  }
+  // A dict or defaultdict keyed by tensors only (an optimizer's `state`, keyed by its
+  // parameters): like a plain instance, its type and alias slot; the trace reads it by tensor
+  // keys (Tracer::tensor_keyed_item, each item guarded under a weakly held key), and anything
+  // else it folds on the dict itself pins its identity (pin()).
+  if (keyed_by_tensors(obj)) {
+    guard(GuardKind::Instance);
+    type_guarded_.emplace(obj, source);
+    return SymValue::constant(obj, source);
   }
   // A dict of another type (OrderedDict, a registry subclass), size or kind of key, a set...:
   // the trace may fold .get, `in` and iteration on it, so its contents are guarded against a

@@ -94,6 +94,7 @@ std::vector<bool> size_one_strides_unobserved(const codegen::Graph& g) {
 std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
   auto tree = std::make_unique<runtime::GuardTree>();
   tree->guard_global_state();
+  if (trace.no_record_function_observers) tree->guard_no_record_function_observers();
   std::unordered_map<PyObject*, int> alias_slot;  // tensor or instance -> its alias slot
   // Input dims that are live size symbols (codegen/shapes/propagate.h), by the input's source,
   // each with the symbol it binds: its own, or the one it was unified with (the guard then

@@ -77,6 +77,13 @@ struct TraceResult {
   // the mode it started in: only where it left a grad-mode block it did not enter (a
   // continuation resuming inside one). The transformed code then sets it for real.
   std::optional<bool> grad_mode_after;
+  // The trace entered a torch.autograd.profiler.record_function block as a null context (no
+  // RecordFunction observer was installed, so it recorded nothing): the entry holds while none is.
+  bool no_record_function_observers = false;
+  // The trace met state the program is still building (a defaultdict keyed by tensors that
+  // lacks a key yet: an optimizer's first step). The frame runs as written this time, and is
+  // traced again at its next call instead of running as written for good.
+  bool retry_later = false;
   std::vector<SourcePtr> input_sources;  // graph input i is loaded from input_sources[i]
   std::vector<GuardSpec> guards;
   // Comparisons of size-derived ints the trace decided at its sizes (s0 >= 21 was false): the

@@ -317,6 +317,41 @@ bool runs_user_code_as_key(PyObject* c, PyObject* k) {
 
 }  // namespace
 
+static PyTypeObject* defaultdict_type() {
+  static PyObject* t = resolve_python_name("collections.defaultdict");  // NB: kept for the process
+  return reinterpret_cast<PyTypeObject*>(t);
+}
+
+// dict[tensor] of a dict the caller passed, keyed by tensors the trace also read from outside
+// (an optimizer's `state`, keyed by its parameters): the value under that very tensor object
+// (tensors hash by identity), guarded on the key's identity and read through a weak reference
+// to it, so that neither the guards nor the transformed code keep the tensor alive; the path
+// names the key by its own source. A key a defaultdict lacks would be made by its __missing__ now (an optimizer's first
+// step): the frame runs as written this time and is traced again at a later call, when the
+// program has made it.
+SymValue Tracer::tensor_keyed_item(const SymValue& container, const SymValue& index) {
+  PyObject* value = PyDict_GetItemWithError(container.obj, index.obj);
+  if (!value) {
+    if (PyErr_Occurred()) { PyErr_Clear(); throw Unsupported("subscript of " + describe(container) + " raised"); }
+    if (Py_TYPE(container.obj) == defaultdict_type()) {
+      result_.retry_later = true;
+      throw Unsupported("a defaultdict keyed by tensors lacks the key " + source_name(*index.source) + " (its __missing__ would add it now)");
+    }
+    throw Unsupported("KeyError: " + source_name(*index.source) + " in a dict keyed by tensors");
+  }
+  PyOwned keep(Py_NewRef(value));
+  // The entry holds for this key object only (held weakly by the guard, as by the path).
+  add_guard(index.source, GuardKind::IdIs, index.obj);
+  PyObject* ref = PyWeakref_NewRef(index.obj, nullptr);
+  if (!ref) { PyErr_Clear(); throw Unsupported("a weak reference to " + source_name(*index.source) + " raised"); }
+  auto src = std::make_shared<Source>();
+  src->kind = Source::Kind::DictItem;
+  src->parent = container.source;
+  src->name = source_name(*index.source);
+  src->object = ref;  // the Source owns it
+  return wrap(value, src);
+}
+
 SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
   using K = SymValue::Kind;
   if (container.is_tensor()) {
@@ -402,6 +437,10 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
       }
       throw Unsupported("subscript of " + describe(container));
     }
+  }
+  if (container.is_constant() && container.source && index.is_tensor() && index.obj && index.source &&
+      (PyDict_CheckExact(container.obj) || Py_TYPE(container.obj) == defaultdict_type())) {
+    return tensor_keyed_item(container, index);
   }
   if (container.is_python_constant() && index.is_python_constant()) {
     // list[int], tuple[int, ...], dict[str, Tensor]: a type annotation (torch.jit.annotate in

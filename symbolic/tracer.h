@@ -246,6 +246,7 @@ class Tracer {
                               std::vector<std::pair<std::string, SymValue>> kwargs);
   SymValue binary(const char* symbol, const SymValue& a, const SymValue& b);
   SymValue subscript(const SymValue& container, const SymValue& index);
+  SymValue tensor_keyed_item(const SymValue& container, const SymValue& index);
   std::vector<SymValue> unpack(const SymValue& seq, int n);
   SymValue make_iterator(const SymValue& iterable);
   SymValue module_children(const SymValue& module, bool named);  // operators.cpp

@@ -817,10 +817,21 @@ namespace {
 // addcmul/addcdiv (op: the out-of-place row) and their in-place forms (inplace_op), which write
 // into input.
 CaptureResult record_addc(BindCall& c, const Signature& sig, OpId op, OpId inplace_op, bool is_div) {
-  BoundArgs a;
-  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
   const bool inplace = inplace_op != kNoOp;
   const char* name = is_div ? (inplace ? "addcdiv_" : "addcdiv") : (inplace ? "addcmul_" : "addcmul");
+  // A 0-d tensor as `value` (ATen takes a Number only): torch.optim's compile path (is_compiling()
+  // answers True while fastdyn traces) passes Adam's step size as one. Recorded as eager's
+  // arithmetic on it: input + value * (tensor1 op tensor2), written into input for the in-place form.
+  for (const auto& [k, v] : c.kwargs)
+    if (k == "value" && v.kind == CallArg::Kind::Tensor && c.graph.meta(v.value).dim() == 0 && c.args.size() == 3) {
+      CaptureResult q = record_call(c.graph, c.ctx, is_div ? Family::div : Family::mul, {c.args[1], c.args[2]}, {});
+      if (!q.ok) return CaptureResult::fail(std::string(name) + ": " + q.reason);
+      CaptureResult scaled = record_call(c.graph, c.ctx, Family::mul, {CallArg::tensor(q.values.at(0)), v}, {});
+      if (!scaled.ok) return CaptureResult::fail(std::string(name) + ": " + scaled.reason);
+      return record_call(c.graph, c.ctx, inplace ? Family::add_ : Family::add, {c.args[0], CallArg::tensor(scaled.values.at(0))}, {});
+    }
+  BoundArgs a;
+  if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
   const CallArg &x = a.get("input"), &t1 = a.get("tensor1"), &t2 = a.get("tensor2");
   if (is_div && is_integral(c.graph.meta(t1.value).dtype, true) && is_integral(c.graph.meta(t2.value).dtype, true))
     return CaptureResult::fail(std::string(name) + ": integer division with addcdiv is no longer supported");

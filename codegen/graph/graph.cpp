@@ -3,6 +3,7 @@
 // Equality is structural and exact: it is what golden round trips (parse(print(g)) == g) and
 // graph caches rely on. Doubles compare bit-for-bit in meaning: NaN equals NaN and 0.0 differs
 // from -0.0, because both survive the text form and either could change an op's result.
+#include <algorithm>
 #include "codegen/graph/graph.h"
 
 #include <cmath>
@@ -62,6 +63,10 @@ bool operator==(const Graph& a, const Graph& b) {
 }
 
 bool traced_without_grad(const Graph& g) {
+  // Every node recorded inside a block that turned grad mode off (torch.optim's step: its
+  // in-place updates of parameters that require grad).
+  if (!g.nodes.empty() && std::all_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.grad_mode == 0; }))
+    return true;
   for (const Node& n : g.nodes) {
     const OpCategory c = op_info(n.op).category;
     if (c != OpCategory::Pointwise && c != OpCategory::Reduction && c != OpCategory::Extern) continue;

@@ -232,7 +232,7 @@ void for_each_value_input_ref(Node& n, F&& f) {
 // Whether `g` was traced outside grad mode although some inputs require grad: an op that computes
 // (not a view) took such an input and gave a floating output that does not require grad. Views of
 // those inputs then still require grad (eager: `param.expand(...)` under no_grad), but nothing
-// records a backward for them.
+// records a backward for them. Or: every node was recorded with grad mode off (Node::grad_mode 0).
 bool traced_without_grad(const Graph& g);
 
 std::string print_graph(const Graph& g);

@@ -207,13 +207,18 @@ LoweredGraph lower(const Graph& original) {
   // records a backward: such views need no autograd (the runtime's own views, made in the same
   // mode, carry the same flag as eager's). Graphs traced in grad mode come here split by
   // codegen/autograd/joint.h, with no value that requires grad.
-  const bool without_grad = traced_without_grad(g);
+  // Outside grad mode an in-place update of a tensor that requires grad (an optimizer's step on
+  // its parameters) is a value that requires grad too, although nothing records a backward: one
+  // that only goes back into its input (a write-back, not an output) is plain data.
+  const bool without_grad = traced_without_grad(original) || traced_without_grad(g);
+  std::vector<bool> returned(g.values.size(), false);
+  for (ValueId o : g.outputs) returned[static_cast<size_t>(o)] = true;
   for (const Node& n : g.nodes) {
     const OpInfo& info = op_info(n.op);
     if (info.category == OpCategory::InPlace && info.lowering != Lowering::Extern)  // functionalize left it: a bug
       throw Unsupported(std::string("in-place op aten::") + info.aten + " mutates a tensor");
     for (ValueId v : n.outputs)
-      if (g.meta(v).requires_grad && !(without_grad && info.category == OpCategory::View))
+      if (g.meta(v).requires_grad && !(without_grad && (info.category == OpCategory::View || !returned[static_cast<size_t>(v)])))
         throw Unsupported("autograd: " + print_node(g, n) + " requires grad");
     try {
       lg.nodes.push_back(lower_node(g, n));

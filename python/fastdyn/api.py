@@ -61,6 +61,12 @@ def _install_path_rules():
     nn_modules = os.path.join(os.path.dirname(torch.__file__), "nn", "modules", "")
     keep.append(nn_modules)
     skip.append(os.path.join(nn_modules, "module.py"))
+    # torch.optim's optimizers too: optimizer.step() is traced (its state read by parameter,
+    # its first step run as written while it makes that state) into one graph of in-place
+    # updates. The learning-rate schedulers and SWA helpers stay out.
+    optim = os.path.join(os.path.dirname(torch.__file__), "optim", "")
+    keep.append(optim)
+    skip += [os.path.join(optim, "lr_scheduler.py"), os.path.join(optim, "swa_utils.py")]
     _C.set_path_rules(skip, keep)
 
 

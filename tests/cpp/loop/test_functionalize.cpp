@@ -157,6 +157,45 @@ TEST(WriteBacks, ReadingAnotherMutatedInputMaterialisesTheValueFirst) {
   EXPECT_EQ(p.steps.back().kind, Step::Kind::Kernel);
 }
 
+TEST(WriteBacks, AValueWithOtherReadersIsStoredIntoItsInputDirectly) {
+  // SGD with momentum: buf = buf * 0.9 + grad; param += -0.1 * buf. The new buf is read by the
+  // parameter's update too, so one kernel computes it: that kernel stores it into buf itself
+  // (nothing else reads buf's old contents), and the update reads buf. No buffer, no copy kernel.
+  Program p = build_program(parse_graph(R"(graph(%0: f32[16]{1}, %1: f32[16]{1}, %2: f32[16]{1}):
+  %3: f32[16]{1} = aten::mul_.Scalar(%1, 0.9)
+  %4: f32[16]{1} = aten::add_.Tensor(%3, %2, 1)
+  %5: f32[16]{1} = aten::add_.Tensor(%0, %4, -0.1)
+  return ()
+)"));
+  ASSERT_EQ(p.writebacks.size(), 2u);
+  ASSERT_EQ(p.kernels.size(), 2u) << print_program(p);
+  for (const ValuePlan& pl : p.plans) EXPECT_NE(pl.kind, ValuePlan::Kind::Buffer) << print_program(p);
+  const Store* buf = only_store(p.kernels[0]);
+  const Store* param = only_store(p.kernels[1]);
+  ASSERT_TRUE(buf && param) << print_program(p);
+  EXPECT_EQ(p.plans[static_cast<size_t>(buf->dst.value)].kind, ValuePlan::Kind::Alias);
+  EXPECT_EQ(p.plans[static_cast<size_t>(buf->dst.value)].root, 1);
+  EXPECT_EQ(param->dst.value, 0);
+}
+
+TEST(WriteBacks, AnInputReadAfterTheValueIsComputedKeepsItsCopyKernel) {
+  // y = x * 2 + 1 is read by the sum and written back, but z reads x's old contents after y's
+  // kernel: y stays a buffer, copied into x by the last kernel.
+  Program p = build_program(parse_graph(R"(graph(%0: f32[16]{1}, %1: f32[16]{1}):
+  %2: f32[16]{1} = aten::mul.Scalar(%0, 2)
+  %3: f32[16]{1} = aten::add.Scalar(%2, 1, 1)
+  %4: f32[16]{1} = aten::exp(%3)
+  %5: f32[16]{1} = aten::flip(%0, [0])
+  %6: f32[16]{1} = aten::add.Tensor(%4, %5, 1)
+  %7: f32[16]{1} = aten::copy_(%0, %3, False)
+  return (%6)
+)"));
+  ASSERT_EQ(p.writebacks.size(), 1u);
+  const Store* last = only_store(p.kernels.back());
+  ASSERT_NE(last, nullptr) << print_program(p);
+  EXPECT_EQ(last->dst.value, 0) << print_program(p);
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen::loop
 

@@ -1,0 +1,170 @@
+"""optimizer.step() under fastdyn (issue 22): torch.optim's SGD, Adam and AdamW traced into one
+graph of in-place updates, their results against eager's, what is guarded, and what stays as
+written (the first step, which makes the optimizer's state; a profiler's record_function)."""
+import gc
+import weakref
+
+import pytest
+import torch
+
+from fdcheck import fastdyn
+
+
+def make(opt_name, seed=0, sizes=((8, 16), (16,), (4, 8), (4,))):
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.randn(s, generator=g).requires_grad_(True) for s in sizes]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g)
+    if opt_name == "sgd":
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    elif opt_name == "sgd_nesterov_wd":
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+    elif opt_name == "adam":
+        opt = torch.optim.Adam(params, lr=1e-2)
+    else:
+        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+    return params, opt
+
+
+def step_under_enable(opt):
+    fastdyn.enable()
+    try:
+        opt.step()
+    finally:
+        fastdyn.disable()
+
+
+def new_grads(params, k):
+    g = torch.Generator().manual_seed(100 + k)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g)
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "sgd_nesterov_wd", "adam", "adamw"])
+def test_steps_match_eager_and_compile_to_one_graph(opt_name):
+    pe, oe = make(opt_name)
+    pf, of = make(opt_name)
+    for k in range(6):
+        new_grads(pe, k)
+        new_grads(pf, k)
+        oe.step()
+        step_under_enable(of)
+        if k == 1:
+            fastdyn.synchronize()
+    exact = opt_name.startswith("sgd")
+    for a, b in zip(pe, pf):
+        if exact:
+            # SGD's arithmetic is eager's, op for op (a fused kernel may contract a multiply
+            # and an add into one rounding).
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+        else:
+            # Adam's bias corrections are float32 tensors on a compiler's path (torch.optim takes
+            # it when is_compiling() answers True, as under torch.compile), Python floats in eager.
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    for se, sf in zip(oe.state.values(), of.state.values()):
+        assert se.keys() == sf.keys()
+        for key in se:
+            torch.testing.assert_close(sf[key], se[key], rtol=1e-5, atol=1e-6)
+    s = fastdyn.stats()
+    # The first step runs as written (it makes the state); the second traces the whole step
+    # (profile wrapper, grad-mode wrapper, _init_group, the functional update) into one graph,
+    # which serves every later step.
+    assert s["recompiles"] <= 1, s
+    assert s["cache_hits"] >= 4, s
+    code = fastdyn._C.code_text(type(of).step)
+    assert code is not None and code.startswith("backend llvm_cpu\n"), code
+
+
+def test_the_first_step_runs_as_written_and_is_traced_again_later():
+    params, opt = make("adam")
+    step_under_enable(opt)  # makes the state: exp_avg, exp_avg_sq, step per parameter
+    assert fastdyn.stats()["cache_hits"] == 0
+    assert len(opt.state) == len(params)
+    step_under_enable(opt)
+    step_under_enable(opt)
+    assert fastdyn.stats()["cache_hits"] >= 1
+    for st in opt.state.values():
+        assert st["step"].item() == 3.0
+
+
+def test_a_state_dict_keyed_by_tensors_is_read_by_key_and_guarded():
+    a, b = torch.randn(4), torch.randn(4)
+    state = {a: torch.ones(4), b: torch.full((4,), 2.0)}
+
+    def f(d, k):
+        return d[k] * 3
+
+    jf = fastdyn.jit(f)
+    torch.testing.assert_close(jf(state, a), state[a] * 3)
+    torch.testing.assert_close(jf(state, b), state[b] * 3)  # another key: another entry, not a's
+    state[a] = torch.full((4,), 5.0)  # a new value under the same key
+    torch.testing.assert_close(jf(state, a), torch.full((4,), 15.0))
+
+
+def test_a_missing_key_of_a_plain_dict_keyed_by_tensors_raises_as_in_eager():
+    a, b = torch.randn(4), torch.randn(4)
+    state = {a: torch.ones(4)}
+
+    def f(d, k):
+        return d[k] * 3
+
+    with pytest.raises(KeyError):
+        fastdyn.jit(f)(state, b)
+
+
+def test_the_compiled_step_keeps_neither_the_parameters_nor_the_optimizer_alive():
+    params, opt = make("sgd")
+    for _ in range(3):
+        step_under_enable(opt)
+    fastdyn.synchronize()
+    assert fastdyn.stats()["cache_hits"] >= 1
+    refs = [weakref.ref(p) for p in params] + [weakref.ref(opt)]
+    del params, opt
+    gc.collect()
+    assert all(r() is None for r in refs)
+    # and the entry's guards fail cleanly for a new optimizer whose keys are new tensors
+    params, opt = make("sgd", seed=3)
+    pe, oe = make("sgd", seed=3)
+    for _ in range(3):
+        step_under_enable(opt)
+        oe.step()
+    for a, b in zip(pe, params):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+
+
+def test_under_a_profiler_the_step_is_still_recorded():
+    params, opt = make("sgd")
+    for _ in range(3):
+        step_under_enable(opt)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step_under_enable(opt)
+    names = {e.name for e in prof.events()}
+    assert "Optimizer.step#SGD.step" in names, sorted(names)[:20]
+
+
+def test_addcdiv_with_a_zero_dim_tensor_value():
+    def f(p, a, b, v):
+        q = p.clone()
+        q.addcdiv_(a, b, value=v)
+        return q, torch.addcmul(p, a, b, value=v)
+
+    p, a, b = torch.randn(8), torch.randn(8), torch.rand(8) + 0.5
+    v = torch.tensor(-0.3)
+    got = fastdyn.jit(f)(p, a, b, v)
+    torch.testing.assert_close(got[0], p + v * (a / b))
+    torch.testing.assert_close(got[1], p + v * (a * b))
+
+
+def test_itertools_chain_in_a_trace():
+    import itertools
+
+    def f(xs, ys):
+        out = 0
+        for t in itertools.chain(xs, ys):
+            out = out + t
+        return out
+
+    xs, ys = [torch.randn(3), torch.randn(3)], (torch.randn(3),)
+    jf = fastdyn.jit(f)
+    torch.testing.assert_close(jf(xs, ys), xs[0] + xs[1] + ys[0])
+    assert fastdyn.stats()["graph_breaks"] == 0
