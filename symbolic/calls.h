@@ -39,6 +39,8 @@ struct Calls {
   static bool builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
   static SymValue sorted_constants(Tracer& t, const SymValue& iterable, Kwargs& kwargs);
   static bool tensor_from_data(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
+  // torch._foreach_* ops as one per-tensor op per list item (foreach.cpp).
+  static bool foreach_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
 
   // Dataclass and namedtuple records built in the trace (calls.cpp).
   static bool is_record_type(PyObject* type);
