@@ -273,12 +273,36 @@ std::vector<Arg> div_extra(const BoundArgs& a) {
 
 }  // namespace
 
+// A 0-d floating tensor passed where ATen takes a Number (`alpha`, `value`): eager's argument
+// parser reads its value; torch.optim does so with a tensor learning rate (the way torch.compile's
+// docs keep a scheduler from recompiling), and passes Adam's step size as one on a compiler's
+// path. The graph computes with the tensor instead of reading it.
+static const CallArg* tensor_as_number(const BindCall& c, const char* name) {
+  for (const auto& [k, v] : c.kwargs)
+    if (k == name && v.kind == CallArg::Kind::Tensor && c.graph.meta(v.value).dim() == 0 &&
+        c10::isFloatingType(c.graph.meta(v.value).dtype))
+      return &v;
+  return nullptr;
+}
+
+// add/sub(x, y, alpha=t) with a 0-d tensor t: x +- y * t (in place into x for add_/sub_).
+static std::optional<CaptureResult> tensor_alpha(BindCall& c, Family op) {
+  const CallArg* alpha = tensor_as_number(c, "alpha");
+  if (!alpha || c.args.size() != 2 || !is_tensor(c.args[1]) || !c10::isFloatingType(c.graph.meta(c.args[1].value).dtype))
+    return std::nullopt;
+  CaptureResult scaled = record_call(c.graph, c.ctx, Family::mul, {c.args[1], *alpha}, {});
+  if (!scaled.ok) return CaptureResult::fail("alpha: " + scaled.reason);
+  return record_call(c.graph, c.ctx, op, {c.args[0], CallArg::tensor(scaled.values.at(0))}, {});
+}
+
 CaptureResult bind_add(BindCall& c) {
+  if (auto r = tensor_alpha(c, Family::add)) return *r;
   FD_BIND_OR_RETURN(c, a, "add(Tensor|Number input, Tensor|Number other, *, Number alpha=1)");
   return record_binary(c, kAdd, a.get("input"), a.get("other"), alpha_extra(a));
 }
 
 CaptureResult bind_sub(BindCall& c) {
+  if (auto r = tensor_alpha(c, Family::sub)) return *r;
   FD_BIND_OR_RETURN(c, a, "sub(Tensor|Number input, Tensor|Number other, *, Number alpha=1)");
   return record_binary(c, kSub, a.get("input"), a.get("other"), alpha_extra(a));
 }
@@ -341,11 +365,13 @@ CaptureResult bind_truediv(BindCall& c) {
 }
 
 CaptureResult bind_add_(BindCall& c) {
+  if (auto r = tensor_alpha(c, Family::add_)) return *r;
   FD_BIND_OR_RETURN(c, a, "add_(Tensor|Number self, Tensor|Number other, *, Number alpha=1)");
   return record_binary_inplace(c, kAdd, Family::add, a.get("self"), a.get("other"), alpha_extra(a));
 }
 
 CaptureResult bind_sub_(BindCall& c) {
+  if (auto r = tensor_alpha(c, Family::sub_)) return *r;
   FD_BIND_OR_RETURN(c, a, "sub_(Tensor|Number self, Tensor|Number other, *, Number alpha=1)");
   return record_binary_inplace(c, kSub, Family::sub, a.get("self"), a.get("other"), alpha_extra(a));
 }
@@ -819,17 +845,15 @@ namespace {
 CaptureResult record_addc(BindCall& c, const Signature& sig, OpId op, OpId inplace_op, bool is_div) {
   const bool inplace = inplace_op != kNoOp;
   const char* name = is_div ? (inplace ? "addcdiv_" : "addcdiv") : (inplace ? "addcmul_" : "addcmul");
-  // A 0-d tensor as `value` (ATen takes a Number only): torch.optim's compile path (is_compiling()
-  // answers True while fastdyn traces) passes Adam's step size as one. Recorded as eager's
-  // arithmetic on it: input + value * (tensor1 op tensor2), written into input for the in-place form.
-  for (const auto& [k, v] : c.kwargs)
-    if (k == "value" && v.kind == CallArg::Kind::Tensor && c.graph.meta(v.value).dim() == 0 && c.args.size() == 3) {
-      CaptureResult q = record_call(c.graph, c.ctx, is_div ? Family::div : Family::mul, {c.args[1], c.args[2]}, {});
-      if (!q.ok) return CaptureResult::fail(std::string(name) + ": " + q.reason);
-      CaptureResult scaled = record_call(c.graph, c.ctx, Family::mul, {CallArg::tensor(q.values.at(0)), v}, {});
-      if (!scaled.ok) return CaptureResult::fail(std::string(name) + ": " + scaled.reason);
-      return record_call(c.graph, c.ctx, inplace ? Family::add_ : Family::add, {c.args[0], CallArg::tensor(scaled.values.at(0))}, {});
-    }
+  // A 0-d tensor as `value` (tensor_as_number): input + value * (tensor1 op tensor2), written into
+  // input for the in-place form.
+  if (const CallArg* value = tensor_as_number(c, "value"); value && c.args.size() == 3) {
+    CaptureResult q = record_call(c.graph, c.ctx, is_div ? Family::div : Family::mul, {c.args[1], c.args[2]}, {});
+    if (!q.ok) return CaptureResult::fail(std::string(name) + ": " + q.reason);
+    CaptureResult scaled = record_call(c.graph, c.ctx, Family::mul, {CallArg::tensor(q.values.at(0)), *value}, {});
+    if (!scaled.ok) return CaptureResult::fail(std::string(name) + ": " + scaled.reason);
+    return record_call(c.graph, c.ctx, inplace ? Family::add_ : Family::add, {c.args[0], CallArg::tensor(scaled.values.at(0))}, {});
+  }
   BoundArgs a;
   if (auto err = sig.bind(c, a)) return CaptureResult::fail(*err);
   const CallArg &x = a.get("input"), &t1 = a.get("tensor1"), &t2 = a.get("tensor2");

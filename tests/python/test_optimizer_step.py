@@ -201,3 +201,38 @@ def test_foreach_ops_are_recorded_per_tensor():
     for la, lb in zip(got_in, want_in):
         for a, b in zip(la, lb):
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_a_tensor_learning_rate_follows_its_scheduler_without_recompiling(opt_name):
+    # torch.compile's recipe for schedulers: a tensor lr, which the scheduler fills in place.
+    def make_with_scheduler():
+        params, _ = make("sgd")
+        lr = torch.tensor(0.1)
+        opt = torch.optim.SGD(params, lr=lr, momentum=0.9) if opt_name == "sgd" else torch.optim.Adam(params, lr=lr)
+        return params, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.8)
+
+    pe, oe, se = make_with_scheduler()
+    pf, of, sf = make_with_scheduler()
+    for _ in range(8):
+        oe.step()
+        se.step()
+        step_under_enable(of)
+        sf.step()
+    for a, b in zip(pe, pf):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    s = fastdyn.stats()
+    assert s["recompiles"] <= 1 and s["cache_hits"] >= 6, s
+
+
+def test_add_with_a_zero_dim_tensor_alpha():
+    def f(x, y, a):
+        z = x.clone()
+        z.add_(y, alpha=-a)
+        return z, torch.sub(x, y, alpha=a)
+
+    x, y, a = torch.randn(6), torch.randn(6), torch.tensor(0.25)
+    got = fastdyn.jit(f)(x, y, a)
+    assert fastdyn.stats()["graph_breaks"] == 0
+    torch.testing.assert_close(got[0], x - 0.25 * y)
+    torch.testing.assert_close(got[1], x - 0.25 * y)
