@@ -6,8 +6,10 @@
 On a GPU the cases are GPU-sized (SIZES below) and steps are timed with a synchronize around them.
 
 A step is forward (the compiled model), loss, backward and the optimizer's step; fastdyn.jit and
-torch.compile wrap the model, so the backward is the compiled one, and the optimizer runs as
-written in every mode. Each mode trains its own copy of the model from the same weights on the
+torch.compile wrap the model, so the backward is the compiled one. The optimizer's step is
+compiled too (--optimizer compiled, the default: fastdyn runs `opt.step()` under enable(),
+inductor is torch.compile of a function calling it, as PyTorch's docs show) or runs as written in
+every mode (--optimizer as-written). Each mode trains its own copy of the model from the same weights on the
 same batches, and the losses are compared with eager's step by step. Also: inference of the same
 GPT-2 with grad mode left on, against inference under torch.no_grad() (the autograd node that is
 never used must cost next to nothing).
@@ -120,6 +122,24 @@ def sync():
         torch.cuda.synchronize()
 
 
+OPTIMIZER = "compiled"  # or "as-written" (--optimizer)
+
+
+def optimizer_step(mode, opt):
+    if OPTIMIZER != "compiled" or mode == "eager":
+        return opt.step
+    if mode == "inductor":
+        return torch.compile(lambda: opt.step())
+
+    def step():
+        fastdyn.enable()
+        try:
+            opt.step()
+        finally:
+            fastdyn.disable()
+    return step
+
+
 def train_case(name, rounds, steps_per_round):
     make = CASES[name][1]
     base, batches, make_opt = make()
@@ -131,14 +151,14 @@ def train_case(name, rounds, steps_per_round):
         model.load_state_dict(state)
         model.to(DEVICE).train()
         opt = make_opt(model.parameters())
-        runs[mode] = (wrap(mode, model), opt, model)
+        runs[mode] = (wrap(mode, model), opt, model, optimizer_step(mode, opt))
 
     def step(mode, batch):
-        fn, opt, _ = runs[mode]
+        fn, opt, _, opt_step = runs[mode]
         loss = fn(*batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt_step()
         return loss.detach()
 
     first, losses = {}, {m: [] for m in MODES}
@@ -215,14 +235,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--optimizer", choices=["compiled", "as-written"], default="compiled")
     a = ap.parse_args()
-    global DEVICE
+    global DEVICE, OPTIMIZER
     DEVICE = a.device
+    OPTIMIZER = a.optimizer
     if DEVICE == "cpu":
         torch.set_num_threads(2)
     rounds = 3 if a.quick else a.rounds
     where = torch.cuda.get_device_name() if DEVICE != "cpu" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"torch {torch.__version__}, {where}; steady state interleaved in one process")
+    print(f"torch {torch.__version__}, {where}; steady state interleaved in one process; optimizer {OPTIMIZER}")
     speedups = {m: [] for m in MODES}
     print("| case | mode | step (ms) | vs eager | first step (ms) | max loss diff | step peak (MiB) |")
     print("|---|---|---|---|---|---|---|")
