@@ -1,6 +1,7 @@
 // eval_hook/compiler.cpp — see compiler.h.
 #include "runtime/tensor_check.h"
 #include "eval_hook/compiler.h"
+#include "eval_hook/skip_rules.h"
 
 #include <torch/csrc/Size.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -462,6 +463,16 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   timer.lap("trace");
   outcome.filename = p.trace.filename;
   outcome.lineno = p.trace.lineno;
+  // A frame under a CPU-only path (torch.optim: skip_rules.h) whose graph reaches another device
+  // runs as written.
+  if (cpu_only(frame.code))
+    for (const codegen::TensorMeta& m : p.trace.graph.values)
+      if (!m.device.is_cpu()) {
+        outcome.kind = CompileOutcome::Kind::Unsupported;
+        outcome.reason = "a graph on " + m.device.str() + " from " + PyUnicode_AsUTF8(frame.code->co_filename) +
+                         ", compiled on the CPU only (torch.optim's per-parameter kernels lose to ATen's multi-tensor ones on a GPU)";
+        return outcome;
+      }
   if (p.trace.stopped || p.bytecode_return) {
     // A frame that runs to its return without a tensor op gains nothing from a cache entry, even
     // with attribute stores to replay (`self.count += 1`): its guards would pin the values it read

@@ -10,9 +10,12 @@
 namespace fastdyn::eval_hook {
 
 // The longest matching prefix decides: `skip` paths (stdlib, torch, fastdyn) are skipped unless
-// a longer `keep` prefix (site-packages inside the stdlib tree) matches.
-void set_path_rules(std::vector<std::string> skip, std::vector<std::string> keep);
+// a longer `keep` prefix (site-packages inside the stdlib tree) matches. `cpu_only` paths (kept
+// ones) are compiled only where their graph stays on the CPU: elsewhere the frame runs as written.
+void set_path_rules(std::vector<std::string> skip, std::vector<std::string> keep, std::vector<std::string> cpu_only = {});
 // True if `code` must always run by the default evaluator.
 bool should_skip(PyCodeObject* code);
+// True if `code` lies under a `cpu_only` path.
+bool cpu_only(PyCodeObject* code);
 
 }  // namespace fastdyn::eval_hook

@@ -239,10 +239,11 @@ def test_add_with_a_zero_dim_tensor_alpha():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("opt_name", ["sgd", "adam_foreach", "sgd_foreach"])
+@pytest.mark.parametrize("opt_name", ["sgd", "adam", "adam_foreach", "sgd_foreach"])
 def test_on_a_gpu(opt_name):
-    # The single-tensor SGD step is captured (fused kernels per parameter); the foreach steps
-    # (CUDA's default) run as written: ATen's multi-tensor kernels launch fewer kernels.
+    # On a GPU a step that reads its state (momentum, Adam's moments) runs as written, and so do
+    # the foreach steps (CUDA's default): ATen's multi-tensor kernels launch fewer kernels than
+    # fastdyn's per-parameter ones. Results are eager's, exactly.
     pe, oe = make(opt_name, device="cuda")
     pf, of = make(opt_name, device="cuda")
     for k in range(4):
@@ -250,6 +251,5 @@ def test_on_a_gpu(opt_name):
         step_under_enable(of)
     torch.cuda.synchronize()
     for a, b in zip(pe, pf):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
-    captured = fastdyn._C.code_text(type(of).step) is not None
-    assert captured == (opt_name == "sgd"), (opt_name, fastdyn.stats())
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+    assert fastdyn._C.code_text(type(of).step) is None, (opt_name, fastdyn.stats())
