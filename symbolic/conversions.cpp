@@ -350,11 +350,10 @@ bool is_plain_namedtuple(PyTypeObject* tp) {
 
 }  // namespace
 
-// A dict, or a collections.defaultdict, whose keys are all tensors (hashed by identity) and
-// that has some, or the defaultdict, empty or not.
+// A dict with keys, all of them tensors (hashed by identity), or a collections.defaultdict whose
+// keys, if any, are all tensors.
 static bool keyed_by_tensors(PyObject* obj) {
-  static PyObject* defaultdict = resolve_python_name("collections.defaultdict");  // NB: kept for the process
-  const bool is_defaultdict = Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(defaultdict);
+  const bool is_defaultdict = Py_TYPE(obj) == defaultdict_type();
   if (!is_defaultdict && !(PyDict_CheckExact(obj) && PyDict_GET_SIZE(obj) > 0)) return false;
   PyObject *k, *v;
   Py_ssize_t pos = 0;

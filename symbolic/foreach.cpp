@@ -27,8 +27,8 @@ bool Calls::foreach_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
   constexpr const char* kPrefix = "_foreach_";
   if (!name || std::strncmp(name, kPrefix, std::strlen(kPrefix)) != 0 || args.empty()) return false;
   const std::string full = name, op = full.substr(std::strlen(kPrefix));
-  PyObject* torch_fn = resolve_loaded_python_name("torch." + full);
-  if (torch_fn != fn) return false;
+  PyOwned torch_fn(resolve_loaded_python_name("torch." + full));
+  if (torch_fn.p != fn) return false;
   const bool inplace = !op.empty() && op.back() == '_';
   // The lists: every positional sequence argument, one item per call. The first one sets the
   // count; torch._foreach_pow(scalar, exponents) has a scalar first.
@@ -73,9 +73,9 @@ bool Calls::foreach_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
       a.erase(a.begin());
       r = t.call_tensor_method(self, op, std::move(a), std::move(kw));
     } else {  // a scalar first (pow): the torch function
-      PyObject* f = resolve_loaded_python_name("torch." + op);
-      if (!f) throw Unsupported("torch." + full + " with a scalar first argument");
-      r = t.call(Tracer::constant(f), std::move(a), std::move(kw));
+      PyOwned f(resolve_loaded_python_name("torch." + op));
+      if (!f.p) throw Unsupported("torch." + full + " with a scalar first argument");
+      r = t.call(Tracer::constant(f.p), std::move(a), std::move(kw));
     }
     results.push_back(std::move(r));
   }

@@ -317,18 +317,13 @@ bool runs_user_code_as_key(PyObject* c, PyObject* k) {
 
 }  // namespace
 
-static PyTypeObject* defaultdict_type() {
-  static PyObject* t = resolve_python_name("collections.defaultdict");  // NB: kept for the process
-  return reinterpret_cast<PyTypeObject*>(t);
-}
-
 // dict[tensor] of a dict the caller passed, keyed by tensors the trace also read from outside
 // (an optimizer's `state`, keyed by its parameters): the value under that very tensor object
 // (tensors hash by identity), guarded on the key's identity and read through a weak reference
 // to it, so that neither the guards nor the transformed code keep the tensor alive; the path
-// names the key by its own source. A key a defaultdict lacks would be made by its __missing__ now (an optimizer's first
-// step): the frame runs as written this time and is traced again at a later call, when the
-// program has made it.
+// names the key by its own source. A key a defaultdict lacks would be made by its __missing__
+// now (an optimizer's first step): the frame runs as written this time and is traced again at
+// a later call, when the program has made it.
 SymValue Tracer::tensor_keyed_item(const SymValue& container, const SymValue& index) {
   PyObject* value = PyDict_GetItemWithError(container.obj, index.obj);
   if (!value) {

@@ -39,6 +39,11 @@ PyObject* walk_attributes(PyObject* obj, const std::string& rest) {
 
 }  // namespace
 
+PyTypeObject* defaultdict_type() {
+  static PyObject* t = resolve_python_name("collections.defaultdict");  // NB: kept for the process
+  return reinterpret_cast<PyTypeObject*>(t);
+}
+
 PyObject* resolve_python_name(const std::string& dotted) {
   // NB: the longest prefix already in sys.modules first: a failed import ("torch.Tensor" as a
   // module) searches the package's path, and the op table resolves hundreds of such names.

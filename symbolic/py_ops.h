@@ -28,5 +28,7 @@ std::optional<Family> family_of_name(const std::string& python_name);
 PyObject* resolve_python_name(const std::string& dotted);
 // The same, but only through modules already imported (never imports; nullptr otherwise).
 PyObject* resolve_loaded_python_name(const std::string& dotted);
+// collections.defaultdict (kept for the process).
+PyTypeObject* defaultdict_type();
 
 }  // namespace fastdyn::symbolic
