@@ -15,6 +15,7 @@
 #include "codegen/autograd/derivatives.h"
 #include "codegen/backends/backends.h"
 #include "codegen/cuda/backend.h"
+#include "codegen/graph/graph_picture.h"
 #include "runtime/cuda/cuda_api.h"
 #include "eval_hook/code_state.h"
 #include "eval_hook/compiler.h"
@@ -240,6 +241,22 @@ PYBIND11_MODULE(_C, m) {
     }
     return py::make_tuple(out, dropped);
   });
+  // The report's graph picture (codegen/graph/graph_picture.h): (svg, ops not drawn, ops).
+  m.def("graph_svg", [](std::string graph_text, std::vector<std::string> input_sources,
+                        std::vector<std::string> node_locations,
+                        std::vector<std::tuple<std::string, std::vector<int64_t>, bool>> kernels, int64_t node_cap,
+                        std::string code_id, std::string entry, std::string marker_id) {
+    codegen::picture::Request r{std::move(graph_text), std::move(input_sources), std::move(node_locations), {},
+                                node_cap, std::move(code_id), std::move(entry), std::move(marker_id)};
+    for (auto& [name, values, diverged] : kernels) r.kernels.push_back({std::move(name), std::move(values), diverged});
+    codegen::picture::Picture p;
+    {
+      py::gil_scoped_release release;
+      p = codegen::picture::draw(r);
+    }
+    return py::make_tuple(std::move(p.svg), p.ops_left_out, p.ops);
+  });
+  m.def("graph_picture_box", [] { return py::make_tuple(codegen::picture::kNodeWidth, codegen::picture::kNodeHeight); });
   m.def("graph_structure", &pymodule::graph_structure);  // explain()'s graph text as data (FX export)
   // Python's atexit: the background worker and the engine's prewarm thread end before static
   // destructors run (a running compile finishes; queued ones are dropped).

@@ -4,18 +4,19 @@ The native side collects a plain dict (code objects with their source, graph bre
 entries with graphs, guards, programs, kernels and timings, recompiles, the accuracy check);
 `render(data)` turns it into one HTML file that needs nothing else: no network, no fonts, no
 external CSS or JS (a small inline script only opens collapsed sections; the page reads fine with
-JS off). Graphs are drawn as inline SVG by a small layered layout here. Every text from the data
+JS off). Graphs are drawn as inline SVG by a layered layout (codegen/graph/graph_picture.h). Every text from the data
 is escaped. `max_bytes` bounds the output: the biggest parts are cut step by step (generated code,
 loop IR, graph pictures, guard lists, ...) and each cut is named in a visible `<p class="omitted">`.
 
     from fastdyn import report_html
     report_html.write(data, "fastdyn_report.html")
 """
-import operator
 import os
 import re
 
-__all__ = ["render", "write", "fix_for", "recompile_fix_for", "parse_graph", "FIXES", "RECOMPILE_FIXES"]
+from . import _C
+
+__all__ = ["render", "write", "fix_for", "recompile_fix_for", "FIXES", "RECOMPILE_FIXES"]
 
 # --------------------------------------------------------------------------------------------
 # Fix suggestions: the first regex that matches a break reason gives its fix. No match, no fix.
@@ -85,11 +86,6 @@ def _first_fix(table, text):
 def recompile_fix_for(guard):
     """What to do about a recompile whose failed guard reads `guard`, or None."""
     return _first_fix(RECOMPILE_FIXES, guard)
-
-# Ops that backends run as extern calls (library kernels) rather than fuse.
-_EXTERN = re.compile(r"^(matmul|mm|addmm|bmm|baddbmm|linear|conv\w*|_convolution\w*|"
-                     r"scaled_dot_product_attention|_scaled_dot_product\w*|embedding\w*)$")
-
 
 def fix_for(reason):
     """The fix text for a break reason, or None."""
@@ -217,351 +213,23 @@ def pre(cls, text, ctx, limit, what):
 
 
 # --------------------------------------------------------------------------------------------
-# Graph text parsing.
-_VAL = re.compile(r"%(\d+)")
-_DECL = re.compile(r"%(\d+)\s*:")
-_NAME = re.compile(r"\s*([A-Za-z_][\w:.]*)\s*\(")
-
-
-class Op:
-    """One line of a graph dump: the op, the values it writes and reads."""
-    __slots__ = ("index", "line", "name", "outs", "args")
-
-    def __init__(self, index, line, name, outs, args):
-        self.index = index
-        self.line = line
-        self.name = name    # None: a line not understood (drawn as an opaque node)
-        self.outs = outs    # [(value id, type text)]
-        self.args = args    # value ids read
-
-
-def _decls(text):
-    """'%0: f32[8]{1}, %1: i64[]{}' -> [(0, 'f32[8]{1}'), (1, 'i64[]{}')]."""
-    ms = list(_DECL.finditer(text))
-    out = []
-    for i, m in enumerate(ms):
-        end = ms[i + 1].start() if i + 1 < len(ms) else len(text)
-        out.append((int(m.group(1)), text[m.end():end].strip().rstrip(",").strip()))
-    return out
-
-
-def _uniq(xs):
-    return list(dict.fromkeys(int(x) for x in xs))
-
-
-def _parse_op(index, s):
-    lhs, sep, rhs = s.partition(" = ")
-    if not sep:
-        return Op(index, s, None, [], [])
-    outs = _decls(lhs) or [(int(v), "") for v in _VAL.findall(lhs)]
-    m = _NAME.match(rhs)
-    return Op(index, s, m.group(1) if m else None, outs, _uniq(_VAL.findall(rhs)))
-
-
-def parse_graph(text):
-    """(inputs [(id, type)], ops [Op], returns [id]) of a graph text; never raises."""
-    inputs, ops, returns, seen_sig = [], [], [], False
-    for line in (text or "").splitlines():
-        s = line.strip()
-        if not s:
-            continue
-        if not seen_sig and s.startswith("graph("):
-            seen_sig = True
-            inner = s[6:s.rindex(")")] if ")" in s else s[6:]
-            inputs = _decls(inner)
-        elif s.startswith("return"):
-            returns = _uniq(_VAL.findall(s))
-        else:
-            ops.append(_parse_op(len(ops), s))
-    return inputs, ops, returns
-
-
-def _short_type(t):
-    return re.sub(r"\{[^}]*\}\s*$", "", t or "").strip()
-
-
-def _short_name(name):
-    return name.rsplit("::", 1)[-1] if name else "?"
-
-
-# --------------------------------------------------------------------------------------------
-# Graph layout: rows by longest path; an edge over several rows gets a small dummy node per row
-# it crosses (so it bends around nodes); order in rows by barycenter sweeps with kernel members
-# kept adjacent; then x (node centres) pulled towards neighbours.
-NW, NH, DW, GX, GY, MARGIN = 160, 38, 12, 28, 58, 20
-DUMMY_BUDGET = 3000
-
-
-class Node:
-    """A box of the graph picture and its place in the layout."""
-    __slots__ = ("key", "kind", "classes", "value", "label", "title", "group", "values", "preds", "succs", "via",
-                 "row", "x", "w")
-
-    def __init__(self, key, kind, classes, value, label, title, group=None, values="", preds=None, via=None, row=0,
-                 w=NW):
-        self.key = key
-        self.kind = kind          # input | op | output | dummy
-        self.classes = classes
-        self.value = value        # data-value
-        self.label = label        # two text lines
-        self.title = title
-        self.group = group        # kernel name
-        self.values = values      # data-values: every output of an op
-        self.preds = [] if preds is None else preds
-        self.succs = []
-        self.via = {} if via is None else via   # pred key -> the value id read from it
-        self.row = row
-        self.x = 0.0              # centre
-        self.w = w
-
-
-def _group_sort(row, keys, group):
-    """The nodes of row (indices) sorted by keys (one per node), stably, with the nodes of one
-    kernel kept adjacent: a kernel sits at the mean key of its nodes in the row. group: each
-    node's kernel (or a key of its own); None when no two nodes of the row share a kernel."""
-    key = dict(zip(row, keys))
-    if group is None:
-        return sorted(row, key=key.__getitem__)
-    groups = {}
-    for i in row:
-        groups.setdefault(group[i], []).append(i)
-    ordered = sorted(groups.values(), key=lambda g: sum([key[i] for i in g]) / len(g))
-    return [i for g in ordered for i in sorted(g, key=key.__getitem__)]
-
-
-def _gap(a, b):
-    return (a.w + b.w) / 2 + (GX if a.kind != "dummy" and b.kind != "dummy" else 6)
-
-
-def _place_row(row, gaps, desired, x):
-    """x[i] of a row's nodes (indices): as near their desired x as the gaps between them allow,
-    the row shifted so that it is centred on the desired positions."""
-    prev = desired[0]
-    xs = [prev]
-    for d, gap in zip(desired[1:], gaps):
-        prev += gap   # = max(d, prev + gap)
-        if d > prev:
-            prev = d
-        xs.append(prev)
-    shift = sum(map(operator.sub, desired, xs)) / len(row)
-    for i, xi in zip(row, xs):
-        x[i] = xi + shift
-
-
-def _means(row, nbrs, at):
-    """For each node of row: the mean of at[] over its neighbours, or its own at[] if none."""
-    out = []
-    for i in row:
-        ks = nbrs[i]
-        if len(ks) == 1:   # most nodes (every dummy): no sum to make
-            out.append(at[ks[0]])
-        else:
-            out.append(sum([at[k] for k in ks]) / len(ks) if ks else at[i])
-    return out
-
-
-def _assign_rows(nodes, by_key):
-    for n in nodes:
-        if n.kind == "op":
-            n.row = 1 + max((by_key[p].row for p in n.preds if by_key[p].kind == "op"), default=0)
-    last = max((n.row for n in nodes if n.kind == "op"), default=0)
-    for n in nodes:
-        if n.kind == "input":
-            n.row = max(0, min((by_key[s].row for s in n.succs if by_key[s].kind == "op"),
-                               default=1) - 1)
-        elif n.kind == "output":
-            n.row = last + 1
-
-
-def _add_dummies(nodes, by_key):
-    """Chains of dummy nodes for long edges: {(pred key, succ key): [dummy, ...]}."""
-    long_edges = sorted(((by_key[p], n) for n in nodes for p in n.preds
-                         if n.row - by_key[p].row > 1), key=lambda e: e[1].row - e[0].row)
-    chains, budget = {}, DUMMY_BUDGET
-    for p, n in long_edges:
-        if n.row - p.row - 1 > budget:
-            break
-        budget -= n.row - p.row - 1
-        chain = [Node(f"d{p.key}-{n.key}-{r}", "dummy", "", "", [], "", row=r, w=DW)
-                 for r in range(p.row + 1, n.row)]
-        for a, b in zip([p] + chain, chain + [n]):
-            if a is p:
-                p.succs[p.succs.index(n.key)] = b.key
-            else:
-                a.succs.append(b.key)
-            if b is n:
-                n.preds[n.preds.index(p.key)] = a.key
-            else:
-                b.preds.append(a.key)
-        chains[(p.key, n.key)] = chain
-        nodes.extend(chain)
-        by_key.update((d.key, d) for d in chain)
-    return chains
-
-
-def layout(nodes):
-    """Set row and x of each node; returns the dummy chains of long edges (_add_dummies).
-    The nodes' preds/succs then name the dummies."""
-    by_key = {n.key: n for n in nodes}
-    _assign_rows(nodes, by_key)
-    chains = _add_dummies(nodes, by_key)
-    # The sweeps below work on node indices: neighbour lists and groups are looked up once
-    # here, not by key for every node in every sweep.
-    index = {n.key: i for i, n in enumerate(nodes)}
-    preds = [[index[k] for k in n.preds] for n in nodes]
-    succs = [[index[k] for k in n.succs] for n in nodes]
-    group = [n.group or "\0" + n.key for n in nodes]
-    rows = {}
-    for i, n in enumerate(nodes):
-        rows.setdefault(n.row, []).append(i)
-    rows = [rows[r] for r in sorted(rows)]
-    down, up = range(1, len(rows)), range(len(rows) - 2, -1, -1)
-    kernels_meet = [len({group[i] for i in row}) < len(row) for row in rows]
-    pos = [0.0] * len(nodes)   # index in its row, centred on 0
-
-    def index_pos(row):
-        mid = (len(row) - 1) / 2
-        for j, i in enumerate(row):
-            pos[i] = j - mid
-
-    for row in rows:
-        index_pos(row)
-    for _ in range(4):   # ordering sweeps: down by predecessors, up by successors
-        before = list(rows)
-        for nbrs, seq in ((preds, down), (succs, up)):
-            for r in seq:
-                row = rows[r]
-                order = _group_sort(row, _means(row, nbrs, pos),
-                                    group if kernels_meet[r] else None)
-                if order != row:
-                    rows[r] = order
-                    index_pos(order)
-        if rows == before:   # back where it started: more sweeps would change nothing
-            break
-    # The orders are final, so are the gaps between neighbours in a row.
-    gaps = [[_gap(nodes[a], nodes[b]) for a, b in zip(row, row[1:])] for row in rows]
-    x = [0.0] * len(nodes)
-    for row, g in zip(rows, gaps):
-        _place_row(row, g, [0] * len(row), x)
-    for _ in range(3):   # coordinates: pull each node towards its neighbours' mean x
-        for nbrs, seq in ((preds, down), (succs, up), (preds, down)):
-            for r in seq:
-                _place_row(rows[r], gaps[r], _means(rows[r], nbrs, x), x)
-    shift = MARGIN - min((xi - n.w / 2 for n, xi in zip(nodes, x)), default=0)
-    for n, xi in zip(nodes, x):
-        n.x = xi + shift
-    return chains
-
-
-def _ny(n):
-    return MARGIN + 16 + n.row * (NH + GY)
-
-
-def _clip(s, n=22):
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def build_nodes(graph_text, sources, locations, kernels, cap):
-    """Nodes of a graph (at most cap ops) and the number of ops not drawn."""
-    inputs, ops, returns = parse_graph(graph_text)
-    kernel_of = {}
-    for k in kernels:
-        for v in k.get("values") or []:
-            kernel_of.setdefault(v, str(k.get("name", "?")))
-    drawn, left = ops[:cap], max(0, len(ops) - cap)
-    producer, nodes = {}, []
-    used = {a for op in drawn for a in op.args} | set(returns)
-    for i, (v, t) in enumerate(inputs):
-        if left and v not in used:
-            continue
-        src = sources[i] if i < len(sources) else f"%{v}"
-        n = Node(f"in{v}", "input", "node input", str(v), [_clip(src), _clip(_short_type(t))],
-                 f"input %{v} = {src}: {t}")
-        producer[v] = n
-        nodes.append(n)
-    for op in drawn:
-        loc = locations[op.index] if op.index < len(locations) else ""
-        group = next((kernel_of[v] for v, _ in op.outs if v in kernel_of), None)
-        base = _short_name(op.name).split(".")[0]
-        kind = ("opaque" if op.name is None else "extern" if _EXTERN.match(base)
-                else "fused" if group else "plain")
-        shape = _short_type(op.outs[0][1]) if op.outs else ""
-        if len(op.outs) > 1:
-            shape += f" +{len(op.outs) - 1}"
-        label = [_clip(_short_name(op.name) if op.name else op.line), _clip(shape)]
-        n = Node(f"op{op.index}", "op", f"node op {kind}", " ".join(str(v) for v, _ in op.outs[:1]),
-                 label, op.line + (f"\n@ {loc}" if loc else ""), group,
-                 " ".join(str(v) for v, _ in op.outs))
-        for a in op.args:
-            if a in producer and producer[a].key not in n.preds:
-                n.preds.append(producer[a].key)
-                n.via[producer[a].key] = str(a)
-        for v, _ in op.outs:
-            producer[v] = n
-        nodes.append(n)
-    for j, v in enumerate(returns):
-        if v not in producer:
-            continue
-        n = Node(f"out{j}", "output", "node output", str(v), [f"output {j}", f"%{v}"],
-                 f"output {j} = %{v}", preds=[producer[v].key], via={producer[v].key: str(v)})
-        nodes.append(n)
-    by_key = {n.key: n for n in nodes}
-    for n in nodes:
-        for p in n.preds:
-            by_key[p].succs.append(n.key)
-    return nodes, left, len(ops)
-
-
-def _kernel_rects(members, by_row):
-    """Rectangles (x, y, w, h) behind a kernel's nodes: row by row, consecutive rows merged
-    while no other node falls inside. by_row: the drawn nodes of each row; a box over rows
-    r0..r1 can only meet nodes of those rows (it reaches 18 px above r0's nodes and 8 below
-    r1's, less than the GY between rows)."""
-    name = members[0].group
-
-    def box(ns):
-        x0, y0 = min(n.x for n in ns) - NW / 2 - 8, min(_ny(n) for n in ns) - 18
-        x1, y1 = max(n.x for n in ns) + NW / 2 + 8, max(_ny(n) for n in ns) + NH + 8
-        return x0, y0, x1 - x0, y1 - y0
-
-    def clear(b, r0, r1):
-        x, y, w, h = b
-        return not any(o.group != name and x < o.x + NW / 2 and o.x - NW / 2 < x + w
-                       and y < _ny(o) + NH and _ny(o) < y + h
-                       for r in range(r0, r1 + 1) for o in by_row.get(r, ()))
-    rows = {}
-    for n in members:
-        rows.setdefault(n.row, []).append(n)
-    groups = []   # (nodes, first row, last row)
-    for r in sorted(rows):
-        if groups and groups[-1][2] == r - 1 and clear(box(groups[-1][0] + rows[r]),
-                                                       groups[-1][1], r):
-            groups[-1] = (groups[-1][0] + rows[r], groups[-1][1], r)
-        else:
-            groups.append((rows[r], r, r))
-    return [box(ns) for ns, _, _ in groups]
-
-
-def _edge_path(s, n, chain):
-    """A path from s's bottom to n's top through the dummy nodes of a long edge."""
-    x, y = s.x, _ny(s) + NH
-    d = [f"M{x:.0f},{y:.0f}"]
-    for t in chain + [n]:
-        x2, y2 = t.x, _ny(t) - (1 if t is n else 0)
-        dy = (y2 - y) / 2
-        d.append(f"C{x:.0f},{y + dy:.0f} {x2:.0f},{y2 - dy:.0f} {x2:.0f},{y2:.0f}")
-        if t is not n:
-            y = y2 + NH
-            d.append(f"L{x2:.0f},{y:.0f}")
-        x = x2
-    return " ".join(d)
+# The graph picture: read from the graph text, laid out and drawn as SVG in C++
+# (codegen/graph/graph_picture.h), which was 70% of report()'s time here in Python.
+NW, NH = _C.graph_picture_box()   # a node's box, px
 
 
 def graph_svg(entry, code_id, ctx):
-    """(svg html, note html) for an entry's graph (laid out once per node cap)."""
+    """(svg html, note html) for an entry's graph (drawn once per node cap)."""
     key = (code_id, entry.get("index"), ctx.lim.node_cap)
     if key not in ctx.svgs:
-        ctx.svgs[key] = _graph_svg(entry, code_id, ctx)
+        kernels = [(str(k.get("name", "?")), [v for v in k.get("values") or [] if isinstance(v, int)],
+                    (code_id, entry.get("index"), str(k.get("name", "?"))) in ctx.diverged)
+                   for k in entry.get("kernels") or []]
+        ctx.svgs[key] = _C.graph_svg(
+            entry.get("graph_text") or "", [str(s) for s in entry.get("input_sources") or []],
+            [str(s) for s in entry.get("node_locations") or []], kernels, ctx.lim.node_cap,
+            "" if code_id is None else str(code_id), "" if entry.get("index") is None else str(entry.get("index")),
+            f"arrow-c{_ident(code_id)}-e{_ident(entry.get('index'))}")
     svg, left, total = ctx.svgs[key]
     note = ""
     if left:
@@ -569,61 +237,6 @@ def graph_svg(entry, code_id, ctx):
         note = (f'<p class="note graph-cap">This graph has {total:,} ops; only the first '
                 f'{ctx.lim.node_cap:,} are drawn.</p>')
     return svg, note
-
-
-def _graph_svg(entry, code_id, ctx):
-    kernels = entry.get("kernels") or []
-    nodes, left, total = build_nodes(entry.get("graph_text"), entry.get("input_sources") or [],
-                                     entry.get("node_locations") or [], kernels, ctx.lim.node_cap)
-    edges = [(p, n) for n in nodes for p in n.preds]
-    real = list(nodes)
-    chains = layout(nodes)
-    by_key = {n.key: n for n in nodes}
-    width = max((n.x + n.w / 2 for n in nodes), default=0) + MARGIN
-    height = max((_ny(n) for n in nodes), default=0) + NH + MARGIN
-    mid = f"arrow-c{_ident(code_id)}-e{_ident(entry.get('index'))}"
-    out = [f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" data-code="{esc(code_id)}" '
-           f'data-entry="{esc(entry.get("index"))}" width="{width:.0f}" height="{height:.0f}" '
-           f'viewBox="0 0 {width:.0f} {height:.0f}" role="img">',
-           f'<defs><marker id="{mid}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
-           f'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" class="arrowhead"/>'
-           f'</marker></defs>']
-    members_of, by_row = {}, {}
-    for n in real:
-        by_row.setdefault(n.row, []).append(n)
-        if n.kind == "op" and n.group is not None:
-            members_of.setdefault(n.group, []).append(n)
-    for k in kernels:
-        name = str(k.get("name", "?"))
-        members = members_of.get(name)
-        if not members:
-            continue
-        bad = " diverged" if (code_id, entry.get("index"), name) in ctx.diverged else ""
-        out.append(f'<g class="kernel{bad}" data-kernel="{esc(name)}"><title>kernel {esc(name)}'
-                   f'</title>')
-        for x, y, w, h in _kernel_rects(members, by_row):
-            out.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{h:.0f}" rx="8"/>'
-                       f'<text x="{x + 6:.0f}" y="{y + 12:.0f}">{esc(name)}</text>')
-        out.append("</g>")
-    out.append('<g class="edges">')
-    for p, n in edges:
-        s = by_key[p]
-        out.append(f'<path class="edge" data-from="{esc(n.via[p])}" data-to="{esc(n.value)}" '
-                   f'd="{_edge_path(s, n, chains.get((p, n.key), []))}" '
-                   f'marker-end="url(#{mid})"/>')
-    out.append("</g>")
-    for n in real:
-        rx = NH / 2 if n.kind != "op" else 5
-        extra = f' data-values="{esc(n.values)}"' if n.kind == "op" else ""
-        out.append(f'<g class="{n.classes}" data-value="{esc(n.value)}"{extra}>'
-                   f'<title>{esc(n.title)}</title>'
-                   f'<rect x="{n.x - NW / 2:.0f}" y="{_ny(n)}" width="{NW}" height="{NH}" '
-                   f'rx="{rx:.0f}"/><text x="{n.x:.0f}" y="{_ny(n) + 15}" class="l1">'
-                   f'{esc(n.label[0])}</text><text x="{n.x:.0f}" y="{_ny(n) + 30}" class="l2">'
-                   f'{esc(n.label[1])}</text>'
-                   f'</g>')
-    out.append("</svg>")
-    return "\n".join(out), left, total
 
 
 LEGEND = ('<p class="legend"><span class="sw input">input</span><span class="sw fused">fused op'

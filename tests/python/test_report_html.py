@@ -232,26 +232,41 @@ def test_graph_svg_nodes_edges_and_kernels():
     assert svgs[1].find("g", ("kernel", "diverged"), data_kernel="k0")
 
 
-def test_graph_parser_never_crashes_and_layout_keeps_nodes_apart():
-    text = ("graph(%0: f32[s0, 256]{256, 1}):\n  %1: f32[s0, 256]{256, 1} = aten::neg(%0)\n"
+def test_graph_reader_never_crashes_and_layout_keeps_nodes_apart():
+    text = ("graph(%0: f32[s0, 256]{256, 1}):\n  symbols(s0 = %0[0])\n"
+            "  %1: f32[s0, 256]{256, 1} = aten::neg(%0)\n"
             "  something odd <here> & there\n  %2 = weird\n  %3: f32[]{} = aten::sum(%1)\n"
             "  return (%3)")
-    inputs, ops, returns = report_html.parse_graph(text)
-    assert inputs == [(0, "f32[s0, 256]{256, 1}")] and returns == [3] and len(ops) == 4
-    assert ops[1].name is None and ops[2].name is None and ops[2].outs == [(2, "")]
     entry = make_entry(0, kernels=[], graph=text)
-    entry["node_locations"] = []
+    entry["node_locations"] = ["model.py:3", "model.py:4", "model.py:5", "model.py:6"]
     data = make_data()
     data["codes"][0]["entries"] = [entry]
     _, root = parse(data)
     (svg,) = root.find("svg", "graph")
+    inputs = svg.find("g", ("node", "input"))
+    assert [i.attrs["data-value"] for i in inputs] == ["0"]
+    assert "f32[s0, 256]" in inputs[0].all_text() and "{256" not in inputs[0].find("text")[1].all_text()
     ops = svg.find("g", ("node", "op"))
-    assert len(ops) == 4 and ops[1].has("opaque") and "something odd <here>" in ops[1].find("title")[0].all_text()
+    # the size symbols' line is no node, so each node keeps its own Python line
+    assert len(ops) == 4 and ops[0].has("plain") and "@ model.py:3" in ops[0].find("title")[0].all_text()
+    assert ops[1].has("opaque") and "something odd <here>" in ops[1].find("title")[0].all_text()
+    assert "@ model.py:4" in ops[1].find("title")[0].all_text()
+    assert ops[2].has("opaque") and ops[2].attrs["data-value"] == "2"   # "%2 = weird": a value, no op name
+    assert ops[3].attrs["data-value"] == "3" and "@ model.py:6" in ops[3].find("title")[0].all_text()
+    assert [o.attrs["data-value"] for o in svg.find("g", ("node", "output"))] == ["3"]
+    edges = {(p.attrs["data-from"], p.attrs["data-to"]) for p in svg.find("path", "edge")}
+    assert edges == {("0", "1"), ("1", "3"), ("3", "3")}
     boxes = [(float(r.attrs["x"]), float(r.attrs["y"])) for g in svg.find("g", "node")
              for r in g.find("rect")]
     for i, (x, y) in enumerate(boxes):
         for x2, y2 in boxes[i + 1:]:
             assert abs(x - x2) >= report_html.NW or abs(y - y2) >= report_html.NH
+    # whatever the text, a picture comes back
+    for junk in ("", "graph(", "return", "%", "%99999999999999999999999 = f(%1)", "graph(%0: \u00e9\u00e9)\n  x = \u2603(%0)",
+                 "graph(%0)\n  %1: f32 = aten::add(%0, %0)\n  %1: f32 = aten::add(%1, %1)\n  return (%1, %1)"):
+        entry["graph_text"] = junk
+        _, root = parse(data)
+        assert root.find("svg", "graph") or not junk
 
 
 def test_graph_node_cap():
