@@ -11,6 +11,7 @@ loop IR, graph pictures, guard lists, ...) and each cut is named in a visible `<
     from fastdyn import report_html
     report_html.write(data, "fastdyn_report.html")
 """
+import functools
 import os
 import re
 
@@ -93,6 +94,15 @@ def fix_for(reason):
 
 
 _SPECIAL = re.compile(r"[&<>\"']")
+
+
+def esc_all(texts):
+    """[esc(t) for t in texts], escaped as one string (most of a page's texts are the guards)."""
+    texts = ["" if t is None else str(t) for t in texts]
+    joined = "\0".join(texts)
+    if not texts or joined.count("\0") != len(texts) - 1:   # a text holds the separator
+        return [esc(t) for t in texts]
+    return esc(joined).split("\0")
 
 
 def esc(x):
@@ -246,6 +256,7 @@ LEGEND = ('<p class="legend"><span class="sw input">input</span><span class="sw 
 
 # --------------------------------------------------------------------------------------------
 # Sections.
+@functools.lru_cache(maxsize=4096)
 def _same_file(a, b):
     if not a or not b:
         return False
@@ -408,7 +419,7 @@ def entry_html(entry, code, shown, open_, ctx):
     guards = list(entry.get("guards") or [])
     cap = ctx.lim.guard_cap
     out.append(f'<h4>Guards ({len(guards)})</h4><ul class="guards">')
-    out += [f'<li class="guard"><code>{esc(ctx.text(g))}</code></li>' for g in guards[:cap]]
+    out += [f'<li class="guard"><code>{g}</code></li>' for g in esc_all([ctx.text(g) for g in guards[:cap]])]
     out.append("</ul>")
     if cap is not None and len(guards) > cap:
         ctx.cut("guards", len(guards) - cap)
