@@ -232,11 +232,19 @@ PYBIND11_MODULE(_C, m) {
   m.def("journal_clear", [] { runtime::journal::clear(); });
   m.def("journal_events", [] {
     size_t dropped = 0;
-    std::vector<runtime::journal::Event> events = runtime::journal::snapshot(&dropped);
+    std::vector<runtime::journal::Event> events;
+    {
+      py::gil_scoped_release release;  // it waits for the journal's deferred events
+      events = runtime::journal::snapshot(&dropped);
+    }
     py::list out;
     for (const runtime::journal::Event& e : events) {
       py::dict fields;
-      for (const auto& [k, v] : e.fields) fields[py::str(k)] = py::bytes(v).attr("decode")("utf-8", "replace");
+      for (const auto& [k, v] : e.fields) {
+        PyObject* text = PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.size()), "replace");
+        if (!text) throw py::error_already_set();
+        fields[py::str(k)] = py::reinterpret_steal<py::object>(text);
+      }
       out.append(py::make_tuple(e.graph, e.kind, fields, e.ms));
     }
     return py::make_tuple(out, dropped);
@@ -263,6 +271,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("shutdown_threads", [] {
     py::gil_scoped_release release;
     runtime::shutdown_background_compiler();
+    runtime::journal::shutdown();  // after the worker: what its last task recorded is made here
 #ifdef FASTDYN_HAVE_LLVM
     codegen::llvm_jit::finish_prewarm();
 #endif

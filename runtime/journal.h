@@ -16,7 +16,7 @@
 //   limit      eval_hook: the recompile-limit warning
 //   pass       codegen: one compile step (name), ms
 //   kernel     codegen/loop: a fused kernel of a program (loop IR, graph values fused into it, locations)
-//   kernel_code  a backend: a kernel's generated code (LLVM IR, CUDA C++)
+//   kernel_code  a backend: a kernel's generated code (LLVM IR, CUDA C++; deferred, add_deferred)
 //   ready      runtime: a tiered graph's kernels were published; ms since the journal started
 //   check      runtime: accuracy mode (FASTDYN_CHECK): the first kernel of a graph that diverged
 //
@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,9 +55,21 @@ constexpr size_t kMaxBytes = size_t{256} << 20;
 void add(Event e);
 void add(std::string kind, std::vector<std::pair<std::string, std::string>> fields, double ms = 0.0);
 
+// An event whose fields are slow to make (a kernel's code printed from its bitcode): its place in
+// the journal is taken now, in order, and `make` runs on the journal's own thread (below the
+// user's threads, like the compile worker), so that recording costs the compiling thread next to
+// nothing. `make` must not touch Python. After shutdown() it runs on the caller's thread.
+using MakeFields = std::function<std::vector<std::pair<std::string, std::string>>()>;
+void add_deferred(std::string kind, MakeFields make);
+
 // Every event kept since the last clear(), in order, and how many were dropped past the bound.
+// Waits for the deferred events added before it.
 std::vector<Event> snapshot(size_t* dropped = nullptr);
-void clear();
+void clear();  // deferred events not made yet are dropped
+
+// Makes the deferred events still queued and ends the journal's thread (Python's atexit, before
+// static destructors: a print in flight must not meet LLVM's). fork() waits for the queue too.
+void shutdown();
 
 // Milliseconds since the journal was last switched on or cleared (a `ready` event's time).
 double now_ms();

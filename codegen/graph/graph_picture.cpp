@@ -2,11 +2,13 @@
 #include "codegen/graph/graph_picture.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <numeric>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -161,7 +163,7 @@ std::string clip(const std::string& s, size_t n = 22) {
       ++chars;
     }
   }
-  return s.substr(0, i) + "\xE2\x80\xA6";
+  return s.substr(0, i) + "\xE2\x80\xA6";  // an ellipsis (escape_html writes it &#8230;)
 }
 
 // A type without its trailing strides: "f32[8, 4]{4, 1}" -> "f32[8, 4]".
@@ -194,14 +196,39 @@ bool is_extern(const std::string& base) {
   return false;
 }
 
-// printf's "%.0f" (round half to even, "-0" kept), without printf's cost: half the picture's time.
-std::string fmt0(double v) {
-  const double r = std::nearbyint(v);  // the default rounding mode: to nearest, ties to even
-  if (std::fabs(r) < 1e15) return r == 0 && std::signbit(r) ? "-0" : std::to_string(static_cast<int64_t>(r));
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%.0f", v);
-  return buf;
-}
+// The SVG text, appended piece by piece (no temporaries: the picture is mostly numbers and short
+// strings).
+class Writer {
+ public:
+  explicit Writer(size_t reserve) { out_.reserve(reserve); }
+  Writer& operator<<(std::string_view s) {
+    out_.append(s);
+    return *this;
+  }
+  Writer& operator<<(int64_t v) {
+    char buf[24];
+    out_.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+    return *this;
+  }
+  // printf's "%.0f" (round half to even, "-0" kept), without printf's cost.
+  Writer& operator<<(double v) {
+    const double r = std::nearbyint(v);  // the default rounding mode: to nearest, ties to even
+    if (!(std::fabs(r) < 1e15)) {
+      char buf[512];
+      out_.append(buf, static_cast<size_t>(std::snprintf(buf, sizeof buf, "%.0f", v)));
+    } else if (r == 0 && std::signbit(r)) {
+      out_ += "-0";
+    } else {
+      *this << static_cast<int64_t>(r);
+    }
+    return *this;
+  }
+  Writer& esc(const std::string& s);  // escaped (escape_html)
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Nodes and layout.
@@ -579,39 +606,69 @@ std::vector<Rect> kernel_rects(const std::vector<Node>& nodes, const std::vector
 }
 
 // A path from s's bottom to n's top through the dummy nodes of a long edge.
-std::string edge_path(const std::vector<Node>& nodes, size_t s, size_t n, const std::vector<size_t>& chain) {
+void edge_path(Writer& w, const std::vector<Node>& nodes, size_t s, size_t n, const std::vector<size_t>& chain) {
   double x = nodes[s].x, y = double(node_y(nodes[s]) + kNodeHeight);
-  std::string d = "M" + fmt0(x) + "," + fmt0(y);
-  std::vector<size_t> hops = chain;
-  hops.push_back(n);
-  for (size_t t : hops) {
+  w << "M" << x << "," << y;
+  for (size_t h = 0; h <= chain.size(); ++h) {
+    const size_t t = h < chain.size() ? chain[h] : n;
     const double x2 = nodes[t].x, y2 = double(node_y(nodes[t]) - (t == n ? 1 : 0));
     const double dy = (y2 - y) / 2;
-    d += " C" + fmt0(x) + "," + fmt0(y + dy) + " " + fmt0(x2) + "," + fmt0(y2 - dy) + " " + fmt0(x2) + "," + fmt0(y2);
+    w << " C" << x << "," << (y + dy) << " " << x2 << "," << (y2 - dy) << " " << x2 << "," << y2;
     if (t != n) {
       y = y2 + kNodeHeight;
-      d += " L" + fmt0(x2) + "," + fmt0(y);
+      w << " L" << x2 << "," << y;
     }
     x = x2;
   }
-  return d;
 }
 
 }  // namespace
 
+namespace {
+// Appends s escaped to out; runs of plain ASCII go in at once.
+void escape_into(std::string& out, const std::string& s) {
+  size_t plain = 0;  // start of the current run of plain ASCII
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const char* entity = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&quot;"
+                       : c == '\'' ? "&#x27;" : nullptr;
+    if (!entity && c < 0x80) continue;
+    out.append(s, plain, i - plain);
+    plain = i + 1;
+    if (entity) {
+      out += entity;
+      continue;
+    }
+    // A UTF-8 sequence as a character reference (the page stays ASCII); a broken one as U+FFFD.
+    const size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    uint32_t cp = n == 4 ? c & 0x07 : n == 3 ? c & 0x0F : c & 0x1F;
+    bool ok = n != 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) {
+      const unsigned char t = static_cast<unsigned char>(s[i + k]);
+      ok = (t & 0xC0) == 0x80;
+      cp = (cp << 6) | (t & 0x3F);
+    }
+    if (ok) {
+      i += n - 1;
+      plain = i + 1;
+    }
+    out += "&#";
+    out += std::to_string(ok ? cp : 0xFFFD);
+    out += ';';
+  }
+  out.append(s, plain, s.size() - plain);
+}
+
+Writer& Writer::esc(const std::string& s) {
+  escape_into(out_, s);
+  return *this;
+}
+}  // namespace
+
 std::string escape_html(const std::string& s) {
   std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#x27;"; break;
-      default: out += c;
-    }
-  }
+  out.reserve(s.size() + 16);
+  escape_into(out, s);
   return out;
 }
 
@@ -630,14 +687,13 @@ Picture draw(const Request& r) {
   }
   width += kMargin;
   height += kNodeHeight + kMargin;
-  const std::string w = fmt0(width), h = fmt0(height);
-  std::string out;
-  out.reserve(600 * real + 1024);
-  out += "<svg class=\"graph\" xmlns=\"http://www.w3.org/2000/svg\" data-code=\"" + escape_html(r.code_id) +
-         "\" data-entry=\"" + escape_html(r.entry) + "\" width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w +
-         " " + h + "\" role=\"img\">\n<defs><marker id=\"" + r.marker_id +
-         "\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\">"
-         "<path d=\"M0,0 L10,5 L0,10 z\" class=\"arrowhead\"/></marker></defs>";
+  Writer out(600 * real + 1024);
+  out << "<svg class=\"graph\" xmlns=\"http://www.w3.org/2000/svg\" data-code=\"";
+  out.esc(r.code_id) << "\" data-entry=\"";
+  out.esc(r.entry) << "\" width=\"" << width << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " " << height
+                   << "\" role=\"img\">\n<defs><marker id=\"" << r.marker_id
+                   << "\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\">"
+                      "<path d=\"M0,0 L10,5 L0,10 z\" class=\"arrowhead\"/></marker></defs>";
   std::map<int64_t, std::vector<size_t>> by_row;
   std::unordered_map<std::string, std::vector<size_t>> members_of;
   for (size_t i = 0; i < real; ++i) {
@@ -648,41 +704,47 @@ Picture draw(const Request& r) {
     auto members = members_of.find(k.name);
     if (members == members_of.end()) continue;
     const std::string name = escape_html(k.name);
-    out += "\n<g class=\"kernel" + std::string(k.diverged ? " diverged" : "") + "\" data-kernel=\"" + name +
-           "\"><title>kernel " + name + "</title>";
+    out << "\n<g class=\"kernel" << (k.diverged ? " diverged" : "") << "\" data-kernel=\"" << name << "\"><title>kernel "
+        << name << "</title>";
     for (const Rect& rc : kernel_rects(nodes, members->second, by_row))
-      out += "\n<rect x=\"" + fmt0(rc.x) + "\" y=\"" + fmt0(rc.y) + "\" width=\"" + fmt0(rc.w) + "\" height=\"" +
-             fmt0(rc.h) + "\" rx=\"8\"/><text x=\"" + fmt0(rc.x + 6) + "\" y=\"" + fmt0(rc.y + 12) + "\">" + name +
-             "</text>";
-    out += "\n</g>";
+      out << "\n<rect x=\"" << rc.x << "\" y=\"" << rc.y << "\" width=\"" << rc.w << "\" height=\"" << rc.h
+          << "\" rx=\"8\"/><text x=\"" << (rc.x + 6) << "\" y=\"" << (rc.y + 12) << "\">" << name << "</text>";
+    out << "\n</g>";
   }
-  out += "\n<g class=\"edges\">";
+  out << "\n<g class=\"edges\">";
   static const std::vector<size_t> kNoChain;
   for (const auto& [p, n] : edges) {
     auto chain = chains.find({p, n});
-    std::string via;
+    const std::string* via = nullptr;
     for (const auto& [from, value] : nodes[n].via)
-      if (from == p) via = value;
-    out += "\n<path class=\"edge\" data-from=\"" + escape_html(via) + "\" data-to=\"" + escape_html(nodes[n].value) +
-           "\" d=\"" + edge_path(nodes, p, n, chain == chains.end() ? kNoChain : chain->second) +
-           "\" marker-end=\"url(#" + r.marker_id + ")\"/>";
+      if (from == p) via = &value;
+    out << "\n<path class=\"edge\" data-from=\"";
+    out.esc(via ? *via : std::string()) << "\" data-to=\"";
+    out.esc(nodes[n].value) << "\" d=\"";
+    edge_path(out, nodes, p, n, chain == chains.end() ? kNoChain : chain->second);
+    out << "\" marker-end=\"url(#" << r.marker_id << ")\"/>";
   }
-  out += "\n</g>";
+  out << "\n</g>";
   for (size_t i = 0; i < real; ++i) {
     const Node& n = nodes[i];
-    const std::string x = fmt0(n.x);
     const int64_t y = node_y(n);
-    out += "\n<g class=\"" + n.classes + "\" data-value=\"" + escape_html(n.value) + "\"";
-    if (n.kind == Kind::Op) out += " data-values=\"" + escape_html(n.values) + "\"";
-    out += "><title>" + escape_html(n.title) + "</title><rect x=\"" + fmt0(n.x - kNodeWidth / 2.0) + "\" y=\"" +
-           std::to_string(y) + "\" width=\"" + std::to_string(kNodeWidth) + "\" height=\"" +
-           std::to_string(kNodeHeight) + "\" rx=\"" + (n.kind != Kind::Op ? fmt0(kNodeHeight / 2.0) : "5") +
-           "\"/><text x=\"" + x + "\" y=\"" + std::to_string(y + 15) + "\" class=\"l1\">" + escape_html(n.label0) +
-           "</text><text x=\"" + x + "\" y=\"" + std::to_string(y + 30) + "\" class=\"l2\">" + escape_html(n.label1) +
-           "</text></g>";
+    out << "\n<g class=\"" << n.classes << "\" data-value=\"";
+    out.esc(n.value) << "\"";
+    if (n.kind == Kind::Op) {
+      out << " data-values=\"";
+      out.esc(n.values) << "\"";
+    }
+    out << "><title>";
+    out.esc(n.title) << "</title><rect x=\"" << (n.x - kNodeWidth / 2.0) << "\" y=\"" << y << "\" width=\""
+                     << int64_t{kNodeWidth} << "\" height=\"" << int64_t{kNodeHeight} << "\" rx=\"";
+    if (n.kind != Kind::Op) out << kNodeHeight / 2.0;
+    else out << "5";
+    out << "\"/><text x=\"" << n.x << "\" y=\"" << (y + 15) << "\" class=\"l1\">";
+    out.esc(n.label0) << "</text><text x=\"" << n.x << "\" y=\"" << (y + 30) << "\" class=\"l2\">";
+    out.esc(n.label1) << "</text></g>";
   }
-  out += "\n</svg>";
-  return Picture{std::move(out), b.left, b.total};
+  out << "\n</svg>";
+  return Picture{out.take(), b.left, b.total};
 }
 
 }  // namespace fastdyn::codegen::picture

@@ -51,7 +51,8 @@ struct Picture {
 
 Picture draw(const Request& r);
 
-// The report's HTML escaping (html.escape with quote=True).
+// The report's HTML escaping (html.escape with quote=True), non-ASCII characters written as
+// character references (&#8230;): the picture is ASCII.
 std::string escape_html(const std::string& s);
 
 }  // namespace fastdyn::codegen::picture

@@ -108,11 +108,11 @@ struct EmittedModule {
 constexpr const char* kSymbol = "fastdyn_kernel";
 constexpr const char* kKeyHead = "llvm_cpu 4 vector_bits=";  // then the bits, a newline, the module's bitcode
 
-// The report's copy of a kernel's code. An emitted module is printed while the report records
-// (the module is at hand) and its text remembered by cache key, so a kernel met again (the next
-// layer, the next size: an emit-memo hit, no module) costs a lookup. A kernel emitted before the
-// report began is printed once from its bitcode (the cache key). Bounded by kPrintedBytes of
-// text, oldest out.
+// The report's copy of a kernel's code: printed from its bitcode (the cache key) on the journal's
+// own thread (runtime::journal::add_deferred; LLVM's printer takes about 20 ns a byte, 4.7 ms for
+// the tiny GPT-2's 220 KB of IR, which the compiling thread paid while it printed each emitted
+// module), and remembered by cache key, so a kernel met again (the next layer, the next size: an
+// emit-memo hit) costs a lookup. Bounded by kPrintedBytes of text, oldest out.
 class PrintedIr {
  public:
   std::shared_ptr<const std::string> find(const std::string* key) {
@@ -168,32 +168,36 @@ std::string kernel_ir(const std::string& key) {
 
 void journal_code(const loop::Kernel& k, const std::shared_ptr<const std::string>& key) {
   if (!runtime::journal::recording()) return;
-  std::shared_ptr<const std::string> ir = printed_ir().find(key.get());
-  if (!ir) {
-    ir = std::make_shared<const std::string>(kernel_ir(*key));
-    printed_ir().insert(key, ir);
+  if (std::shared_ptr<const std::string> ir = printed_ir().find(key.get())) {
+    runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"code", *ir}});
+    return;
   }
-  runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "llvm"}, {"code", *ir}});
+  runtime::journal::add_deferred("kernel_code", [name = k.name, key]() -> std::vector<std::pair<std::string, std::string>> {
+    std::shared_ptr<const std::string> ir = printed_ir().find(key.get());
+    if (!ir) {
+      ir = std::make_shared<const std::string>(kernel_ir(*key));
+      printed_ir().insert(key, ir);
+    }
+    return {{"name", name}, {"language", "llvm"}, {"code", *ir}};
+  });
 }
 
 std::unique_ptr<EmittedModule> emit_module(const llvm_emit::KernelInput& input, const loop::Kernel& k, int bits) {
   llvm_jit::ModuleBuilder mb = llvm_jit::new_module(kSymbol);
   std::vector<int32_t> params = llvm_emit::emit_kernel(input, *mb.module, bits, kSymbol);
   ++g_emitted;
-  std::shared_ptr<std::string> ir;
-  if (loop::dump_enabled("llvm") || runtime::journal::recording()) {
-    ir = std::make_shared<std::string>();
-    llvm::raw_string_ostream os(*ir);
+  if (loop::dump_enabled("llvm")) {
+    std::string ir;
+    llvm::raw_string_ostream os(ir);
     mb.module->print(os, nullptr);
     os.flush();
-    if (loop::dump_enabled("llvm")) std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), ir->c_str());
+    std::fprintf(stderr, "=== llvm %s ===\n%s", k.name.c_str(), ir.c_str());
   }
   auto key = std::make_shared<std::string>(std::string(kKeyHead) + std::to_string(bits) + "\n");
   {
     llvm::raw_string_ostream key_os(*key);
     llvm::WriteBitcodeToFile(*mb.module, key_os);
   }
-  if (ir && runtime::journal::recording()) printed_ir().insert(key, std::move(ir));
   journal_code(k, key);
   return std::make_unique<EmittedModule>(EmittedModule{std::move(mb), std::move(key), std::move(params)});
 }
