@@ -416,11 +416,13 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
     llvm::Value* start = blo;
     if (!st.reductions.empty() && !short_row) {
-      // kUnroll points per iteration, each into its own accumulators, then single vectors.
-      const int64_t step = static_cast<int64_t>(vf_) * kUnroll;
+      // kUnroll points per iteration (kUnrollSymbolic along a symbolic row), each into its own
+      // accumulators, then single vectors.
+      const int unroll = llvm::isa<llvm::ConstantInt>(n) ? kUnroll : kUnrollSymbolic;
+      const int64_t step = static_cast<int64_t>(vf_) * unroll;
       llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
       for_loop(blo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < unroll; ++u) {
           llvm::Value* ju = b_.CreateAdd(j, b_.getInt64(static_cast<int64_t>(u) * vf_));
           idx[l] = ju;
           run_point(s, vf_, idx, b_.CreateAdd(flat, ju), u);
