@@ -58,13 +58,15 @@ constexpr int64_t kSplitMaxChunks = 64;
 // Independent vector accumulators per reduction: the vector loop is unrolled this many times so
 // that additions do not wait on each other (floating-point adds may not be reassociated).
 constexpr int kUnroll = 4;
-// Along a row whose length is a size symbol, the reduction loop takes two vectors a step (two of
-// the kUnroll accumulators; the others stay at the identity and fold away): the stage's code is
-// then three copies (two in the step, one in the masked remainder) instead of five, which LLVM
-// compiles that much faster, and the kernels measured no slower (interleaved in one process,
-// static/dynamic at 16 shapes of sum, softmax, var, softmax(layer_norm): the same ratios with two
-// or four; one a step was up to 1.35x slower). Compile, dynamic against static (min of 9, one
-// process): reduction 1.24-1.28x -> 1.15-1.16x, softmax(layer_norm) 1.26-1.30x -> 1.18-1.21x.
+// Along a row whose length is a size symbol, a stage whose reductions are all sums takes two
+// vectors a step (two of the kUnroll accumulators; the others stay at the identity and fold away):
+// its code is then three copies (two in the step, one in the masked remainder) instead of five,
+// which LLVM compiles that much faster, and sums measured no slower (interleaved in one process,
+// static/dynamic: sum, sum of squares, var, softmax, softmax(layer_norm) at 20 shapes, rows of 256
+// to 262144, the same ratios with two or four). A max, min or arg-reduction keeps four: its
+// NaN-propagating compare-and-select chain is latency-bound (amax 1.44-1.53x slower with two,
+// as an earlier try of a two-way unroll found). Compile, dynamic against static (min of 9, one
+// process): reduction 1.24-1.28x -> 1.15-1.18x, softmax(layer_norm) 1.26-1.30x -> 1.18-1.21x.
 constexpr int kUnrollSymbolic = 2;
 // A pure pointwise kernel's rows are split into blocks of this many elements across threads.
 constexpr int64_t kRowBlock = 16384;

@@ -416,9 +416,11 @@ void KernelEmitter::innermost(size_t s, std::vector<llvm::Value*>& idx, size_t l
   auto vector_body = [&](llvm::Value* blo, llvm::Value* bhi) {
     llvm::Value* start = blo;
     if (!st.reductions.empty() && !short_row) {
-      // kUnroll points per iteration (kUnrollSymbolic along a symbolic row), each into its own
-      // accumulators, then single vectors.
-      const int unroll = llvm::isa<llvm::ConstantInt>(n) ? kUnroll : kUnrollSymbolic;
+      // kUnroll points per iteration (kUnrollSymbolic for sums along a symbolic row), each into its
+      // own accumulators, then single vectors.
+      const bool sums_only = std::all_of(st.reductions.begin(), st.reductions.end(),
+                                         [](const loop::Reduction& r) { return r.op == loop::ReduceOp::Sum; });
+      const int unroll = llvm::isa<llvm::ConstantInt>(n) || !sums_only ? kUnroll : kUnrollSymbolic;
       const int64_t step = static_cast<int64_t>(vf_) * unroll;
       llvm::Value* main_end = b_.CreateAdd(blo, b_.CreateMul(b_.CreateSDiv(b_.CreateSub(bhi, blo), b_.getInt64(step)), b_.getInt64(step)));
       for_loop(blo, main_end, b_.getInt64(step), [&](llvm::Value* j) {
