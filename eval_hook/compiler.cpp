@@ -435,6 +435,7 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
   if (!code) {
     outcome.kind = CompileOutcome::Kind::Unsupported;
     outcome.reason = trace.stopped ? outcome.reason + " (no graph break: " + why + ")" : why;
+    outcome.raises = trace.stopped && trace.raises;
     return;
   }
   set_transformed_function(*entry, code, frame);
@@ -489,6 +490,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
     outcome.kind = CompileOutcome::Kind::Unsupported;
     outcome.reason = p.why;
     outcome.retry_later = p.trace.retry_later;
+    outcome.raises = p.trace.raises;
     return outcome;
   }
   if (p.trace.graph.nodes.empty()) {
@@ -533,7 +535,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
 
 void record_outcome(ExplainReport& r, const CompileOutcome& out) {
   if (out.kind == CompileOutcome::Kind::NoTensors) return;
-  if (out.kind == CompileOutcome::Kind::Unsupported || out.broke) {
+  if ((out.kind == CompileOutcome::Kind::Unsupported && !out.raises) || out.broke) {
     r.graph_break_count++;
     r.break_reasons.push_back(out.reason);
     r.break_filenames.push_back(out.filename);

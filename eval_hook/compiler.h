@@ -22,6 +22,7 @@ struct CompileOutcome {
   Kind kind = Kind::Unsupported;
   bool broke = false;  // Compiled, with a graph break: reason/filename/lineno say where
   bool retry_later = false;  // Unsupported for now (TraceResult::retry_later): trace again later
+  bool raises = false;       // Unsupported because the frame raises on this path (TraceResult::raises): no graph break
   int graph_ops = 0;   // ops in the entry's graph (0: nothing recorded before the break)
   std::unique_ptr<CacheEntry> entry;
   std::string reason;

@@ -139,13 +139,17 @@ std::string failed_guard(const CodeState& st, Frame* frame) {
 }
 
 void report_break(const CompileOutcome& out, PyCodeObject* code) {
-  stats().graph_breaks++;
-  journal_events::graph_break(code, out);
+  if (!out.raises) {  // a frame that raises on this path runs as written: no graph break
+    stats().graph_breaks++;
+    journal_events::graph_break(code, out);
+  }
   if (config().log_graph_breaks) {
     const char* name = PyUnicode_AsUTF8(code->co_qualname);
     log_event("graph_break", std::string(name ? name : "?") + " at " + out.filename + ":" +
                                  std::to_string(out.lineno) + ": " + out.reason +
-                                 (out.broke ? " (a continuation runs the rest)" : " (the frame runs eagerly)"));
+                                 (out.broke ? " (a continuation runs the rest)"
+                                  : out.raises ? " (the frame raises here: it runs as written, no graph break)"
+                                               : " (the frame runs eagerly)"));
   }
 }
 
@@ -231,7 +235,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
       }
       // A failed recompile counts toward the bound (no retrace per call), and so does a trace
       // that met state the program is still building (it is traced again at the next call).
-      if (st->entries.empty() && !out.retry_later) mark_eager(code);
+      if (st->entries.empty() && !out.retry_later && !out.raises) mark_eager(code);
       else st->compiles++;
       return nullptr;
   }

@@ -176,6 +176,10 @@ TraceResult trace_frame(const FrameInputs& frame) {
       r.ok = false;
       r.reason = e.what();
       r.break_inst = -1;
+    } catch (const Raised& e) {
+      r.ok = false;
+      r.reason = e.what();
+      r.raises = true;
     } catch (const Unsupported& e) {
       r.ok = false;
       r.reason = e.what();
@@ -211,6 +215,7 @@ TraceResult trace_frame(const FrameInputs& frame) {
     const bool no_iterator = std::none_of(mid.stack.begin(), mid.stack.end(), [](const SymValue& v) { return v.kind == SymValue::Kind::Iterator; });
     if (mid.ok && mid.stopped && !mid.graph.nodes.empty() && no_iterator) {
       mid.reason = result.reason + " (inside a loop: the continuation resumes in its body)";
+      mid.raises = result.raises;
       mid.lineno = result.lineno;
       mid.break_inst = start;
       mid.break_end = end;
@@ -244,6 +249,7 @@ TraceResult trace_frame(const FrameInputs& frame) {
   if (moved && std::strcmp(opcode_info(insts[static_cast<size_t>(start)].opcode).name, "FOR_ITER") == 0)
     mark_loop_iterators(again);
   again.reason = result.reason + (moved ? " (inside a loop or try block: the frame breaks before it)" : "");
+  again.raises = result.raises;  // the instruction it stops at raises
   again.lineno = result.lineno;
   again.break_inst = start;
   again.break_end = end;

@@ -84,6 +84,11 @@ struct TraceResult {
   // lacks a key yet: an optimizer's first step). The frame runs as written this time, and is
   // traced again at its next call instead of running as written for good.
   bool retry_later = false;
+  // The trace stopped at a `raise` that nothing it traced handles (symbolic/tracer.h's Raised):
+  // where no graph break can come before it, the frame runs as written on this path, raising as
+  // eager does. That is not a graph break (Dynamo counts none either), and the frame is traced
+  // again at a later call (a validation that raises for some inputs only).
+  bool raises = false;
   std::vector<SourcePtr> input_sources;  // graph input i is loaded from input_sources[i]
   std::vector<GuardSpec> guards;
   // Comparisons of size-derived ints the trace decided at its sizes (s0 >= 21 was false): the

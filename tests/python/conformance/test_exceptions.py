@@ -13,7 +13,6 @@ from fdcheck import assert_same, check, check_report, clone_tree, fastdyn, line_
 
 from .cases import r, xfail
 
-BREAK = "graph breaks with continuation functions"
 INLINE = "inlining of Python functions"
 
 
@@ -280,7 +279,6 @@ def test_exception_in_no_grad_after_break_sees_grad_disabled():
     assert torch.is_grad_enabled()
 
 
-@xfail(BREAK)
 def test_exception_after_break_graph_and_break_counts():
     # Dynamo (counted with a counting backend; its explain re-raises): the graph before the print,
     # and no graph for the continuation, which raises unconditionally (Dynamo meets the raise while
@@ -288,10 +286,29 @@ def test_exception_after_break_graph_and_break_counts():
     check_raises_like_eager(raise_after_print_break, r(4, 8), graphs=1, breaks=1)
 
 
-@xfail("str formatting of constants; a frame that always raises runs eagerly")
 def test_frame_that_always_raises_counts():
     # Dynamo: a frame that raises unconditionally is run eagerly: 0 graphs, 0 breaks.
     check_raises_like_eager(raise_value_error_after_ops, r(4, 8), graphs=0, breaks=0)
+
+
+def test_a_frame_that_raised_for_one_input_compiles_for_the_next():
+    # Input validation that raises for some calls only: the raising call runs as written (no
+    # graph break, no entry), and the frame is traced again at the next call, which compiles.
+    def validated(x):
+        if x.dim() != 2:
+            raise ValueError(f"expected 2 dims, got {x.dim()}")
+        return x * 2 + 1
+    jitted = fastdyn.jit(validated)
+    before = fastdyn.stats()
+    with pytest.raises(ValueError, match="expected 2 dims, got 3"):
+        jitted(r(2, 3, 4))
+    x = r(4, 8)
+    assert_same(jitted(x), validated(x))
+    after = fastdyn.stats()
+    assert after["graph_breaks"] == before["graph_breaks"]
+    assert after["graphs"] - before["graphs"] == 1 and after["frames_compiled"] - before["frames_compiled"] == 1
+    with pytest.raises(ValueError, match="expected 2 dims, got 1"):   # the compiled entry's guards send it back
+        jitted(r(8))
 
 
 # --------------------------------------------------------------------------- caught inside the frame
