@@ -310,6 +310,10 @@ struct Handlers {
   // Raised, which only a handler the trace stands for catches (objects.cpp); anywhere else it
   // is Unsupported, and the frame runs as written up to the raise.
   static void raise_varargs(Tracer& t, const Instruction& in) {
+    if (in.arg == 0 && !t.handled_.empty() && t.handled_.back().is_constant()) {  // `raise` in an except block
+      PyObject* exc = t.handled_.back().obj;
+      throw Raised(reinterpret_cast<PyObject*>(Py_TYPE(exc)), std::string("raise ") + Py_TYPE(exc)->tp_name, Py_NewRef(exc));
+    }
     if (in.arg != 1) throw Unsupported(in.arg == 0 ? "a bare raise" : "raise ... from ...");
     SymValue e = t.pop();
     PyObject* type = !e.is_constant() ? nullptr
@@ -318,7 +322,50 @@ struct Handlers {
                                                        : nullptr;
     if (!type || (reinterpret_cast<PyTypeObject*>(type)->tp_flags & Py_TPFLAGS_HEAPTYPE))
       throw Unsupported("raise of " + describe(e));
-    throw Raised(type, std::string("raise ") + reinterpret_cast<PyTypeObject*>(type)->tp_name);
+    PyObject* value = PyExceptionInstance_Check(e.obj) ? Py_NewRef(e.obj) : PyObject_CallNoArgs(type);
+    if (!value) PyErr_Clear();
+    throw Raised(type, std::string("raise ") + reinterpret_cast<PyTypeObject*>(type)->tp_name, value);
+  }
+  // An except block the trace entered (Tracer::handle_raised): the exception on the stack is a
+  // constant, and so is what it is matched against.
+  static void push_exc_info(Tracer& t, const Instruction&) {
+    SymValue exc = t.pop();
+    t.push(t.handled_.empty() ? Tracer::constant(Py_None) : t.handled_.back());
+    t.handled_.push_back(exc);
+    t.push(std::move(exc));
+  }
+  static void check_exc_match(Tracer& t, const Instruction&) {
+    SymValue type = t.pop();
+    const SymValue& exc = t.top(0);
+    PyOwned classes(nullptr);
+    if (type.kind == SymValue::Kind::Tuple) {
+      classes.p = PyTuple_New(static_cast<Py_ssize_t>(type.items.size()));
+      for (size_t i = 0; i < type.items.size(); ++i) {
+        if (!type.items[i].is_constant()) throw Unsupported("except with " + describe(type));
+        PyTuple_SET_ITEM(classes.p, static_cast<Py_ssize_t>(i), Py_NewRef(type.items[i].obj));
+      }
+    } else if (type.is_constant()) {
+      classes.p = Py_NewRef(type.obj);
+    }
+    if (!classes.p || !exc.is_constant() || !PyExceptionInstance_Check(exc.obj)) throw Unsupported("except with " + describe(type));
+    const bool matches = PyErr_GivenExceptionMatches(exc.obj, classes.p);
+    // The exception is the trace's own object: a clause that names it (`except E as e`) would hand
+    // every call that one object, with no traceback. Such a clause is not traced through.
+    const FrameState& f = t.fr();
+    if (matches && (f.pc + 2 >= f.insts.size() || std::strcmp(opcode_info(f.insts[f.pc + 2].opcode).name, "POP_TOP") != 0))
+      throw Unsupported("except ... as a name (the exception object itself is used)");
+    t.push(Tracer::constant(matches ? Py_True : Py_False));
+  }
+  static void pop_except(Tracer& t, const Instruction&) {
+    t.pop();  // the exception handled before this block (pushed by PUSH_EXC_INFO)
+    if (!t.handled_.empty()) t.handled_.pop_back();
+  }
+  static void reraise(Tracer& t, const Instruction& in) {
+    SymValue exc = t.pop();
+    if (in.arg) t.pop();  // the frame's lasti
+    if (!exc.is_constant() || !PyExceptionInstance_Check(exc.obj)) throw Unsupported("re-raise of " + describe(exc));
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(exc.obj));
+    throw Raised(type, std::string("raise ") + Py_TYPE(exc.obj)->tp_name, Py_NewRef(exc.obj));
   }
   static void is_op(Tracer& t, const Instruction& in) {
     SymValue b = t.pop();
@@ -985,7 +1032,9 @@ struct Handlers {
           {"LOAD_GLOBAL", load_global}, {"STORE_GLOBAL", store_global}, {"LOAD_ATTR", load_attr}, {"LOAD_METHOD", load_method},
           {"LOAD_SUPER_ATTR", load_super_attr}, {"POP_TOP", pop_top}, {"PUSH_NULL", push_null},
           {"COPY", copy}, {"SWAP", swap}, {"END_FOR", end_for}, {"BINARY_OP", binary_op},
-          {"COMPARE_OP", compare_op}, {"IS_OP", is_op}, {"RAISE_VARARGS", raise_varargs}, {"CONTAINS_OP", contains_op},
+          {"COMPARE_OP", compare_op}, {"IS_OP", is_op}, {"RAISE_VARARGS", raise_varargs},
+          {"PUSH_EXC_INFO", push_exc_info}, {"CHECK_EXC_MATCH", check_exc_match}, {"POP_EXCEPT", pop_except},
+          {"RERAISE", reraise}, {"CONTAINS_OP", contains_op},
           {"UNARY_NEGATIVE", unary_negative}, {"UNARY_POSITIVE", unary_positive},
           {"UNARY_INVERT", unary_invert}, {"UNARY_NOT", unary_not},
           {"CALL_INTRINSIC_1", call_intrinsic_1}, {"BINARY_SUBSCR", binary_subscr},
@@ -1045,8 +1094,37 @@ void Tracer::stamp_locations(const FrameState& f, int line, size_t first_node) {
   }
 }
 
+bool Tracer::handle_raised(const Raised& r, size_t index) {
+  FrameState& f = *frames_[index];
+  if (!r.value) return false;
+  // The inlined calls it leaves must have no block of their own there (a with block's __exit__,
+  // a finally: not traced); nor may the handler be a with block's cleanup.
+  for (size_t k = index + 1; k < frames_.size(); ++k) {
+    const FrameState& g = *frames_[k];
+    if (g.pc < g.insts.size() && !enclosing_handlers(g.code, g.insts[g.pc].index).empty()) return false;
+  }
+  const std::vector<ExceptionEntry> handlers = enclosing_handlers(f.code, f.insts[f.pc].index);
+  if (handlers.empty()) return false;
+  const ExceptionEntry& e = handlers.front();
+  if (e.target < 0 || static_cast<size_t>(e.target) >= f.inst_at.size()) return false;
+  const int target = f.inst_at[static_cast<size_t>(e.target)];
+  if (target < 0 || static_cast<size_t>(e.depth) > f.stack.size()) return false;
+  auto name_at = [&](size_t i) { return i < f.insts.size() ? opcode_info(f.insts[i].opcode).name : ""; };
+  if (!std::strcmp(name_at(static_cast<size_t>(target) + 1), "WITH_EXCEPT_START")) return false;
+  frames_.resize(index + 1);
+  f.stack.resize(static_cast<size_t>(e.depth));
+  if (e.lasti) {
+    PyOwned lasti(PyLong_FromLong(f.insts[f.pc].index));
+    f.stack.push_back(constant(lasti.p));
+  }
+  f.stack.push_back(constant(r.value.get()));
+  f.next_pc = static_cast<size_t>(target);
+  return true;
+}
+
 void Tracer::run_frame() {
   const auto& table = Handlers::table();
+  const size_t index = frames_.size() - 1;
   FrameState& f = fr();
   if (f.inst_at.empty()) index_instructions(f);
   if (f.depth > kMaxInlineDepth) throw Unsupported("inlining deeper than " + std::to_string(kMaxInlineDepth) + " calls");
@@ -1070,7 +1148,11 @@ void Tracer::run_frame() {
     if (!fn) throw Unsupported(std::string("opcode ") + opcode_info(in.opcode).name + " is not supported");
     f.next_pc = f.pc + 1;
     const size_t nodes_before = result_.graph.nodes.size();
-    fn(*this, in);
+    try {
+      fn(*this, in);
+    } catch (const Raised& r) {
+      if (!handle_raised(r, index)) throw;
+    }
     if (runtime::journal::on()) stamp_locations(f, in.line, nodes_before);
     f.pc = f.next_pc;
   }

@@ -373,7 +373,9 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
       if (eq < 0) { PyErr_Clear(); throw Unsupported("dict key comparison raised"); }
       if (eq) return container.box->items[i];
     }
-    throw Unsupported("KeyError: " + py_repr(index.obj));
+    PyObject* error = PyObject_CallOneArg(PyExc_KeyError, index.obj);
+    if (!error) PyErr_Clear();
+    throw Raised(PyExc_KeyError, "KeyError: " + py_repr(index.obj), error);
   }
   if ((container.kind == K::Tuple || container.kind == K::List || container.kind == K::NamedTuple) && index.is_constant()) {
     const auto& seq = container.seq();

@@ -10,6 +10,7 @@
 #pragma once
 #include <Python.h>
 
+#include <memory>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -37,12 +38,16 @@ struct Unsupported : std::runtime_error {
 struct NoBreak : Unsupported {
   using Unsupported::Unsupported;
 };
-// A `raise` of a builtin exception in inlined code (RAISE_VARARGS): Unsupported wherever it
-// reaches, except where the trace itself stands for the handler (a Sequence's __iter__ ending at
-// its IndexError: objects.cpp). `type` is the builtin exception class (immortal).
+// A `raise` of a builtin exception (RAISE_VARARGS), or a KeyError of a dict the trace knows:
+// caught by a try/except of a traced frame (Tracer::handle_raised), or where the trace itself
+// stands for the handler (a Sequence's __iter__ ending at its IndexError: objects.cpp); anywhere
+// else Unsupported. `type` is the builtin exception class (immortal); `value` the exception
+// instance, made for real from constants (an owned reference; null where there is none).
 struct Raised : Unsupported {
-  Raised(PyObject* t, const std::string& what) : Unsupported(what), type(t) {}
+  Raised(PyObject* t, const std::string& what, PyObject* v = nullptr)
+      : Unsupported(what), type(t), value(v, [](PyObject* o) { Py_XDECREF(o); }) {}
   PyObject* type;
+  std::shared_ptr<PyObject> value;
 };
 
 // What type(o).<dunder> resolves to when that is Python code (a function, or anything but a C
@@ -223,6 +228,11 @@ class Tracer {
 
   // Runs the frame on top of frames_ to its return (or to stop_at_, for the root).
   void run_frame();
+  // A Raised thrown at frames_[index]'s instruction (there, or in a call it inlined): whether a
+  // try/except of that frame catches it; if so the trace goes on at the handler, as CPython does
+  // (the inlined calls unwound, the stack cut to the handler's depth, the exception pushed).
+  bool handle_raised(const Raised& r, size_t index);
+  std::vector<SymValue> handled_;  // the exceptions being handled (PUSH_EXC_INFO .. POP_EXCEPT)
   void stamp_locations(const FrameState& f, int line, size_t first_node);
   void capture_break_state();
 
