@@ -86,7 +86,7 @@ struct LevelPart {
   std::vector<int32_t> edge_grad;  // per input of gl that requires grad, in input order: backward output, or -1
 };
 
-LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values) {
+LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values, const std::set<ValueId>& written) {
   const size_t F = gl.nodes.size();
   const std::unordered_map<ValueId, size_t> made_by = producers(gl, F);
   Graph j = gl;
@@ -168,6 +168,11 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
     auto it = made_by.find(v);
     if (it == made_by.end() || !may_recompute(gl.nodes[it->second])) anchors_saved.insert(v);
   }
+  // An input the forward writes into (x.sub_(m) on an input that needs no grad) holds the new
+  // contents by the time the backward runs: the backward must not read it, and a chain that starts
+  // from it is saved, not recomputed (recomputing x - m from x read the subtraction twice).
+  for (ValueId v : written)
+    if (anchors_saved.count(v)) throw NoDerivative("the backward reads an input the graph writes into");
   std::set<size_t> recompute;
   std::set<ValueId> saved = anchors_saved;
   for (auto v = read.rbegin(); v != read.rend(); ++v) {
@@ -188,6 +193,7 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
     }
     const bool free = std::all_of(starts.begin(), starts.end(), [&](ValueId st) {
       auto it = made_by.find(st);
+      if (written.count(st)) return false;
       return anchors_saved.count(st) > 0 || it == made_by.end() || recompute.count(it->second) > 0;
     });
     if (free) {
@@ -452,6 +458,8 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
     for (ValueId out : functional.graph.outputs)
       if (out == wb.value) throw NoDerivative("the graph returns an input it writes into");
   }
+  std::set<ValueId> written;  // inputs the forward writes into (their values at the forward's start are gone after it)
+  for (const loop::WriteBack& wb : functional.writebacks) written.insert(wb.input);
   std::vector<ValueId> masks;
   const Graph g = with_efficient_attention(with_batch_norm_stats(with_dropout_masks(functional.graph, masks)));
   for (const Node& n : g.nodes) {
@@ -568,7 +576,7 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
     lv.edge_inputs = diff_inputs;
     std::unordered_map<ValueId, ValueId> original;
     Graph gl = cut_at(g, cut, original);
-    LevelPart part = differentiate(gl, seeds);
+    LevelPart part = differentiate(gl, seeds, written);
     lv.edge_grad = part.edge_grad;
     std::vector<ValueId> saved;
     for (ValueId v : part.saved) saved.push_back(original.count(v) ? original[v] : v);

@@ -443,3 +443,37 @@ def test_set_grad_enabled_made_in_the_frame_and_enable_grad_inside_no_grad():
     _grads_like_eager(f, lambda: (torch.randn(4, 8).requires_grad_(),))
     assert torch.is_grad_enabled()
     assert fastdyn.stats()["graph_breaks"] == 0
+
+
+def test_an_input_written_in_place_is_not_read_again_by_the_compiled_backward():
+    # x.sub_(m) on an input that needs no gradient, then a product with a parameter: the backward
+    # needs the subtracted x. It was recomputed from x, which by then held the subtracted values
+    # (the forward's write-back), so the gradient saw the subtraction twice (difftest seed 896).
+    def f(x, w, m):
+        x.sub_(m)
+        return ((x * w).sum(),)
+
+    for n in (4, 3, 5):
+        x = torch.randn(n, n)
+        w_eager, w_comp = torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+        x_eager, x_comp = x.clone(), x.clone()
+        m = float(x.mean())
+        want, got = f(x_eager, w_eager, m)[0], fastdyn.jit(f)(x_comp, w_comp, m)[0]
+        fastdyn.synchronize()
+        torch.testing.assert_close(got, want)
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(x_comp, x_eager)
+        torch.testing.assert_close(w_comp.grad, w_eager.grad)
+    # the forward saves the subtracted values for the backward (no recompute from the input)
+    x = torch.randn(4, 4)
+    w = torch.tensor(0.5, requires_grad=True)
+    fastdyn.set_background_compile(False)
+    try:
+        jitted = fastdyn.jit(f)
+        out = jitted(x.clone(), w, 0.25)[0]
+        out.backward()
+        assert out.grad_fn.name() == COMPILED
+        torch.testing.assert_close(w.grad, (x - 0.25).sum())
+    finally:
+        fastdyn.set_background_compile(True)
