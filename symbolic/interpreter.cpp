@@ -1119,6 +1119,7 @@ bool Tracer::handle_raised(const Raised& r, size_t index) {
   }
   f.stack.push_back(constant(r.value.get()));
   f.next_pc = static_cast<size_t>(target);
+  entering_handler_ = true;
   return true;
 }
 
@@ -1140,10 +1141,11 @@ void Tracer::run_frame() {
       throw Unsupported("no tensor operation in the first " + std::to_string(kMaxInstructionsWithoutTensorOps) + " instructions");
     if (executed > kMaxInstructions) throw Unsupported("the trace is longer than " + std::to_string(kMaxInstructions) + " instructions (a long loop?)");
     const Instruction& in = f.insts[f.pc];
-    if (f.depth == 0) {
+    if (f.depth == 0 && !in_handler() && !entering_handler_) {
       result_.lineno = in.line;
       result_.break_inst = static_cast<int>(f.pc);
     }
+    entering_handler_ = false;
     Handlers::Fn fn = table[in.opcode];
     if (!fn) throw Unsupported(std::string("opcode ") + opcode_info(in.opcode).name + " is not supported");
     f.next_pc = f.pc + 1;

@@ -233,6 +233,11 @@ class Tracer {
   // (the inlined calls unwound, the stack cut to the handler's depth, the exception pushed).
   bool handle_raised(const Raised& r, size_t index);
   std::vector<SymValue> handled_;  // the exceptions being handled (PUSH_EXC_INFO .. POP_EXCEPT)
+  // While an except block the trace entered runs (handled_ not empty), the break point stays at the
+  // instruction that raised: a handler that cannot be traced breaks the frame there, as it did
+  // before handlers were traced, not somewhere inside the handler.
+  bool in_handler() const { return !handled_.empty(); }
+  bool entering_handler_ = false;  // handle_raised jumped to a handler: its PUSH_EXC_INFO is next
   void stamp_locations(const FrameState& f, int line, size_t first_node);
   void capture_break_state();
 
