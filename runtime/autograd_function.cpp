@@ -2,6 +2,7 @@
 #include "runtime/autograd_function.h"
 
 #include "runtime/errors.h"
+#include "runtime/program_executable.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
@@ -26,6 +27,7 @@ struct Compiled {
   ExecutablePtr forward;
   std::vector<LevelExecutables> levels;
   AutogradPlan plan;
+  ExecutablePtr aliased;  // the traced graph on ATen (plan.written_inputs)
 };
 
 struct OutputMeta {  // a level output's shape and options, for the zeros of a gradient that never came
@@ -130,6 +132,7 @@ class AutogradExecutable final : public Executable {
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
     const AutogradPlan& plan = c_->plan;
+    if (c_->aliased && overlaps_a_written_input(inputs, plan.written_inputs)) return c_->aliased->run(inputs);
     std::vector<at::Tensor> all;
     {
       at::AutoGradMode no_grad(false);  // the compiled forward records nothing; the nodes below do
@@ -207,7 +210,9 @@ class AutogradExecutable final : public Executable {
 
 }  // namespace
 
-ExecutablePtr make_autograd_executable(ExecutablePtr forward, std::vector<LevelExecutables> levels, AutogradPlan plan) {
+ExecutablePtr make_autograd_executable(ExecutablePtr forward, std::vector<LevelExecutables> levels, AutogradPlan plan,
+                                       ExecutablePtr aliased) {
+  if (!plan.written_inputs.empty() && !aliased) throw InternalError("autograd plan: written inputs without the aliased fallback");
   if (levels.size() != plan.levels.size() || plan.output_first.size() != plan.num_outputs)
     throw InternalError("autograd plan: inconsistent sizes");
   for (const AutogradPlan::Level& lv : plan.levels)
@@ -217,6 +222,7 @@ ExecutablePtr make_autograd_executable(ExecutablePtr forward, std::vector<LevelE
   c->forward = std::move(forward);
   c->levels = std::move(levels);
   c->plan = std::move(plan);
+  c->aliased = std::move(aliased);
   return std::make_shared<AutogradExecutable>(std::move(c));
 }
 

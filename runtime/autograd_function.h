@@ -26,6 +26,9 @@ namespace fastdyn::runtime {
 struct LevelExecutables {
   ExecutablePtr backward, eager;
 };
-ExecutablePtr make_autograd_executable(ExecutablePtr forward, std::vector<LevelExecutables> levels, AutogradPlan plan);
+// `aliased`: the traced graph on ATen, for calls where an input the forward writes into shares
+// memory with another input (required when plan.written_inputs is not empty).
+ExecutablePtr make_autograd_executable(ExecutablePtr forward, std::vector<LevelExecutables> levels, AutogradPlan plan,
+                                       ExecutablePtr aliased = nullptr);
 
 }  // namespace fastdyn::runtime

@@ -17,6 +17,11 @@ namespace fastdyn::runtime {
 
 struct AutogradPlan {
   size_t num_outputs = 0;             // the graph's outputs: the forward's first outputs; the saved values follow
+  // Graph input positions the forward writes into (x.mul_(0.5) on an input that needs no grad).
+  // The forward is functional (it reads every input as it was and writes these last): a call where
+  // another input shares such an input's memory (a view made before the write, passed beside its
+  // base to a continuation) runs the traced graph op by op on ATen instead, with ATen's autograd.
+  std::vector<int32_t> written_inputs;
   std::vector<int32_t> output_first;  // per graph output position: the first position of the same value
   // Per saved value: it is a graph output, which gets a node (or a view of a base with one): it is
   // saved detached, so that a node never holds another node, or itself, through a saved value.

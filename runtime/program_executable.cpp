@@ -32,6 +32,7 @@ ProgramExecutable::ProgramExecutable(Program p) : p_(std::move(p)) {
   for (const Step& step : p_.steps)
     if (const auto* launch = std::get_if<KernelLaunch>(&step)) max_kernel_args_ = std::max(max_kernel_args_, launch->args.size());
   for (size_t i = 0; i < p_.buffers.size(); ++i) buffers_by_step_.push_back(i);
+  for (const MutatedInput& m : p_.mutated_inputs) written_.push_back(m.input);
   std::stable_sort(buffers_by_step_.begin(), buffers_by_step_.end(),
                    [&](size_t a, size_t b) { return p_.buffers[a].alloc_step < p_.buffers[b].alloc_step; });
 }
@@ -41,7 +42,7 @@ std::vector<at::Tensor> ProgramExecutable::run(const std::vector<at::Tensor>& in
     throw UserError(p_.backend + " backend: graph takes " + std::to_string(p_.input_slots.size()) + " inputs, got " +
                     std::to_string(inputs.size()));
   if (p_.mutated_inputs.empty()) return run_steps(inputs);
-  if (overlaps_another_input(inputs)) return p_.aliased->run(inputs);
+  if (overlaps_a_written_input(inputs, written_)) return p_.aliased->run(inputs);
   std::vector<at::Tensor> outputs;
   try {
     outputs = run_steps(inputs);
@@ -124,18 +125,19 @@ void ProgramExecutable::run_step(const Step& step, std::vector<at::Tensor>& slot
   }
 }
 
-bool ProgramExecutable::overlaps_another_input(const std::vector<at::Tensor>& inputs) const {
-  if (p_.mutated_inputs.empty()) return false;
+bool overlaps_a_written_input(const std::vector<at::Tensor>& inputs, const std::vector<int32_t>& written) {
+  if (written.empty()) return false;
   // One sweep over the inputs' byte extents in address order (an optimizer's step mutates
   // hundreds of inputs: pairwise it was most of the call): an input overlaps an earlier one
-  // where it starts below the furthest end seen so far, among the mutated inputs for any input,
-  // among all inputs for a mutated one.
+  // where it starts below the furthest end seen so far, among the written inputs for any input,
+  // among all inputs for a written one.
   struct Span {
     uintptr_t lo, hi;
     bool mutated;
   };
   std::vector<bool> mutated(inputs.size(), false);
-  for (const MutatedInput& m : p_.mutated_inputs) mutated[static_cast<size_t>(m.input)] = true;
+  for (int32_t i : written)
+    if (i >= 0 && static_cast<size_t>(i) < inputs.size()) mutated[static_cast<size_t>(i)] = true;
   std::vector<Span> spans;
   spans.reserve(inputs.size());
   for (size_t j = 0; j < inputs.size(); ++j) {

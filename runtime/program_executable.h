@@ -25,6 +25,11 @@
 
 namespace fastdyn::runtime {
 
+// Whether an input that the call writes into (`written`: input positions) shares memory with
+// another input: then a functional plan (read every input, write the written ones last) is wrong,
+// and the call must run the recorded graph op by op, as eager does.
+bool overlaps_a_written_input(const std::vector<at::Tensor>& inputs, const std::vector<int32_t>& written);
+
 class ProgramExecutable final : public Executable {
  public:
   explicit ProgramExecutable(Program p);  // throws InternalError on an inconsistent program
@@ -40,9 +45,8 @@ class ProgramExecutable final : public Executable {
   template <bool kChecked>
   std::vector<at::Tensor> run_steps_as(const std::vector<at::Tensor>& inputs) const;
   void run_step(const Step& step, std::vector<at::Tensor>& slots, std::vector<void*>& args) const;
-  bool overlaps_another_input(const std::vector<at::Tensor>& inputs) const;
-
   Program p_;
+  std::vector<int32_t> written_;  // p_.mutated_inputs' input positions
   size_t max_kernel_args_ = 0;
   std::vector<size_t> buffers_by_step_;  // indices into p_.buffers, by allocation step
 };

@@ -474,6 +474,9 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   AutogradSplit split;
   runtime::AutogradPlan& plan = split.plan;
   plan.num_outputs = g.outputs.size();
+  for (const loop::WriteBack& wb : functional.writebacks)
+    for (size_t k = 0; k < g.inputs.size(); ++k)
+      if (g.inputs[k] == wb.input) plan.written_inputs.push_back(static_cast<int32_t>(k));
   // The outputs that require grad: the first position of each distinct computed value. One that is a
   // view of an input or of another such output (x.view(...), y and y[:, -1]) is re-made by the
   // runtime as a view of that base with grad mode on (runtime/autograd_plan.h `views`), as eager

@@ -116,12 +116,14 @@ PreparedGraph prepare_autograd(const Graph& g, Backend resolved) {
   for (const Graph& b : split.backward) parts.push_back(prepare_part(b, resolved));
   auto eager = std::make_shared<std::vector<Graph>>(std::move(split.eager));
   auto plan = std::make_shared<runtime::AutogradPlan>(std::move(split.plan));
+  // Calls whose inputs alias an input the forward writes into run the traced graph on ATen.
+  auto traced = plan->written_inputs.empty() ? nullptr : std::make_shared<const Graph>(g);
   // Every part's executable by `pick` (nullptr where one has none), joined. A part builds once: a
   // from_cache that found the forward's kernels but not the backward's leaves the forward built,
   // and the finish that follows takes it (a backend's build hands its program over: it cannot run twice).
   std::vector<std::shared_ptr<runtime::ExecutablePtr>> built;
   for (size_t k = 0; k < parts.size(); ++k) built.push_back(std::make_shared<runtime::ExecutablePtr>());
-  auto join = [&parts, &built, eager, plan](Get PreparedGraph::*pick) -> Get {
+  auto join = [&parts, &built, eager, plan, traced](Get PreparedGraph::*pick) -> Get {
     std::vector<Get> gets;
     for (size_t k = 0; k < parts.size(); ++k) {
       Get get = parts[k].backend == Backend::Aten ? parts[k].finish : parts[k].*pick;  // aten needs no compile
@@ -131,7 +133,7 @@ PreparedGraph prepare_autograd(const Graph& g, Backend resolved) {
         return *once;
       });
     }
-    return [gets, eager, plan]() -> runtime::ExecutablePtr {
+    return [gets, eager, plan, traced]() -> runtime::ExecutablePtr {
       std::vector<runtime::ExecutablePtr> exes;
       for (const Get& get : gets) {
         exes.push_back(get());
@@ -139,7 +141,7 @@ PreparedGraph prepare_autograd(const Graph& g, Backend resolved) {
       }
       std::vector<runtime::LevelExecutables> levels;
       for (size_t L = 0; L < eager->size(); ++L) levels.push_back({exes[L + 1], compile_aten((*eager)[L])});
-      return runtime::make_autograd_executable(exes[0], std::move(levels), *plan);
+      return runtime::make_autograd_executable(exes[0], std::move(levels), *plan, traced ? compile_aten(*traced) : nullptr);
     };
   };
   PreparedGraph p;
