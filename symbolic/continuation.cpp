@@ -864,7 +864,12 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetCell) {
-      if (e.value.is_null()) {  // del of the free variable
+      if (e.value.is_null()) {  // del of the free variable: the cell ends empty
+        // The trace may have bound it first (`t = -y; ...; del t`: one merged effect), so the
+        // cell can still be empty here: bind it, then delete (DELETE_DEREF of an empty cell
+        // raises the NameError eager never raised).
+        b.load_const(Py_None);
+        b.store_deref(e.target.source->index);
         b.delete_deref(e.target.source->index);
         continue;
       }

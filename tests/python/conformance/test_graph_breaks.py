@@ -218,6 +218,18 @@ def break_with_cell_written_after(x):
     return total
 
 
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
+def cell_bound_then_deleted_after_the_break(x):
+    # The continuation's trace binds the cell (a comprehension closes over it) and deletes it: one
+    # merged effect, "the cell ends empty", replayed on a cell still empty there (difftest seed
+    # 26834: DELETE_DEREF raised the NameError eager never raised).
+    s = float(x.sum())
+    t = -x
+    parts = [t[i].sum() for i in range(2)]
+    del t
+    return parts[0] + parts[1] + s
+
+
 def make_closure_with_break(scale):
     def fn(x):
         y = x * scale
