@@ -455,6 +455,9 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   // replayed by the forward as copy_ nodes after the rest, one per version bump of eager's.
   for (const loop::WriteBack& wb : functional.writebacks) {
     if (functional.graph.meta(wb.input).requires_grad) throw NoDerivative("the graph writes into an input that requires grad");
+    // x.sub_(y * w) with w requiring grad: eager's x joins the autograd graph (requires_grad, a
+    // grad_fn of its own), which a write-back made outside grad mode would not give it.
+    if (functional.graph.meta(wb.value).requires_grad) throw NoDerivative("the graph writes a value that requires grad into an input");
     for (ValueId out : functional.graph.outputs)
       if (out == wb.value) throw NoDerivative("the graph returns an input it writes into");
   }

@@ -210,7 +210,11 @@ LoweredGraph lower(const Graph& original) {
   // Outside grad mode an in-place update of a tensor that requires grad (an optimizer's step on
   // its parameters) is a value that requires grad too, although nothing records a backward: one
   // that only goes back into its input (a write-back, not an output) is plain data.
-  const bool without_grad = traced_without_grad(original) || traced_without_grad(g);
+  // NB: asked of the traced graph only. The functional one gives an in-place op the meta of the
+  // input it writes (x.sub_(y * w) on an x that needs no grad: a result that "does not require
+  // grad" from an input that does), which read as a graph traced without grad and let the write
+  // of a value that requires grad lower natively: eager's x joins the autograd graph there.
+  const bool without_grad = traced_without_grad(original);
   std::vector<bool> returned(g.values.size(), false);
   for (ValueId o : g.outputs) returned[static_cast<size_t>(o)] = true;
   for (const Node& n : g.nodes) {

@@ -506,3 +506,28 @@ def test_a_view_beside_its_base_written_in_place_reads_the_written_values(capsys
             torch.testing.assert_close(w_comp.grad, w_eager.grad)
     finally:
         fastdyn.set_background_compile(True)
+
+
+def test_writing_a_value_that_requires_grad_into_an_input_puts_the_input_in_the_graph():
+    # Eager: x.sub_(y * w) with w requiring grad makes x require grad, with a grad_fn (difftest
+    # seed 26900: the functional graph read as traced without grad and lowered the write natively,
+    # leaving x a plain tensor).
+    def f(x, y, w):
+        x.sub_(y * w)
+
+    fastdyn.set_background_compile(False)
+    try:
+        jitted = fastdyn.jit(f)
+        for _ in range(2):
+            x, y = torch.randn(4, 4), torch.randn(4, 4)
+            w_eager, w_comp = torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+            x_eager, x_comp = x.clone(), x.clone()
+            f(x_eager, y, w_eager)
+            jitted(x_comp, y, w_comp)
+            assert x_comp.requires_grad and x_comp.grad_fn is not None
+            torch.testing.assert_close(x_comp, x_eager)
+            x_eager.sum().backward()
+            x_comp.sum().backward()
+            torch.testing.assert_close(w_comp.grad, w_eager.grad)
+    finally:
+        fastdyn.set_background_compile(True)
