@@ -139,7 +139,12 @@ class AutogradExecutable final : public Executable {
       all = c_->forward->run(inputs);
     }
     std::vector<at::Tensor> outs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(plan.num_outputs));
-    if (!at::GradMode::is_enabled()) return outs;  // the guards hold grad mode; defensive
+    // The nodes are made in grad mode whatever the mode at the call: the trace decided that these
+    // outputs require grad in the mode their ops were recorded in, which a continuation that
+    // resumed inside `with torch.no_grad():` and left it before them does not share with its
+    // first instruction, where the graph is called (difftest seed 26888: `x * w` after the block
+    // came out without a grad_fn).
+    at::AutoGradMode grad_on(true);
     size_t next_view = 0;
     for (size_t L = 0; L < plan.levels.size(); ++L) {
       make_views(outs, inputs, next_view, static_cast<int32_t>(L));

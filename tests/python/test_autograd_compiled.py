@@ -531,3 +531,28 @@ def test_writing_a_value_that_requires_grad_into_an_input_puts_the_input_in_the_
             torch.testing.assert_close(w_comp.grad, w_eager.grad)
     finally:
         fastdyn.set_background_compile(True)
+
+
+def test_a_continuation_that_leaves_a_no_grad_block_gives_its_outputs_a_grad_fn():
+    # The break (tolist) is inside `with torch.no_grad():`; the continuation resumes there, leaves
+    # the block, and computes x * w: eager's result has a grad_fn, so must the compiled one's,
+    # although the graph is called where grad mode is still off (difftest seed 26888).
+    def f(x, y, w):
+        with torch.no_grad():
+            first = y[0].tolist()
+        return x * w, len(first)
+
+    fastdyn.set_background_compile(False)
+    try:
+        jitted = fastdyn.jit(f)
+        for _ in range(3):
+            x, y = torch.randn(4), torch.randn(4, 4)
+            w_eager, w_comp = torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+            want, got = f(x, y, w_eager), jitted(x, y, w_comp)
+            assert got[0].requires_grad and got[0].grad_fn is not None and torch.is_grad_enabled()
+            torch.testing.assert_close(got[0], want[0])
+            want[0].sum().backward()
+            got[0].sum().backward()
+            torch.testing.assert_close(w_comp.grad, w_eager.grad)
+    finally:
+        fastdyn.set_background_compile(True)
