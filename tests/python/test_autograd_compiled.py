@@ -5,6 +5,8 @@ node (runtime/autograd_function.h). These tests hold the contract of that node: 
 accumulation, hooks, retain_graph, eager's errors, double backward, unused outputs, and the
 ATen fallback of graphs with an op that has no derivative row.
 """
+import contextlib
+
 import pytest
 import torch
 import torch.nn as nn
@@ -445,6 +447,29 @@ def test_set_grad_enabled_made_in_the_frame_and_enable_grad_inside_no_grad():
     assert fastdyn.stats()["graph_breaks"] == 0
 
 
+@contextlib.contextmanager
+def _compiled_at_once():
+    """Kernels compiled on the calling thread: the compiled path from the first call."""
+    fastdyn.set_background_compile(False)
+    try:
+        yield
+    finally:
+        fastdyn.set_background_compile(True)
+
+
+def _weights():
+    """The same 0-d weight that requires grad, for an eager run and a compiled one."""
+    return torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+
+
+def _rounds(f, n):
+    """f compiled at once, then per round: (the compiled f, x, y, eager's weight, the compiled one's)."""
+    with _compiled_at_once():
+        jitted = fastdyn.jit(f)
+        for _ in range(n):
+            yield (jitted, torch.randn(4, 4), torch.randn(4, 4), *_weights())
+
+
 def test_an_input_written_in_place_is_not_read_again_by_the_compiled_backward():
     # x.sub_(m) on an input that needs no gradient, then a product with a parameter: the backward
     # needs the subtracted x. It was recomputed from x, which by then held the subtracted values
@@ -455,7 +480,7 @@ def test_an_input_written_in_place_is_not_read_again_by_the_compiled_backward():
 
     for n in (4, 3, 5):
         x = torch.randn(n, n)
-        w_eager, w_comp = torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+        w_eager, w_comp = _weights()
         x_eager, x_comp = x.clone(), x.clone()
         m = float(x.mean())
         want, got = f(x_eager, w_eager, m)[0], fastdyn.jit(f)(x_comp, w_comp, m)[0]
@@ -468,15 +493,12 @@ def test_an_input_written_in_place_is_not_read_again_by_the_compiled_backward():
     # the forward saves the subtracted values for the backward (no recompute from the input)
     x = torch.randn(4, 4)
     w = torch.tensor(0.5, requires_grad=True)
-    fastdyn.set_background_compile(False)
-    try:
+    with _compiled_at_once():
         jitted = fastdyn.jit(f)
         out = jitted(x.clone(), w, 0.25)[0]
         out.backward()
         assert out.grad_fn.name() == COMPILED
         torch.testing.assert_close(w.grad, (x - 0.25).sum())
-    finally:
-        fastdyn.set_background_compile(True)
 
 
 def test_a_view_beside_its_base_written_in_place_reads_the_written_values(capsys):
@@ -490,22 +512,15 @@ def test_a_view_beside_its_base_written_in_place_reads_the_written_values(capsys
         y.mul_(0.5)
         return t.cos(), (x * w).sum()
 
-    fastdyn.set_background_compile(False)
-    try:
-        jitted = fastdyn.jit(f)
-        for _ in range(3):
-            x, y = torch.randn(4, 4), torch.randn(4, 4)
-            w_eager, w_comp = torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
-            y_eager, y_comp = y.clone(), y.clone()
-            want, got = f(x, y_eager, w_eager), jitted(x, y_comp, w_comp)
-            for a, b in zip(want, got):
-                torch.testing.assert_close(b, a)
-            torch.testing.assert_close(y_comp, y_eager)
-            want[1].backward()
-            got[1].backward()
-            torch.testing.assert_close(w_comp.grad, w_eager.grad)
-    finally:
-        fastdyn.set_background_compile(True)
+    for jitted, x, y, w_eager, w_comp in _rounds(f, 3):
+        y_eager, y_comp = y.clone(), y.clone()
+        want, got = f(x, y_eager, w_eager), jitted(x, y_comp, w_comp)
+        for a, b in zip(want, got):
+            torch.testing.assert_close(b, a)
+        torch.testing.assert_close(y_comp, y_eager)
+        want[1].backward()
+        got[1].backward()
+        torch.testing.assert_close(w_comp.grad, w_eager.grad)
 
 
 def test_writing_a_value_that_requires_grad_into_an_input_puts_the_input_in_the_graph():
@@ -515,22 +530,15 @@ def test_writing_a_value_that_requires_grad_into_an_input_puts_the_input_in_the_
     def f(x, y, w):
         x.sub_(y * w)
 
-    fastdyn.set_background_compile(False)
-    try:
-        jitted = fastdyn.jit(f)
-        for _ in range(2):
-            x, y = torch.randn(4, 4), torch.randn(4, 4)
-            w_eager, w_comp = torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
-            x_eager, x_comp = x.clone(), x.clone()
-            f(x_eager, y, w_eager)
-            jitted(x_comp, y, w_comp)
-            assert x_comp.requires_grad and x_comp.grad_fn is not None
-            torch.testing.assert_close(x_comp, x_eager)
-            x_eager.sum().backward()
-            x_comp.sum().backward()
-            torch.testing.assert_close(w_comp.grad, w_eager.grad)
-    finally:
-        fastdyn.set_background_compile(True)
+    for jitted, x, y, w_eager, w_comp in _rounds(f, 2):
+        x_eager, x_comp = x.clone(), x.clone()
+        f(x_eager, y, w_eager)
+        jitted(x_comp, y, w_comp)
+        assert x_comp.requires_grad and x_comp.grad_fn is not None
+        torch.testing.assert_close(x_comp, x_eager)
+        x_eager.sum().backward()
+        x_comp.sum().backward()
+        torch.testing.assert_close(w_comp.grad, w_eager.grad)
 
 
 def test_a_continuation_that_leaves_a_no_grad_block_gives_its_outputs_a_grad_fn():
@@ -542,17 +550,14 @@ def test_a_continuation_that_leaves_a_no_grad_block_gives_its_outputs_a_grad_fn(
             first = y[0].tolist()
         return x * w, len(first)
 
-    fastdyn.set_background_compile(False)
-    try:
+    with _compiled_at_once():
         jitted = fastdyn.jit(f)
         for _ in range(3):
             x, y = torch.randn(4), torch.randn(4, 4)
-            w_eager, w_comp = torch.tensor(0.5, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+            w_eager, w_comp = _weights()
             want, got = f(x, y, w_eager), jitted(x, y, w_comp)
             assert got[0].requires_grad and got[0].grad_fn is not None and torch.is_grad_enabled()
             torch.testing.assert_close(got[0], want[0])
             want[0].sum().backward()
             got[0].sum().backward()
             torch.testing.assert_close(w_comp.grad, w_eager.grad)
-    finally:
-        fastdyn.set_background_compile(True)
