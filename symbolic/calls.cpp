@@ -309,6 +309,17 @@ SymValue Tracer::record(Family fam, const std::vector<codegen::CallArg>& args,
                         const std::vector<std::pair<std::string, codegen::CallArg>>& kwargs, const char* what) {
   codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, args, kwargs);
   if (!r.ok) throw Unsupported(std::string(what) + ": " + r.reason);
+  // An in-place op that makes a tensor require grad (x.mul_(y * w), x needing none): eager's x
+  // joins autograd, but the trace's x stays the value it read, whose meta needs no grad, so code
+  // after it reading x.requires_grad would take the other branch (difftest seed 6795): the op
+  // runs as written.
+  if (!result_.graph.nodes.empty()) {
+    const codegen::Node& n = result_.graph.nodes.back();
+    if (codegen::op_info(n.op).category == codegen::OpCategory::InPlace && !n.args.empty() &&
+        n.args[0].kind == codegen::Arg::Kind::Value && !n.outputs.empty() &&
+        result_.graph.meta(n.outputs[0]).requires_grad && !result_.graph.meta(n.args[0].value).requires_grad)
+      throw Unsupported(std::string(what) + ": it makes a tensor that needs no grad require grad");
+  }
   return from_capture(fam, r);
 }
 

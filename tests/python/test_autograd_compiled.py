@@ -561,3 +561,20 @@ def test_a_continuation_that_leaves_a_no_grad_block_gives_its_outputs_a_grad_fn(
             want[0].sum().backward()
             got[0].sum().backward()
             torch.testing.assert_close(w_comp.grad, w_eager.grad)
+
+
+def test_an_in_place_op_that_makes_an_input_require_grad_is_seen_by_the_code_after_it():
+    # Eager: x.mul_(y * w) makes x require grad, so the branch on t.requires_grad is taken
+    # (difftest seed 6795: the trace's x kept its input meta, the branch was not, relu_ was lost).
+    def f(x, y, w):
+        x.mul_(y * w)
+        t = x + torch.zeros_like(y)
+        if t.requires_grad:
+            x.relu_()
+
+    for jitted, x, y, w_eager, w_comp in _rounds(f, 2):
+        x_eager, x_comp = x.clone(), x.clone()
+        f(x_eager, y, w_eager)
+        jitted(x_comp, y, w_comp)
+        assert x_comp.requires_grad
+        torch.testing.assert_close(x_comp, x_eager)
