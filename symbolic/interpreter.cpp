@@ -311,8 +311,7 @@ struct Handlers {
   // is Unsupported, and the frame runs as written up to the raise.
   static void raise_varargs(Tracer& t, const Instruction& in) {
     if (in.arg == 0 && !t.handled_.empty() && t.handled_.back().is_constant()) {  // `raise` in an except block
-      PyObject* exc = t.handled_.back().obj;
-      throw Raised(reinterpret_cast<PyObject*>(Py_TYPE(exc)), std::string("raise ") + Py_TYPE(exc)->tp_name, Py_NewRef(exc));
+      throw Raised::of(t.handled_.back().obj);
     }
     if (in.arg != 1) throw Unsupported(in.arg == 0 ? "a bare raise" : "raise ... from ...");
     SymValue e = t.pop();
@@ -364,8 +363,7 @@ struct Handlers {
     SymValue exc = t.pop();
     if (in.arg) t.pop();  // the frame's lasti
     if (!exc.is_constant() || !PyExceptionInstance_Check(exc.obj)) throw Unsupported("re-raise of " + describe(exc));
-    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(exc.obj));
-    throw Raised(type, std::string("raise ") + Py_TYPE(exc.obj)->tp_name, Py_NewRef(exc.obj));
+    throw Raised::of(exc.obj);
   }
   static void is_op(Tracer& t, const Instruction& in) {
     SymValue b = t.pop();
@@ -1092,35 +1090,6 @@ void Tracer::stamp_locations(const FrameState& f, int line, size_t first_node) {
     }
     nodes[i].loc = loc;
   }
-}
-
-bool Tracer::handle_raised(const Raised& r, size_t index) {
-  FrameState& f = *frames_[index];
-  if (!r.value) return false;
-  // The inlined calls it leaves must have no block of their own there (a with block's __exit__,
-  // a finally: not traced); nor may the handler be a with block's cleanup.
-  for (size_t k = index + 1; k < frames_.size(); ++k) {
-    const FrameState& g = *frames_[k];
-    if (g.pc < g.insts.size() && !enclosing_handlers(g.code, g.insts[g.pc].index).empty()) return false;
-  }
-  const std::vector<ExceptionEntry> handlers = enclosing_handlers(f.code, f.insts[f.pc].index);
-  if (handlers.empty()) return false;
-  const ExceptionEntry& e = handlers.front();
-  if (e.target < 0 || static_cast<size_t>(e.target) >= f.inst_at.size()) return false;
-  const int target = f.inst_at[static_cast<size_t>(e.target)];
-  if (target < 0 || static_cast<size_t>(e.depth) > f.stack.size()) return false;
-  auto name_at = [&](size_t i) { return i < f.insts.size() ? opcode_info(f.insts[i].opcode).name : ""; };
-  if (!std::strcmp(name_at(static_cast<size_t>(target) + 1), "WITH_EXCEPT_START")) return false;
-  frames_.resize(index + 1);
-  f.stack.resize(static_cast<size_t>(e.depth));
-  if (e.lasti) {
-    PyOwned lasti(PyLong_FromLong(f.insts[f.pc].index));
-    f.stack.push_back(constant(lasti.p));
-  }
-  f.stack.push_back(constant(r.value.get()));
-  f.next_pc = static_cast<size_t>(target);
-  entering_handler_ = true;
-  return true;
 }
 
 void Tracer::run_frame() {

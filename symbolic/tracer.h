@@ -46,6 +46,10 @@ struct NoBreak : Unsupported {
 struct Raised : Unsupported {
   Raised(PyObject* t, const std::string& what, PyObject* v = nullptr)
       : Unsupported(what), type(t), value(v, [](PyObject* o) { Py_XDECREF(o); }) {}
+  // The exception object `exc` (an instance) raised again (a bare `raise`, RERAISE).
+  static Raised of(PyObject* exc) {
+    return Raised(reinterpret_cast<PyObject*>(Py_TYPE(exc)), std::string("raise ") + Py_TYPE(exc)->tp_name, Py_NewRef(exc));
+  }
   PyObject* type;
   std::shared_ptr<PyObject> value;
 };
