@@ -389,9 +389,10 @@ ResumeAt resume_at(PyCodeObject* orig, const std::vector<Instruction>& insts, in
 // through either is seen by both), and a record stored to after the break is the very object
 // the frame goes on with.
 //
-// Values read from outside the frame through an attribute or item path (`old = self.count`)
-// are loaded into spare locals too, before the recorded attribute stores are replayed: loaded
-// after them, `self.count += 1; return old` would return the new count.
+// Values read from outside the frame through an attribute or item path, a global or a free
+// variable (`old = self.count`, `l = [n]`) are loaded into spare locals too, before the recorded
+// stores are replayed: loaded after them, `self.count += 1; return old` would return the new
+// count, and `l = [n]; n -= 1; return l` the new n.
 struct BoxSlots {
   std::vector<const SymBox*> boxes;
   std::vector<const Source*> sources;  // preloaded when the trace replays attribute stores
@@ -401,7 +402,8 @@ struct BoxSlots {
   static bool through_path(const Source* s) {
     for (; s; s = s->parent.get())
       if (s->kind == Source::Kind::Attr || s->kind == Source::Kind::Item || s->kind == Source::Kind::DictItem ||
-          s->kind == Source::Kind::Global)  // a global the effects may rebind (SetGlobal)
+          s->kind == Source::Kind::Global ||  // a global the effects may rebind (SetGlobal)
+          s->kind == Source::Kind::Closure)   // a cell the effects may rebind (SetCell)
         return true;
     return false;
   }

@@ -36,6 +36,17 @@ def test_a_store_to_a_cell_after_the_break_is_replayed_into_the_cell():
     check(f, r(4), graphs=2, breaks=1)
 
 
+def test_a_value_read_from_a_cell_keeps_its_value_after_the_cell_is_stored():
+    def f(x, y):
+        n = x.shape[0]
+        t = y + float(int(y.argmax())) / 3  # a break: the continuation reads n as a free variable
+        pairs = [(i, n) for i in range(2)]  # n read from the cell ...
+        n -= 2  # ... then the cell stored (replayed after the graph): pairs keeps the old n
+        return t, pairs  # (difftest seed 21021 returned [(0, 2), (1, 2)])
+
+    check(f, r(4, 4), r(4, 4), graphs=2, breaks=1)
+
+
 def test_a_free_variable_stored_by_a_compiled_closure_is_seen_by_its_caller():
     def outer(x):
         total = x * 0
