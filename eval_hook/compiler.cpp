@@ -125,13 +125,12 @@ std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) 
 }
 
 // Whether a run whose graph raised left nothing behind, so that the frame can be redone eagerly:
-// no in-place op (it may have written an input) and no random op (it advanced the generator).
+// no in-place op writing an input's storage, and no random op (it advanced the generator). An
+// in-place op on a value the graph made (`h = x @ w; h.relu_()`) is redone with it.
 bool redoable(const codegen::Graph& g) {
-  for (const codegen::Node& n : g.nodes) {
-    const codegen::OpCategory c = codegen::op_info(n.op).category;
-    if (c == codegen::OpCategory::InPlace || c == codegen::OpCategory::Random) return false;
-  }
-  return true;
+  for (const codegen::Node& n : g.nodes)
+    if (codegen::op_info(n.op).category == codegen::OpCategory::Random) return false;
+  return !codegen::writes_an_input(g);
 }
 
 // The frame's result goes back through bytecode (continuation.h's assemble_return), not through
@@ -474,6 +473,15 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
                          ", compiled on the CPU only (torch.optim's per-parameter kernels lose to ATen's multi-tensor ones on a GPU)";
         return outcome;
       }
+  if ((p.ok || p.trace.stopped || p.bytecode_return) && p.trace.op_in_try && !redoable(p.trace.graph)) {
+    // A graph runs before everything the frame does after it: when it raises (an index out of
+    // range), only redoing the frame eagerly reaches the except clause around the op. A graph
+    // that wrote an input or drew random numbers cannot be redone.
+    outcome.kind = CompileOutcome::Kind::Unsupported;
+    outcome.reason = "an op inside a try block with an except clause, in a graph that writes into an input or draws random numbers "
+                     "(its failure must reach the except clause as written)";
+    return outcome;
+  }
   if (p.trace.stopped || p.bytecode_return) {
     // A frame that runs to its return without a tensor op gains nothing from a cache entry, even
     // with attribute stores to replay (`self.count += 1`): its guards would pin the values it read

@@ -307,8 +307,10 @@ SymValue Tracer::call_family(Family fam, const std::vector<SymValue>& args,
 
 SymValue Tracer::record(Family fam, const std::vector<codegen::CallArg>& args,
                         const std::vector<std::pair<std::string, codegen::CallArg>>& kwargs, const char* what) {
+  const size_t nodes_before = result_.graph.nodes.size();
   codegen::CaptureResult r = codegen::record_call(result_.graph, ctx_, fam, args, kwargs);
   if (!r.ok) throw Unsupported(std::string(what) + ": " + r.reason);
+  if (!result_.op_in_try && result_.graph.nodes.size() > nodes_before) result_.op_in_try = inside_try_except();
   // An in-place op that makes a tensor require grad (x.mul_(y * w), x needing none): eager's x
   // joins autograd, but the trace's x stays the value it read, whose meta needs no grad, so code
   // after it reading x.requires_grad would take the other branch (difftest seed 6795): the op

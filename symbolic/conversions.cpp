@@ -389,7 +389,12 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       for (const auto& [other, other_id] : tensor_inputs_) {
         const at::Tensor& o = THPVariable_Unpack(other);
         if (o.has_storage() && o.storage().unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
-          ctx_.input_storage_alias.emplace_back(id, other_id);
+          // NB: the first input of that storage, which `other` may alias in turn (x, x[0], x.t():
+          // x.t() against x[0] must name x too, difftest seed 29273)
+          codegen::ValueId first = other_id;
+          for (const auto& [alias, root] : ctx_.input_storage_alias)
+            if (alias == other_id) first = root;
+          ctx_.input_storage_alias.emplace_back(id, first);
           break;
         }
       }

@@ -236,6 +236,10 @@ class Tracer {
   // try/except of that frame catches it; if so the trace goes on at the handler, as CPython does
   // (the inlined calls unwound, the stack cut to the handler's depth, the exception pushed).
   bool handle_raised(const Raised& r, size_t index);
+  // Whether the instruction running in some traced frame is inside a try block with an except
+  // clause that may catch an op's run-time error (not a with block's __exit__, not a finally
+  // clause, which re-raise; exceptions.cpp says which classes count).
+  bool inside_try_except() const;
   std::vector<SymValue> handled_;  // the exceptions being handled (PUSH_EXC_INFO .. POP_EXCEPT)
   // While an except block the trace entered runs (handled_ not empty), the break point stays at the
   // instruction that raised: a handler that cannot be traced breaks the frame there, as it did

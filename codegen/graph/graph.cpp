@@ -79,4 +79,22 @@ bool traced_without_grad(const Graph& g) {
   return false;
 }
 
+bool writes_an_input(const Graph& g) {
+  std::vector<bool> input_storage(g.values.size(), false);
+  for (ValueId v : g.inputs) input_storage[static_cast<size_t>(v)] = true;
+  for (const Node& n : g.nodes) {
+    const OpCategory c = op_info(n.op).category;
+    if ((c != OpCategory::View && c != OpCategory::InPlace) || n.args.empty()) continue;
+    const Arg& self = n.args[0];
+    bool aliased = false;
+    if (self.kind == Arg::Kind::Value) aliased = input_storage[static_cast<size_t>(self.value)];
+    if (self.kind == Arg::Kind::ValueList)  // _foreach_*_ writes each tensor of its list
+      for (ValueId v : self.values) aliased = aliased || (v >= 0 && input_storage[static_cast<size_t>(v)]);
+    if (!aliased) continue;
+    if (c == OpCategory::InPlace) return true;
+    for (ValueId o : n.outputs) input_storage[static_cast<size_t>(o)] = true;
+  }
+  return false;
+}
+
 }  // namespace fastdyn::codegen

@@ -235,6 +235,11 @@ void for_each_value_input_ref(Node& n, F&& f) {
 // records a backward for them. Or: every node was recorded with grad mode off (Node::grad_mode 0).
 bool traced_without_grad(const Graph& g);
 
+// Whether an in-place op of `g` writes the storage of a graph input: its `self` reaches an input
+// through views and earlier in-place results. (An in-place op on a value the graph made writes
+// nothing the caller can see.)
+bool writes_an_input(const Graph& g);
+
 std::string print_graph(const Graph& g);
 Graph parse_graph(std::string_view text);
 // One node's line without indentation ("%2: f32[4]{1} = aten::relu(%1)"), for error messages.

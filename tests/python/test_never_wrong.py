@@ -1064,3 +1064,104 @@ def test_a_graph_that_raises_after_the_frame_wrote_state_leaves_eagers_writes(fn
     assert (got_calls, got_n) == (want_calls, want_n)
     for g, w in zip(got, want):
         assert g == w if isinstance(w, str) else torch.equal(g, w)
+
+
+def _write_into_a_view_of_a_view_after_a_break(x, log):
+    a = x.unsqueeze(0).squeeze(0)
+    b = a.transpose(0, 1)
+    log.append(int((b >= (a * a).sum()).sum()))  # breaks: the continuation gets x, a and b
+    b.sub_(a)  # eager raises here: partial overlap, seen through b -> a -> x
+    log.append(2)
+
+
+def test_three_inputs_in_one_storage_refuse_the_overlapping_write_on_its_line():
+    """Difftest seed 29273: b's storage was recorded as a's and a's as x's, so b and a looked like
+    two storages, the write was recorded, and the graph raised on the continuation's last line."""
+    import traceback
+
+    def run(mode):
+        x, log = torch.randn(4, 4), []
+        if mode:
+            fastdyn.enable()
+        try:
+            _write_into_a_view_of_a_view_after_a_break(x, log)
+        except RuntimeError as e:
+            return traceback.extract_tb(e.__traceback__)[-1].lineno, str(e)[:40], len(log)
+        finally:
+            fastdyn.disable()
+    eager = run(False)
+    assert eager[1].startswith("unsupported operation")
+    assert run(True) == eager and run(True) == eager
+
+
+def _index_in_try_after_an_intermediate_write(x, e, idx):
+    y = x * 2
+    y.add_(1)  # writes a value the graph made: the graph can still be redone
+    try:
+        z = torch.nn.functional.embedding(idx, e)
+    except IndexError:
+        z = y.sum()
+    return z + 1
+
+
+def _index_in_try_after_an_input_write(x, e, idx):
+    x.add_(1)  # writes an input: the graph cannot be redone, so the frame runs as written
+    try:
+        z = torch.nn.functional.embedding(idx, e)
+    except IndexError:
+        z = x.sum()
+    return z + 1
+
+
+@pytest.mark.parametrize("fn", [_index_in_try_after_an_intermediate_write, _index_in_try_after_an_input_write])
+def test_an_op_failing_at_run_time_inside_try_reaches_the_except_clause(fn):
+    """The graph runs first: an index out of range inside `try` raised from the graph call, past
+    the except clause that eager runs."""
+    e = torch.randn(3, 4)
+    for idx in (torch.tensor([1]), torch.tensor([7]), torch.tensor([7])):
+        x = torch.randn(4)
+        want_x = x.clone()
+        want = fn(want_x, e, idx)
+        got = fastdyn.jit(fn)(x, e, idx)
+        assert torch.equal(got, want) and torch.equal(x, want_x)
+
+
+def _input_write_in_try_except_not_implemented(cache, k, pos):
+    try:
+        cache.index_copy_(0, pos, k)  # transformers' static cache: the fallback is for MPS
+    except NotImplementedError:
+        cache[pos] = k
+    return cache * 2
+
+
+def _input_write_in_try_finally(x, log):
+    try:
+        x.add_(1)
+    finally:
+        log.append(1)
+    return x * 2
+
+
+def _input_write_in_try_except_index_error(x, log):
+    try:
+        x.add_(1)
+    except IndexError:
+        log.append(1)
+    return x * 2
+
+
+@pytest.mark.parametrize("fn, args, graphs", [
+    (_input_write_in_try_except_not_implemented, lambda: (torch.zeros(4, 3), torch.ones(1, 3), torch.tensor([2])), 1),
+    (_input_write_in_try_finally, lambda: (torch.zeros(3), []), 1),
+    (_input_write_in_try_except_index_error, lambda: (torch.zeros(3), []), 0),
+])
+def test_which_except_clauses_keep_a_graph_that_writes_an_input(fn, args, graphs):
+    """Only a clause that can catch what an op raises at run time (IndexError, RuntimeError,
+    ValueError, TypeError, or a RuntimeError subclass other than NotImplementedError) makes the
+    frame run as written; a finally clause or `except NotImplementedError` keeps the graph."""
+    want_args, got_args = args(), args()
+    want = fn(*want_args)
+    fastdyn.reset()
+    got = fastdyn.jit(fn)(*got_args)
+    assert torch.equal(got, want) and torch.equal(got_args[0], want_args[0])
+    assert fastdyn.stats()["graphs"] == graphs

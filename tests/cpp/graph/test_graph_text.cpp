@@ -362,5 +362,28 @@ TEST(OpTable, InPlaceTwinsAreTheOutOfPlaceRows) {
   EXPECT_GT(twins, 50);
 }
 
+// Whether a graph may be redone eagerly after it raised depends on this (eval_hook/compiler.cpp).
+TEST(GraphAnalysis, WritesAnInputThroughViewsAndInPlaceResultsOnly) {
+  const Graph made = parse_graph(
+      "graph(%0: f32[4, 4]{4, 1}):\n"
+      "  %1: f32[4, 4]{4, 1} = aten::mul.Scalar(%0, 2)\n"
+      "  %2: f32[4, 4]{1, 4} = aten::transpose.int(%1, 0, 1)\n"
+      "  %3: f32[4, 4]{1, 4} = aten::relu_(%2)\n"
+      "  return (%3)\n");
+  EXPECT_FALSE(writes_an_input(made));
+  const Graph through_view = parse_graph(
+      "graph(%0: f32[4, 4]{4, 1}):\n"
+      "  %1: f32[4, 4]{1, 4} = aten::transpose.int(%0, 0, 1)\n"
+      "  %2: f32[4, 4]{1, 4} = aten::mul.Scalar(%1, 2)\n"
+      "  %3: f32[4, 4]{1, 4} = aten::relu_(%1)\n"
+      "  return (%2)\n");
+  EXPECT_TRUE(writes_an_input(through_view));
+  const Graph through_in_place = parse_graph(
+      "graph(%0: f32[4]{1}):\n"
+      "  %1: f32[4]{1} = aten::add_.Scalar(%0, 1, 1)\n"
+      "  return (%1)\n");
+  EXPECT_TRUE(writes_an_input(through_in_place));
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen
