@@ -21,6 +21,18 @@ namespace {
 
 bool is_input(const Graph& g, ValueId v) { return std::find(g.inputs.begin(), g.inputs.end(), v) != g.inputs.end(); }
 
+// The values computed from no graph input and no random draw (an attention mask from arange and
+// cumsum): constant folding computes them once, at compile time, in each graph that has them.
+std::unordered_set<ValueId> input_free_values(const Graph& g) {
+  std::unordered_set<ValueId> input_free;
+  for (const Node& n : g.nodes) {
+    bool free = op_info(n.op).category != OpCategory::Random;
+    for_each_value_input(n, [&](ValueId v) { free = free && input_free.count(v) > 0; });
+    if (free) input_free.insert(n.outputs.begin(), n.outputs.end());
+  }
+  return input_free;
+}
+
 // The index of the node producing each value (graph inputs: none).
 std::unordered_map<ValueId, size_t> producers(const Graph& g, size_t end) {
   std::unordered_map<ValueId, size_t> p;
@@ -156,12 +168,7 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
   // Saved or recomputed (joint.h): a pointwise/view chain is recomputed when every value it starts
   // from is saved anyway. So is anything computed from no input at all (an attention mask from
   // arange and cumsum): the backward's constant folding computes it once, like the forward's.
-  std::unordered_set<ValueId> input_free;
-  for (const Node& n : gl.nodes) {
-    bool free = op_info(n.op).category != OpCategory::Random;
-    for_each_value_input(n, [&](ValueId v) { free = free && input_free.count(v) > 0; });
-    if (free) input_free.insert(n.outputs.begin(), n.outputs.end());
-  }
+  const std::unordered_set<ValueId> input_free = input_free_values(gl);
   auto may_recompute = [&](const Node& n) { return recomputable(n) || input_free.count(n.outputs.at(0)) > 0; };
   std::set<ValueId> anchors_saved;  // graph inputs and non-recomputable outputs the backward reads
   for (ValueId v : read) {
@@ -294,6 +301,7 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
 // (0 where kept, -inf where masked), expanded to [B, H, L, S]; with the key length a multiple of 16
 // its rows are aligned as the kernel needs without the padding eager would add.
 Graph with_efficient_attention(const Graph& g) {
+  const std::unordered_set<ValueId> input_free = input_free_values(g);
   Graph r = g;
   r.nodes.clear();
   for (Node n : g.nodes) {
@@ -315,11 +323,10 @@ Graph with_efficient_attention(const Graph& g) {
     const int64_t B = q.sizes[0], H = q.sizes[1], L = q.sizes[2], S = ok ? k.sizes[2] : 0;
     if (ok && masked) {
       const TensorMeta mask = r.meta(n.args[3].value);
-      // NB: only a mask the graph is given. One the graph computes from nothing (Hugging Face's
-      // causal mask: arange, cumsum, compare) would be recomputed in the backward (the partition
-      // recomputes input-free values), and the cuda backend has no scans: on an H200 the whole
-      // backward of GPT-2 then ran op by op on ATen (15.1 ms of CUDA time per step against 13.6).
-      ok = is_input(g, n.args[3].value) && (mask.dtype == c10::kBool || mask.dtype == c10::kFloat) && S % 16 == 0 &&
+      // A mask the graph is given, or one it computes from nothing (Hugging Face's causal mask:
+      // arange, cumsum, compare), which the backward recomputes and constant folding computes
+      // once at compile time. Not one computed from inputs: the backward would recompute it.
+      ok = (is_input(g, n.args[3].value) || input_free.count(n.args[3].value) > 0) && (mask.dtype == c10::kBool || mask.dtype == c10::kFloat) && S % 16 == 0 &&
            !mask.sizes.empty() && mask.sizes.size() <= 4 && mask.sizes.back() == S && mask.device == q.device;
     }
     if (!ok) {

@@ -46,33 +46,52 @@ ConstantFolding fold_constants(const Graph& g) {
       mark_with_bases(n.args[0].value, written);
   for (ValueId o : g.outputs) mark_with_bases(o, is_output);
 
-  std::vector<bool> constant(nv, false);
-  std::vector<bool> folded_node(g.nodes.size(), false);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    if (!foldable_op(n)) continue;
-    bool ok = true;
-    if (op_info(n.op).category != OpCategory::Factory)  // a factory reads its tensors' metadata only
-      for_each_value_input(n, [&](ValueId v) { ok = ok && constant[static_cast<size_t>(v)]; });
-    for (ValueId o : n.outputs) ok = ok && !written[static_cast<size_t>(o)] && !is_output[static_cast<size_t>(o)];
-    if (!ok) continue;
-    folded_node[i] = true;
-    for (ValueId o : n.outputs) constant[static_cast<size_t>(o)] = true;
+  // The bytes a folded value pins: its storage extent (an expanded view pins its base's).
+  auto pinned_bytes = [&](ValueId v) {
+    const TensorMeta& m = g.meta(v);
+    int64_t extent = 1;
+    for (size_t d = 0; d < m.sizes.size(); ++d) {
+      if (m.sizes[d] == 0) return int64_t{0};
+      extent += (m.sizes[d] - 1) * std::abs(d < m.strides.size() ? m.strides[d] : 1);
+    }
+    return extent * static_cast<int64_t>(c10::elementSize(m.dtype));
+  };
+  std::vector<bool> blocked(g.nodes.size(), false);  // kept per call to stay within the budget
+  std::vector<bool> constant(nv, false), folded_node(g.nodes.size(), false), needed(nv, false);
+  while (true) {
+    std::fill(constant.begin(), constant.end(), false);
+    std::fill(folded_node.begin(), folded_node.end(), false);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (blocked[i] || !foldable_op(n)) continue;
+      bool ok = true;
+      if (op_info(n.op).category != OpCategory::Factory)  // a factory reads its tensors' metadata only
+        for_each_value_input(n, [&](ValueId v) { ok = ok && constant[static_cast<size_t>(v)]; });
+      for (ValueId o : n.outputs) ok = ok && !written[static_cast<size_t>(o)] && !is_output[static_cast<size_t>(o)];
+      if (!ok) continue;
+      folded_node[i] = true;
+      for (ValueId o : n.outputs) constant[static_cast<size_t>(o)] = true;
+    }
+    // The folded values the rest reads. Past the byte budget, the node making the largest of them
+    // runs per call instead (a [B, H, L, S] attention bias), and its folded inputs are what the rest
+    // reads: the small values before it (a causal mask's cumsum) stay folded.
+    std::fill(needed.begin(), needed.end(), false);
+    int64_t bytes = 0;
+    ValueId largest = -1;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (folded_node[i]) continue;
+      for_each_value_input(g.nodes[i], [&](ValueId v) {
+        if (!constant[static_cast<size_t>(v)] || needed[static_cast<size_t>(v)]) return;
+        needed[static_cast<size_t>(v)] = true;
+        bytes += pinned_bytes(v);
+        if (largest < 0 || pinned_bytes(v) > pinned_bytes(largest)) largest = v;
+      });
+    }
+    if (bytes <= kMaxFoldedBytes || largest < 0) break;
+    blocked[static_cast<size_t>(producer[static_cast<size_t>(largest)])] = true;
   }
-
-  // The folded values the rest reads; past the byte budget nothing is folded.
   ConstantFolding f;
-  std::vector<bool> needed(nv, false);
-  int64_t bytes = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (folded_node[i]) continue;
-    for_each_value_input(g.nodes[i], [&](ValueId v) {
-      if (!constant[static_cast<size_t>(v)] || needed[static_cast<size_t>(v)]) return;
-      needed[static_cast<size_t>(v)] = true;
-      bytes += g.meta(v).nbytes();
-    });
-  }
-  if (bytes > kMaxFoldedBytes || std::none_of(needed.begin(), needed.end(), [](bool b) { return b; })) {
+  if (std::none_of(needed.begin(), needed.end(), [](bool b) { return b; })) {
     f.rest = g;
     return f;
   }

@@ -5,9 +5,9 @@
 // call: a causal mask built from arange, comparisons and indexing, say. A backend evaluates them
 // once, at compile time, and passes the results as extra inputs. Not folded: random ops; values
 // an in-place op writes (or views of them); graph outputs and the values they view (each call
-// must return fresh tensors);
-// and nothing at all when the results would pass kMaxFoldedBytes, so a graph never pins
-// much memory.
+// must return fresh tensors). The folded values a graph keeps stay within kMaxFoldedBytes, so a
+// graph never pins much memory: past it, the ops making the largest ones run per call, from the
+// smaller folded values before them.
 #pragma once
 #include "codegen/graph/graph.h"
 

@@ -14,8 +14,10 @@
 namespace fastdyn::codegen {
 namespace {
 
-// The folded values, computed now on ATen; nullopt when one comes back laid out otherwise than its
-// metadata says (kernels address inputs by the metadata's strides).
+// The folded values, computed now on ATen, each laid out as its metadata says (kernels address
+// inputs by the metadata's strides: a value ATen lays out otherwise, as CUDA's index does for
+// some, is copied into that layout); nullopt when one comes back with other sizes, or otherwise
+// laid out where the metadata's layout overlaps itself.
 std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants) {
   std::vector<at::Tensor> placeholders;
   for (ValueId v : constants.inputs) {
@@ -25,9 +27,13 @@ std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants
   std::vector<at::Tensor> values = compile_aten(constants)->run(placeholders);
   for (size_t i = 0; i < values.size(); ++i) {
     const TensorMeta& m = constants.meta(constants.outputs[i]);
-    const at::Tensor& t = values[i];
-    if (t.sizes() != c10::IntArrayRef(m.sizes) || (t.numel() > 1 && t.strides() != c10::IntArrayRef(m.strides)))
-      return std::nullopt;
+    at::Tensor& t = values[i];
+    if (t.sizes() != c10::IntArrayRef(m.sizes)) return std::nullopt;
+    if (t.numel() > 1 && t.strides() != c10::IntArrayRef(m.strides)) {
+      at::Tensor laid_out = at::empty_strided(m.sizes, m.strides, t.options());
+      if (!laid_out.is_non_overlapping_and_dense()) return std::nullopt;  // an expanded layout: no copy makes it
+      t = laid_out.copy_(t);
+    }
   }
   return values;
 }

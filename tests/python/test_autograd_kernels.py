@@ -74,7 +74,7 @@ def test_train_mode_batch_norm_on_a_gpu_runs_cudnns_kernels_as_eager_does():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("mask", [None, "bool", "float"])
+@pytest.mark.parametrize("mask", [None, "bool", "float", "computed"])
 def test_attention_in_training_on_a_gpu_runs_the_memory_efficient_backward(mask):
     # Eager's float32 sdpa on a GPU runs the memory-efficient kernel and its backward; the compiled
     # graph records the same pair (the sdpa row's recompute of the [B, H, L, S] weights took
@@ -87,7 +87,11 @@ def test_attention_in_training_on_a_gpu_runs_the_memory_efficient_backward(mask)
     m = None if mask is None else keep if mask == "bool" else torch.randn(2, 1, 64, 64, device="cuda")
 
     def f(q, k, v):
-        return F.scaled_dot_product_attention(q * 2, k, v, attn_mask=m, is_causal=m is None).relu()
+        mm = m
+        if mask == "computed":  # built in the graph from nothing, as Hugging Face's causal mask
+            pos = torch.ones(64, dtype=torch.long, device="cuda").cumsum(0)
+            mm = (pos[None, :] <= pos[:, None])[None, None]
+        return F.scaled_dot_product_attention(q * 2, k, v, attn_mask=mm, is_causal=mm is None).relu()
 
     out = fastdyn.jit(f)(q, k, v)
     assert out.grad_fn.name() == COMPILED

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 namespace fastdyn::codegen::autograd {
 namespace {
 
@@ -132,6 +135,28 @@ TEST(AutogradJoint, WhatTheGraphComputesFromAReturnedViewTakesItsGradientThrough
   EXPECT_EQ(s.plan.levels[1].outputs, (std::vector<int32_t>{2}));
   EXPECT_EQ(s.plan.levels[1].edge_outputs, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(s.plan.levels[1].edge_grad, (std::vector<int32_t>{-1, -1, 0}));  // through the view only
+}
+
+TEST(AutogradJoint, AMaskTheGraphComputesFromNothingKeepsTheMemoryEfficientAttention) {
+  // Hugging Face's causal mask is built in the graph (arange, compare): it still becomes the
+  // memory-efficient kernel's bias (the backward recomputes it, constant folding computes it once),
+  // while a mask computed from an input keeps the sdpa row. Graph rewriting only: no GPU needed.
+  auto graph = [](const char* mask) {
+    return parse_graph(std::string(R"(graph(%0: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad, %1: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad, %2: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad, %3: i64[64]{1}@cuda:0):
+  %4: i64[64]{1}@cuda:0 = )") + mask + R"(
+  %5: i64[64, 1]{1, 1}@cuda:0 = aten::unsqueeze(%4, 1)
+  %6: b8[64, 64]{64, 1}@cuda:0 = aten::le.Tensor(%4, %5)
+  %7: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad = aten::scaled_dot_product_attention(%0, %1, %2, %6, 0.0, False, 0.125, False)
+  return (%7)
+)");
+  };
+  auto has = [](const Graph& g, OpId op) {
+    return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.op == op; });
+  };
+  const AutogradSplit computed = split_for_autograd(graph(R"(aten::arange.start_step(0, 64, 1, torch.int64, None, device("cuda:0"), None))"));
+  EXPECT_TRUE(has(computed.forward, OpId::_scaled_dot_product_efficient_attention)) << print_graph(computed.forward);
+  const AutogradSplit from_input = split_for_autograd(graph("aten::mul.Scalar(%3, 2)"));
+  EXPECT_FALSE(has(from_input.forward, OpId::_scaled_dot_product_efficient_attention)) << print_graph(from_input.forward);
 }
 
 TEST(AutogradJoint, NeedsAutogradOnlyForComputedOutputsThatRequireGrad) {
