@@ -543,11 +543,12 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
 
 void record_outcome(ExplainReport& r, const CompileOutcome& out) {
   if (out.kind == CompileOutcome::Kind::NoTensors) return;
-  if ((out.kind == CompileOutcome::Kind::Unsupported && !out.raises) || out.broke) {
-    r.graph_break_count++;
+  if (out.counts_as_graph_break() || out.broke) {
+    r.graph_break_count += out.counts_as_graph_break() ? 1 : 0;
     r.break_reasons.push_back(out.reason);
     r.break_filenames.push_back(out.filename);
     r.break_linenos.push_back(out.lineno);
+    r.break_counted.push_back(out.counts_as_graph_break());
   }
   if (out.kind != CompileOutcome::Kind::Compiled || out.graph_ops == 0) return;
   r.graph_count++;

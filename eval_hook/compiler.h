@@ -29,6 +29,14 @@ struct CompileOutcome {
   std::string filename;
   int lineno = -1;
   std::vector<std::string> node_locations;  // the report's: each graph op's Python line (journal on)
+
+  // A graph break, as stats(), explain() and the report count them: a frame that runs as written
+  // (not one that raises on this path), or a break that ends a graph. A break with nothing
+  // recorded before it splits no graph and is not counted (Dynamo's count too: `print(); return
+  // x + 1` has none), though its continuation is compiled as any other.
+  bool counts_as_graph_break() const {
+    return (kind == Kind::Unsupported && !raises) || (broke && graph_ops > 0);
+  }
 };
 
 // Traces and compiles the frame, its graph for `backend` (the request: enable()'s or the jit
@@ -41,9 +49,10 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
 struct ExplainReport {
   int graph_count = 0;
   int graph_break_count = 0;
-  std::vector<std::string> break_reasons;  // parallel with filenames/linenos
+  std::vector<std::string> break_reasons;  // parallel with filenames/linenos/counted
   std::vector<std::string> break_filenames;
   std::vector<int> break_linenos;
+  std::vector<bool> break_counted;  // false: a break with nothing recorded before it (not counted)
   std::vector<std::map<std::string, int>> op_counts;
   std::vector<std::string> guards;
   std::vector<std::string> graphs;  // graph text

@@ -139,7 +139,7 @@ std::string failed_guard(const CodeState& st, Frame* frame) {
 }
 
 void report_break(const CompileOutcome& out, PyCodeObject* code) {
-  if (!out.raises) {  // a frame that raises on this path runs as written: no graph break
+  if (out.counts_as_graph_break()) {
     stats().graph_breaks++;
     journal_events::graph_break(code, out);
   }
@@ -147,7 +147,8 @@ void report_break(const CompileOutcome& out, PyCodeObject* code) {
     const char* name = PyUnicode_AsUTF8(code->co_qualname);
     log_event("graph_break", std::string(name ? name : "?") + " at " + out.filename + ":" +
                                  std::to_string(out.lineno) + ": " + out.reason +
-                                 (out.broke ? " (a continuation runs the rest)"
+                                 (out.broke && out.graph_ops == 0 ? " (nothing recorded before it: no graph break; a continuation runs the rest)"
+                                  : out.broke ? " (a continuation runs the rest)"
                                   : out.raises ? " (the frame raises here: it runs as written, no graph break)"
                                                : " (the frame runs eagerly)"));
   }

@@ -118,7 +118,7 @@ py::dict explain(py::handle fn, py::tuple args, py::dict kwargs) {
   d["graph_break_count"] = r.graph_break_count;
   py::list breaks;
   for (size_t i = 0; i < r.break_reasons.size(); ++i)
-    breaks.append(py::make_tuple(r.break_reasons[i], r.break_filenames[i], r.break_linenos[i]));
+    breaks.append(py::make_tuple(r.break_reasons[i], r.break_filenames[i], r.break_linenos[i], static_cast<bool>(r.break_counted[i])));
   d["breaks"] = breaks;
   d["op_counts"] = r.op_counts;
   d["guards"] = r.guards;

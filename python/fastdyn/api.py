@@ -170,7 +170,7 @@ class _JitModule(torch.nn.Module):
 class BreakReason:
     __slots__ = ("reason", "filename", "lineno")
 
-    def __init__(self, reason, filename, lineno):
+    def __init__(self, reason, filename, lineno, counted=True):
         self.reason, self.filename, self.lineno = reason, filename, lineno
 
     def __repr__(self):
@@ -186,7 +186,10 @@ class ExplainOutput:
         self.fn_name = fn_name
         self.graph_count = report["graph_count"]
         self.graph_break_count = report["graph_break_count"]
-        self.break_reasons = [BreakReason(*b) for b in report["breaks"]]
+        # The breaks counted (each ends a graph), as Dynamo's explain lists them; a break with
+        # nothing recorded before it splits no graph: listed apart (its continuation is compiled).
+        self.break_reasons = [BreakReason(*b) for b in report["breaks"] if b[3]]
+        self.breaks_before_any_op = [BreakReason(*b) for b in report["breaks"] if not b[3]]
         self.op_counts = [dict(c) for c in report["op_counts"]]
         self.guards = list(report["guards"])
         self.graphs = list(report["graphs"])
@@ -198,6 +201,8 @@ class ExplainOutput:
                  f"{self.graph_break_count} graph break(s)"]
         for b in self.break_reasons:
             lines.append(f"  break: {b.reason} ({b.filename}:{b.lineno})")
+        for b in self.breaks_before_any_op:
+            lines.append(f"  break before any op (no graph split): {b.reason} ({b.filename}:{b.lineno})")
         for i, (ops, text, code) in enumerate(zip(self.op_counts, self.graphs, self.code)):
             lines.append(f"  graph {i}: {sum(ops.values())} op(s): " +
                          ", ".join(f"{k} x{v}" for k, v in sorted(ops.items())))

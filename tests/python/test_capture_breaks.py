@@ -64,8 +64,8 @@ def test_inplace_dropout(training):
     def f(x):
         return drop(x * 2) + 1
 
-    if training:  # random and in place: runs as written (a break, also in the inlined forward), eager's stream
-        check(f, torch.randn(8, 8), graphs=2, breaks=2, seed=0)
+    if training:  # random and in place: runs as written (a break; the inlined forward's, before any op, is not counted), eager's stream
+        check(f, torch.randn(8, 8), graphs=2, breaks=1, seed=0)
     else:  # the identity: eager returns the input itself
         check(f, torch.randn(8, 8))
 
@@ -361,7 +361,7 @@ def test_an_lru_cache_over_a_function_marked_constant_is_folded():
 
     check(f, torch.ones(2))
     assert ran == [2]  # eager's call filled the cache; the trace's was a hit
-    check(g, torch.ones(2), graphs=1, breaks=1)  # an unmarked cache stays a call as written
+    check(g, torch.ones(2), graphs=1, breaks=0)  # an unmarked cache stays a call as written (a break before any op)
 
 
 @pytest.mark.parametrize("indexing", ["ij", "xy"])

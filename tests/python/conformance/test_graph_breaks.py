@@ -50,11 +50,25 @@ def print_between_ops(x):
     return y * 2
 
 
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=1, xfail=BREAK)
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def print_of_tensor_value(x):
     y = x.sum(0)
-    print(y.shape, float(y[0]) > -100)
+    print(y.shape, float(y[0]) > -100)  # the print's break has nothing before it: not counted
     return y.exp()
+
+
+@CASES(lambda: (r(4, 8),), graphs=1, breaks=0)
+def print_before_any_op(x):
+    print("start", end="")  # nothing recorded before it: no graph is split (Dynamo counts none)
+    return x + 1
+
+
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
+def two_prints_after_ops(x):
+    y = x + 1
+    print("one", end="")
+    print("two", end="")  # the continuation's break, with nothing before it: not counted
+    return y * 2
 
 
 @CASES(lambda: (r(4, 8),), graphs=2, breaks=1, xfail=RECOMPILE)
@@ -150,9 +164,8 @@ def break_with_no_ops_after(x):
     return y
 
 
-# Dynamo reports (1, 0): it records a break only when it compiles a partial graph before it;
-# fastdyn reports every break it meets.
-@CASES(lambda: (r(4, 8),), graphs=1, breaks=1)
+# A break counts only when it ends a graph (Dynamo's count too): nothing is recorded before this one.
+@CASES(lambda: (r(4, 8),), graphs=1, breaks=0)
 def break_with_no_ops_before(x):
     print("first")
     return x.cos()
@@ -585,10 +598,9 @@ def break_after_local_deleted(x):
     return y * 2
 
 
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=2)
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def consecutive_breaks_without_ops_between(x):
-    # Dynamo: (2, 1); it records no reason for the second break, which has no graph before it.
-    # fastdyn reports both breaks. Today the second continuation (a * 2) is not captured.
+    # As Dynamo: the second break, with no op before it in its continuation, ends no graph.
     a = x + 1
     print("one")
     print("two")
