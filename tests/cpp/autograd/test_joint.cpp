@@ -155,6 +155,21 @@ TEST(AutogradJoint, AMaskTheGraphComputesFromNothingKeepsTheMemoryEfficientAtten
   };
   const AutogradSplit computed = split_for_autograd(graph(R"(aten::arange.start_step(0, 64, 1, torch.int64, None, device("cuda:0"), None))"));
   EXPECT_TRUE(has(computed.forward, OpId::_scaled_dot_product_efficient_attention)) << print_graph(computed.forward);
+  // tests/python/test_autograd_kernels.py's "computed" case as traced on a GPU.
+  const AutogradSplit traced = split_for_autograd(parse_graph(R"(graph(%7: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad, %9: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad, %10: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad):
+  %0: i64[64]{1}@cuda:0 = aten::ones([64], torch.int64, None, device("cuda:0"), None)
+  %1: i64[64]{1}@cuda:0 = aten::cumsum(%0, 0, None)
+  %2: i64[1, 64]{64, 1}@cuda:0 = aten::unsqueeze(%1, 0)
+  %3: i64[64, 1]{1, 1}@cuda:0 = aten::unsqueeze(%1, 1)
+  %4: b8[64, 64]{64, 1}@cuda:0 = aten::le.Tensor(%2, %3)
+  %5: b8[1, 64, 64]{4096, 64, 1}@cuda:0 = aten::unsqueeze(%4, 0)
+  %6: b8[1, 1, 64, 64]{4096, 4096, 64, 1}@cuda:0 = aten::unsqueeze(%5, 1)
+  %8: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad = aten::mul.Scalar(%7, 2)
+  %11: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad = aten::scaled_dot_product_attention(%8, %9, %10, %6, 0.0, False, None, False)
+  %12: f32[2, 4, 64, 64]{16384, 4096, 64, 1}@cuda:0 requires_grad = aten::relu(%11)
+  return (%12)
+)"));
+  EXPECT_TRUE(has(traced.forward, OpId::_scaled_dot_product_efficient_attention)) << print_graph(traced.forward);
   const AutogradSplit from_input = split_for_autograd(graph("aten::mul.Scalar(%3, 2)"));
   EXPECT_FALSE(has(from_input.forward, OpId::_scaled_dot_product_efficient_attention)) << print_graph(from_input.forward);
 }
