@@ -12,6 +12,7 @@
 #include "codegen/capture/meta_views.h"
 
 #include <c10/core/Device.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <cmath>
 #include <cstring>
@@ -22,16 +23,29 @@ namespace {
 using meta::Ints;
 using namespace views;
 
+// A device as ATen places a tensor on it: "cuda" without an index is the current CUDA device, so
+// the metadata names the index the tensor gets (a graph of cuda:0 values beside one "cuda" factory
+// was no single device, and ran wholly on the aten backend). Unchanged where no guard is
+// registered for its type (CUDA in a CPU-only build).
+c10::Device indexed(c10::Device d) {
+  if (d.has_index() || d.is_cpu() || d.is_meta()) return d;
+  try {
+    return c10::impl::VirtualGuardImpl(d.type()).getDevice();
+  } catch (const std::exception&) {
+    return d;
+  }
+}
+
 // A device argument: torch.device, "cpu"/"cuda:1", or None.
 bool read_device(const char* op, const CallArg& a, std::optional<c10::Device>& out, CaptureResult& err) {
   if (a.kind == CallArg::Kind::None) return true;
   if (a.kind == CallArg::Kind::Device) {
-    out = a.device;
+    out = indexed(a.device);
     return true;
   }
   if (a.kind == CallArg::Kind::String) {
     try {
-      out = c10::Device(a.str);
+      out = indexed(c10::Device(a.str));
       return true;
     } catch (const std::exception&) {
       err = fail(op, "invalid device string '" + a.str + "'");

@@ -74,11 +74,7 @@ def test_train_mode_batch_norm_on_a_gpu_runs_cudnns_kernels_as_eager_does():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("mask", [None, "bool", "float", pytest.param("computed", marks=pytest.mark.xfail(
-    strict=True, reason="open (2026-11-28): on an H200 this graph ran on ATen with eager's autograd (grad_fn "
-    "ReluBackward0, no autograd split dumped, no break logged), although GPT-2's in-graph causal mask gets the "
-    "memory-efficient backward in bench/train_step.py and the split of this very graph does "
-    "(tests/cpp/autograd/test_joint.cpp)"))])
+@pytest.mark.parametrize("mask", [None, "bool", "float", "computed"])
 def test_attention_in_training_on_a_gpu_runs_the_memory_efficient_backward(mask):
     # Eager's float32 sdpa on a GPU runs the memory-efficient kernel and its backward; the compiled
     # graph records the same pair (the sdpa row's recompute of the [B, H, L, S] weights took

@@ -69,6 +69,14 @@ def test_pointwise_shapes_broadcast_and_layouts(shape):
         check(lambda x, b: torch.tanh(x.t()) + b, x, b)  # a transposed read: the scalar path
 
 
+def test_a_factory_on_cuda_without_an_index_keeps_the_graph_on_the_cuda_backend():
+    # device="cuda" is the current device: its metadata says cuda:0, as the other values' do, so
+    # the graph is on one device (it ran wholly on aten, op by op, when it said "cuda").
+    x = torch.randn(64, device="cuda")
+    check(lambda x: x * 2 + torch.arange(64, device="cuda"), x)
+    check(lambda x: x.relu() + torch.ones(64, device=torch.device("cuda")), x)
+
+
 def test_vector_path_and_misaligned_views():
     x = torch.randn(4096 + 1, device="cuda")
     check(lambda x: (x[1:] * 3).exp(), x)   # a view 4 bytes past the allocation: no vector loads
