@@ -257,6 +257,10 @@ class Tracer {
   // with the mode they were recorded under (Node::grad_enabled). finish_grad_stamps at the end.
   void set_grad_mode(bool mode);
   void finish_grad_stamps();
+  // ---- with_blocks.cpp ----
+  // BEFORE_WITH of manager `mgr` (popped): pushes its __exit__ and what __enter__ returned, or
+  // throws Unsupported / NoBreak for managers the trace does not enter.
+  void enter_with(SymValue mgr);
   // STORE_GLOBAL: the root frame's global `name` = value, replayed after the graph
   // (SideEffect::SetGlobal); later reads in the trace see value. Unsupported for another
   // module's globals (an inlined function's).
