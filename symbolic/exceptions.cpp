@@ -132,11 +132,18 @@ bool Tracer::inside_try_except() const {
   for (const auto& fp : frames_) {
     const FrameState& f = *fp;
     if (f.pc >= f.insts.size() || PyBytes_GET_SIZE(f.code->co_exceptiontable) == 0) continue;
-    for (const ExceptionEntry& e : enclosing_handlers(f.code, f.insts[f.pc].index)) {
-      if (e.target < 0 || static_cast<size_t>(e.target) >= f.inst_at.size()) return true;
-      const int t = f.inst_at[static_cast<size_t>(e.target)];
-      if (t < 0 || except_clauses_catch(f, static_cast<size_t>(t))) return true;
+    if (f.try_pc != f.pc) {
+      f.try_pc = f.pc;
+      f.try_at_pc = false;
+      for (const ExceptionEntry& e : enclosing_handlers(f.code, f.insts[f.pc].index)) {
+        const int t = e.target < 0 || static_cast<size_t>(e.target) >= f.inst_at.size() ? -1 : f.inst_at[static_cast<size_t>(e.target)];
+        if (t < 0 || except_clauses_catch(f, static_cast<size_t>(t))) {
+          f.try_at_pc = true;
+          break;
+        }
+      }
     }
+    if (f.try_at_pc) return true;
   }
   return false;
 }

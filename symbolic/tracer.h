@@ -76,6 +76,10 @@ struct FrameState {
   PyObject* kw_names = nullptr;      // borrowed from co_consts, pending for the next CALL
   size_t pc = 0;                     // index into insts of the instruction being executed
   size_t next_pc = 0;                // set by jumps; else pc + 1
+  // Tracer::inside_try_except's answer for this frame at instruction try_pc (an outer frame asks
+  // once per instruction, not once per op its callees record).
+  mutable size_t try_pc = SIZE_MAX;
+  mutable bool try_at_pc = false;
   bool done = false;
   SymValue return_value;
   int depth = 0;                     // 0 for the root
