@@ -543,12 +543,13 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
 
 void record_outcome(ExplainReport& r, const CompileOutcome& out) {
   if (out.kind == CompileOutcome::Kind::NoTensors) return;
-  if (out.counts_as_graph_break() || out.broke) {
-    r.graph_break_count += out.counts_as_graph_break() ? 1 : 0;
+  const bool counted = out.counts_as_graph_break();
+  if (counted || out.broke) {  // a break before any op is listed too, apart (break_counted)
+    r.graph_break_count += counted ? 1 : 0;
     r.break_reasons.push_back(out.reason);
     r.break_filenames.push_back(out.filename);
     r.break_linenos.push_back(out.lineno);
-    r.break_counted.push_back(out.counts_as_graph_break());
+    r.break_counted.push_back(counted);
   }
   if (out.kind != CompileOutcome::Kind::Compiled || out.graph_ops == 0) return;
   r.graph_count++;

@@ -88,6 +88,10 @@ std::vector<ExceptionEntry> exception_table(PyCodeObject* code) {
   return out;
 }
 
+int jump_target(const Instruction& in) {
+  return (opcode_info(in.opcode).flags & kJumpBackward) ? in.next - in.arg : in.next + in.arg;
+}
+
 int outermost_loop_head(const std::vector<Instruction>& insts, int inst) {
   const int at = insts[static_cast<size_t>(inst)].index;
   int head = -1;

@@ -38,6 +38,8 @@ int outermost_loop_head(const std::vector<Instruction>& insts, int inst);
 // The instruction (an index into `insts`) that starts at code unit `unit` (its EXTENDED_ARG
 // prefix or its opcode), or -1: where a jump lands.
 int instruction_at(const std::vector<Instruction>& insts, int unit);
+// The code unit a relative jump `in` lands on (forward, or backward for a kJumpBackward opcode).
+int jump_target(const Instruction& in);
 
 // Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
 // Memoized per code object (code is immutable, and a first call decodes the same functions many

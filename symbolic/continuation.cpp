@@ -109,7 +109,7 @@ BreakShape shape_of(const std::vector<Instruction>& insts, int first, int last, 
     // A while loop's test at its bottom (3.11): a conditional jump back to the body, which the
     // transformed code takes forward to the body's continuation (forward_twin).
     if ((flags & kJumpBackward) && forward_twin(in.opcode) < 0) throw CannotRebuild("a backward jump");
-    const int target = instruction_at(insts, (flags & kJumpBackward) ? in.next - in.arg : in.next + in.arg);
+    const int target = instruction_at(insts, symbolic::jump_target(in));
     if (target < 0) throw CannotRebuild("a jump into an instruction");
     *jump_target = target;
     if (std::strncmp(name, "POP_JUMP", 8) == 0) {

@@ -68,33 +68,34 @@ bool catches_a_run_time_error(PyObject* cls) {
 // a with block's __exit__ re-raises; a class it cannot read at trace time (`except self.Error`)
 // counts as catching.
 bool except_clauses_catch(const FrameState& f, size_t t) {
-  auto name_at = [&](size_t i) { return i < f.insts.size() ? opcode_info(f.insts[i].opcode).name : ""; };
-  auto is = [&](size_t i, const char* op) { return std::strcmp(name_at(i), op) == 0; };
-  if (!is(t, "PUSH_EXC_INFO")) return false;  // 3.12's inlined comprehension restoring its variable
+  // The opcode of instruction i, CACHE (0, never an instruction) past the end.
+  auto op_at = [&](size_t i) { return i < f.insts.size() ? f.insts[i].opcode : static_cast<uint8_t>(op::CACHE); };
+  if (op_at(t) != op::PUSH_EXC_INFO) return false;  // 3.12's inlined comprehension restoring its variable
   static PyObject* const builtins = PyImport_ImportModule("builtins");  // NB: kept for the process
   size_t i = t + 1;
   for (int clause = 0; clause < 64; ++clause) {
-    if (is(i, "POP_TOP")) return true;  // a bare except
+    if (op_at(i) == op::POP_TOP) return true;  // a bare except
     struct Stack {  // the classes loaded, owned (nullptr: not found)
       std::vector<PyObject*> v;
       ~Stack() { for (PyObject* o : v) Py_XDECREF(o); }
     } stack;
     bool known = true;
-    for (; !is(i, "CHECK_EXC_MATCH"); ++i) {
-      const Instruction& in = i < f.insts.size() ? f.insts[i] : f.insts.back();
-      if (is(i, "PUSH_NULL") || is(i, "NOP")) continue;
-      if (is(i, "LOAD_GLOBAL") || is(i, "LOAD_NAME")) {
-        PyObject* name = PyTuple_GET_ITEM(f.code->co_names, is(i, "LOAD_GLOBAL") ? in.arg >> 1 : in.arg);
+    for (; op_at(i) != op::CHECK_EXC_MATCH; ++i) {
+      if (i >= f.insts.size()) return true;
+      const Instruction& in = f.insts[i];
+      if (in.opcode == op::PUSH_NULL || in.opcode == op::NOP) continue;
+      if (in.opcode == op::LOAD_GLOBAL || in.opcode == op::LOAD_NAME) {
+        PyObject* name = PyTuple_GET_ITEM(f.code->co_names, in.opcode == op::LOAD_GLOBAL ? in.arg >> 1 : in.arg);
         PyObject* v = f.globals ? PyDict_GetItemWithError(f.globals, name) : nullptr;  // borrowed
         PyObject* found = v ? Py_NewRef(v) : builtins ? PyObject_GetAttr(builtins, name) : nullptr;
         known = known && found;
         stack.v.push_back(found);
-      } else if (is(i, "LOAD_ATTR") && !stack.v.empty()) {
+      } else if (in.opcode == op::LOAD_ATTR && !stack.v.empty()) {
         PyObject* name = PyTuple_GET_ITEM(f.code->co_names, python_minor() >= 12 ? in.arg >> 1 : in.arg);
         PyObject* attr = stack.v.back() ? PyObject_GetAttr(stack.v.back(), name) : nullptr;
         known = known && attr;
         Py_XSETREF(stack.v.back(), attr);
-      } else if (is(i, "BUILD_TUPLE") && static_cast<size_t>(in.arg) <= stack.v.size()) {
+      } else if (in.opcode == op::BUILD_TUPLE && static_cast<size_t>(in.arg) <= stack.v.size()) {
         PyObject* tuple = PyTuple_New(in.arg);
         const size_t first = stack.v.size() - static_cast<size_t>(in.arg);
         for (int k = 0; k < in.arg; ++k) {
@@ -103,7 +104,7 @@ bool except_clauses_catch(const FrameState& f, size_t t) {
         }
         stack.v.resize(first);  // the tuple holds their references now
         stack.v.push_back(tuple);
-      } else if (!std::strncmp(name_at(i), "LOAD_", 5)) {
+      } else if (!std::strncmp(opcode_info(in.opcode).name, "LOAD_", 5)) {
         stack.v.push_back(nullptr);  // a class from a local or a cell: not read at trace time
         known = false;
       } else {
@@ -111,17 +112,15 @@ bool except_clauses_catch(const FrameState& f, size_t t) {
         // CHECK_EXC_MATCH); a later one is code the reader does not know.
         return clause != 0;
       }
-      if (i >= f.insts.size()) return true;
     }
     PyErr_Clear();
     if (!known || stack.v.empty() || !stack.v.back() || catches_a_run_time_error(stack.v.back())) return true;
     // The clause's test: a jump past its body to the next clause, or to the RERAISE that ends them.
-    const Instruction& jump = i + 1 < f.insts.size() ? f.insts[i + 1] : f.insts.back();
-    if (!std::strstr(name_at(i + 1), "JUMP")) return true;
-    const int units = (opcode_info(jump.opcode).flags & kJumpBackward) ? jump.next - jump.arg : jump.next + jump.arg;
-    if (units < 0 || static_cast<size_t>(units) >= f.inst_at.size() || f.inst_at[static_cast<size_t>(units)] < 0) return true;
-    i = static_cast<size_t>(f.inst_at[static_cast<size_t>(units)]);
-    if (is(i, "RERAISE")) return false;
+    if (i + 1 >= f.insts.size() || !(opcode_info(f.insts[i + 1].opcode).flags & kJumpRelative)) return true;
+    const int next = instruction_at(f.insts, jump_target(f.insts[i + 1]));
+    if (next < 0) return true;
+    i = static_cast<size_t>(next);
+    if (op_at(i) == op::RERAISE) return false;
   }
   return true;
 }

@@ -761,10 +761,7 @@ struct Handlers {
       throw InternalError("jump to a code unit that starts no instruction");
     f.next_pc = static_cast<size_t>(f.inst_at[static_cast<size_t>(units)]);
   }
-  static int target(const Instruction& in) {
-    return (opcode_info(in.opcode).flags & kJumpBackward) ? in.next - in.arg : in.next + in.arg;
-  }
-  static void jump(Tracer& t, const Instruction& in) { jump_to(t, target(in)); }
+  static void jump(Tracer& t, const Instruction& in) { jump_to(t, jump_target(in)); }
   // POP_JUMP_IF_* of both versions. Which test and when to jump come from the name.
   static void pop_jump(Tracer& t, const Instruction& in) {
     const char* name = opcode_info(in.opcode).name;
@@ -792,7 +789,7 @@ struct Handlers {
     }
     it.box->exhausted = true;
     t.pop();
-    const int end = target(in);
+    const int end = jump_target(in);
     jump_to(t, end);
     if (python_minor() >= 12) t.fr().next_pc += 1;  // 3.12 skips the END_FOR at the target
   }

@@ -90,8 +90,8 @@ struct TraceResult {
   // again at a later call (a validation that raises for some inputs only).
   bool raises = false;
   // Some op of the graph was recorded inside a try block with an except clause that may catch
-  // the op's failure at run time (an IndexError, a RuntimeError: Tracer::inside_try_except). Only a graph that can be redone eagerly when it raises keeps that
-  // (eval_hook/compiler.cpp).
+  // the op's failure at run time (an IndexError, a RuntimeError: Tracer::inside_try_except).
+  // Only a graph that can be redone eagerly when it raises keeps that (eval_hook/compiler.cpp).
   bool op_in_try = false;
   std::vector<SourcePtr> input_sources;  // graph input i is loaded from input_sources[i]
   std::vector<GuardSpec> guards;

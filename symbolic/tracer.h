@@ -10,6 +10,7 @@
 #pragma once
 #include <Python.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <set>

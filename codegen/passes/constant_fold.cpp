@@ -76,15 +76,16 @@ ConstantFolding fold_constants(const Graph& g) {
     // runs per call instead (a [B, H, L, S] attention bias), and its folded inputs are what the rest
     // reads: the small values before it (a causal mask's cumsum) stay folded.
     std::fill(needed.begin(), needed.end(), false);
-    int64_t bytes = 0;
+    int64_t bytes = 0, largest_bytes = -1;
     ValueId largest = -1;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (folded_node[i]) continue;
       for_each_value_input(g.nodes[i], [&](ValueId v) {
         if (!constant[static_cast<size_t>(v)] || needed[static_cast<size_t>(v)]) return;
         needed[static_cast<size_t>(v)] = true;
-        bytes += pinned_bytes(v);
-        if (largest < 0 || pinned_bytes(v) > pinned_bytes(largest)) largest = v;
+        const int64_t b = pinned_bytes(v);
+        bytes += b;
+        if (b > largest_bytes) largest = v, largest_bytes = b;
       });
     }
     if (bytes <= kMaxFoldedBytes || largest < 0) break;

@@ -170,7 +170,7 @@ class _JitModule(torch.nn.Module):
 class BreakReason:
     __slots__ = ("reason", "filename", "lineno")
 
-    def __init__(self, reason, filename, lineno, counted=True):
+    def __init__(self, reason, filename, lineno):
         self.reason, self.filename, self.lineno = reason, filename, lineno
 
     def __repr__(self):
@@ -188,8 +188,8 @@ class ExplainOutput:
         self.graph_break_count = report["graph_break_count"]
         # The breaks counted (each ends a graph), as Dynamo's explain lists them; a break with
         # nothing recorded before it splits no graph: listed apart (its continuation is compiled).
-        self.break_reasons = [BreakReason(*b) for b in report["breaks"] if b[3]]
-        self.breaks_before_any_op = [BreakReason(*b) for b in report["breaks"] if not b[3]]
+        self.break_reasons = [BreakReason(*b[:3]) for b in report["breaks"] if b[3]]
+        self.breaks_before_any_op = [BreakReason(*b[:3]) for b in report["breaks"] if not b[3]]
         self.op_counts = [dict(c) for c in report["op_counts"]]
         self.guards = list(report["guards"])
         self.graphs = list(report["graphs"])
