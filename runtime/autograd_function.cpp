@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
 #include <cstdint>
@@ -59,20 +60,33 @@ class CompiledFunctionBackward final : public ag::Node {
 
   ag::variable_list apply(ag::variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const AutogradPlan::Level& lv = c_->plan.levels[level_];
     if (at::GradMode::is_enabled()) return differentiable_backward(grads);
     std::vector<at::Tensor> args;
     args.reserve(saved_.size() + grads.size());
     for (const ag::SavedVariable& s : saved_) args.push_back(s.unpack());  // eager's errors
     for (size_t k = 0; k < grads.size(); ++k) args.push_back(seed(grads[k], k));
-    std::vector<at::Tensor> outs = c_->levels[level_].backward->run(args);
+    Executable& backward = *c_->levels[level_].backward;
+    // Without retain_graph the engine releases the saved values after this call: they are given
+    // to the backward instead, which drops each after its last reader, so the activations are
+    // freed as the backward walks down the layers, as eager's nodes free theirs (one node holding
+    // them all to the end had the step's peak memory above eager's).
+    if (!ag::get_current_graph_task_keep_graph()) {
+      for (ag::SavedVariable& s : saved_) s.reset_data();
+      grads.clear();
+      return edge_gradients(backward.run_taking(std::move(args)));
+    }
+    return edge_gradients(backward.run(args));
+  }
+
+ private:
+  ag::variable_list edge_gradients(std::vector<at::Tensor> outs) const {
+    const AutogradPlan::Level& lv = c_->plan.levels[level_];
     ag::variable_list result(lv.edge_grad.size());
     for (size_t i = 0; i < lv.edge_grad.size(); ++i)
       if (lv.edge_grad[i] >= 0) result[i] = std::move(outs.at(static_cast<size_t>(lv.edge_grad[i])));
     return result;
   }
 
- private:
   // The gradient the compiled backward reads for level output k: contiguous, of the output's dtype.
   at::Tensor seed(const at::Tensor& g, size_t k) const {
     const OutputMeta& m = out_meta_.at(k);

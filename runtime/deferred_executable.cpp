@@ -11,19 +11,18 @@ DeferredExecutable::DeferredExecutable(ExecutablePtr baseline, std::function<boo
   FD_CHECK(baseline_ != nullptr && ready_ && build_, "a deferred executable needs a baseline, ready and build");
 }
 
-std::vector<at::Tensor> DeferredExecutable::run(const std::vector<at::Tensor>& inputs) {
-  if (Executable* real = built_.load(std::memory_order_acquire)) return real->run(inputs);
+Executable& DeferredExecutable::current() {
+  if (Executable* real = built_.load(std::memory_order_acquire)) return *real;
   if (ready_()) {
-    std::unique_lock<std::mutex> lock(build_mutex_);
+    std::lock_guard<std::mutex> lock(build_mutex_);
     if (!built_owner_) {
       built_owner_ = build_();
       FD_CHECK(built_owner_ != nullptr, "a deferred executable's build returned nothing");
       built_.store(built_owner_.get(), std::memory_order_release);
     }
-    lock.unlock();
-    return built_.load(std::memory_order_acquire)->run(inputs);
+    return *built_owner_;
   }
-  return baseline_->run(inputs);
+  return *baseline_;
 }
 
 std::string DeferredExecutable::describe() const {

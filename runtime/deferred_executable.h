@@ -24,7 +24,10 @@ class DeferredExecutable final : public Executable {
   DeferredExecutable(ExecutablePtr baseline, std::function<bool()> ready, std::function<ExecutablePtr()> build,
                      std::string pending);
 
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override;
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override { return current().run(inputs); }
+  std::vector<at::Tensor> run_taking(std::vector<at::Tensor>&& inputs) override {
+    return current().run_taking(std::move(inputs));
+  }
   std::string describe() const override;
   bool built() const { return built_.load(std::memory_order_acquire) != nullptr; }
   bool settled() const override {
@@ -33,6 +36,7 @@ class DeferredExecutable final : public Executable {
   }
 
  private:
+  Executable& current();  // the real executable once built (building it when ready), else the baseline
   ExecutablePtr baseline_;
   std::function<bool()> ready_;
   std::function<ExecutablePtr()> build_;

@@ -42,6 +42,13 @@ std::vector<at::Tensor> DynamicExecutable::run(const std::vector<at::Tensor>& in
   return find_or_build(b)->run(inputs);
 }
 
+std::vector<at::Tensor> DynamicExecutable::run_taking(std::vector<at::Tensor>&& inputs) {
+  Binding b;
+  b.reserve(symbols_.size());
+  for (const Symbol& s : symbols_) b.push_back(inputs.at(static_cast<size_t>(s.input)).size(s.dim));
+  return find_or_build(b)->run_taking(std::move(inputs));
+}
+
 std::string DynamicExecutable::describe() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string s = program_;

@@ -41,6 +41,7 @@ class DynamicExecutable final : public Executable {
   DynamicExecutable(std::vector<Symbol> symbols, Instantiate instantiate, std::string program, size_t max_sizes = 256);
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override;
+  std::vector<at::Tensor> run_taking(std::vector<at::Tensor>&& inputs) override;
   std::string describe() const override;
 
   size_t instantiated() const;  // bindings compiled so far (evicted ones included)

@@ -19,6 +19,14 @@ class Executable {
   virtual ~Executable() = default;
   // Throws c10::Error (from ATen) or fastdyn::BackendError; never returns partial outputs.
   virtual std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) = 0;
+  // The same call where the caller gives up its references to the inputs: an executable that can
+  // drops each one after its last reader, so that a tensor nobody else holds is freed mid-call (a
+  // compiled backward's saved activations, as eager's autograd frees each node's). The inputs are
+  // gone afterwards, also when it throws.
+  virtual std::vector<at::Tensor> run_taking(std::vector<at::Tensor>&& inputs) {
+    std::vector<at::Tensor> taken = std::move(inputs);
+    return run(taken);
+  }
   // Human-readable description: backend name and its program (for explain / FASTDYN_LOG=code).
   virtual std::string describe() const = 0;
   // Its calls run the code they will keep running, not a baseline tier waiting for a compile

@@ -65,13 +65,37 @@ std::vector<at::Tensor> ProgramExecutable::run_steps(const std::vector<at::Tenso
   return run_steps_as<false>(inputs);
 }
 
+std::vector<at::Tensor> ProgramExecutable::constant_slots() const {
+  std::vector<at::Tensor> slots(static_cast<size_t>(p_.num_slots));
+  for (const Constant& c : p_.constants) slots[static_cast<size_t>(c.slot)] = c.value;
+  return slots;
+}
+
+std::vector<at::Tensor> ProgramExecutable::run_taking(std::vector<at::Tensor>&& inputs) {
+  // A program that writes into inputs bumps their versions after its steps (or runs the aliased
+  // fallback on them), and accuracy mode compares against them: those keep the inputs to the end.
+  if (!p_.mutated_inputs.empty() || (p_.check && check_enabled())) {
+    std::vector<at::Tensor> taken = std::move(inputs);
+    return run(taken);
+  }
+  if (inputs.size() != p_.input_slots.size()) return run(inputs);  // its error
+  std::vector<at::Tensor> slots = constant_slots();
+  for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.input_slots[i])] = std::move(inputs[i]);
+  inputs.clear();
+  return execute<false>(slots, nullptr);
+}
+
 template <bool kChecked>
 std::vector<at::Tensor> ProgramExecutable::run_steps_as(const std::vector<at::Tensor>& inputs) const {
-  std::vector<at::Tensor> slots(static_cast<size_t>(p_.num_slots));
+  std::vector<at::Tensor> slots = constant_slots();
   for (size_t i = 0; i < inputs.size(); ++i) slots[static_cast<size_t>(p_.input_slots[i])] = inputs[i];
-  for (const Constant& c : p_.constants) slots[static_cast<size_t>(c.slot)] = c.value;
   std::optional<CheckedCall> check;
   if constexpr (kChecked) check.emplace(*p_.check, inputs, slots);
+  return execute<kChecked>(slots, check ? &*check : nullptr);
+}
+
+template <bool kChecked>
+std::vector<at::Tensor> ProgramExecutable::execute(std::vector<at::Tensor>& slots, [[maybe_unused]] CheckedCall* check) const {
   // Buffers are allocated just before the step that first writes them (buffers_by_step_); those
   // of a program without steps, after the loop.
   size_t next_buffer = 0;
@@ -87,8 +111,10 @@ std::vector<at::Tensor> ProgramExecutable::run_steps_as(const std::vector<at::Te
     allocate_before(si);
     run_step(p_.steps[si], slots, args);
     if constexpr (kChecked) check->after_step(si, slots);
+    // Slots whose last reader is done: a buffer, an extern result, or an input (the caller's
+    // reference stays; with run_taking the program held the last one).
     if (si < p_.release_after.size())
-      for (int32_t slot : p_.release_after[si]) slots[static_cast<size_t>(slot)].reset();  // its last reader is done
+      for (int32_t slot : p_.release_after[si]) slots[static_cast<size_t>(slot)].reset();
   }
   allocate_before(SIZE_MAX);
   std::vector<at::Tensor> outputs;

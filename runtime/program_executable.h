@@ -25,6 +25,8 @@
 
 namespace fastdyn::runtime {
 
+class CheckedCall;  // accuracy_check.h
+
 // Whether an input that the call writes into (`written`: input positions) shares memory with
 // another input: then a functional plan (read every input, write the written ones last) is wrong,
 // and the call must run the recorded graph op by op, as eager does.
@@ -37,6 +39,9 @@ class ProgramExecutable final : public Executable {
   // UserError when the number of inputs is not the program's; what the steps throw otherwise
   // (BackendError from a kernel, c10::Error from ATen), unless the aliased fallback runs instead.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override;
+  // Drops each input after its last reader (see Executable), unless the program writes into an
+  // input or accuracy mode is on.
+  std::vector<at::Tensor> run_taking(std::vector<at::Tensor>&& inputs) override;
   std::string describe() const override;  // "backend <name>\n" + the program text
 
  private:
@@ -44,6 +49,10 @@ class ProgramExecutable final : public Executable {
   // kChecked: accuracy mode's call (accuracy_check.h), which compares each kernel's values.
   template <bool kChecked>
   std::vector<at::Tensor> run_steps_as(const std::vector<at::Tensor>& inputs) const;
+  std::vector<at::Tensor> constant_slots() const;  // a call's slots, its constants placed
+  // Runs the steps on `slots` (inputs and constants placed; buffers and results filled in here).
+  template <bool kChecked>
+  std::vector<at::Tensor> execute(std::vector<at::Tensor>& slots, CheckedCall* check) const;
   void run_step(const Step& step, std::vector<at::Tensor>& slots, std::vector<void*>& args) const;
   Program p_;
   std::vector<int32_t> written_;  // p_.mutated_inputs' input positions

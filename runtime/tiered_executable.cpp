@@ -17,6 +17,11 @@ std::vector<at::Tensor> TieredExecutable::run(const std::vector<at::Tensor>& inp
   return baseline_->run(inputs);
 }
 
+std::vector<at::Tensor> TieredExecutable::run_taking(std::vector<at::Tensor>&& inputs) {
+  if (Executable* fast = optimised_.load(std::memory_order_acquire)) return fast->run_taking(std::move(inputs));
+  return baseline_->run_taking(std::move(inputs));
+}
+
 std::string TieredExecutable::describe() const {
   if (const Executable* fast = optimised_.load(std::memory_order_acquire)) return fast->describe();
   std::lock_guard<std::mutex> lock(state_mutex_);

@@ -27,6 +27,7 @@ class TieredExecutable final : public Executable {
   TieredExecutable(ExecutablePtr baseline, std::string pending);
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override;
+  std::vector<at::Tensor> run_taking(std::vector<at::Tensor>&& inputs) override;
   std::string describe() const override;
 
   // Called once, from any thread: the following calls run `optimised`.

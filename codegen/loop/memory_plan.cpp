@@ -118,7 +118,14 @@ Program plan_memory(Program p) {
       p.slot_alloc[s] = p.slot_alloc[s] < 0 ? std::max<int64_t>(born, 0) : std::min(p.slot_alloc[s], std::max<int64_t>(born, 0));
     p.slot_release[s] = std::max({p.slot_release[s], last[v], born});
   }
-  for (ValueId v : p.graph.inputs) forever[static_cast<size_t>(p.plans[static_cast<size_t>(v)].slot)] = true;
+  // An input's slot holds a reference of its own, dropped after its last reader too: with
+  // run_taking (a compiled backward's saved values) it is the last one, and the memory is freed
+  // there as eager's autograd frees a node's saved tensors. Outputs and the bases of outputs keep theirs.
+  for (ValueId v : p.graph.inputs) {
+    const size_t s = static_cast<size_t>(p.plans[static_cast<size_t>(v)].slot);
+    if (pinned[static_cast<size_t>(v)] || p.steps.empty()) forever[s] = true;
+    else p.slot_release[s] = std::max<int64_t>(last[static_cast<size_t>(v)], 0);
+  }
   for (size_t s = 0; s < slots; ++s)
     if (forever[s] || p.slot_release[s] < 0) p.slot_release[s] = -1;
   return p;

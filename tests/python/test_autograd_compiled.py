@@ -61,6 +61,57 @@ def test_a_second_backward_without_retain_graph_raises_eagers_error_and_retain_g
         out.backward()
 
 
+def step_peak_bytes(step):
+    """The most bytes held at once by what `step` allocates (the profiler's allocation events, exact
+    on the CPU allocator)."""
+    from torch._C._profiler import _EventType
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = []
+
+    def walk(e):
+        if e.tag == _EventType.Allocation:
+            events.append((e.start_time_ns, e.typed[1].alloc_size))
+        for c in e.children:
+            walk(c)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root)
+    held = peak = 0
+    for _, nbytes in sorted(events):
+        held += nbytes
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_the_backward_frees_each_saved_activation_after_its_last_reader_as_eager_does(retain):
+    # Six 4 MiB activations saved by the forward: eager frees each layer's as its node runs, so its
+    # step peaks with the activations and one layer's gradients. The compiled backward is one node:
+    # holding every saved value to its end put the peak 8 MiB (28%) above eager's.
+    g = torch.Generator().manual_seed(0)
+    ws = [torch.randn(512, 512, generator=g, requires_grad=True) for _ in range(6)]
+    x = torch.randn(2048, 512, generator=g)
+
+    def model(x):
+        for w in ws:
+            x = (x @ w).tanh()
+        return x.sum()
+
+    compiled = fastdyn.jit(model)
+    peaks = {}
+    for name, f in [("eager", model), ("fastdyn", compiled)] * 2:  # the second round: warm
+        def step():
+            loss = f(x)
+            loss.backward(retain_graph=retain)
+        peaks[name] = step_peak_bytes(step)
+        grads = [w.grad for w in ws]
+        for w in ws:
+            w.grad = None
+    assert peaks["fastdyn"] <= peaks["eager"], peaks  # with retain_graph both keep them all to the end
+    assert all(gr is not None for gr in grads)
+
+
 def test_modifying_a_saved_input_in_place_raises_eagers_error():
     def f(x, w):
         return (x * w).sum()  # saves x and w

@@ -128,7 +128,19 @@ TEST(LoopPasses, MemoryPlanDropsEachValueAfterItsLastReader) {
   EXPECT_EQ(p.slot_alloc[slot(5)], 2);     // %5 and %7 share a slot: from %5's write to %7's read
   EXPECT_EQ(p.slot_release[slot(5)], 5);
   EXPECT_EQ(p.slot_release[slot(8)], -1);  // the output lives on
-  EXPECT_EQ(p.slot_release[slot(0)], -1);  // inputs are the caller's
+  // Inputs too: the program's reference goes after the last reader (with run_taking the memory
+  // with it, as eager's autograd frees a node's saved tensors).
+  EXPECT_EQ(p.slot_release[slot(0)], 0);
+  EXPECT_EQ(p.slot_release[slot(1)], 5);
+}
+
+TEST(LoopPasses, MemoryPlanKeepsAnInputThatAnOutputViews) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[4, 4]{4, 1}):
+  %1: f32[4, 4]{4, 1} = aten::exp(%0)
+  %2: f32[4, 4]{1, 4} = aten::transpose.int(%0, 0, 1)
+  return (%1, %2)
+)"));
+  EXPECT_EQ(p.slot_release[static_cast<size_t>(p.plans[0].slot)], -1);  // the returned view reads it after the steps
 }
 
 }  // namespace
