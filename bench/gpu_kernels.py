@@ -70,6 +70,9 @@ def cases():
         "rms_norm_bf16": (lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w,
                           (big.bfloat16(), w.bfloat16())),
         "row_sum": (lambda x: x.sum(-1), (big,)),
+        # Sums over dim 0 (a bias's gradient; a layer norm weight's, its pointwise work fused).
+        "column_sum": (lambda x: x.sum(0), (big,)),
+        "ln_weight_grad": (lambda g, x: (g * x).sum(0), (big, big.flip(0))),
         "sum_all": (lambda x: (x * x).sum(), (big,)),
         "mlp_epilogue": (lambda x, w1, b1: F.silu(x @ w1 + b1) * 2,
                          (torch.randn(4096, 1024, device=d), torch.randn(1024, 4096, device=d), torch.randn(4096, device=d))),

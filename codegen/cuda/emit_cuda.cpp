@@ -189,9 +189,12 @@ class Emitter {
   enum class RowPath { Vector, Registers, Looped };
   bool splittable() const;
   void split_rows(Text& os);
+  bool columnar() const;
+  void columns(Text& os);
   void rows(Text& os);
   void row_loop(Text& os, RowPath path);
-  void per_row_stage(Text& os, size_t s, const std::string& indent);
+  // Every thread computes it; `who` (a condition) stores.
+  void per_row_stage(Text& os, size_t s, const std::string& indent, const char* who = "threadIdx.x == 0");
 
   const loop::KernelInput& in_;
   const loop::Kernel& k_;
@@ -204,6 +207,7 @@ class Emitter {
   int items_ = 0;    // points per thread in the register row path (0: none)
   int items_v_ = 0;  // vectors per thread in the vector row path (0: none)
   int64_t split_ = 0;  // blocks per row in the split shape (0: one block per row)
+  int warps_ = 0;      // warps per block in the column shape (0: not that shape)
 };
 
 int32_t Emitter::param(shapes::SymbolId s) {
@@ -538,7 +542,7 @@ RowCache plan_row_cache(const loop::Kernel& k, const loop::KernelInput& in) {
 // A static row that fits without vectors needs no loop.
 // A per-row stage (an epilogue: mean, rstd): every thread computes it (the reductions it reads
 // are in every thread's registers); thread 0 stores.
-void Emitter::per_row_stage(Text& os, size_t s, const std::string& indent) {
+void Emitter::per_row_stage(Text& os, size_t s, const std::string& indent, const char* who) {
   const Stage& st = k_.stages[s];
   for (const std::vector<Addr>* list : {&in_.loads[s], &in_.stores[s]})
     for (const Addr& a : *list)
@@ -547,7 +551,7 @@ void Emitter::per_row_stage(Text& os, size_t s, const std::string& indent) {
   os << indent << "// stage " << s << ": per row\n";
   instrs(os, s, indent, [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
   if (st.stores.empty()) return;
-  os << indent << "if (threadIdx.x == 0) {\n";
+  os << indent << "if (" << who << ") {\n";
   for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, st.stores[w].instr), indent + "  ");
   os << indent << "}\n";
 }
@@ -797,6 +801,83 @@ void Emitter::split_rows(Text& os) {
   os << "    }\n    __syncthreads();\n  }\n";
 }
 
+// The column shape: many rows whose points lie far apart in memory while neighbouring rows are
+// adjacent (a sum over dim 0 of a row-major matrix: a bias's gradient, a layer norm weight's).
+// One block per 32 adjacent rows puts a warp's lanes on adjacent addresses, so every load is
+// coalesced, where a block per row reads one element per 32-byte sector. The block's warps split
+// each row's points; their partials meet in shared memory, and every thread combines them (in warp
+// order) for its lane's row, so that per-row stages and later inner stages read the result from
+// registers; the first warp stores per-row values. The lanes past the last row compute on the last
+// row (in bounds) and store nothing. Not for argmax/argmin or scans.
+bool Emitter::columnar() const {
+  if (n_outer_ == 0) return false;
+  const size_t last_outer = n_outer_ - 1, last = n_dims_ - 1;
+  bool adjacent = false;
+  for (size_t s = 0; s < k_.stages.size(); ++s) {
+    const Stage& st = k_.stages[s];
+    if (st.per_outer) continue;
+    if (has_scan(st)) return false;
+    for (const loop::Reduction& r : st.reductions)
+      if (is_arg(r.op)) return false;
+    for (const std::vector<Addr>* list : {&in_.loads[s], &in_.stores[s]})
+      for (const Addr& a : *list) {
+        if (a.dynamic >= 0 || !a.sym_stride[last_outer].is_constant() || a.stride[last_outer] < 0 || a.stride[last_outer] > 1)
+          return false;
+        if (a.sym_stride[last].is_constant() && a.stride[last] == 1) return false;  // a contiguous row: rows coalesce
+        adjacent = adjacent || a.stride[last_outer] == 1;
+      }
+  }
+  return adjacent;
+}
+
+void Emitter::columns(Text& os) {
+  os << "  const i64 outer_n = 1";
+  for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
+  os << ";\n  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  os << "  for (i64 first = (i64)blockIdx.x * 32; first < outer_n; first += (i64)gridDim.x * 32) {\n";
+  os << "    const bool live = first + lane < outer_n;\n    const i64 o = live ? first + lane : outer_n - 1;\n";
+  decompose(os, "o", 0, n_outer_, "    ");
+  int32_t red = 0;
+  for (size_t s = 0; s < k_.stages.size(); ++s) {
+    const Stage& st = k_.stages[s];
+    if (st.per_outer) {
+      per_row_stage(os, s, "    ", "warp == 0 && live");
+      continue;
+    }
+    os << "    // stage " << s << ": over the row, a warp's share\n";
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const ST vt = st.instrs[static_cast<size_t>(st.reductions[r].instr)].type;
+      os << "    " << compute_name(vt) << " acc" << red + r << " = " << identity(st.reductions[r].op, vt) << ";\n";
+    }
+    os << "    for (i64 j = warp; live && j < inner_n; j += " << warps_ << ") {\n";
+    decompose(os, "j", n_outer_, n_dims_, "      ");
+    instrs(os, s, "      ", [&](int32_t l) { return load(in_.loads[s][static_cast<size_t>(l)], s); });
+    for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[s][w], s, value(s, st.stores[w].instr), "      ");
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& rd = st.reductions[r];
+      os << "      acc" << red + r << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
+         << ">()(acc" << red + r << ", " << value(s, rd.instr) << ");\n";
+    }
+    os << "    }\n";
+    if (st.reductions.empty()) continue;
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type), id = std::to_string(red + r);
+      os << "    __shared__ " << T << " part" << id << "[" << block_ << "];\n    part" << id << "[threadIdx.x] = acc" << id << ";\n";
+    }
+    os << "    __syncthreads();\n";
+    for (size_t r = 0; r < st.reductions.size(); ++r) {
+      const loop::Reduction& rd = st.reductions[r];
+      const std::string T = compute_name(st.instrs[static_cast<size_t>(rd.instr)].type), id = std::to_string(red + r);
+      os << "    " << T << " red" << id << " = part" << id << "[lane];\n";
+      os << "    for (int w = 1; w < " << warps_ << "; ++w) red" << id << " = " << functor(rd.op) << "<" << T << ">()(red" << id
+         << ", part" << id << "[w * 32 + lane]);\n";
+    }
+    red += static_cast<int32_t>(st.reductions.size());
+  }
+  // The next rows' partials reuse the shared words, and a later stage may read what another warp stored.
+  os << "    __syncthreads();\n  }\n";
+}
+
 CudaSource Emitter::run() {
   n_outer_ = k_.outer.size();
   n_dims_ = static_cast<size_t>(k_.dims());
@@ -811,6 +892,13 @@ CudaSource Emitter::run() {
     // About a thousand blocks in all, each at least 16 points per thread.
     block_ = 256;
     split_ = std::clamp<int64_t>(std::min<int64_t>(1024 / outer_numel, inner_numel / (block_ * 16)), 2, 1024);
+  } else if (row_shape && outer_numel >= 32 && columnar()) {
+    // Warps enough for 8 points per thread or more, up to 32 warps.
+    int reductions = 0;
+    for (const Stage& st : k_.stages) reductions += static_cast<int>(st.reductions.size());
+    warps_ = 1;  // within 32 KiB of shared partials (8 bytes each at most)
+    while (warps_ < 32 && warps_ * 8 < inner_numel && reductions * 64 * warps_ * 8 <= 32768) warps_ *= 2;
+    block_ = 32 * warps_;
   } else if (row_shape) {
     // Up to 8 points per thread (a softmax row of 4096: 512 threads); longer rows take 1024
     // threads, up to kMaxItems points each in registers, and loop beyond that.
@@ -833,6 +921,8 @@ CudaSource Emitter::run() {
   body << ";\n  (void)inner_n;\n";
   if (split_ > 0)
     split_rows(body);
+  else if (warps_ > 0)
+    columns(body);
   else if (row_shape)
     rows(body);
   else {
@@ -850,7 +940,7 @@ CudaSource Emitter::run() {
     out.split = split_;
     out.split_reductions = static_cast<int>(k_.stages[0].reductions.size());
   }
-  out.per_block = row_shape ? 1 : block_ * (pointwise_vector_ ? vec_ : 1);
+  out.per_block = warps_ > 0 ? 32 : row_shape ? 1 : block_ * (pointwise_vector_ ? vec_ : 1);
   int num_args = 0;
   for (const auto& list : {in_.loads, in_.stores})
     for (const std::vector<Addr>& stage : list)

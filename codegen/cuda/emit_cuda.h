@@ -8,7 +8,7 @@
 // symbol at the graph's binding is code over the z's (loop::domain_exprs and the accesses'
 // computable expressions), so one kernel serves every size; the source is the kernel's key.
 //
-// Two kernel shapes, chosen from the kernel's structure alone:
+// Kernel shapes, chosen from the kernel's structure alone:
 // - pointwise (one inner stage, no reduction, no scan): a grid-stride loop over every point of
 //   the domain, one thread per point; where the innermost dim is contiguous for every access and
 //   its length a multiple of the vector width, each thread takes a vector of points (128-bit
@@ -22,7 +22,10 @@
 //   aligned vectors where one contiguous inner dim allows; a store a later stage overwrites
 //   never reaches memory); longer rows loop;
 // - split (few long rows: x.sum(), a loss's mean): several blocks per row, partials in a workspace
-//   the launch allocates, combined by the row's last block, which runs the per-row stages.
+//   the launch allocates, combined by the row's last block, which runs the per-row stages;
+// - columns (many rows whose points are far apart while neighbouring rows are adjacent: a sum over
+//   dim 0 of a matrix, a bias's gradient): 32 adjacent rows per block, one per lane so that loads
+//   coalesce, the warps splitting each row and combining through shared memory.
 // Float32 accumulation for 16-bit types (the loop IR's compute types). Out-of-range gathered
 // indices trap (a device-side assertion, as ATen's embedding does).
 // Not yet: scans (CumSum) throw loop::Unsupported (the graph runs on ATen); argmax/argmin and

@@ -103,6 +103,22 @@ def test_reductions(name, cols, dtype):
     check(REDUCTIONS[name], x, dtype=dtype, tol=tol)
 
 
+COLUMN_REDUCTIONS = {
+    "sum0": lambda x: x.sum(0), "var0": lambda x: x.var(0), "softmax0": lambda x: torch.softmax(x, 0),
+    "amax0": lambda x: x.amax(0), "weight_grad": lambda x: (x * torch.tanh(x)).sum(0),
+    "mean_middle": lambda x: x.view(x.shape[0], -1, 3 if x.shape[1] % 3 == 0 else 1).mean(1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(5, 33), (1000, 300), (1024, 2048), (3, 4095)])
+@pytest.mark.parametrize("name", sorted(COLUMN_REDUCTIONS))
+def test_reductions_over_strided_rows_take_the_column_shape(name, shape, dtype):
+    x = torch.randn(*shape, device="cuda").to(dtype)
+    tol = (1e-4, 1e-4) if dtype == torch.float32 else None
+    check(COLUMN_REDUCTIONS[name], x, dtype=dtype, tol=tol)  # the shape's choice: tests/cpp/cuda/test_emit_cuda.cpp
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_few_long_rows_split_across_blocks(dtype):
     x = torch.randn(3, 300_001, device="cuda").to(dtype)
