@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fastdyn
+from cpu_memory import peak_bytes
 
 COMPILED = "CompiledFunctionBackward"
 pytestmark = [pytest.mark.skipif(not fastdyn._C.has_llvm_cpu, reason="needs fastdyn with the llvm_cpu backend"),
@@ -61,29 +62,6 @@ def test_a_second_backward_without_retain_graph_raises_eagers_error_and_retain_g
         out.backward()
 
 
-def step_peak_bytes(step):
-    """The most bytes held at once by what `step` allocates (the profiler's allocation events, exact
-    on the CPU allocator)."""
-    from torch._C._profiler import _EventType
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = []
-
-    def walk(e):
-        if e.tag == _EventType.Allocation:
-            events.append((e.start_time_ns, e.typed[1].alloc_size))
-        for c in e.children:
-            walk(c)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
-    held = peak = 0
-    for _, nbytes in sorted(events):
-        held += nbytes
-        peak = max(peak, held)
-    return peak
-
-
 @pytest.mark.parametrize("retain", [False, True])
 def test_the_backward_frees_each_saved_activation_after_its_last_reader_as_eager_does(retain):
     # Six 4 MiB activations saved by the forward: eager frees each layer's as its node runs, so its
@@ -104,7 +82,7 @@ def test_the_backward_frees_each_saved_activation_after_its_last_reader_as_eager
         def step():
             loss = f(x)
             loss.backward(retain_graph=retain)
-        peaks[name] = step_peak_bytes(step)
+        peaks[name] = peak_bytes(step)
         grads = [w.grad for w in ws]
         for w in ws:
             w.grad = None
