@@ -31,6 +31,9 @@ struct CacheEntry {
   // of its own graph, the first thing it runs, left nothing behind (no write into an input, no random op),
   // so the frame is redone eagerly; a failure later on is the user code's own.
   bool rerun_if_graph_raised = false;
+  // Its graph writes into an input and draws no random number: a failure of its own graph before
+  // the writes (runtime::redo_if_untouched) left nothing behind either, and the frame is redone.
+  bool rerun_if_untouched = false;
   // When every graph input is an argument slot, the hit path calls `graph` with those slots
   // directly: the same work as running `fn`'s bytecode (load the slots, one call), minus a frame.
   std::vector<int> direct_slots;

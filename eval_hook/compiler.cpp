@@ -127,11 +127,14 @@ std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) 
 // Whether a run whose graph raised left nothing behind, so that the frame can be redone eagerly:
 // no in-place op writing an input's storage, and no random op (it advanced the generator). An
 // in-place op on a value the graph made (`h = x @ w; h.relu_()`) is redone with it.
-bool redoable(const codegen::Graph& g) {
+bool draws_random(const codegen::Graph& g) {
   for (const codegen::Node& n : g.nodes)
-    if (codegen::op_info(n.op).category == codegen::OpCategory::Random) return false;
-  return !codegen::writes_an_input(g);
+    if (codegen::op_info(n.op).category == codegen::OpCategory::Random) return true;
+  return false;
 }
+bool redoable(const codegen::Graph& g) { return !draws_random(g) && !codegen::writes_an_input(g); }
+// One that writes an input is redone when it failed before its writes (runtime::redo_if_untouched).
+bool redoable_if_untouched(const codegen::Graph& g) { return !draws_random(g) && codegen::writes_an_input(g); }
 
 // The frame's result goes back through bytecode (continuation.h's assemble_return), not through
 // an output template of the graph.
@@ -440,6 +443,7 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
   set_transformed_function(*entry, code, frame);
   entry->rerun_on_error = false;  // the continuation may have run user code with side effects
   entry->rerun_if_graph_raised = !trace.graph.nodes.empty() && redoable(trace.graph);  // no graph: nothing of its own to fail
+  entry->rerun_if_untouched = !trace.graph.nodes.empty() && redoable_if_untouched(trace.graph);
   entry->direct = false;
   entry->guards = symbolic::build_guards(trace);
   log_entry(qualname, *entry);
@@ -523,6 +527,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   if (!entry->graph) throw InternalError("creating the compiled graph object failed");
   set_transformed_function(*entry, symbolic::assemble_graph_call(frame.code, p.trace, entry->graph), frame);
   entry->rerun_on_error = redoable(p.trace.graph);
+  entry->rerun_if_untouched = redoable_if_untouched(p.trace.graph);
   // NB: a graph that cannot be re-run eagerly on error keeps its frame, so that a traceback
   // still names the user's function.
   entry->direct = entry->rerun_on_error;

@@ -15,6 +15,7 @@
 #include "eval_hook/skip_rules.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/errors.h"
+#include "runtime/graph_calls.h"
 #include "runtime/guards.h"
 #include "runtime/journal.h"
 #include "symbolic/continuation.h"
@@ -87,7 +88,9 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
   // alive through the running frame).
   const bool rerun_on_error = entry.rerun_on_error;
   const bool rerun_if_graph_raised = entry.rerun_if_graph_raised;
+  const bool rerun_if_untouched = entry.rerun_if_untouched;
   const uint64_t own_graph_call = runtime::graph_calls() + 1;  // its graph is the first call it makes
+  const uint64_t outer_redo = runtime::redo_if_untouched(rerun_if_untouched ? own_graph_call : 0);
   PyObject** slots = fd_frame_localsplus(frame);
   PyObject* result = nullptr;
   constexpr size_t kMaxDirect = 16;
@@ -117,7 +120,9 @@ PyObject* run_entry(PyThreadState* tstate, Frame* frame, CacheEntry& entry) {
       Py_DECREF(callee);
     }
   }
-  if (!result && (rerun_on_error || (rerun_if_graph_raised && runtime::failed_graph_call() == own_graph_call))) {
+  runtime::redo_if_untouched(outer_redo);
+  if (!result && (rerun_on_error || (rerun_if_graph_raised && runtime::failed_graph_call() == own_graph_call) ||
+                  (rerun_if_untouched && runtime::failed_untouched_call() == own_graph_call))) {
     // The graph raised (an index out of range, say). It had no side effects, and the frame is
     // untouched: run it eagerly so the user sees exactly eager's exception and traceback (and
     // eager's side effects before it: a global or attribute the frame writes first).

@@ -1,6 +1,7 @@
 // runtime/compiled_graph.cpp — the native callable type behind compiled graphs.
 #include "runtime/tensor_check.h"
 #include "runtime/compiled_graph.h"
+#include "runtime/graph_calls.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/Exceptions.h>
@@ -90,8 +91,6 @@ PyObject* build(const OutputTemplate& t, std::vector<at::Tensor>& outputs, std::
   return nullptr;
 }
 
-thread_local uint64_t t_graph_calls = 0;   // graph_calls()
-thread_local uint64_t t_failed_call = 0;   // failed_graph_call()
 
 PyObject* compiled_graph_run(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<CompiledGraphObject*>(self_obj);
@@ -131,9 +130,9 @@ PyObject* compiled_graph_run(PyObject* self_obj, PyObject* const* args, size_t n
 }
 
 PyObject* compiled_graph_call(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  const uint64_t call = ++t_graph_calls;
+  const uint64_t call = begin_graph_call();
   PyObject* result = compiled_graph_run(self_obj, args, nargsf, kwnames);
-  if (!result) t_failed_call = call;
+  if (!result) note_failed_graph_call(call);
   return result;
 }
 
@@ -187,7 +186,5 @@ Executable* compiled_graph_executable(PyObject* obj) {
   return is_compiled_graph(obj) ? reinterpret_cast<CompiledGraphObject*>(obj)->exe.get() : nullptr;
 }
 
-uint64_t graph_calls() { return t_graph_calls; }
-uint64_t failed_graph_call() { return t_failed_call; }
 
 }  // namespace fastdyn::runtime

@@ -37,10 +37,5 @@ PyObject* make_compiled_graph(ExecutablePtr exe, OutputTemplate out, std::string
 bool is_compiled_graph(PyObject* obj);
 // Borrowed view of the executable behind a compiled-graph object (nullptr if not one).
 Executable* compiled_graph_executable(PyObject* obj);
-// Calls of compiled graphs on this thread, numbered from 1, and the number of the last that
-// raised: the hook asks whether the failing call was its entry's own graph, the first call its
-// transformed code makes (not a graph of a frame it called, the same code's included).
-uint64_t graph_calls();
-uint64_t failed_graph_call();
 
 }  // namespace fastdyn::runtime

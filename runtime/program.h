@@ -102,6 +102,7 @@ struct Program {
   std::vector<std::vector<int32_t>> release_after;  // per step (or empty): the slots nothing reads after it
   std::vector<SlotTensor> outputs;    // the program's results, in order
   std::vector<MutatedInput> mutated_inputs;
+  bool extern_writes_inputs = false;  // an extern step writes an input in place (not last: a failure after it leaves it written)
   // The original graph on ATen, op by op: it runs instead of the steps when a mutated input
   // shares memory with another input, or when a step throws (program_executable.h says why).
   // Required when mutated_inputs is not empty.

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "runtime/accuracy_check.h"
+#include "runtime/graph_calls.h"
 #include "runtime/errors.h"
 
 namespace fastdyn::runtime {
@@ -47,7 +48,14 @@ std::vector<at::Tensor> ProgramExecutable::run(const std::vector<at::Tensor>& in
   try {
     outputs = run_steps(inputs);
   } catch (const std::exception&) {
-    // The write-backs are the kernels' last stores and cannot fail: the inputs are untouched.
+    // The write-backs are the kernels' last stores and cannot fail: the inputs are untouched
+    // (unless an extern step wrote one in place). The hook redoes such a frame eagerly when it
+    // can (what the frame did before the failing op is then eager's); otherwise the recorded ops
+    // run on ATen, which writes and raises as eager does.
+    if (!p_.extern_writes_inputs && redo_if_untouched_expected()) {
+      note_failed_untouched();
+      throw;
+    }
     return p_.aliased->run(inputs);
   }
   // NB: after the writes, as eager: for an inference tensor outside inference mode this throws

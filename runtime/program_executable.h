@@ -11,7 +11,10 @@
 // (f(x, x), f(x, x[1:])); such calls run the program's `aliased` fallback, the recorded graph op by
 // op on ATen, which mutates exactly as eager. So do calls where a step throws (x.add_(1);
 // x[bad_index]): eager raises with x already written, and ATen replays the ops, mutation and
-// error included. After a successful call the mutated inputs' version counters are bumped.
+// error included; unless the eval hook will redo the whole frame eagerly (graph_calls.h:
+// redo_if_untouched), which also gives eager's effects of the frame's code before the failing
+// op: then the error propagates with the inputs untouched. After a successful call the mutated
+// inputs' version counters are bumped.
 //
 // Accuracy mode (accuracy_check.h): a program built with a check plan, called while the mode is
 // on, compares each kernel's values with ATen's as the steps run; otherwise its calls test one

@@ -118,6 +118,7 @@ runtime::Program runtime_program(const Program& p, const std::string& backend, s
     while (g.inputs.at(i) != w.input) ++i;
     r.mutated_inputs.push_back({static_cast<int32_t>(i), w.bumps});
   }
+  r.extern_writes_inputs = !p.extern_writes.empty();
   for (ValueId v : p.extern_writes) {  // ATen's in-place call bumps the version itself
     size_t i = 0;
     while (g.inputs.at(i) != v) ++i;
