@@ -81,9 +81,9 @@ class CompiledFunctionBackward final : public ag::Node {
  private:
   ag::variable_list edge_gradients(std::vector<at::Tensor> outs) const {
     const AutogradPlan::Level& lv = c_->plan.levels[level_];
-    ag::variable_list result(lv.edge_grad.size());
-    for (size_t i = 0; i < lv.edge_grad.size(); ++i)
-      if (lv.edge_grad[i] >= 0) result[i] = std::move(outs.at(static_cast<size_t>(lv.edge_grad[i])));
+    ag::variable_list result;  // one per next edge: the plan's edges that get a gradient
+    for (int32_t g : lv.edge_grad)
+      if (g >= 0) result.push_back(std::move(outs.at(static_cast<size_t>(g))));
     return result;
   }
 
@@ -115,9 +115,11 @@ class CompiledFunctionBackward final : public ag::Node {
       ys.push_back(outs[k]);
       gys.push_back(grads[k]);
     }
-    for (int32_t i : lv.edge_inputs) xs.push_back(inputs_.at(static_cast<size_t>(i)));
+    for (size_t e = 0; e < lv.edge_inputs.size(); ++e)
+      if (lv.edge_grad[e] >= 0) xs.push_back(inputs_.at(static_cast<size_t>(lv.edge_inputs[e])));
     const size_t num_inputs = inputs_.size() - lv.edge_outputs.size() - lv.eager_saved.size();
-    for (size_t k = 0; k < lv.edge_outputs.size(); ++k) xs.push_back(inputs_.at(num_inputs + k));
+    for (size_t k = 0; k < lv.edge_outputs.size(); ++k)
+      if (lv.edge_grad[lv.edge_inputs.size() + k] >= 0) xs.push_back(inputs_.at(num_inputs + k));
     if (ys.empty()) return ag::variable_list(xs.size());
     return ag::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
   }
@@ -163,11 +165,17 @@ class AutogradExecutable final : public Executable {
     for (size_t L = 0; L < plan.levels.size(); ++L) {
       make_views(outs, inputs, next_view, static_cast<int32_t>(L));
       const AutogradPlan::Level& lv = plan.levels[L];
+      // Next edges only to what gets a gradient, as eager's nodes have: an input that requires
+      // grad but that no output depends on gets none, so that a backward from these outputs never
+      // runs the node that made it (which would check its saved values: difftest seed 36176, an
+      // input written in place after an unrelated product that saved it).
       std::vector<at::Tensor> edges, kept = inputs;
-      for (int32_t i : lv.edge_inputs) edges.push_back(inputs.at(static_cast<size_t>(i)));
-      for (int32_t p : lv.edge_outputs) {
-        edges.push_back(outs.at(static_cast<size_t>(p)));
-        kept.push_back(outs.at(static_cast<size_t>(p)));
+      for (size_t e = 0; e < lv.edge_inputs.size(); ++e)
+        if (lv.edge_grad[e] >= 0) edges.push_back(inputs.at(static_cast<size_t>(lv.edge_inputs[e])));
+      for (size_t k = 0; k < lv.edge_outputs.size(); ++k) {
+        const at::Tensor& o = outs.at(static_cast<size_t>(lv.edge_outputs[k]));
+        if (lv.edge_grad[lv.edge_inputs.size() + k] >= 0) edges.push_back(o);
+        kept.push_back(o);
       }
       for (int32_t k : lv.eager_saved) kept.push_back(all.at(plan.num_outputs + static_cast<size_t>(k)));
       NodePtr node = make_node(c_, L, std::move(kept));
@@ -190,6 +198,14 @@ class AutogradExecutable final : public Executable {
       static_cast<CompiledFunctionBackward&>(*node).save(std::move(saved), std::move(metas));
     }
     make_views(outs, inputs, next_view, INT32_MAX);
+    // The other views among the outputs (of inputs that need no grad: x[1:, 1]) were made by the
+    // forward, under no_grad: eager makes them in grad mode, where an in-place update with a value
+    // that requires grad is allowed (difftest seed 36564: `x[1:, 1] += t[0, 0]` after the break).
+    for (at::Tensor& o : outs)
+      if (o.defined() && o.is_view() && !o.requires_grad()) {
+        const at::Tensor base(o._base());
+        o = base.as_strided(o.sizes(), o.strides(), o.storage_offset());
+      }
     for (size_t p = 0; p < outs.size(); ++p)
       if (plan.output_first[p] != static_cast<int32_t>(p)) outs[p] = outs[static_cast<size_t>(plan.output_first[p])];
     return outs;

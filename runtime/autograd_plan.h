@@ -30,7 +30,7 @@ struct AutogradPlan {
     std::vector<int32_t> outputs;       // graph output positions whose values get this level's node, in its input order
     std::vector<int32_t> edge_inputs;   // graph input indices that require grad: the node's first next edges
     std::vector<int32_t> edge_outputs;  // graph output positions of lower levels (views included): the next edges after those
-    std::vector<int32_t> edge_grad;     // per next edge: the backward output that is its gradient, or -1
+    std::vector<int32_t> edge_grad;     // per edge above: the backward output that is its gradient, or -1 (no next edge then)
     std::vector<int32_t> saved;         // the saved values (indices among the forward's extra outputs) its backward reads first
     std::vector<int32_t> eager_saved;   // saved values its eager replay reads after the inputs and lower outputs (dropout masks)
   };

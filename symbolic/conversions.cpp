@@ -398,6 +398,9 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
           break;
         }
       }
+    // Leaves that require grad (parameters), or views of one: eager refuses in-place writes into
+    // them in grad mode, and so does capture (the op then raises eagerly, on its own line).
+    if (t.requires_grad() && (t.is_leaf() || (t.is_view() && t._base().is_leaf()))) ctx_.grad_leaf_inputs.push_back(id);
     tensor_inputs_.emplace(obj, id);
     guard(GuardKind::Tensor);
     SymValue v = SymValue::of_tensor(id);

@@ -82,6 +82,12 @@ std::string refused_write(const Graph& g, const CaptureContext& ctx, size_t firs
   for (size_t k = first_node; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
     if (op_info(n.op).category != OpCategory::InPlace || n.args.empty() || n.args[0].kind != Arg::Kind::Value) continue;
+    if (ctx.grad_enabled && !ctx.grad_leaf_inputs.empty()) {
+      const ValueId root = storage_root(g, ctx, n.args[0].value);
+      if (std::find(ctx.grad_leaf_inputs.begin(), ctx.grad_leaf_inputs.end(), root) != ctx.grad_leaf_inputs.end())
+        return std::string("aten::") + op_info(n.op).aten +
+               " writes into a leaf that requires grad, or a view of one (eager raises in grad mode)";
+    }
     for (size_t a = 1; a < n.args.size(); ++a)
       if (n.args[a].kind == Arg::Kind::Value && partially_overlaps(g, ctx, n.args[0].value, n.args[a].value))
         return std::string("aten::") + op_info(n.op).aten + " reads memory it partially overwrites (eager raises)";

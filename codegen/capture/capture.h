@@ -103,6 +103,10 @@ struct CaptureContext {
   // input of its storage), as the caller saw them when tracing. An in-place write that reads
   // another view of its memory is refused as eager refuses it (capture.cpp).
   std::vector<std::pair<ValueId, ValueId>> input_storage_alias;
+  // Graph inputs that are leaves requiring grad, or views of one: an in-place write into their
+  // memory in grad mode is refused as eager refuses it ("a leaf Variable that requires grad is
+  // being used in an in-place operation").
+  std::vector<ValueId> grad_leaf_inputs;
 };
 
 // Binds `args`/`kwargs` to `family` and records the op(s) into `g`. `self` is not special: for a

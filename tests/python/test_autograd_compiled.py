@@ -90,6 +90,44 @@ def test_the_backward_frees_each_saved_activation_after_its_last_reader_as_eager
     assert all(gr is not None for gr in grads)
 
 
+def test_a_backward_never_runs_the_node_of_an_input_that_no_output_depends_on():
+    # Difftest seed 36176: the continuation's graph gets `kept` (x * w, which requires grad) as an
+    # input that its loss does not depend on. Its node had a next edge to the node that made it, so
+    # the backward ran that node, whose saved x the in-place add had changed: eager's "modified by
+    # an inplace operation" error, where eager's autograd graph never reaches that node.
+    def step(x, y, w):
+        kept = [x * w, y]
+        print(end="")  # a break: the rest is a continuation with `kept` among its inputs
+        x.add_(5)
+        (y * w).sum().backward()
+        return kept
+
+    for f in (step, fastdyn.jit(step)):
+        x, y = torch.randn(4, 4), torch.randn(4, 4)
+        w = torch.tensor(0.5, requires_grad=True)
+        f(x, y, w)
+        torch.testing.assert_close(w.grad, y.sum())
+
+
+def test_a_view_of_an_input_from_a_graph_that_needs_autograd_takes_an_in_place_update_as_in_eager():
+    # Difftest seed 36564: the graph before the break returns x[1:, 1], a view of an input that
+    # needs no grad, beside t (which requires grad). Its forward runs under no_grad, which made the
+    # view one "created in no_grad mode": the `+=` of a value requiring grad then raised, where
+    # eager's view (made in grad mode) takes it and x joins the autograd graph.
+    w = torch.tensor(0.5, requires_grad=True)
+
+    def f(x):
+        t = x * w
+        x[1:, 1] += t[0, 0]  # breaks: the in-place add makes x require grad
+        return x
+
+    for fn in (f, fastdyn.jit(f)):
+        x = torch.ones(4, 4)
+        out = fn(x)
+        assert out.requires_grad and type(out.grad_fn).__name__ == "CopySlices"
+        torch.testing.assert_close(out[1:, 1], torch.full((3,), 1.5))
+
+
 def test_modifying_a_saved_input_in_place_raises_eagers_error():
     def f(x, w):
         return (x * w).sum()  # saves x and w

@@ -1100,6 +1100,39 @@ def test_a_graph_that_writes_an_input_and_raises_before_its_writes_is_redone(fn)
     assert results["fastdyn"] == results["eager"]
 
 
+def _in_place_on_a_leaf_that_requires_grad(x, w, log):
+    y = x * w
+    log.append(1)
+    w.add_(1)  # eager raises here: a leaf that requires grad, written in grad mode
+    return y
+
+
+def _in_place_on_a_view_of_such_a_leaf(x, w, log):
+    y = x * w
+    log.append(1)
+    w[0] = 2.0  # eager raises here too: a view of that leaf
+    return y
+
+
+@pytest.mark.parametrize("fn", [_in_place_on_a_leaf_that_requires_grad, _in_place_on_a_view_of_such_a_leaf])
+def test_an_in_place_write_into_a_leaf_that_requires_grad_raises_on_its_line_after_what_came_before(fn):
+    """Difftest seed 35655: the write ran in the graph (on ATen, with autograd), whose error named
+    the graph's line and came before the trace's replayed effects (the list append). Capture now
+    refuses it as eager does, so the trace breaks before it and it raises eagerly."""
+    import traceback
+
+    def run(f):
+        x, w, log = torch.randn(3), torch.randn(3, requires_grad=True), []
+        try:
+            f(x, w, log)
+        except RuntimeError as e:
+            return str(e), traceback.extract_tb(e.__traceback__)[-1].lineno, log
+        return None
+    want = run(fn)
+    assert want is not None and "requires grad" in want[0]
+    assert run(fastdyn.jit(fn)) == want
+
+
 def _write_into_a_view_of_a_view_after_a_break(x, log):
     a = x.unsqueeze(0).squeeze(0)
     b = a.transpose(0, 1)

@@ -193,12 +193,12 @@ def augmented_assignment_on_input_is_inplace(x):
     return x
 
 
-@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=1)
+@CASES(lambda: (r(4, 8).requires_grad_(),), graphs=0)
 def inplace_on_leaf_requiring_grad_raises(x):
     # Eager raises "a leaf Variable that requires grad is being used in an in-place operation";
     # fastdyn must raise the same error and leave x as eager left it. Dynamo fails at trace time
-    # (its fake tensors raise); fastdyn's metadata rules accept the op, the graph (1) raises the
-    # same error when it runs.
+    # (its fake tensors raise); fastdyn's capture refuses the write as eager does, so the trace
+    # stops before it (no graph) and it raises eagerly, on its own line.
     x.add_(1)
     return x
 
