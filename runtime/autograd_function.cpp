@@ -170,6 +170,8 @@ class AutogradExecutable final : public Executable {
       // runs the node that made it (which would check its saved values: difftest seed 36176, an
       // input written in place after an unrelated product that saved it).
       std::vector<at::Tensor> edges, kept = inputs;
+      for (size_t i = 0; i < kept.size() && i < plan.input_used.size(); ++i)
+        if (!plan.input_used[i]) kept[i] = at::Tensor();
       for (size_t e = 0; e < lv.edge_inputs.size(); ++e)
         if (lv.edge_grad[e] >= 0) edges.push_back(inputs.at(static_cast<size_t>(lv.edge_inputs[e])));
       for (size_t k = 0; k < lv.edge_outputs.size(); ++k) {

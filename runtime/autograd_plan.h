@@ -23,6 +23,10 @@ struct AutogradPlan {
   // base to a continuation) runs the traced graph op by op on ATen instead, with ATen's autograd.
   std::vector<int32_t> written_inputs;
   std::vector<int32_t> output_first;  // per graph output position: the first position of the same value
+  // Per graph input: some node reads it or it is an output. The nodes keep (for create_graph's
+  // replay) only these: an input the trace passed in but never used must not outlive the call
+  // through them, as it does not in eager (difftest seed 37752).
+  std::vector<bool> input_used;
   // Per saved value: it is a graph output, which gets a node (or a view of a base with one): it is
   // saved detached, so that a node never holds another node, or itself, through a saved value.
   std::vector<bool> saved_detached;

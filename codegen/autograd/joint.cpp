@@ -484,6 +484,14 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   AutogradSplit split;
   runtime::AutogradPlan& plan = split.plan;
   plan.num_outputs = g.outputs.size();
+  plan.input_used.assign(g.inputs.size(), false);
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const ValueId in = g.inputs[k];
+    bool used = std::find(g.outputs.begin(), g.outputs.end(), in) != g.outputs.end();
+    for (const Node& n : g.nodes)
+      for_each_value_input(n, [&](ValueId v) { used = used || v == in; });
+    plan.input_used[k] = used;
+  }
   for (const loop::WriteBack& wb : functional.writebacks)
     for (size_t k = 0; k < g.inputs.size(); ++k)
       if (g.inputs[k] == wb.input) plan.written_inputs.push_back(static_cast<int32_t>(k));

@@ -128,6 +128,26 @@ def test_a_view_of_an_input_from_a_graph_that_needs_autograd_takes_an_in_place_u
         torch.testing.assert_close(out[1:, 1], torch.full((3,), 1.5))
 
 
+def test_an_input_the_graph_never_reads_does_not_outlive_the_call_through_its_node():
+    # Difftest seed 37752: the continuation's graph takes t (a live local) without reading it, and
+    # its node (x now requires grad through the in-place add) kept every graph input for
+    # create_graph's replay: t lived as long as x. Eager frees it when the frame returns.
+    import gc
+    import weakref
+    w = torch.tensor(0.5, requires_grad=True)
+
+    def f(x, y, refs):
+        t = x * w
+        refs.append(weakref.ref(t))  # a break: the rest is a continuation
+        x.add_(y * w)
+
+    for fn in (f, fastdyn.jit(f)):
+        x, y, refs = torch.randn(4), torch.randn(4), []
+        fn(x, y, refs)
+        gc.collect()
+        assert x.requires_grad and refs[0]() is None
+
+
 def test_modifying_a_saved_input_in_place_raises_eagers_error():
     def f(x, w):
         return (x * w).sum()  # saves x and w
