@@ -10,6 +10,7 @@
 #include "codegen/aten/aten_backend.h"
 
 #include "runtime/errors.h"
+#include "runtime/graph_calls.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -176,7 +177,7 @@ struct Step {
 class AtenExecutable final : public runtime::Executable {
  public:
   AtenExecutable(Graph g, std::vector<Step> steps, size_t max_stack)
-      : graph_(std::move(g)), steps_(std::move(steps)), max_stack_(max_stack) {}
+      : graph_(std::move(g)), steps_(std::move(steps)), max_stack_(max_stack), first_input_write_(first_input_write(graph_)) {}
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
     if (inputs.size() != graph_.inputs.size())
@@ -187,19 +188,28 @@ class AtenExecutable final : public runtime::Executable {
 
     torch::jit::Stack stack;
     stack.reserve(max_stack_);
-    for (const Step& s : steps_) {
-      // A node of a grad-mode block inside the frame runs in that block's mode (Node::grad_mode).
-      std::optional<at::AutoGradMode> block_mode;
-      if (s.grad_mode >= 0) block_mode.emplace(s.grad_mode == 1);
-      if (s.typed.index() != 0) {
-        table[static_cast<size_t>(s.outputs[0])] = call_typed(s, table);
-      } else {
-        push_operands(s, table, stack);
-        s.op.callBoxed(stack);
-        take_returns(s, table, stack);
-        stack.clear();
+    size_t node = 0;
+    try {
+      for (const Step& s : steps_) {
+        node = s.node_index;
+        // A node of a grad-mode block inside the frame runs in that block's mode (Node::grad_mode).
+        std::optional<at::AutoGradMode> block_mode;
+        if (s.grad_mode >= 0) block_mode.emplace(s.grad_mode == 1);
+        if (s.typed.index() != 0) {
+          table[static_cast<size_t>(s.outputs[0])] = call_typed(s, table);
+        } else {
+          push_operands(s, table, stack);
+          s.op.callBoxed(stack);
+          take_returns(s, table, stack);
+          stack.clear();
+        }
+        for (ValueId v : s.release) table[static_cast<size_t>(v)].reset();
       }
-      for (ValueId v : s.release) table[static_cast<size_t>(v)].reset();
+    } catch (...) {
+      // Failed before its first write into an input: the hook may redo the frame eagerly
+      // (runtime/graph_calls.h), as after a compiled program that failed before its write-backs.
+      if (node < first_input_write_ && runtime::redo_if_untouched_expected()) runtime::note_failed_untouched();
+      throw;
     }
 
     std::vector<at::Tensor> outputs;
@@ -269,6 +279,7 @@ class AtenExecutable final : public runtime::Executable {
   Graph graph_;
   std::vector<Step> steps_;
   size_t max_stack_;
+  size_t first_input_write_;  // the first node writing an input's storage (graph_.nodes.size(): none)
 };
 
 // ---- compilation --------------------------------------------------------------------------

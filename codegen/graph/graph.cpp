@@ -79,10 +79,13 @@ bool traced_without_grad(const Graph& g) {
   return false;
 }
 
-bool writes_an_input(const Graph& g) {
+bool writes_an_input(const Graph& g) { return first_input_write(g) < g.nodes.size(); }
+
+size_t first_input_write(const Graph& g) {
   std::vector<bool> input_storage(g.values.size(), false);
   for (ValueId v : g.inputs) input_storage[static_cast<size_t>(v)] = true;
-  for (const Node& n : g.nodes) {
+  for (size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
     const OpCategory c = op_info(n.op).category;
     if ((c != OpCategory::View && c != OpCategory::InPlace) || n.args.empty()) continue;
     const Arg& self = n.args[0];
@@ -91,10 +94,10 @@ bool writes_an_input(const Graph& g) {
     if (self.kind == Arg::Kind::ValueList)  // _foreach_*_ writes each tensor of its list
       for (ValueId v : self.values) aliased = aliased || (v >= 0 && input_storage[static_cast<size_t>(v)]);
     if (!aliased) continue;
-    if (c == OpCategory::InPlace) return true;
+    if (c == OpCategory::InPlace) return k;
     for (ValueId o : n.outputs) input_storage[static_cast<size_t>(o)] = true;
   }
-  return false;
+  return g.nodes.size();
 }
 
 }  // namespace fastdyn::codegen

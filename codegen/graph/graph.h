@@ -239,6 +239,8 @@ bool traced_without_grad(const Graph& g);
 // through views and earlier in-place results. (An in-place op on a value the graph made writes
 // nothing the caller can see.)
 bool writes_an_input(const Graph& g);
+// The index of the first such node, or g.nodes.size() when none writes an input.
+size_t first_input_write(const Graph& g);
 
 std::string print_graph(const Graph& g);
 Graph parse_graph(std::string_view text);

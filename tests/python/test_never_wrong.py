@@ -1080,16 +1080,32 @@ def _write_input_then_index_then_break(x, idx, counter):
     return y + 1
 
 
-@pytest.mark.parametrize("fn", [_write_input_then_index, _write_input_then_index_then_break])
-def test_a_graph_that_writes_an_input_and_raises_before_its_writes_is_redone(fn):
+def _index_then_write_input(x, idx, counter):
+    counter.n += 1
+    y = x[idx] * 2
+    x.mul_(2)
+    return y
+
+
+NEEDS_LLVM = pytest.mark.skipif(fastdyn is None or not fastdyn._C.has_llvm_cpu, reason="a compiled program (llvm_cpu)")
+
+
+# A compiled program writes the input last whatever the order of the lines; the aten backend runs
+# the ops in order, so only a failure before its first write leaves the input untouched.
+@pytest.mark.parametrize("fn, backend", [
+    pytest.param(_write_input_then_index, "native", marks=NEEDS_LLVM),
+    pytest.param(_write_input_then_index_then_break, "native", marks=NEEDS_LLVM),
+    (_index_then_write_input, "native"), (_index_then_write_input, "aten")])
+def test_a_graph_that_writes_an_input_and_raises_before_its_writes_is_redone(fn, backend):
     """A graph that writes into an input cannot be redone once it wrote; a compiled program writes
     the mutated inputs last, so one that raised (an index out of range) before them left nothing
     behind, and the frame is redone eagerly: the attribute written before the failing line is
     eager's, and so are the input's values and the exception's line. (Replaying the recorded ops
-    on ATen wrote the input but lost the attribute write, which the trace replays after the graph.)"""
+    on ATen wrote the input but lost the attribute write, which the trace replays after the graph.)
+    The aten backend's op-by-op run likewise, when it failed before its first write into an input."""
     import traceback
     results = {}
-    for mode, f in (("eager", fn), ("fastdyn", fastdyn.jit(fn))):
+    for mode, f in (("eager", fn), ("fastdyn", fastdyn.jit(fn, backend=backend))):
         x, counter, seen = torch.ones(4), _Counter(), []
         for i in (1, 2, 10, 3):
             try:

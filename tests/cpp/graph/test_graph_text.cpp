@@ -383,6 +383,10 @@ TEST(GraphAnalysis, WritesAnInputThroughViewsAndInPlaceResultsOnly) {
       "  %1: f32[4]{1} = aten::add_.Scalar(%0, 1, 1)\n"
       "  return (%1)\n");
   EXPECT_TRUE(writes_an_input(through_in_place));
+  // The first node that writes one: the aten backend's run failing before it left inputs as they were.
+  EXPECT_EQ(first_input_write(made), made.nodes.size());
+  EXPECT_EQ(first_input_write(through_view), 2u);
+  EXPECT_EQ(first_input_write(through_in_place), 0u);
 }
 
 }  // namespace
