@@ -200,13 +200,15 @@ class AutogradExecutable final : public Executable {
       static_cast<CompiledFunctionBackward&>(*node).save(std::move(saved), std::move(metas));
     }
     make_views(outs, inputs, next_view, INT32_MAX);
-    // The other views among the outputs (of inputs that need no grad: x[1:, 1]) were made by the
-    // forward, under no_grad: eager makes them in grad mode, where an in-place update with a value
-    // that requires grad is allowed (difftest seed 36564: `x[1:, 1] += t[0, 0]` after the break).
+    // The other views among the outputs of tensors that need no grad (x[1:, 1] of an input) were
+    // made by the forward, under no_grad: eager makes them in grad mode, where an in-place update
+    // with a value that requires grad is allowed (difftest seed 36564: `x[1:, 1] += t[0, 0]` after
+    // the break). (A view of a base that requires grad is the plan's, or one the frame made under
+    // no_grad, which stays so.)
     for (at::Tensor& o : outs)
       if (o.defined() && o.is_view() && !o.requires_grad()) {
         const at::Tensor base(o._base());
-        o = base.as_strided(o.sizes(), o.strides(), o.storage_offset());
+        if (!base.requires_grad()) o = base.as_strided(o.sizes(), o.strides(), o.storage_offset());
       }
     for (size_t p = 0; p < outs.size(); ++p)
       if (plan.output_first[p] != static_cast<int32_t>(p)) outs[p] = outs[static_cast<size_t>(plan.output_first[p])];
