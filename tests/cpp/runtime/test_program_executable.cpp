@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "runtime/errors.h"
+#include "runtime/graph_calls.h"
 #include "runtime/host_kernel.h"
 #include "runtime/program_executable.h"
 
@@ -230,6 +231,48 @@ TEST(ProgramExecutable, AThrowingStepRunsTheAliasedFallbackWhenInputsAreMutated)
   EXPECT_EQ(out.at(0).item<double>(), -1.0);
   EXPECT_TRUE(at::equal(a, at::ones({kN}, f32())));
   EXPECT_EQ(a._version(), version);  // the fallback bumps what it mutates itself
+}
+
+// A throwing step of a program that writes its inputs, in a graph call the hook would redo
+// (graph_calls.h): the error propagates with the inputs untouched, and no fallback runs.
+TEST(ProgramExecutable, AThrowingStepRethrowsWithInputsUntouchedWhenTheCallIsToBeRedone) {
+  auto aliased = aliased_marker();
+  auto failing = doubler();
+  failing->throws = true;
+  Program p = add_in_place(aliased);
+  p.steps.insert(p.steps.begin(), ExternCall{failing, {slot(0)}, {ExternResult{}}});
+  ProgramExecutable exe(std::move(p));
+  at::Tensor a = at::ones({kN}, f32());
+  const uint64_t call = begin_graph_call();
+  const uint64_t outer = redo_if_untouched(call);
+  EXPECT_THROW(exe.run({a, at::ones({kN}, f32())}), std::runtime_error);
+  redo_if_untouched(outer);
+  EXPECT_EQ(failed_untouched_call(), call);
+  EXPECT_EQ(aliased->calls, 0);
+  EXPECT_TRUE(at::equal(a, at::ones({kN}, f32())));
+}
+
+// run_taking: the caller gives up its references, and an input is freed after its last reader
+// (a compiled backward's saved activations), while run keeps the caller's.
+TEST(ProgramExecutable, RunTakingFreesAnInputAfterItsLastReader) {
+  for (const bool taking : {false, true}) {
+    c10::weak_intrusive_ptr<c10::TensorImpl> watched(c10::intrusive_ptr<c10::TensorImpl>::reclaim(nullptr));
+    bool freed_before_step_1 = false;
+    auto probe = std::make_shared<FakeExecutable>([&](const std::vector<at::Tensor>& in) {
+      freed_before_step_1 = watched.expired();
+      return std::vector<at::Tensor>{in.at(0) * 2};
+    });
+    Program p = add_then_double(probe);
+    p.release_after = {{0}, {}};  // input a's last reader is the kernel, step 0
+    ProgramExecutable exe(std::move(p));
+    at::Tensor a = at::ones({kN}, f32());
+    watched = c10::weak_intrusive_ptr<c10::TensorImpl>(a.getIntrusivePtr());
+    std::vector<at::Tensor> inputs{a, at::ones({kN}, f32())};
+    a.reset();
+    std::vector<at::Tensor> out = taking ? exe.run_taking(std::move(inputs)) : exe.run(inputs);
+    EXPECT_EQ(freed_before_step_1, taking);
+    EXPECT_TRUE(at::equal(out.at(0), at::full({kN}, 4, f32())));
+  }
 }
 
 TEST(ProgramExecutable, AThrowingStepPropagatesWhenNoInputIsMutated) {
