@@ -20,9 +20,13 @@ int64_t storage_span(const TensorMeta& m) {
   return span;
 }
 
+// The value whose slot v lives in, through chains of aliases: a view of a value that the fusion
+// then stored directly into an input (`x.sub_(n); x.reshape(...)`: v2 -> v1 -> the input) reads
+// the input, whose slot must live until that read (difftest seed 52656: released after the first
+// kernel once inputs were released after their last reader, the second one read freed memory).
 ValueId root_of(const Program& p, ValueId v) {
-  const ValuePlan& pl = p.plans[static_cast<size_t>(v)];
-  return pl.kind == ValuePlan::Kind::Alias ? pl.root : v;
+  while (p.plans[static_cast<size_t>(v)].kind == ValuePlan::Kind::Alias) v = p.plans[static_cast<size_t>(v)].root;
+  return v;
 }
 
 }  // namespace

@@ -134,6 +134,27 @@ TEST(LoopPasses, MemoryPlanDropsEachValueAfterItsLastReader) {
   EXPECT_EQ(p.slot_release[slot(1)], 5);
 }
 
+// Difftest seed 52656: the subtraction is stored straight into x, and the product reads x through
+// a view of that result (an alias of an alias): x's slot lives until the product's kernel.
+TEST(LoopPasses, MemoryPlanFollowsAliasChainsToTheInput) {
+  Program p = build_program(parse_graph(R"(graph(%0: f32[4, 4]{4, 1}):
+  %1: f32[4, 4]{4, 1} = aten::sub_.Scalar(%0, 4, 1)
+  %2: f32[16]{1} = aten::view(%1, [16])
+  %3: f32[16]{1} = aten::mul.Scalar(%2, 5)
+  return (%3)
+)"));
+  const auto input_slot = static_cast<size_t>(p.plans[0].slot);
+  int64_t last_reader = -1;
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    if (p.steps[s].kind == Step::Kind::Kernel)
+      for (const Stage& sg : p.kernels[static_cast<size_t>(p.steps[s].index)].stages)
+        for (const Access& a : sg.loads)
+          if (p.plans[static_cast<size_t>(a.value)].slot == static_cast<int32_t>(input_slot)) last_reader = static_cast<int64_t>(s);
+  ASSERT_GE(last_reader, 0);
+  EXPECT_TRUE(p.slot_release[input_slot] < 0 || p.slot_release[input_slot] >= last_reader)
+      << "released after step " << p.slot_release[input_slot] << ", read at step " << last_reader;
+}
+
 TEST(LoopPasses, MemoryPlanKeepsAnInputThatAnOutputViews) {
   Program p = build_program(parse_graph(R"(graph(%0: f32[4, 4]{4, 1}):
   %1: f32[4, 4]{4, 1} = aten::exp(%0)
