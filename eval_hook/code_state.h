@@ -26,7 +26,7 @@ struct CacheEntry {
   // The target requested when it compiled: it serves calls that request the same one only
   // (jit(f, backend="aten") next to jit(g) leaves g's entries native; likewise mode=).
   Target target;
-  bool rerun_on_error = true; // no write into an input, no random op (compiler.cpp redoable): a failed run can be redone eagerly
+  bool rerun_on_error = true; // no write into an input, no random op (compiler.cpp redo_after_failure): a failed run can be redone eagerly
   // Transformed code that goes on after its graph (effects, a break's continuation): a failure
   // of its own graph, the first thing it runs, left nothing behind (no write into an input, no random op),
   // so the frame is redone eagerly; a failure later on is the user code's own.

@@ -124,17 +124,17 @@ std::vector<std::string> input_source_names(const symbolic::TraceResult& trace) 
   return names;
 }
 
-// Whether a run whose graph raised left nothing behind, so that the frame can be redone eagerly:
-// no in-place op writing an input's storage, and no random op (it advanced the generator). An
-// in-place op on a value the graph made (`h = x @ w; h.relu_()`) is redone with it.
-bool draws_random(const codegen::Graph& g) {
+// What a run whose graph raised left behind, so whether the frame can be redone eagerly: nothing
+// (no random op, which advanced the generator, and no in-place op writing an input's storage), or
+// writes into inputs, which a compiled program makes last: redone when it failed before them
+// (runtime::redo_if_untouched). An in-place op on a value the graph made (`h = x @ w; h.relu_()`)
+// is redone with it.
+enum class Redo : uint8_t { Always, IfUntouched, Never };
+Redo redo_after_failure(const codegen::Graph& g) {
   for (const codegen::Node& n : g.nodes)
-    if (codegen::op_info(n.op).category == codegen::OpCategory::Random) return true;
-  return false;
+    if (codegen::op_info(n.op).category == codegen::OpCategory::Random) return Redo::Never;
+  return codegen::writes_an_input(g) ? Redo::IfUntouched : Redo::Always;
 }
-bool redoable(const codegen::Graph& g) { return !draws_random(g) && !codegen::writes_an_input(g); }
-// One that writes an input is redone when it failed before its writes (runtime::redo_if_untouched).
-bool redoable_if_untouched(const codegen::Graph& g) { return !draws_random(g) && codegen::writes_an_input(g); }
 
 // The frame's result goes back through bytecode (continuation.h's assemble_return), not through
 // an output template of the graph.
@@ -442,8 +442,9 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
   }
   set_transformed_function(*entry, code, frame);
   entry->rerun_on_error = false;  // the continuation may have run user code with side effects
-  entry->rerun_if_graph_raised = !trace.graph.nodes.empty() && redoable(trace.graph);  // no graph: nothing of its own to fail
-  entry->rerun_if_untouched = !trace.graph.nodes.empty() && redoable_if_untouched(trace.graph);
+  const Redo redo = trace.graph.nodes.empty() ? Redo::Never : redo_after_failure(trace.graph);  // no graph: nothing of its own to fail
+  entry->rerun_if_graph_raised = redo == Redo::Always;
+  entry->rerun_if_untouched = redo == Redo::IfUntouched;
   entry->direct = false;
   entry->guards = symbolic::build_guards(trace);
   log_entry(qualname, *entry);
@@ -477,7 +478,7 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
                          ", compiled on the CPU only (torch.optim's per-parameter kernels lose to ATen's multi-tensor ones on a GPU)";
         return outcome;
       }
-  if ((p.ok || p.trace.stopped || p.bytecode_return) && p.trace.op_in_try && !redoable(p.trace.graph)) {
+  if ((p.ok || p.trace.stopped || p.bytecode_return) && p.trace.op_in_try && redo_after_failure(p.trace.graph) != Redo::Always) {
     // A graph runs before everything the frame does after it: when it raises (an index out of
     // range), only redoing the frame eagerly reaches the except clause around the op. A graph
     // that wrote an input or drew random numbers cannot be redone.
@@ -526,8 +527,9 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   entry->graph = runtime::make_compiled_graph(std::move(exe), std::move(p.out), qualname ? qualname : "?");
   if (!entry->graph) throw InternalError("creating the compiled graph object failed");
   set_transformed_function(*entry, symbolic::assemble_graph_call(frame.code, p.trace, entry->graph), frame);
-  entry->rerun_on_error = redoable(p.trace.graph);
-  entry->rerun_if_untouched = redoable_if_untouched(p.trace.graph);
+  const Redo redo = redo_after_failure(p.trace.graph);
+  entry->rerun_on_error = redo == Redo::Always;
+  entry->rerun_if_untouched = redo == Redo::IfUntouched;
   // NB: a graph that cannot be re-run eagerly on error keeps its frame, so that a traceback
   // still names the user's function.
   entry->direct = entry->rerun_on_error;
