@@ -263,8 +263,7 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
                   [specialised, qn, requested] {
                     return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
                   },
-                  "runs on aten until the kernels an earlier size is compiling are built, then compiles from them:\n" +
-                      codegen::print_graph(*specialised)),
+                  "runs on aten until the kernels an earlier size is compiling are built, then compiles from them:"),
               *specialised, qn.c_str(), family);
         }
         runtime::ExecutablePtr exe = compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);

@@ -27,7 +27,7 @@ Executable& DeferredExecutable::current() {
 
 std::string DeferredExecutable::describe() const {
   if (const Executable* real = built_.load(std::memory_order_acquire)) return real->describe();
-  return pending_;
+  return pending_ + "\n" + baseline_->describe();
 }
 
 }  // namespace fastdyn::runtime

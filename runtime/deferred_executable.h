@@ -21,6 +21,8 @@ namespace fastdyn::runtime {
 
 class DeferredExecutable final : public Executable {
  public:
+  // `pending`: describe()'s first line while the baseline runs, followed by the baseline's own
+  // description (built when asked: a decode loop makes one of these per new size).
   DeferredExecutable(ExecutablePtr baseline, std::function<bool()> ready, std::function<ExecutablePtr()> build,
                      std::string pending);
 

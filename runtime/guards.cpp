@@ -142,6 +142,9 @@ PyObject* access(const Accessor& a, PyObject* parent, const GuardFrame& f) {
         Py_XINCREF(out);
         return out;
       }
+      // A non-leaf tensor's '.grad': its getter warns (eager warns at each read), and the trace
+      // read '.grad' of a leaf only (symbolic/attributes.cpp): the guard fails without reading.
+      if (THPVariable_Check(parent) && a.name == "grad" && !THPVariable_Unpack(parent).is_leaf()) return nullptr;
       out = PyObject_GetAttr(parent, a.key);
       if (!out) PyErr_Clear();
       return out;

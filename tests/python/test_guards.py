@@ -446,3 +446,26 @@ def test_module_instances_share_one_entry_and_read_their_own_parameters():
         b.scale = 3.0
         torch.testing.assert_close(jb(x), b(x))
         assert _C.cache_size(_ScaledLinear.forward) == 2
+
+
+def _double_and_its_grad(x):
+    return x * 2, x.grad
+
+
+def test_a_guard_on_grad_fails_for_a_non_leaf_without_the_warning_eagers_read_gives():
+    # The entry compiled for a leaf guards `L['x'].grad`. Checking it against a non-leaf must not
+    # read the attribute (its getter warns): the call warns once, from the frame's own read, as
+    # in eager, where the guard's read made it twice (and raised under -W error).
+    import warnings
+    jf = fastdyn.jit(_double_and_its_grad)
+    p = torch.randn(3, requires_grad=True)
+    p.grad = torch.ones(3)
+    assert jf(p)[1] is p.grad
+    q = torch.randn(3, requires_grad=True) * 1
+    for fn in (_double_and_its_grad, jf, jf):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y, g = fn(q)
+        assert g is None
+        assert len(caught) == 1 and "not a leaf" in str(caught[0].message), [str(w.message) for w in caught]
+        assert_same(y, q * 2)
