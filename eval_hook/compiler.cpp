@@ -225,6 +225,9 @@ runtime::ExecutablePtr with_cuda_graphs(runtime::ExecutablePtr exe, const codege
 // A graph with live size symbols: one executable for every size, which compiles the graph
 // specialised to a call's sizes the first time it meets them (runtime/dynamic_executable.h).
 runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qualname, const Target& target) {
+  // On aten, one executable serves every size: it evaluates the graph's size arguments at each call.
+  std::shared_ptr<PyObject> family = cuda_graph_family(g, qualname, target);
+  if (!family && codegen::resolve_backend(target.backend, g) == codegen::Backend::Aten) return codegen::compile_aten(g);
   std::vector<runtime::DynamicExecutable::Symbol> symbols;
   std::vector<size_t> ids;
   for (size_t k = 0; k < g.symbols.size(); ++k)
@@ -240,10 +243,13 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
   // and compiles at its first call after it settled (runtime/deferred_executable.h), instead of
   // running the graph passes and queueing the same kernels again at every new size.
   auto in_flight = std::make_shared<std::weak_ptr<runtime::TieredExecutable>>();
+  // What those sizes run meanwhile: the graph on aten, one executable for all of them (made at the
+  // first such size).
+  auto on_aten = std::make_shared<runtime::ExecutablePtr>();
   return std::make_shared<runtime::DynamicExecutable>(
       std::move(symbols),
       [graph, ids, hints = codegen::shapes::hints(g), qn = std::string(qualname), requested = target.backend,
-       in_flight, family = cuda_graph_family(g, qualname, target)](const std::vector<int64_t>& sizes) -> runtime::ExecutablePtr {
+       in_flight, on_aten, family](const std::vector<int64_t>& sizes) -> runtime::ExecutablePtr {
         std::vector<int64_t> binding = hints;
         for (size_t i = 0; i < ids.size(); ++i) binding[ids[i]] = sizes[i];
         stats().sizes_compiled++;
@@ -259,7 +265,7 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
           if (config().log_code) log_event("code", qn + ": a new size runs on aten until the kernels in flight are built");
           return with_cuda_graphs(
               std::make_shared<runtime::DeferredExecutable>(
-                  codegen::compile_aten(*specialised), settled,
+                  *on_aten ? *on_aten : (*on_aten = codegen::compile_aten(*graph)), settled,
                   [specialised, qn, requested] {
                     return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
                   },

@@ -7,7 +7,15 @@
 // per step push operands onto a reused stack, callBoxed, move the returned tensors into the
 // table. NB: in-place ops (add_.Tensor) return their mutated argument; the output value simply
 // aliases it, exactly as in eager mode.
+//
+// A graph with live size symbols (codegen/shapes/propagate.h) compiles to one executable for
+// every size: an int or int list argument whose expressions mention a symbol is evaluated at each
+// call from the inputs' sizes (symbol k is inputs[k.input].size(k.dim)), where the guards already
+// checked every relation the trace relied on. A dynamic entry then needs no aten executable per
+// size (the baseline while kernels compile, the aten backend itself).
 #include "codegen/aten/aten_backend.h"
+
+#include "codegen/shapes/propagate.h"
 
 #include "runtime/errors.h"
 #include "runtime/graph_calls.h"
@@ -74,12 +82,27 @@ const Conversion kConversions[] = {
 
 // One pushed stack entry of a step.
 struct Operand {
-  enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList };
+  enum class Kind : uint8_t { Constant, Tensor, TensorList, OptionalTensorList, SymInt, SymInts };
   Kind kind = Kind::Constant;
   ValueId value = -1;           // Tensor
   std::vector<ValueId> values;  // TensorList / OptionalTensorList (-1 = None)
   c10::IValue constant;         // Constant
+  std::vector<shapes::SizeExpr> exprs;  // SymInt (one) / SymInts: evaluated at each call
 };
+
+// The expressions of an Int or IntList argument when one of them varies with a live size symbol
+// (pinned symbols already replaced by their numbers); empty when every one is a constant.
+std::vector<shapes::SizeExpr> symbolic_ints(const Graph& g, const Arg& arg) {
+  // (A graph specialised to one call's sizes has no symbols: its numbers are the call's.)
+  if (g.symbols.empty() || arg.sym_ints.empty() || (arg.kind != Arg::Kind::Int && arg.kind != Arg::Kind::IntList)) return {};
+  std::vector<shapes::SizeExpr> out;
+  bool varies = false;
+  for (const shapes::SizeExpr& e : arg.sym_ints) {
+    out.push_back(shapes::live(g, e));
+    varies = varies || !out.back().is_constant();
+  }
+  return varies ? out : std::vector<shapes::SizeExpr>{};
+}
 
 bool is_kind(const c10::TypePtr& t, c10::TypeKind k) { return t->kind() == k; }
 
@@ -88,7 +111,7 @@ bool is_kind(const c10::TypePtr& t, c10::TypeKind k) { return t->kind() == k; }
 // arguments for inputs the forward did not have are passed undefined by ATen's own autograd (the
 // efficient-attention backward's attn_bias): there None becomes an undefined tensor; anywhere else
 // None for a non-optional argument is a capture bug and is rejected.
-std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg, bool backward) {
+std::optional<Operand> match_argument(const Graph& g, const c10::Argument& sa, const Arg& arg, bool backward) {
   c10::TypePtr type = sa.real_type();
   bool optional = false;
   if (is_kind(type, c10::TypeKind::OptionalType)) {
@@ -96,6 +119,16 @@ std::optional<Operand> match_argument(const c10::Argument& sa, const Arg& arg, b
     type = type->castRaw<c10::OptionalType>()->getElementType();
   }
   Operand op;
+  if (std::vector<shapes::SizeExpr> exprs = symbolic_ints(g, arg); !exprs.empty()) {
+    const bool int_list = is_kind(type, c10::TypeKind::ListType) &&
+                          (is_kind(type->castRaw<c10::ListType>()->getElementType(), c10::TypeKind::IntType) ||
+                           is_kind(type->castRaw<c10::ListType>()->getElementType(), c10::TypeKind::SymIntType));
+    const bool one_int = is_kind(type, c10::TypeKind::IntType) || is_kind(type, c10::TypeKind::SymIntType);
+    if (arg.kind == Arg::Kind::IntList ? !int_list : !one_int) return std::nullopt;
+    op.kind = arg.kind == Arg::Kind::IntList ? Operand::Kind::SymInts : Operand::Kind::SymInt;
+    op.exprs = std::move(exprs);
+    return op;
+  }
   if (arg.kind == Arg::Kind::None) {
     if (optional) return op;  // a default-constructed IValue is None
     if (!backward || !is_kind(type, c10::TypeKind::TensorType)) return std::nullopt;
@@ -177,7 +210,15 @@ struct Step {
 class AtenExecutable final : public runtime::Executable {
  public:
   AtenExecutable(Graph g, std::vector<Step> steps, size_t max_stack)
-      : graph_(std::move(g)), steps_(std::move(steps)), max_stack_(max_stack), first_input_write_(first_input_write(graph_)) {}
+      : graph_(std::move(g)), steps_(std::move(steps)), max_stack_(max_stack), first_input_write_(first_input_write(graph_)) {
+    bool symbolic = false;
+    for (const Step& s : steps_)
+      for (const Operand& o : s.operands) symbolic = symbolic || !o.exprs.empty();
+    if (!symbolic) return;
+    hints_ = shapes::hints(graph_);
+    for (size_t k = 0; k < graph_.symbols.size(); ++k)
+      if (shapes::is_live(graph_, static_cast<shapes::SymbolId>(k))) live_symbols_.push_back(k);
+  }
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) override {
     if (inputs.size() != graph_.inputs.size())
@@ -185,6 +226,14 @@ class AtenExecutable final : public runtime::Executable {
                       std::to_string(inputs.size()));
     std::vector<at::Tensor> table(graph_.values.size());
     for (size_t i = 0; i < inputs.size(); ++i) table[static_cast<size_t>(graph_.inputs[i])] = inputs[i];
+    std::vector<int64_t> sizes;  // the call's value of each size symbol (a symbolic graph's)
+    if (!live_symbols_.empty()) {
+      sizes = hints_;
+      for (size_t k : live_symbols_) {
+        const SymbolSource& src = graph_.symbols[k];
+        sizes[k] = inputs.at(static_cast<size_t>(src.input)).size(src.dim);
+      }
+    }
 
     torch::jit::Stack stack;
     stack.reserve(max_stack_);
@@ -198,7 +247,7 @@ class AtenExecutable final : public runtime::Executable {
         if (s.typed.index() != 0) {
           table[static_cast<size_t>(s.outputs[0])] = call_typed(s, table);
         } else {
-          push_operands(s, table, stack);
+          push_operands(s, table, sizes, stack);
           s.op.callBoxed(stack);
           take_returns(s, table, stack);
           stack.clear();
@@ -233,10 +282,25 @@ class AtenExecutable final : public runtime::Executable {
     throw InternalError("aten backend: bad typed call");
   }
 
-  static void push_operands(const Step& s, const std::vector<at::Tensor>& table, torch::jit::Stack& stack) {
+  void push_operands(const Step& s, const std::vector<at::Tensor>& table, const std::vector<int64_t>& sizes,
+                     torch::jit::Stack& stack) const {
+    auto value = [&](const shapes::SizeExpr& e) {
+      std::optional<int64_t> v = e.evaluate(sizes);
+      if (!v) throw InternalError("aten backend: " + print_node(graph_, graph_.nodes[s.node_index]) + ": " + e.str() +
+                                  " cannot be evaluated at this call's sizes");
+      return *v;
+    };
     for (const Operand& o : s.operands) {
       switch (o.kind) {
         case Operand::Kind::Constant: stack.push_back(o.constant); break;
+        case Operand::Kind::SymInt: stack.emplace_back(value(o.exprs[0])); break;
+        case Operand::Kind::SymInts: {
+          std::vector<int64_t> ints;
+          ints.reserve(o.exprs.size());
+          for (const shapes::SizeExpr& e : o.exprs) ints.push_back(value(e));
+          stack.emplace_back(std::move(ints));
+          break;
+        }
         case Operand::Kind::Tensor: stack.emplace_back(table[static_cast<size_t>(o.value)]); break;
         case Operand::Kind::TensorList: {
           c10::List<at::Tensor> list;
@@ -280,6 +344,10 @@ class AtenExecutable final : public runtime::Executable {
   std::vector<Step> steps_;
   size_t max_stack_;
   size_t first_input_write_;  // the first node writing an input's storage (graph_.nodes.size(): none)
+  // A symbolic graph's: the live symbols' ids (empty: no operand varies with a size), and the
+  // traced values of all of them (the pinned ones' numbers).
+  std::vector<size_t> live_symbols_;
+  std::vector<int64_t> hints_;
 };
 
 // ---- compilation --------------------------------------------------------------------------
@@ -365,7 +433,7 @@ class Compiler {
         s.operands.push_back(std::move(o));
         continue;
       }
-      std::optional<Operand> o = match_argument(sa, n.args[a], backward);
+      std::optional<Operand> o = match_argument(g_, sa, n.args[a], backward);
       if (!o)
         fail(index, "argument " + std::to_string(a) + " ('" + sa.name() + "': " + sa.real_type()->str() + ") got " +
                         arg_kind_name(n.args[a].kind));
