@@ -286,6 +286,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_strict", [](bool on) { eval_hook::config().strict = on; });
   m.def("strict", [] { return eval_hook::config().strict; });
   m.def("_test_inject_backend_failure", [](bool on) { eval_hook::config().test_fail_backend = on; });
+  m.def("_test_inject_run_failures", [](int runs) { runtime::test_fail_graph_runs(runs); });
   m.def("set_compile_tensor_free", [](bool on) { eval_hook::config().compile_tensor_free = on; });
   m.def("reset", [] {
     {

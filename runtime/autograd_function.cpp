@@ -5,6 +5,7 @@
 #include "runtime/program_executable.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <type_traits>
 
 namespace fastdyn::runtime {
@@ -43,6 +45,16 @@ class CompiledFunctionBackward final : public ag::Node {
   CompiledFunctionBackward(std::shared_ptr<const Compiled> c, size_t level, std::vector<at::Tensor> inputs)
       : c_(std::move(c)), level_(level), inputs_(std::move(inputs)) {
     for (const at::Tensor& t : inputs_) versions_.push_back(t.defined() ? t._version() : 0);
+    // The replay inputs whose values the backward never reads are watched, not kept (plan's
+    // replay_reads): they die when eager's would.
+    const std::vector<bool>& reads = c_->plan.levels[level_].replay_reads;
+    for (size_t i = 0; i < inputs_.size() && i < reads.size(); ++i) {
+      if (reads[i] || !inputs_[i].defined()) continue;
+      if (watched_.empty()) watched_.resize(inputs_.size());
+      const at::Tensor& t = inputs_[i];
+      watched_[i] = Watched{WeakTensor(t.getIntrusivePtr()), t.sizes().vec(), t.strides().vec(), t.options(), t.requires_grad()};
+      inputs_[i] = at::Tensor();
+    }
   }
   std::string name() const override { return "CompiledFunctionBackward"; }
 
@@ -55,6 +67,7 @@ class CompiledFunctionBackward final : public ag::Node {
     std::lock_guard<std::mutex> lock(mutex_);
     for (ag::SavedVariable& s : saved_) s.reset_data();
     inputs_.clear();
+    watched_.clear();
     released_ = true;
   }
 
@@ -108,7 +121,20 @@ class CompiledFunctionBackward final : public ag::Node {
                   "one of the variables needed for gradient computation has been modified by an inplace "
                   "operation: input ", i, " of the compiled graph is at version ", inputs_[i]._version(),
                   "; expected version ", versions_[i], " instead.");
-    std::vector<at::Tensor> outs = c_->levels[level_].eager->run(inputs_);
+    std::vector<at::Tensor> replay_inputs = inputs_;
+    for (size_t i = 0; i < watched_.size(); ++i) {
+      if (!watched_[i]) continue;
+      if (c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> alive = watched_[i]->tensor.lock()) {
+        replay_inputs[i] = at::Tensor(std::move(alive));
+      } else {
+        // Freed, as eager's would be: the backward reads nothing computed from it, so a tensor of
+        // its shape stands in (a leaf where it gets a gradient, so the gradient still comes out).
+        const Watched& w = *watched_[i];
+        replay_inputs[i] = at::empty_strided(w.sizes, w.strides, w.options).zero_().requires_grad_(w.requires_grad);
+      }
+    }
+    const std::vector<at::Tensor>& inputs_now = replay_inputs;
+    std::vector<at::Tensor> outs = c_->levels[level_].eager->run(inputs_now);
     ag::variable_list ys, gys, xs;
     for (size_t k = 0; k < outs.size(); ++k) {
       if (!grads[k].defined()) continue;
@@ -116,17 +142,26 @@ class CompiledFunctionBackward final : public ag::Node {
       gys.push_back(grads[k]);
     }
     for (size_t e = 0; e < lv.edge_inputs.size(); ++e)
-      if (lv.edge_grad[e] >= 0) xs.push_back(inputs_.at(static_cast<size_t>(lv.edge_inputs[e])));
-    const size_t num_inputs = inputs_.size() - lv.edge_outputs.size() - lv.eager_saved.size();
+      if (lv.edge_grad[e] >= 0) xs.push_back(inputs_now.at(static_cast<size_t>(lv.edge_inputs[e])));
+    const size_t num_inputs = inputs_now.size() - lv.edge_outputs.size() - lv.eager_saved.size();
     for (size_t k = 0; k < lv.edge_outputs.size(); ++k)
-      if (lv.edge_grad[lv.edge_inputs.size() + k] >= 0) xs.push_back(inputs_.at(num_inputs + k));
+      if (lv.edge_grad[lv.edge_inputs.size() + k] >= 0) xs.push_back(inputs_now.at(num_inputs + k));
     if (ys.empty()) return ag::variable_list(xs.size());
     return ag::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
   }
 
+  using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Watched {
+    WeakTensor tensor;
+    std::vector<int64_t> sizes, strides;
+    at::TensorOptions options;
+    bool requires_grad = false;
+  };
+
   std::shared_ptr<const Compiled> c_;
   size_t level_;
-  std::vector<at::Tensor> inputs_;
+  std::vector<at::Tensor> inputs_;  // what the replay reads by value (the watched ones undefined)
+  std::vector<std::optional<Watched>> watched_;  // per input: watched instead of kept (empty: none)
   std::vector<uint32_t> versions_;
   std::vector<ag::SavedVariable> saved_;
   std::vector<OutputMeta> out_meta_;

@@ -37,6 +37,13 @@ struct AutogradPlan {
     std::vector<int32_t> edge_grad;     // per edge above: the backward output that is its gradient, or -1 (no next edge then)
     std::vector<int32_t> saved;         // the saved values (indices among the forward's extra outputs) its backward reads first
     std::vector<int32_t> eager_saved;   // saved values its eager replay reads after the inputs and lower outputs (dropout masks)
+    // Per replay input (the graph's inputs, then the lower outputs, as `edge_outputs`): whether the
+    // backward reads its value, itself or through a value computed from it. The node keeps only
+    // those for create_graph's replay; the others it watches weakly, so that they die when eager's
+    // would (eager's nodes keep only what their backward reads: difftest seed 69644, an output
+    // summed into an input kept alive by the node), and the replay gives a dead one a stand-in of
+    // its shape, whose values no gradient reads. Empty: keep all.
+    std::vector<bool> replay_reads;
   };
   std::vector<Level> levels;
   // Outputs that are views of an input or of a diff output: after the nodes are wired, each is made

@@ -92,6 +92,8 @@ PyObject* build(const OutputTemplate& t, std::vector<at::Tensor>& outputs, std::
 }
 
 
+thread_local int t_fail_runs = 0;  // test_fail_graph_runs
+
 PyObject* compiled_graph_run(PyObject* self_obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* self = reinterpret_cast<CompiledGraphObject*>(self_obj);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -114,13 +116,22 @@ PyObject* compiled_graph_run(PyObject* self_obj, PyObject* const* args, size_t n
   }
   std::vector<at::Tensor> outputs;
   const CheckLabel label(self->name);  // accuracy mode: divergences name the function
-  if (elements < kReleaseGilElements) {
-    outputs = self->exe->run(inputs);
-  } else {
-    // NB: big graphs run without the GIL, as eager PyTorch's ops do; for tiny ones releasing
-    // and re-taking it costs more than the work it would let other threads do.
-    pybind11::gil_scoped_release no_gil;
-    outputs = self->exe->run(inputs);
+  try {
+    if (t_fail_runs > 0 && t_fail_runs-- > 0) throw InternalError("injected run-time failure (test hook) in " + self->name);
+    if (elements < kReleaseGilElements) {
+      outputs = self->exe->run(inputs);
+    } else {
+      // NB: big graphs run without the GIL, as eager PyTorch's ops do; for tiny ones releasing
+      // and re-taking it costs more than the work it would let other threads do.
+      pybind11::gil_scoped_release no_gil;
+      outputs = self->exe->run(inputs);
+    }
+  } catch (const InternalError&) {  // fastdyn's own failure (HANDLE_TH_ERRORS makes it a RuntimeError)
+    note_fastdyn_failure(graph_calls());
+    throw;
+  } catch (const BackendError&) {
+    note_fastdyn_failure(graph_calls());
+    throw;
   }
   std::vector<PyObject*> wrapped(outputs.size(), nullptr);
   PyObject* result = build(self->out, outputs, wrapped);
@@ -186,5 +197,7 @@ Executable* compiled_graph_executable(PyObject* obj) {
   return is_compiled_graph(obj) ? reinterpret_cast<CompiledGraphObject*>(obj)->exe.get() : nullptr;
 }
 
+
+void test_fail_graph_runs(int runs) { t_fail_runs = runs; }
 
 }  // namespace fastdyn::runtime

@@ -37,5 +37,8 @@ PyObject* make_compiled_graph(ExecutablePtr exe, OutputTemplate out, std::string
 bool is_compiled_graph(PyObject* obj);
 // Borrowed view of the executable behind a compiled-graph object (nullptr if not one).
 Executable* compiled_graph_executable(PyObject* obj);
+// A test hook: the next `runs` compiled-graph calls on this thread fail with an InternalError
+// before running (a compiler bug at run time, for the tests of what such a failure does).
+void test_fail_graph_runs(int runs);
 
 }  // namespace fastdyn::runtime

@@ -24,4 +24,10 @@ bool redo_if_untouched_expected();  // for the graph call running now
 void note_failed_untouched();
 uint64_t failed_untouched_call();   // the last call that failed with its inputs untouched
 
+// A graph call that failed with fastdyn's own error (InternalError or BackendError from the
+// executable: a compiler bug, not an op's error that eager would raise too). The hook does not
+// let a redo of the frame hide it: it counts a backend failure, and strict mode raises it.
+void note_fastdyn_failure(uint64_t call);
+uint64_t fastdyn_failed_call();
+
 }  // namespace fastdyn::runtime

@@ -3,6 +3,8 @@
 
 #include "runtime/errors.h"
 
+#include <c10/util/Exception.h>
+
 namespace fastdyn::runtime {
 
 HostKernel::HostKernel(Function fn, std::shared_ptr<void> hold, std::string backend)
@@ -13,7 +15,9 @@ HostKernel::HostKernel(Function fn, std::shared_ptr<void> hold, std::string back
 void HostKernel::launch(void** args, const int64_t* sizes) const {
   int32_t status = 0;
   fn_(args, &status, sizes);
-  if (status != 0) throw BackendError(backend_ + ": index out of range in self (embedding / index_select)");
+  // The user's op failing as eager's would (ATen raises IndexError here), not fastdyn's own error.
+  if (status != 0) throw c10::IndexError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                         backend_ + ": index out of range in self (embedding / index_select)");
 }
 
 }  // namespace fastdyn::runtime

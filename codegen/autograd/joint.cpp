@@ -599,6 +599,16 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
     Graph gl = cut_at(g, cut, original);
     LevelPart part = differentiate(gl, seeds, written);
     lv.edge_grad = part.edge_grad;
+    // What the backward reads, and every value those are computed from: the replay's inputs among
+    // them must be kept by value (runtime/autograd_plan.h replay_reads).
+    std::set<ValueId> read(part.saved.begin(), part.saved.end());
+    for (size_t i = gl.nodes.size(); i-- > 0;) {
+      const Node& n = gl.nodes[i];
+      bool feeds = false;
+      for (ValueId o : n.outputs) feeds = feeds || read.count(o) != 0;
+      if (feeds) for_each_value_input(n, [&](ValueId v) { read.insert(v); });
+    }
+    for (ValueId in : gl.inputs) lv.replay_reads.push_back(read.count(in) != 0);
     std::vector<ValueId> saved;
     for (ValueId v : part.saved) saved.push_back(original.count(v) ? original[v] : v);
     all_saved.insert(saved.begin(), saved.end());

@@ -148,6 +148,44 @@ def test_an_input_the_graph_never_reads_does_not_outlive_the_call_through_its_no
         assert x.requires_grad and refs[0]() is None
 
 
+def _scaled_sum_plus_square(a, w):
+    return (a * 3).sum() + (w * w).sum()  # the backward reads w, never a
+
+
+def test_the_node_keeps_only_the_inputs_its_backward_reads_and_create_graph_still_works():
+    # Difftest seed 69644: the node kept every input it read for create_graph's replay, so a
+    # temporary passed in (here `base * 2`) lived as long as the output's graph, where eager's
+    # nodes (a * 3: a scalar product; sum) keep nothing of it. It is watched now; the replay gives
+    # the dead one a stand-in of its shape, and the gradients and second derivatives are eager's.
+    import gc
+    import weakref
+    g = fastdyn.jit(_scaled_sum_plus_square)
+    g(torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True))  # compiled from here
+    for fn in (_scaled_sum_plus_square, g):
+        base = torch.randn(4, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+        a = base * 2
+        dead = weakref.ref(a)
+        out = fn(a, w)
+        del a
+        gc.collect()
+        assert dead() is None, fn
+        if fn is g:
+            assert out.grad_fn.name() == COMPILED
+        ga, gw = torch.autograd.grad(out, [base, w], create_graph=True)
+        torch.testing.assert_close(ga, torch.full_like(base, 6.0))
+        torch.testing.assert_close(gw, 2 * w)
+        (gw * w).sum().backward()  # d/dw sum(2 w * w) = 4 w
+        torch.testing.assert_close(w.grad, 4 * w.detach())
+    # Alive, the input itself is replayed.
+    base = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    a = base * 2
+    ga, gw = torch.autograd.grad(g(a, w), [a, w], create_graph=True)
+    torch.testing.assert_close(ga, torch.full_like(a, 3.0))
+    torch.testing.assert_close(gw, 2 * w)
+
+
 def test_modifying_a_saved_input_in_place_raises_eagers_error():
     def f(x, w):
         return (x * w).sum()  # saves x and w

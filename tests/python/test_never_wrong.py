@@ -335,6 +335,32 @@ def test_strict_mode_raises_naming_the_node():
         fastdyn._C._test_inject_backend_failure(False)
 
 
+@pytest.mark.backend_failure_expected
+def test_a_graph_failing_at_run_time_with_fastdyns_own_error_is_not_hidden_by_the_redo():
+    # A compiled graph that raises fastdyn's own error when it runs (a test hook injects it): the
+    # redo that gives a failing user op eager's exception must not hide a compiler bug. Strict
+    # mode raises it; off, the frame is redone eagerly (eager's result) and the failure counted.
+    def f(x):
+        return x.sin() * 2
+
+    x = torch.ones(3)
+    g = fastdyn.jit(f)
+    g(x)  # compiled
+    before = fastdyn.stats()["backend_failures"]
+    fastdyn._C._test_inject_run_failures(1)
+    try:
+        with pytest.raises(RuntimeError, match="injected run-time failure"):
+            g(x)
+        assert fastdyn.stats()["backend_failures"] == before + 1
+        fastdyn._C.set_strict(False)
+        fastdyn._C._test_inject_run_failures(1)
+        assert torch.equal(g(x), f(x))
+        assert fastdyn.stats()["backend_failures"] == before + 2
+    finally:
+        fastdyn._C._test_inject_run_failures(0)
+        fastdyn._C.set_strict(True)
+
+
 # ---------------------------------------------------------------- 8. configuration mistakes
 
 @pytest.mark.no_fastdyn
