@@ -68,12 +68,12 @@ TEST(DeferredExecutable, RunsTheBaselineUntilReadyThenBuildsOnceOnTheCallingThre
         builds++;
         return std::make_shared<AddExecutable>(2, "built");
       },
-      "deferred\n");
+      "deferred:");
   EXPECT_EQ(run_once(d), 1);
   EXPECT_EQ(run_once(d), 1);
   EXPECT_EQ(builds, 0);
   EXPECT_FALSE(d.built());
-  EXPECT_EQ(d.describe(), "deferred\n");
+  EXPECT_EQ(d.describe(), "deferred:\nbaseline\n");  // its line, then what runs meanwhile
   ready = true;
   std::vector<std::thread> callers;
   std::atomic<int> sum{0};
