@@ -123,7 +123,9 @@ std::optional<Operand> match_argument(const Graph& g, const c10::Argument& sa, c
     const bool int_list = is_kind(type, c10::TypeKind::ListType) &&
                           (is_kind(type->castRaw<c10::ListType>()->getElementType(), c10::TypeKind::IntType) ||
                            is_kind(type->castRaw<c10::ListType>()->getElementType(), c10::TypeKind::SymIntType));
-    const bool one_int = is_kind(type, c10::TypeKind::IntType) || is_kind(type, c10::TypeKind::SymIntType);
+    // One int: an int, a SymInt, or a Scalar (arange's end, add's other), which an int IValue is.
+    const bool one_int = is_kind(type, c10::TypeKind::IntType) || is_kind(type, c10::TypeKind::SymIntType) ||
+                         is_kind(type, c10::TypeKind::NumberType);
     if (arg.kind == Arg::Kind::IntList ? !int_list : !one_int) return std::nullopt;
     op.kind = arg.kind == Arg::Kind::IntList ? Operand::Kind::SymInts : Operand::Kind::SymInt;
     op.exprs = std::move(exprs);

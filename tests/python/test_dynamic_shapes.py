@@ -190,7 +190,8 @@ def test_one_entry_specialises_once_per_size_met():
     for n in [5, 7, 5, 7, 9]:
         f(torch.randn(n, 3))
     s = fastdyn.stats()
-    assert (s["frames_compiled"], s["sizes_compiled"], s["cache_hits"]) == (1, 3, 4), s
+    specialised = 3 if fastdyn._C.has_llvm_cpu else 0  # on aten one executable serves every size
+    assert (s["frames_compiled"], s["sizes_compiled"], s["cache_hits"]) == (1, specialised, 4), s
 
 
 def test_broadcast_between_two_dynamic_inputs_pins_to_equal_sizes():
@@ -227,9 +228,15 @@ def test_shape_unpacking_arithmetic_view_reshape_flatten():
     assert s["frames_compiled"] == 2, s
 
 
+def _arange_and_size_scalar(x, pos):
+    n = x.shape[0]
+    return x * torch.arange(n, dtype=x.dtype).unsqueeze(1), pos + x.shape[0]  # Scalar arguments
+
+
 @pytest.mark.parametrize("fn, make", [
     (heads, lambda t: (torch.randn(2, t, 32), torch.randn(32, 32))),
     (softmax_ln, lambda n: (torch.randn(4, n),)),
+    (_arange_and_size_scalar, lambda n: (torch.randn(n, 3), torch.arange(4))),
 ])
 def test_on_aten_one_executable_serves_every_size_and_evaluates_its_size_arguments(fn, make):
     # The aten backend runs the symbolic graph itself: view/reshape/layer_norm sizes are
@@ -294,7 +301,7 @@ def test_a_new_size_whose_kernels_were_built_runs_compiled_at_once():
             torch.testing.assert_close(got, want)
     s = fastdyn.stats()
     assert s["background_compiles"] == before, s
-    assert s["sizes_compiled"] == 4, s
+    assert s["sizes_compiled"] == (4 if fastdyn._C.has_llvm_cpu else 0), s  # aten: one executable
 
 
 BACKGROUND_SCRIPT = """
