@@ -249,7 +249,7 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
   return std::make_shared<runtime::DynamicExecutable>(
       std::move(symbols),
       [graph, ids, hints = codegen::shapes::hints(g), qn = std::string(qualname), requested = target.backend,
-       in_flight, on_aten, family](const std::vector<int64_t>& sizes) -> runtime::ExecutablePtr {
+       in_flight, on_aten, family, built_before = false](const std::vector<int64_t>& sizes) mutable -> runtime::ExecutablePtr {
         std::vector<int64_t> binding = hints;
         for (size_t i = 0; i < ids.size(); ++i) binding[ids[i]] = sizes[i];
         stats().sizes_compiled++;
@@ -272,9 +272,25 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
                   "runs on aten until the kernels an earlier size is compiling are built, then compiles from them:"),
               *specialised, qn.c_str(), family);
         }
+        if (built_before && config().background_compile) {
+          // A size after the first, with the kernels built: the graph passes at this size (about
+          // 1 ms for a 2-layer transformer, more than a decode step on aten) run on the background
+          // thread, and this call and the next run on aten until then. A decode loop meets a new
+          // length at every step and each only once: re-planning on the calling thread made each
+          // such step slower than eager's.
+          if (!*on_aten) *on_aten = codegen::compile_aten(*graph);
+          return with_cuda_graphs(
+              runtime::compile_in_background(
+                  *on_aten, "a new size: runs on aten while the graph is planned at these sizes in the background",
+                  [specialised, qn, requested] {
+                    return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
+                  }),
+              *specialised, qn.c_str(), family);
+        }
         runtime::ExecutablePtr exe = compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
         if (auto tiered = std::dynamic_pointer_cast<runtime::TieredExecutable>(exe); tiered && !tiered->settled())
           *in_flight = tiered;
+        built_before = true;
         return with_cuda_graphs(std::move(exe), *specialised, qn.c_str(), family);
       },
       std::move(program));

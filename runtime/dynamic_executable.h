@@ -9,11 +9,12 @@
 // strings on the call path.
 //
 // llvm_cpu's kernels take their symbolic sizes as arguments (codegen/llvm/emit.h), so the graph
-// specialised to a new binding finds its kernels in the cache, built at an earlier size, and runs
-// compiled from its first call at that size (a kernel whose decisions came out different at this
-// size, e.g. a row that now fits one vector, compiles: then a tiered executable runs on aten
-// meanwhile). What a new binding still costs is the graph passes and one key lookup per kernel
-// (the emitter's memo, codegen/llvm/backend.cpp): about 1.5 ms for a 2-layer transformer. A
+// specialised to a new binding finds its kernels in the cache, built at an earlier size (a kernel
+// whose decisions came out different at this size, e.g. a row that now fits one vector,
+// compiles). What a new binding still costs is the graph passes and one key lookup per kernel
+// (the emitter's memo, codegen/llvm/backend.cpp): about 1.5 ms for a 2-layer transformer, which
+// the layer above runs on the background thread while the call runs on aten (eval_hook/compiler.cpp
+// compile_dynamic); the aten backend itself needs no binding (one executable evaluates the sizes). A
 // runtime program whose buffers, views and extern arguments are size expressions would serve every
 // binding from one executable here (not built yet).
 #pragma once
