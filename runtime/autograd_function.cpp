@@ -5,7 +5,6 @@
 #include "runtime/program_executable.h"
 
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -26,11 +25,23 @@ namespace ag = torch::autograd;
 // torch 2.11 holds nodes by std::shared_ptr, later releases by c10::intrusive_ptr.
 using NodePtr = decltype(std::declval<ag::Edge>().function);
 
+// What a watched replay input that died is replayed as (CompiledFunctionBackward): a tensor of
+// its shape and options. The same for every call of one executable (its guards hold sizes, dtype
+// and device), so noted once per level, from the first call's tensors.
+struct StandIn {
+  std::vector<int64_t> sizes;
+  at::TensorOptions options;
+  bool requires_grad = false;
+};
+
 struct Compiled {
   ExecutablePtr forward;
   std::vector<LevelExecutables> levels;
   AutogradPlan plan;
   ExecutablePtr aliased;  // the traced graph on ATen (plan.written_inputs)
+  // Per level, per replay input (set for the watched ones): noted by the level's first node.
+  mutable std::vector<std::vector<StandIn>> stand_ins;
+  mutable std::vector<std::once_flag> stand_ins_noted;
 };
 
 struct OutputMeta {  // a level output's shape and options, for the zeros of a gradient that never came
@@ -48,11 +59,16 @@ class CompiledFunctionBackward final : public ag::Node {
     // The replay inputs whose values the backward never reads are watched, not kept (plan's
     // replay_reads): they die when eager's would.
     const std::vector<bool>& reads = c_->plan.levels[level_].replay_reads;
+    std::call_once(c_->stand_ins_noted[level_], [&] {
+      std::vector<StandIn>& s = c_->stand_ins[level_];
+      s.resize(inputs_.size());
+      for (size_t i = 0; i < inputs_.size() && i < reads.size(); ++i)
+        if (!reads[i] && inputs_[i].defined()) s[i] = {inputs_[i].sizes().vec(), inputs_[i].options(), inputs_[i].requires_grad()};
+    });
     for (size_t i = 0; i < inputs_.size() && i < reads.size(); ++i) {
       if (reads[i] || !inputs_[i].defined()) continue;
       if (watched_.empty()) watched_.resize(inputs_.size());
-      const at::Tensor& t = inputs_[i];
-      watched_[i] = Watched{WeakTensor(t.getIntrusivePtr()), t.sizes().vec(), t.strides().vec(), t.options(), t.requires_grad()};
+      watched_[i] = WeakTensor(inputs_[i].getIntrusivePtr());
       inputs_[i] = at::Tensor();
     }
   }
@@ -124,13 +140,13 @@ class CompiledFunctionBackward final : public ag::Node {
     std::vector<at::Tensor> replay_inputs = inputs_;
     for (size_t i = 0; i < watched_.size(); ++i) {
       if (!watched_[i]) continue;
-      if (c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> alive = watched_[i]->tensor.lock()) {
+      if (c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> alive = watched_[i]->lock()) {
         replay_inputs[i] = at::Tensor(std::move(alive));
       } else {
         // Freed, as eager's would be: the backward reads nothing computed from it, so a tensor of
         // its shape stands in (a leaf where it gets a gradient, so the gradient still comes out).
-        const Watched& w = *watched_[i];
-        replay_inputs[i] = at::empty_strided(w.sizes, w.strides, w.options).zero_().requires_grad_(w.requires_grad);
+        const StandIn& w = c_->stand_ins.at(level_).at(i);
+        replay_inputs[i] = at::zeros(w.sizes, w.options).requires_grad_(w.requires_grad);
       }
     }
     const std::vector<at::Tensor>& inputs_now = replay_inputs;
@@ -151,17 +167,11 @@ class CompiledFunctionBackward final : public ag::Node {
   }
 
   using WeakTensor = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-  struct Watched {
-    WeakTensor tensor;
-    std::vector<int64_t> sizes, strides;
-    at::TensorOptions options;
-    bool requires_grad = false;
-  };
 
   std::shared_ptr<const Compiled> c_;
   size_t level_;
   std::vector<at::Tensor> inputs_;  // what the replay reads by value (the watched ones undefined)
-  std::vector<std::optional<Watched>> watched_;  // per input: watched instead of kept (empty: none)
+  std::vector<std::optional<WeakTensor>> watched_;  // per input: watched instead of kept (empty: none)
   std::vector<uint32_t> versions_;
   std::vector<ag::SavedVariable> saved_;
   std::vector<OutputMeta> out_meta_;
@@ -297,6 +307,8 @@ ExecutablePtr make_autograd_executable(ExecutablePtr forward, std::vector<LevelE
   c->levels = std::move(levels);
   c->plan = std::move(plan);
   c->aliased = std::move(aliased);
+  c->stand_ins.resize(c->plan.levels.size());
+  c->stand_ins_noted = std::vector<std::once_flag>(c->plan.levels.size());
   return std::make_shared<AutogradExecutable>(std::move(c));
 }
 
