@@ -94,18 +94,22 @@ def test_training_step_under_enable_matches_eager(name, checkpointing):
         return loss.detach(), grads, torch.get_rng_state()
 
     want_loss, want_grads, want_rng = step(model)
+    got = {}
     fastdyn.enable()
     try:
         for call in ("first", "second"):
-            twin.zero_grad(set_to_none=True)
-            loss, grads, rng = step(twin)
-            assert_same(loss, want_loss, f"{name} {call} call: loss", **TOL)
-            assert grads.keys() == want_grads.keys(), f"{name} {call} call: parameters with a gradient"
-            for n in grads:
-                assert_same(grads[n], want_grads[n], f"{name} {call} call: grad of {n}", rtol=1e-4, atol=1e-5)
-            assert torch.equal(rng, want_rng), f"{name} {call} call: the random stream moved differently"
+            twin.zero_grad(set_to_none=True)  # (the first call's gradients stay in `got`)
+            got[call] = step(twin)
     finally:
         fastdyn.disable()
+    # Compared outside enable(): the comparisons are not the code under test (compiled, each new
+    # message string was a guard miss, up to the recompile limit's warning).
+    for call, (loss, grads, rng) in got.items():
+        assert_same(loss, want_loss, f"{name} {call} call: loss", **TOL)
+        assert grads.keys() == want_grads.keys(), f"{name} {call} call: parameters with a gradient"
+        for n in grads:
+            assert_same(grads[n], want_grads[n], f"{name} {call} call: grad of {n}", rtol=1e-4, atol=1e-5)
+        assert torch.equal(rng, want_rng), f"{name} {call} call: the random stream moved differently"
 
 
 @pytest.mark.parametrize("name", list(hf_zoo.CACHED_MODELS))
