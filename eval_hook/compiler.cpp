@@ -244,8 +244,11 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
   // running the graph passes and queueing the same kernels again at every new size.
   auto in_flight = std::make_shared<std::weak_ptr<runtime::TieredExecutable>>();
   // What those sizes run meanwhile: the graph on aten, one executable for all of them (made at the
-  // first such size).
-  auto on_aten = std::make_shared<runtime::ExecutablePtr>();
+  // first such size; called under the DynamicExecutable's lock).
+  auto on_aten = [graph, exe = std::make_shared<runtime::ExecutablePtr>()] {
+    if (!*exe) *exe = codegen::compile_aten(*graph);
+    return *exe;
+  };
   return std::make_shared<runtime::DynamicExecutable>(
       std::move(symbols),
       [graph, ids, hints = codegen::shapes::hints(g), qn = std::string(qualname), requested = target.backend,
@@ -265,7 +268,7 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
           if (config().log_code) log_event("code", qn + ": a new size runs on aten until the kernels in flight are built");
           return with_cuda_graphs(
               std::make_shared<runtime::DeferredExecutable>(
-                  *on_aten ? *on_aten : (*on_aten = codegen::compile_aten(*graph)), settled,
+                  on_aten(), settled,
                   [specialised, qn, requested] {
                     return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
                   },
@@ -278,10 +281,9 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
           // thread, and this call and the next run on aten until then. A decode loop meets a new
           // length at every step and each only once: re-planning on the calling thread made each
           // such step slower than eager's.
-          if (!*on_aten) *on_aten = codegen::compile_aten(*graph);
           return with_cuda_graphs(
               runtime::compile_in_background(
-                  *on_aten, "a new size: runs on aten while the graph is planned at these sizes in the background",
+                  on_aten(), "a new size: runs on aten while the graph is planned at these sizes in the background",
                   [specialised, qn, requested] {
                     return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
                   }),

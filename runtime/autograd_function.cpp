@@ -149,8 +149,7 @@ class CompiledFunctionBackward final : public ag::Node {
         replay_inputs[i] = at::zeros(w.sizes, w.options).requires_grad_(w.requires_grad);
       }
     }
-    const std::vector<at::Tensor>& inputs_now = replay_inputs;
-    std::vector<at::Tensor> outs = c_->levels[level_].eager->run(inputs_now);
+    std::vector<at::Tensor> outs = c_->levels[level_].eager->run(replay_inputs);
     ag::variable_list ys, gys, xs;
     for (size_t k = 0; k < outs.size(); ++k) {
       if (!grads[k].defined()) continue;
@@ -158,10 +157,10 @@ class CompiledFunctionBackward final : public ag::Node {
       gys.push_back(grads[k]);
     }
     for (size_t e = 0; e < lv.edge_inputs.size(); ++e)
-      if (lv.edge_grad[e] >= 0) xs.push_back(inputs_now.at(static_cast<size_t>(lv.edge_inputs[e])));
-    const size_t num_inputs = inputs_now.size() - lv.edge_outputs.size() - lv.eager_saved.size();
+      if (lv.edge_grad[e] >= 0) xs.push_back(replay_inputs.at(static_cast<size_t>(lv.edge_inputs[e])));
+    const size_t num_inputs = replay_inputs.size() - lv.edge_outputs.size() - lv.eager_saved.size();
     for (size_t k = 0; k < lv.edge_outputs.size(); ++k)
-      if (lv.edge_grad[lv.edge_inputs.size() + k] >= 0) xs.push_back(inputs_now.at(num_inputs + k));
+      if (lv.edge_grad[lv.edge_inputs.size() + k] >= 0) xs.push_back(replay_inputs.at(num_inputs + k));
     if (ys.empty()) return ag::variable_list(xs.size());
     return ag::grad(ys, xs, gys, /*retain_graph=*/true, /*create_graph=*/true, /*allow_unused=*/true);
   }

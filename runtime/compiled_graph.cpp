@@ -117,7 +117,7 @@ PyObject* compiled_graph_run(PyObject* self_obj, PyObject* const* args, size_t n
   std::vector<at::Tensor> outputs;
   const CheckLabel label(self->name);  // accuracy mode: divergences name the function
   try {
-    if (t_fail_runs > 0 && t_fail_runs-- > 0) throw InternalError("injected run-time failure (test hook) in " + self->name);
+    if (t_fail_runs > 0 && t_fail_runs--) throw InternalError("injected run-time failure (test hook) in " + self->name);
     if (elements < kReleaseGilElements) {
       outputs = self->exe->run(inputs);
     } else {
