@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "runtime/errors.h"
+#include "symbolic/continuation.h"
 
 namespace fastdyn::eval_hook {
 namespace detail {
@@ -114,6 +115,7 @@ CodeState* ensure_code_state(PyCodeObject* code) {
 void reset_all_code_states() {
   std::vector<PyCodeObject*> codes(registry().begin(), registry().end());
   for (PyCodeObject* c : codes) set_code_state(c, nullptr);
+  symbolic::forget_resume_shape_histories();
 }
 
 }  // namespace fastdyn::eval_hook

@@ -240,7 +240,7 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
   for (size_t k : ids) program += " s" + std::to_string(k);
   program += " (one compile per size met)\n" + codegen::print_graph(g);
   // The entry's background compile in flight, if any: while it runs, a new size runs on aten
-  // and compiles at its first call after it settled (runtime/deferred_executable.h), instead of
+  // and is planned at its first call after it settled (runtime/deferred_executable.h), instead of
   // running the graph passes and queueing the same kernels again at every new size.
   auto in_flight = std::make_shared<std::weak_ptr<runtime::TieredExecutable>>();
   // What those sizes run meanwhile: the graph on aten, one executable for all of them (made at the
@@ -264,31 +264,29 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
           std::shared_ptr<runtime::TieredExecutable> t = pending.lock();
           return !t || t->settled();
         };
+        auto plan = [specialised, qn, requested] {
+          return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
+        };
+        // A size met once the kernels are built: the graph passes at this size (about 1 ms for a
+        // 2-layer transformer, more than a decode step on aten) run on the background thread, and
+        // this call runs on aten until then. A decode loop meets a new length at every step and
+        // each only once: planning on the calling thread made each such step slower than eager's.
+        auto plan_in_background = [on_aten, plan] {
+          if (!config().background_compile) return plan();
+          return runtime::ExecutablePtr(runtime::compile_in_background(
+              on_aten(), "a new size: runs on aten while the graph is planned at these sizes in the background", plan));
+        };
         if (!settled()) {
+          // Met while the first kernels compile: it runs on aten until they are built, and is
+          // planned at its first call after that (in the background, as any later size).
           if (config().log_code) log_event("code", qn + ": a new size runs on aten until the kernels in flight are built");
           return with_cuda_graphs(
               std::make_shared<runtime::DeferredExecutable>(
-                  on_aten(), settled,
-                  [specialised, qn, requested] {
-                    return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
-                  },
+                  on_aten(), settled, plan_in_background,
                   "runs on aten until the kernels an earlier size is compiling are built, then compiles from them:"),
               *specialised, qn.c_str(), family);
         }
-        if (built_before && config().background_compile) {
-          // A size after the first, with the kernels built: the graph passes at this size (about
-          // 1 ms for a 2-layer transformer, more than a decode step on aten) run on the background
-          // thread, and this call and the next run on aten until then. A decode loop meets a new
-          // length at every step and each only once: re-planning on the calling thread made each
-          // such step slower than eager's.
-          return with_cuda_graphs(
-              runtime::compile_in_background(
-                  on_aten(), "a new size: runs on aten while the graph is planned at these sizes in the background",
-                  [specialised, qn, requested] {
-                    return compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
-                  }),
-              *specialised, qn.c_str(), family);
-        }
+        if (built_before) return with_cuda_graphs(plan_in_background(), *specialised, qn.c_str(), family);
         runtime::ExecutablePtr exe = compile_on_backend(*specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
         if (auto tiered = std::dynamic_pointer_cast<runtime::TieredExecutable>(exe); tiered && !tiered->settled())
           *in_flight = tiered;

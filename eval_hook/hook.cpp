@@ -183,7 +183,8 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
   fi.builtins = fd_frame_builtins(frame);
   fi.closure = fn ? fn->func_closure : nullptr;
   fi.dynamic = request.dynamic;
-  fi.shapes = &st->shapes;
+  fi.shapes = symbolic::resume_shape_history(code);  // a continuation's: its resume point's
+  if (!fi.shapes) fi.shapes = &st->shapes;
 
   CompileOutcome out;
   const bool journal = runtime::journal::on();

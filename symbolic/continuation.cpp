@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -203,9 +204,17 @@ std::string remapped_body(PyCodeObject* orig, int nlocals, int shift, const std:
 struct ResumeInfo {
   size_t prologue = 0;
   PyCodeObject* base = nullptr;
+  std::shared_ptr<ShapeHistory> shapes;  // shared by the continuations of one resume point
 };
 std::unordered_map<PyCodeObject*, ResumeInfo>& resume_prologues() {
   static auto* m = new std::unordered_map<PyCodeObject*, ResumeInfo>();
+  return *m;
+}
+
+// The sizes seen at each resume point (orig, instruction, stack layout), by the traces of all its
+// continuations; cleared by forget_resume_shape_histories().
+std::map<std::tuple<PyCodeObject*, int, std::vector<bool>>, std::shared_ptr<ShapeHistory>>& resume_shapes() {
+  static auto* m = new std::map<std::tuple<PyCodeObject*, int, std::vector<bool>>, std::shared_ptr<ShapeHistory>>();
   return *m;
 }
 
@@ -330,7 +339,13 @@ PyCodeObject* resume_code(PyCodeObject* orig, const std::vector<Instruction>& in
     if (in.opcode == op::JUMP_FORWARD) break;
   }
   auto from = resume_prologues().find(orig);
-  resume_prologues()[out] = ResumeInfo{prologue, from != resume_prologues().end() ? from->second.base : orig};
+  // The continuations of one resume point differ only in which locals were unbound there (a
+  // loop's first iteration, before `x = ...` ran): their traces remember sizes together, so that
+  // one met at 9 then the other at 10 traces the second dynamic at once (a decode loop's second
+  // step), instead of static at 10 and again dynamic at 11.
+  std::shared_ptr<ShapeHistory>& shapes = resume_shapes()[std::make_tuple(orig, inst, layout)];
+  if (!shapes) shapes = std::make_shared<ShapeHistory>();
+  resume_prologues()[out] = ResumeInfo{prologue, from != resume_prologues().end() ? from->second.base : orig, shapes};
   // Inside a loop body: from a backward jump's target (the body's first instruction, where a
   // while loop's test resumes) up to that jump itself (where 3.11's test at the bottom resumes).
   const int at = insts[static_cast<size_t>(inst)].index;
@@ -947,6 +962,15 @@ PyCodeObject* or_why(std::string* why, Body body) {
 }  // namespace
 
 bool resumes_inside_loop(PyCodeObject* code) { return loop_resumes().count(code) != 0; }
+
+ShapeHistory* resume_shape_history(PyCodeObject* code) {
+  auto it = resume_prologues().find(code);
+  return it == resume_prologues().end() ? nullptr : it->second.shapes.get();
+}
+
+void forget_resume_shape_histories() {
+  for (auto& [key, shapes] : resume_shapes()) *shapes = ShapeHistory{};
+}
 
 bool is_resume_prologue(PyCodeObject* code, size_t inst) {
   auto it = resume_prologues().find(code);

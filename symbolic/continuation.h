@@ -37,6 +37,11 @@ std::vector<codegen::ValueId> break_outputs(const TraceResult& trace);
 // Whether instruction `inst` (an index into decode(code)) of `code` is in the prologue of a
 // continuation made by assemble_break.
 bool is_resume_prologue(PyCodeObject* code, size_t inst);
+// The sizes the traces of a continuation's resume point saw (automatic dynamic), shared by the
+// continuations made there for different sets of unbound locals; nullptr when `code` is not a
+// continuation. forget_resume_shape_histories() empties them all (fastdyn.reset()).
+ShapeHistory* resume_shape_history(PyCodeObject* code);
+void forget_resume_shape_histories();
 // Whether `code` is a continuation that resumes inside a loop's body (called once per iteration).
 bool resumes_inside_loop(PyCodeObject* code);
 

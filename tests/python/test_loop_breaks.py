@@ -312,3 +312,39 @@ def test_a_loop_that_breaks_at_every_iteration_does_not_nest_calls():
     want = f(torch.zeros(3), n)
     got = fastdyn.jit(f)(torch.zeros(3), n)
     assert_same(got, want, "3000 iterations")
+
+
+def decode_with_a_late_local(x, stop):
+    x = x * 1.0
+    done = False
+    first = True
+    while not done:
+        if first:
+            nxt = x[:, -1:] - 1
+        else:
+            prev = x[:, -1:]  # unbound at the break of the first iteration, bound at the others
+            nxt = prev - 1
+        first = False
+        x = torch.cat([x, nxt], 1)
+        done = stop(nxt, x.shape[1])  # (of one size: the stop check's frame does not recompile)
+    return x
+
+
+def test_the_continuations_of_one_resume_point_share_their_size_history():
+    # transformers' decode loop: `model_inputs` is unbound at the first iteration's break and
+    # bound at the others, so two continuations resume there (one deletes the local). The first
+    # runs at length 4, the second from length 5 on: their traces remember sizes together, so the
+    # second's first trace makes the length a symbol at once. Each kept its own history before:
+    # the second traced static at 5 and again dynamic at 6 (one more trace and kernel set per
+    # generate(): GPT-2's 45 kernel compiles became 37).
+    report = run_both(decode_with_a_late_local, torch.full((1, 3), 6.0), StopWhenDone())
+    assert "the continuation resumes in its body" in report, report
+    fastdyn.reset()
+    jitted = fastdyn.jit(decode_with_a_late_local)
+    got = jitted(torch.full((1, 3), 6.0), StopWhenDone())
+    assert_same(got, decode_with_a_late_local(torch.full((1, 3), 6.0), StopWhenDone()), "decode")
+    assert fastdyn.stats()["recompiles"] == 0, fastdyn.stats()
+    # reset() forgets the shared history too: the second continuation traces static again first
+    fastdyn.reset()
+    jitted(torch.full((1, 3), 6.0), StopWhenDone())
+    assert fastdyn.stats()["recompiles"] == 0, fastdyn.stats()
