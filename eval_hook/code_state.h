@@ -26,6 +26,9 @@ struct CacheEntry {
   // The target requested when it compiled: it serves calls that request the same one only
   // (jit(f, backend="aten") next to jit(g) leaves g's entries native; likewise mode=).
   Target target;
+  // Likewise the sizes it was asked to keep static or make symbols (jit(..., dynamic=)): a
+  // jit(f, dynamic=False) next to jit(f) gets static entries of its own, not the other's symbolic one.
+  symbolic::DynamicMode dynamic = symbolic::DynamicMode::Auto;
   bool rerun_on_error = true; // no write into an input, no random op (compiler.cpp redo_after_failure): a failed run can be redone eagerly
   // Transformed code that goes on after its graph (effects, a break's continuation): a failure
   // of its own graph, the first thing it runs, left nothing behind (no write into an input, no random op),

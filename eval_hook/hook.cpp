@@ -238,6 +238,7 @@ CacheEntry* compile_miss(Frame* frame, CodeState* st, Request request, bool* rai
       }
       st->compiles++;
       out.entry->target = request.target;
+      out.entry->dynamic = request.dynamic;
       st->entries.insert(st->entries.begin(), std::move(out.entry));
       return st->entries.front().get();
     }
@@ -317,7 +318,7 @@ PyObject* fastdyn_eval_frame(PyThreadState* tstate, Frame* frame, int throwflag)
     const runtime::GuardFrame gf = guard_frame(frame);
     auto& entries = st->entries;
     for (size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i]->target == request.target && entries[i]->guards->check(gf)) {
+      if (entries[i]->target == request.target && entries[i]->dynamic == request.dynamic && entries[i]->guards->check(gf)) {
         if (fullgraph && entries[i]->broke && g_raise_graph_break) {
           g_raise_graph_break(entries[i]->break_reason, entries[i]->break_file, entries[i]->break_line);
           fd_frame_release(tstate, frame);
