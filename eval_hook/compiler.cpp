@@ -419,6 +419,10 @@ void compile_break(const symbolic::FrameInputs& frame, const Target& target, Pre
   bool tensor_args = false;
   for (int i = 0; i < symbolic::argument_slots(frame.code); ++i)
     tensor_args = tensor_args || (frame.localsplus[i] && runtime::is_tensor_object(frame.localsplus[i]));
+  // A continuation's locals come in one list, whose items its trace reads only where it uses them.
+  if (PyObject* list = frame.localsplus[0]; list && symbolic::is_resume_prologue(frame.code, 0) && PyList_Check(list))
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i)
+      tensor_args = tensor_args || runtime::is_tensor_object(PyList_GET_ITEM(list, i));
   if (trace.stopped && trace.graph.nodes.empty() && trace.input_sources.empty() && !tensor_args && !config().compile_tensor_free) {
     // No tensor anywhere before the break: not worth a continuation (pure Python stays as is).
     outcome.kind = CompileOutcome::Kind::Unsupported;

@@ -427,8 +427,8 @@ struct BoxSlots {
     using K = SymValue::Kind;
     if (v.kind == K::Constant && v.size) sizes.push_back(v.size.get());
     if (preload && v.source &&
-        (v.kind == K::Constant || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict || v.kind == K::Tuple ||
-         v.kind == K::Set) &&
+        (v.kind == K::Constant || v.kind == K::Unread || v.kind == K::Tensor || v.kind == K::List || v.kind == K::Dict ||
+         v.kind == K::Tuple || v.kind == K::Set) &&
         through_path(v.source.get()) &&
         std::find(sources.begin(), sources.end(), v.source.get()) == sources.end())
       sources.push_back(v.source.get());
@@ -598,6 +598,8 @@ struct Rebuilder {
         if (v.name == "__fd_exception__") throw CannotRebuild("an exception made in the trace");
         if (v.source) return load_sourced(v);
         return b.load_const(v.obj);
+      case K::Unread:  // a continuation's argument the trace never read: from where it was
+        return load_sourced(v);
       case K::Slice: {
         std::vector<PyObject*> parts;
         for (const SymValue& p : v.items) {

@@ -198,6 +198,7 @@ std::string describe(const SymValue& v) {
   switch (v.kind) {
     case SymValue::Kind::Null: return "NULL";
     case SymValue::Kind::Constant: return py_repr(v.obj);
+    case SymValue::Kind::Unread: return py_repr(v.obj);
     case SymValue::Kind::Tensor: return "Tensor";
     case SymValue::Kind::Tuple: return "tuple";
     case SymValue::Kind::List: return v.obj ? reinterpret_cast<PyTypeObject*>(v.obj)->tp_name : "list";
@@ -461,7 +462,13 @@ SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
       item_src->kind = Source::Kind::Item;
       item_src->index = static_cast<int>(i);
       item_src->parent = source;
-      items.push_back(wrap(PyList_GET_ITEM(obj, i), item_src));
+      if (unread_items_) {  // a continuation's arguments: wrapped at their first read (Tracer::local)
+        SymValue u = SymValue::constant(PyList_GET_ITEM(obj, i), item_src);
+        u.kind = SymValue::Kind::Unread;
+        items.push_back(std::move(u));
+      } else {
+        items.push_back(wrap(PyList_GET_ITEM(obj, i), item_src));
+      }
     }
     SymValue v = SymValue::list(std::move(items));
     if (!PyList_CheckExact(obj)) v.obj = Py_NewRef(reinterpret_cast<PyObject*>(Py_TYPE(obj)));

@@ -95,6 +95,13 @@ SymValue& Tracer::local(int i) {
     src->kind = Source::Kind::Local;
     src->index = i;
     src->name = name();
+    // A continuation's one argument, the list its prologue unpacks into the slots: its items are
+    // wrapped where the trace reads them, not all of them here.
+    struct Unread {
+      bool& flag;
+      Unread(bool& f, bool on) : flag(f) { flag = on; }
+      ~Unread() { flag = false; }
+    } unread(unread_items_, i == 0 && frames_.size() == 1 && is_resume_prologue(f.code, f.pc));
     s = wrap(obj, src);
     // **kwargs is made fresh for each call: the trace may change it freely (the items keep
     // their sources for guards). *args, a tuple, keeps its source: rebuilt, it would be
@@ -103,7 +110,14 @@ SymValue& Tracer::local(int i) {
     if (i >= first_star && !PyTuple_Check(obj)) s->source = nullptr;
   }
   if (!s) throw Unsupported("local variable '" + name() + "' read before assignment");
+  // (The prologue's own loads of the stack items it pushes move them unread.)
+  if (s->kind == SymValue::Kind::Unread && !(frames_.size() == 1 && is_resume_prologue(f.code, f.pc))) read_unread(*s);
   return *s;
+}
+
+void Tracer::read_unread(SymValue& v) {
+  const SymValue u = v;
+  v = wrap(u.obj, u.source);
 }
 
 SymValue Tracer::pop() {
@@ -111,13 +125,17 @@ SymValue Tracer::pop() {
   FD_CHECK(!st.empty(), "symbolic stack underflow");
   SymValue v = std::move(st.back());
   st.pop_back();
+  // A continuation's stack item: read by whatever takes it, except a store to a local.
+  if (v.kind == SymValue::Kind::Unread && fr().insts[fr().pc].opcode != op::STORE_FAST) read_unread(v);
   return v;
 }
 
 SymValue& Tracer::top(int depth) {
   auto& st = fr().stack;
   FD_CHECK(static_cast<int>(st.size()) > depth, "symbolic stack underflow");
-  return st[st.size() - 1 - static_cast<size_t>(depth)];
+  SymValue& v = st[st.size() - 1 - static_cast<size_t>(depth)];
+  if (v.kind == SymValue::Kind::Unread) read_unread(v);
+  return v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -144,8 +162,9 @@ struct Handlers {
     if (t.fr().depth == 0) t.fr().written[static_cast<size_t>(i)] = true;
   }
   static void load_fast_and_clear(Tracer& t, const Instruction& in) {  // 3.12 comprehensions
-    mark_written(t, in.arg);
     auto& s = t.fr().locals[static_cast<size_t>(in.arg)];
+    if (s && s->kind == SymValue::Kind::Unread) slot(t, in.arg);  // wrapped where it is read
+    mark_written(t, in.arg);
     t.push(s ? *s : SymValue::null());
     s.reset();
   }
@@ -213,7 +232,8 @@ struct Handlers {
   }
   static void make_cell(Tracer& t, const Instruction& in) {
     auto& s = t.fr().locals[static_cast<size_t>(in.arg)];
-    if (!s && t.fr().depth == 0 && in.arg < t.nargs_) slot(t, in.arg);  // an argument that is a cell
+    if ((!s && t.fr().depth == 0 && in.arg < t.nargs_) || (s && s->kind == SymValue::Kind::Unread))
+      slot(t, in.arg);  // an argument that is a cell
     SymValue cell = SymValue::boxed(SymValue::Kind::Cell);
     if (s) cell.box->items.push_back(std::move(*s));
     s = std::move(cell);
@@ -1094,9 +1114,17 @@ void Tracer::run() {
   run_frame();
   if (ctx_.grad_enabled != entry_grad_) result_.grad_mode_after = ctx_.grad_enabled;
   FrameState& root = *frames_.front();
+  // A continuation's argument never read: handed on from where it was (its source), unguarded.
+  auto unread_as_sourced = [](std::vector<std::optional<SymValue>>& values) {
+    for (auto& v : values)
+      if (v && v->kind == SymValue::Kind::Unread) v->kind = SymValue::Kind::Constant;
+  };
   if (result_.stopped) {
     result_.stack = root.stack;
     result_.locals = root.locals;
+    unread_as_sourced(result_.locals);
+    for (SymValue& v : result_.stack)
+      if (v.kind == SymValue::Kind::Unread) v.kind = SymValue::Kind::Constant;
     // Arguments the trace never read are still the caller's: reload them from their slots.
     for (int i = 0; i < nargs_; ++i) {
       if (result_.locals[static_cast<size_t>(i)] || root.written[static_cast<size_t>(i)] || !frame_.localsplus[i]) continue;

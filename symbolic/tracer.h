@@ -96,6 +96,7 @@ class Tracer {
   // ---- conversions.cpp ----
   // Wraps an object read from outside the frame at `source`, recording its guard.
   SymValue wrap(PyObject* obj, const SourcePtr& source);
+  void read_unread(SymValue& v);  // an Unread value (values.h) wrapped in place: its first read
   // A trace-time constant (from co_consts or folding): no guard.
   static SymValue constant(PyObject* obj) { return SymValue::constant(obj); }
   // The __exit__ a grad-mode `with` block leaves on the stack: items {manager, the mode before
@@ -321,6 +322,7 @@ class Tracer {
   std::unordered_map<PyObject*, SourcePtr> type_guarded_;  // instance -> the source of its first read
   int nargs_ = 0;       // argument slots of the root frame
   int wrap_depth_ = 0;  // wrap()'s recursion into lists and dicts
+  bool unread_items_ = false;  // wrap() of a continuation's argument list: its items stay Unread
   int stop_at_ = -1;    // root instruction index at which to stop and record a break
   bool entry_grad_ = true;    // the grad mode the frame was entered in
   size_t grad_stamped_ = 0;  // nodes before this one carry their grad mode (set_grad_mode)

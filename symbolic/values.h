@@ -82,6 +82,10 @@ struct SymValue {
     Object,      // an object of a plain Python class made in the trace (symbolic/objects.cpp):
                  // obj its class; box->keys its attribute names (str constants) and box->items
                  // their values, in assignment order; box is its identity
+    Unread,      // an item of a continuation's argument list not read yet (obj, source): its
+                 // prologue stores it to its slot, and its first read there wraps it (and guards
+                 // it, Tracer::local); one never read is handed on from its source, unguarded
+                 // (a `t0 = time.perf_counter()` that crosses a break is not its value)
   };
   Kind kind = Kind::Constant;
   PyObject* obj = nullptr;        // Constant: strong ref; Tensor from outside: the live tensor

@@ -37,7 +37,8 @@ def ints(*shape, low=0, high=10):
 # user frame (L['_global_forward_hooks'] type is OrderedDict: "type is Linear"); a classmethod or
 # bound method read from a class is guarded by identity (`G['S'].m is <bound method>`), but each
 # attribute read makes a new bound method; a continuation guards the value of a Python float that
-# crossed the break (time.perf_counter()'s result) although no graph uses it.
+# crossed the break (time.perf_counter()'s result) where it reads it (isinstance of it: a value no
+# graph uses; one it never reads is handed on unguarded).
 RECOMPILE = "guards that hold on the next call (today: a recompile on every call)"
 
 

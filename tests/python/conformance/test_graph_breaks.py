@@ -79,6 +79,15 @@ def unknown_c_function_perf_counter(x):
     return z, isinstance(start, float)
 
 
+@CASES(lambda: (r(4, 8),), graphs=3, breaks=2)
+def timestamp_crossing_a_break_unread(x):
+    y = x.sin()
+    start = time.perf_counter()  # a new float at every call, which the continuation never reads
+    z = y.cos()
+    print(end="")  # handed on to the next continuation, unread there too
+    return z * 2
+
+
 @CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def unknown_c_function_getpid(x):
     y = x * 2
