@@ -4,7 +4,8 @@
 // not sizes: one cache entry serves every call whose sizes satisfy them. What runs for a call is
 // the graph specialised to that call's sizes: `instantiate` (given by the layer above: the
 // graph, the backend and the compile path) builds it on the first call at those sizes, and the
-// executable keeps it, the most recently used first, up to a bound. The sizes come straight
+// executable keeps it, up to a bound (past it, a pseudo-random other binding goes: a decode loop
+// longer than the bound cycles through its lengths, the worst case of least-recently-used). The sizes come straight
 // from the input tensors (symbol k is inputs[input].size(dim)): no guard re-evaluation, no map of
 // strings on the call path.
 //
@@ -61,9 +62,10 @@ class DynamicExecutable final : public Executable {
   size_t max_sizes_;
   int32_t journal_graph_;  // the report's graph it was compiled for (runtime/journal.h), -1 none
   mutable std::mutex mutex_;
-  std::list<Slot> lru_;  // most recently used first
+  std::list<Slot> lru_;  // most recently used first; past the bound a random one goes (.cpp)
   std::map<Binding, std::list<Slot>::iterator> index_;
   size_t built_ = 0;
+  uint64_t evictions_ = 0;
 };
 
 }  // namespace fastdyn::runtime
