@@ -126,7 +126,10 @@ SymValue Tracer::pop() {
   SymValue v = std::move(st.back());
   st.pop_back();
   // A continuation's stack item: read by whatever takes it, except a store to a local.
-  if (v.kind == SymValue::Kind::Unread && fr().insts[fr().pc].opcode != op::STORE_FAST) read_unread(v);
+  if (v.kind == SymValue::Kind::Unread) {
+    const FrameState& f = fr();
+    if (f.pc >= f.insts.size() || f.insts[f.pc].opcode != op::STORE_FAST) read_unread(v);
+  }
   return v;
 }
 
