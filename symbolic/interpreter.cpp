@@ -20,6 +20,7 @@
 #include "runtime/guards.h"
 #include "runtime/journal.h"
 #include "symbolic/assembler.h"
+#include "symbolic/calls.h"
 #include "symbolic/continuation.h"
 #include "symbolic/opcodes.h"
 #include "symbolic/py_ops.h"
@@ -118,6 +119,16 @@ SymValue& Tracer::local(int i) {
 void Tracer::read_unread(SymValue& v) {
   const SymValue u = v;
   v = wrap(u.obj, u.source);
+  // The slots still holding it (a number pushed unread, below) take the wrapped value: it is
+  // wrapped, and guarded, once.
+  for (auto& l : frames_.front()->locals)
+    if (l && l->kind == SymValue::Kind::Unread && l->source == u.source) *l = v;
+}
+
+// A builtin number, string or None: what isinstance() and type() read of it is its exact type.
+static bool plain_scalar(PyObject* o) {
+  return PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o) || PyUnicode_CheckExact(o) ||
+         PyBytes_CheckExact(o) || PyComplex_CheckExact(o) || o == Py_None;
 }
 
 SymValue Tracer::pop() {
@@ -160,7 +171,13 @@ struct Handlers {
   // ---- loads and stores
   // The value in local slot i; the root frame's arguments are wrapped (and guarded) on first read.
   static SymValue& slot(Tracer& t, int i) { return t.local(i); }
-  static void load_fast(Tracer& t, const Instruction& in) { t.push(slot(t, in.arg)); }
+  static void load_fast(Tracer& t, const Instruction& in) {
+    // A continuation's number or string not read yet goes on the stack unread: what takes it
+    // decides (isinstance/type: its type only, call(); anything else wraps it, Tracer::pop).
+    const auto& s = t.fr().locals[static_cast<size_t>(in.arg)];
+    if (s && s->kind == SymValue::Kind::Unread && plain_scalar(s->obj)) return t.push(*s);
+    t.push(slot(t, in.arg));
+  }
   static void mark_written(Tracer& t, int i) {
     if (t.fr().depth == 0) t.fr().written[static_cast<size_t>(i)] = true;
   }
@@ -858,7 +875,24 @@ struct Handlers {
   static void kw_names(Tracer& t, const Instruction& in) {
     t.fr().kw_names = PyTuple_GET_ITEM(t.fr().code->co_consts, in.arg);
   }
+  // isinstance(v, T) or type(v) of a number or string the continuation has not read: its type
+  // decides, not its value (a `t0 = time.perf_counter()` crossing the break): a type guard.
+  static void type_only_call(Tracer& t, const Instruction& in) {
+    auto& st = t.fr().stack;
+    const size_t n = static_cast<size_t>(in.arg);
+    if (t.fr().kw_names || st.size() < n + 2) return;
+    const SymValue& callable = st[st.size() - n - 1];
+    if (!st[st.size() - n - 2].is_null() || callable.kind != SymValue::Kind::Constant) return;
+    static PyObject* const isinstance = builtin("isinstance");
+    static PyObject* const type = reinterpret_cast<PyObject*>(&PyType_Type);
+    if (!((callable.obj == isinstance && n == 2) || (callable.obj == type && n == 1))) return;
+    SymValue& v = st[st.size() - n];
+    if (v.kind != SymValue::Kind::Unread || !plain_scalar(v.obj)) return;
+    t.add_guard(v.source, GuardKind::TypeIs, v.obj);
+    v.kind = SymValue::Kind::Constant;  // read for its type only: no guard on the value
+  }
   static void call(Tracer& t, const Instruction& in) {
+    type_only_call(t, in);
     std::vector<SymValue> args = pop_n(t, in.arg);
     SymValue callable = t.pop();
     SymValue head = t.pop();

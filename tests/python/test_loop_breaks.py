@@ -348,3 +348,32 @@ def test_the_continuations_of_one_resume_point_share_their_size_history():
     fastdyn.reset()
     jitted(torch.full((1, 3), 6.0), StopWhenDone())
     assert fastdyn.stats()["recompiles"] == 0, fastdyn.stats()
+
+
+def test_a_number_crossing_a_break_is_guarded_where_its_value_is_read():
+    # A continuation reads the locals it receives where it uses them: isinstance() of a number
+    # reads its type only (a type guard: a new value at every call hits the entry), arithmetic
+    # reads its value (a value guard: a new value is a new entry, never the old result).
+    def type_first(x, values):
+        y = x + 1
+        v = next(values)  # a C call the trace does not follow: the graph breaks here
+        return isinstance(v, float), y * v
+
+    def value_first(x, values):
+        y = x + 1
+        v = next(values)
+        return y * v, isinstance(v, float)
+
+    def value_unread(x, values):
+        y = x + 1
+        v = next(values)
+        return isinstance(v, float), y * 2
+
+    x = torch.ones(3)
+    for fn, recompiles in ((type_first, 2), (value_first, 2), (value_unread, 0)):
+        fastdyn.reset()
+        jitted = fastdyn.jit(fn)
+        values = iter([1.5, 2.5, 3.5])  # one iterator for every call (its identity is guarded)
+        for v in (1.5, 2.5, 3.5):
+            assert_same(jitted(x, values), fn(x, iter([v])), f"{fn.__name__} at {v}")
+        assert fastdyn.stats()["recompiles"] == recompiles, (fn.__name__, fastdyn.stats())

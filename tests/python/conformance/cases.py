@@ -36,9 +36,9 @@ def ints(*shape, low=0, high=10):
 # recompiles): nn.Module calls guard torch.nn.modules.module's global hook dicts as locals of the
 # user frame (L['_global_forward_hooks'] type is OrderedDict: "type is Linear"); a classmethod or
 # bound method read from a class is guarded by identity (`G['S'].m is <bound method>`), but each
-# attribute read makes a new bound method; a continuation guards the value of a Python float that
-# crossed the break (time.perf_counter()'s result) where it reads it (isinstance of it: a value no
-# graph uses; one it never reads is handed on unguarded).
+# attribute read makes a new bound method; a continuation guarded the value of a Python float that
+# crossed the break (time.perf_counter()'s result) although no graph used it (now: only where it
+# reads the value; isinstance/type of it is a type guard).
 RECOMPILE = "guards that hold on the next call (today: a recompile on every call)"
 
 

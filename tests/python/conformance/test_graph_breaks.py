@@ -71,7 +71,7 @@ def two_prints_after_ops(x):
     return y * 2
 
 
-@CASES(lambda: (r(4, 8),), graphs=2, breaks=1, xfail=RECOMPILE)
+@CASES(lambda: (r(4, 8),), graphs=2, breaks=1)
 def unknown_c_function_perf_counter(x):
     y = x.sin()
     start = time.perf_counter()
