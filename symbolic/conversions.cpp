@@ -363,6 +363,20 @@ static bool keyed_by_tensors(PyObject* obj) {
   return true;
 }
 
+bool plain_scalar(PyObject* o) {
+  return PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o) || PyUnicode_CheckExact(o) ||
+         PyBytes_CheckExact(o) || PyComplex_CheckExact(o) || o == Py_None;
+}
+
+void Tracer::read_unread(SymValue& v) {
+  const SymValue u = v;
+  v = wrap(u.obj, u.source);
+  // The slots still holding it (a number pushed unread: interpreter.cpp's load_fast) take the
+  // wrapped value: it is wrapped, and guarded, once.
+  for (auto& l : frames_.front()->locals)
+    if (l && l->kind == SymValue::Kind::Unread && l->source == u.source) *l = v;
+}
+
 SymValue Tracer::wrap(PyObject* obj, const SourcePtr& source) {
   auto guard = [&](GuardKind kind) { add_guard(source, kind, obj); };
   if (runtime::is_tensor_object(obj)) {

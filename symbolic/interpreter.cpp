@@ -89,6 +89,7 @@ SymValue& Tracer::local(int i) {
   FrameState& f = fr();
   auto& s = f.locals[static_cast<size_t>(i)];
   auto name = [&] { return std::string(PyUnicode_AsUTF8(PyTuple_GET_ITEM(f.code->co_localsplusnames, i))); };
+  auto in_resume_prologue = [&] { return frames_.size() == 1 && is_resume_prologue(f.code, f.pc); };
   if (!s && f.depth == 0 && i < nargs_ && !f.written[static_cast<size_t>(i)]) {
     PyObject* obj = frame_.localsplus[i];
     if (!obj) throw Unsupported("argument slot is empty");
@@ -102,7 +103,7 @@ SymValue& Tracer::local(int i) {
       bool& flag;
       Unread(bool& f, bool on) : flag(f) { flag = on; }
       ~Unread() { flag = false; }
-    } unread(unread_items_, i == 0 && frames_.size() == 1 && is_resume_prologue(f.code, f.pc));
+    } unread(unread_items_, i == 0 && in_resume_prologue());
     s = wrap(obj, src);
     // **kwargs is made fresh for each call: the trace may change it freely (the items keep
     // their sources for guards). *args, a tuple, keeps its source: rebuilt, it would be
@@ -112,23 +113,8 @@ SymValue& Tracer::local(int i) {
   }
   if (!s) throw Unsupported("local variable '" + name() + "' read before assignment");
   // (The prologue's own loads of the stack items it pushes move them unread.)
-  if (s->kind == SymValue::Kind::Unread && !(frames_.size() == 1 && is_resume_prologue(f.code, f.pc))) read_unread(*s);
+  if (s->kind == SymValue::Kind::Unread && !in_resume_prologue()) read_unread(*s);
   return *s;
-}
-
-void Tracer::read_unread(SymValue& v) {
-  const SymValue u = v;
-  v = wrap(u.obj, u.source);
-  // The slots still holding it (a number pushed unread, below) take the wrapped value: it is
-  // wrapped, and guarded, once.
-  for (auto& l : frames_.front()->locals)
-    if (l && l->kind == SymValue::Kind::Unread && l->source == u.source) *l = v;
-}
-
-// A builtin number, string or None: what isinstance() and type() read of it is its exact type.
-static bool plain_scalar(PyObject* o) {
-  return PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o) || PyUnicode_CheckExact(o) ||
-         PyBytes_CheckExact(o) || PyComplex_CheckExact(o) || o == Py_None;
 }
 
 SymValue Tracer::pop() {
@@ -884,7 +870,7 @@ struct Handlers {
     const SymValue& callable = st[st.size() - n - 1];
     if (!st[st.size() - n - 2].is_null() || callable.kind != SymValue::Kind::Constant) return;
     static PyObject* const isinstance = builtin("isinstance");
-    static PyObject* const type = reinterpret_cast<PyObject*>(&PyType_Type);
+    static PyObject* const type = builtin("type");
     if (!((callable.obj == isinstance && n == 2) || (callable.obj == type && n == 1))) return;
     SymValue& v = st[st.size() - n];
     if (v.kind != SymValue::Kind::Unread || !plain_scalar(v.obj)) return;
@@ -1152,16 +1138,15 @@ void Tracer::run() {
   if (ctx_.grad_enabled != entry_grad_) result_.grad_mode_after = ctx_.grad_enabled;
   FrameState& root = *frames_.front();
   // A continuation's argument never read: handed on from where it was (its source), unguarded.
-  auto unread_as_sourced = [](std::vector<std::optional<SymValue>>& values) {
-    for (auto& v : values)
-      if (v && v->kind == SymValue::Kind::Unread) v->kind = SymValue::Kind::Constant;
+  auto as_sourced = [](SymValue& v) {
+    if (v.kind == SymValue::Kind::Unread) v.kind = SymValue::Kind::Constant;
   };
   if (result_.stopped) {
     result_.stack = root.stack;
     result_.locals = root.locals;
-    unread_as_sourced(result_.locals);
-    for (SymValue& v : result_.stack)
-      if (v.kind == SymValue::Kind::Unread) v.kind = SymValue::Kind::Constant;
+    for (auto& l : result_.locals)
+      if (l) as_sourced(*l);
+    for (SymValue& v : result_.stack) as_sourced(v);
     // Arguments the trace never read are still the caller's: reload them from their slots.
     for (int i = 0; i < nargs_; ++i) {
       if (result_.locals[static_cast<size_t>(i)] || root.written[static_cast<size_t>(i)] || !frame_.localsplus[i]) continue;

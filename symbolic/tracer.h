@@ -357,6 +357,9 @@ PyObject* module_type();  // torch.nn.Module (borrowed, kept for the process)
 // Shared by attributes.cpp, calls.cpp and operators.cpp.
 SourcePtr const_source(PyObject* obj, const std::string& label);  // K['label']: a fixed object
 bool is_plain_value(PyObject* o);          // None, bool, int, float, str, dtype, device, tuples of them
+// A builtin number, string, bytes or None: what isinstance() and type() read of it is its exact
+// type (a continuation argument of this kind goes on the stack unread: interpreter.cpp load_fast).
+bool plain_scalar(PyObject* o);
 // A value of built-in types all the way down (no object of a Python class, no iterator): what
 // a folded builtin or operator does to it runs no user code.
 bool holds_only_builtin_values(PyObject* o, int depth = 0);
