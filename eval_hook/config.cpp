@@ -60,6 +60,7 @@ const std::vector<Setting>& settings() {
       {"FASTDYN_STRICT", SettingKind::Flag, {}},
       {"FASTDYN_RECOMPILE_LIMIT", SettingKind::Count, {}},
       {"FASTDYN_KERNEL_CACHE_SIZE", SettingKind::Count, {}},
+      {"FASTDYN_COMPILE_THREADS", SettingKind::Count, {}},  // background compile threads (runtime/background_compiler.h)
       {"FASTDYN_TIME_PASSES", SettingKind::Flag, {}},
       {"FASTDYN_PREPACK", SettingKind::Flag, {}},
       {"FASTDYN_CHANNELS_LAST", SettingKind::Flag, {}},

@@ -152,7 +152,7 @@ py::dict stats() {
   const runtime::BackgroundStats bg = runtime::background_stats();
   d["background_compiles"] = bg.finished;          // graphs whose kernels the worker built
   d["background_pending"] = bg.pending;            // still queued or compiling
-  d["background_compile_seconds"] = bg.seconds;    // worker wall time (off the calling thread)
+  d["background_compile_seconds"] = bg.seconds;    // the threads' wall time (off the calling thread)
 #ifdef FASTDYN_HAVE_LLVM
   if (kernel_cache_in_use()) {
     const codegen::llvm_jit::CacheStats k = codegen::llvm_jit::cache_stats();

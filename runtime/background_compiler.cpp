@@ -8,8 +8,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <vector>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -19,16 +24,18 @@ namespace {
 
 struct Worker {
   std::mutex mutex;
-  std::condition_variable wake;  // the worker: a task was queued, or shutdown
+  std::condition_variable wake;  // the threads: a task was queued, or shutdown
   std::condition_variable idle;  // waiters: the queue drained
   std::deque<BackgroundTask> queue;
-  bool running_task = false;
+  int running = 0;   // tasks running now, one per busy thread
+  int waiting = 0;   // threads waiting for a task
+  int wanted = 0;    // threads to start at most; 0 until the first submit decides it
   bool shut_down = false;
   bool held = false;  // hold_background_for_testing
   bool atfork_registered = false;
-  // NB: never destroyed: after fork() the child holds a std::thread for a thread it does not have,
+  // NB: never destroyed: after fork() the child holds std::threads for threads it does not have,
   // and a joinable std::thread's destructor would terminate the process.
-  std::thread* thread = nullptr;
+  std::vector<std::thread*> threads;
   BackgroundStats stats;
 };
 
@@ -37,32 +44,54 @@ Worker& worker() {
   return *w;
 }
 
-// Nothing running, and nothing queued that the worker may start (a held queue waits for the
-// test that held it).
-bool is_idle(const Worker& w) { return !w.running_task && (w.queue.empty() || w.held); }
+// Nothing running, and nothing queued that a thread may start (a held queue waits for the test
+// that held it).
+bool is_idle(const Worker& w) { return w.running == 0 && (w.queue.empty() || w.held); }
+
+// The CPUs this process may run on (its affinity mask: a container's share, not the host's).
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// FASTDYN_COMPILE_THREADS, else a quarter of the usable CPUs, 1 to 4: a 2-core machine keeps one
+// thread, so the user's work keeps a core; a GPU host, whose CPUs idle while its kernels run, gets
+// four (a decode loop queues one plan per new length, and a few threads drain them within a generate).
+int default_background_threads() {
+  if (const char* n = std::getenv("FASTDYN_COMPILE_THREADS")) {  // checked at import (settings table)
+    char* end = nullptr;
+    const long v = std::strtol(n, &end, 10);
+    if (end != n && *end == '\0' && v > 0) return static_cast<int>(std::min<long>(v, 64));
+  }
+  return std::clamp(usable_cpus() / 4, 1, 4);
+}
 
 void work_loop() {
   run_below_user_threads("fastdyn-compile");
   Worker& w = worker();
   std::unique_lock<std::mutex> lock(w.mutex);
   while (true) {
-    w.wake.wait(lock, [&] { return w.shut_down || (!w.held && !w.queue.empty()); });
-    if (w.queue.empty()) return;  // shut down
+    w.waiting++;
+    w.wake.wait(lock, [&] { return w.shut_down || (!w.held && !w.queue.empty() && w.running < w.wanted); });
+    w.waiting--;
+    if (w.shut_down) return;
     // Newest first (see the header).
     BackgroundTask task = std::move(w.queue.back());
     w.queue.pop_back();
-    w.running_task = true;
+    w.running++;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
     try {
       task();
     } catch (...) {
-      // NB: tasks report their own failures; one that escapes must not end the worker.
+      // NB: tasks report their own failures; one that escapes must not end the thread.
     }
     task = nullptr;  // what it captured is released outside the lock
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     lock.lock();
-    w.running_task = false;
+    w.running--;
     w.stats.finished++;
     w.stats.pending--;
     w.stats.seconds += took.count();
@@ -80,7 +109,8 @@ void before_fork() {
 void after_fork_parent() { worker().mutex.unlock(); }
 void after_fork_child() {
   Worker& w = worker();
-  w.thread = nullptr;  // the worker thread exists only in the parent
+  w.threads.clear();  // the threads exist only in the parent (their objects are leaked: see Worker)
+  w.waiting = 0;
   w.mutex.unlock();
 }
 
@@ -112,11 +142,28 @@ bool submit_background(BackgroundTask task) {
     ::pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     w.atfork_registered = true;
   }
-  if (!w.thread) w.thread = new std::thread(work_loop);
+  if (w.wanted == 0) w.wanted = default_background_threads();
   w.queue.push_back(std::move(task));
   w.stats.pending++;
+  // A thread more only when the queue holds more tasks than threads wait for one (a lone compile
+  // starts one thread).
+  if (w.queue.size() > static_cast<size_t>(w.waiting) && static_cast<int>(w.threads.size()) < w.wanted)
+    w.threads.push_back(new std::thread(work_loop));
   w.wake.notify_one();
   return true;
+}
+
+void set_background_threads(int n) {
+  Worker& w = worker();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  w.wanted = std::max(1, n);
+  w.wake.notify_all();
+}
+
+int background_threads() {
+  Worker& w = worker();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  return w.wanted == 0 ? default_background_threads() : w.wanted;
 }
 
 void wait_background_idle() {
@@ -127,7 +174,7 @@ void wait_background_idle() {
 
 void shutdown_background_compiler() {
   Worker& w = worker();
-  std::thread* t = nullptr;
+  std::vector<std::thread*> threads;
   {
     std::lock_guard<std::mutex> lock(w.mutex);
     w.shut_down = true;
@@ -135,16 +182,18 @@ void shutdown_background_compiler() {
     w.queue.clear();
     w.idle.notify_all();
     w.wake.notify_all();
-    t = w.thread;
-    w.thread = nullptr;
+    threads.swap(w.threads);
   }
-  if (t && t->joinable()) t->join();
+  for (std::thread* t : threads)
+    if (t->joinable()) t->join();
 }
 
 BackgroundStats background_stats() {
   Worker& w = worker();
   std::lock_guard<std::mutex> lock(w.mutex);
-  return w.stats;
+  BackgroundStats s = w.stats;
+  s.threads = static_cast<int64_t>(w.threads.size());
+  return s;
 }
 
 void hold_background_for_testing(bool hold) {

@@ -246,8 +246,9 @@ def stats():
     (sizes that a graph with size symbols was specialised to and compiled for), backend_failures
     (graphs that ran on aten because compiling them failed: a bug; FASTDYN_STRICT=1 raises
     instead), and for tiered
-    compilation background_compiles (graphs whose kernels the background thread built),
-    background_pending (still compiling) and background_compile_seconds (that thread's time).
+    compilation background_compiles (graphs whose kernels the background threads built),
+    background_pending (still compiling) and background_compile_seconds (those threads' time,
+    summed; FASTDYN_COMPILE_THREADS sets how many there are).
     Unless the backend is aten (where LLVM is built in), the kernel cache's: kernel_compiles (by
     LLVM), kernel_memory_hits (already compiled in this process: reset() keeps compiled kernels),
     kernel_disk_hits (loaded from FASTDYN_CACHE_DIR), kernel_cache_rejected (corrupt or foreign

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -152,12 +153,52 @@ TEST(TieredExecutable, CallsFromManyThreadsDuringTheSwitchRunOneTierEach) {
 // Newest first: the queued tasks run in the reverse of their submission order, so the graph a
 // program runs now compiles before older queued ones (background_compiler.h says why).
 TEST(BackgroundCompiler, QueuedTasksRunNewestFirst) {
+  const int threads = background_threads();
+  set_background_threads(1);
   hold_background_for_testing(true);
   std::vector<int> order;  // written by the worker only, one task at a time
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(submit_background([&order, i] { order.push_back(i); }));
   hold_background_for_testing(false);
   wait_background_idle();
   EXPECT_EQ(order, (std::vector<int>{3, 2, 1, 0}));
+  set_background_threads(threads);
+}
+
+// Tasks run on up to background_threads() threads at once: two tasks that each wait for the other
+// to start finish only if they run at the same time (one thread would time out the first).
+TEST(BackgroundCompiler, TasksRunOnSeveralThreadsAtOnce) {
+  const int threads = background_threads();
+  set_background_threads(2);
+  std::atomic<int> started{0};
+  std::atomic<int> met{0};
+  auto task = [&] {
+    started++;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    if (started.load() >= 2) met++;
+  };
+  ASSERT_TRUE(submit_background(task));
+  ASSERT_TRUE(submit_background(task));
+  wait_background_idle();
+  EXPECT_EQ(met, 2);
+  EXPECT_GE(background_stats().threads, 2);
+  EXPECT_EQ(background_stats().pending, 0);
+  // A bound of one: never two tasks at once, whatever the threads already started.
+  set_background_threads(1);
+  std::atomic<int> running{0};
+  std::atomic<int> most{0};
+  for (int i = 0; i < 6; ++i)
+    ASSERT_TRUE(submit_background([&] {
+      const int now = ++running;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      running--;
+    }));
+  wait_background_idle();
+  EXPECT_EQ(most, 1);
+  set_background_threads(threads);
 }
 
 // Runs alone in its own process (gtest_discover_tests: one process per test).
