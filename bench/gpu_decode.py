@@ -14,7 +14,7 @@ transformers otherwise wraps the forward in torch.compile itself (so "eager" was
 the other modes ran under it). Each mode runs in a fresh process: a first generate (compiles included),
 then --generates more (3), timed with a synchronize at the end; tokens/s is the new tokens over the
 median of those (each one's time is in the JSON line). --profile prints a cProfile of one more
-generate per mode. Every mode's tokens are compared with eager's.
+generate per mode; --timeline, after each generate of a fastdyn mode, how far its compiles are. Every mode's tokens are compared with eager's.
 """
 import argparse
 import json
@@ -27,7 +27,8 @@ CHILD = r"""
 import json, os, statistics, sys, time, tempfile
 os.environ.setdefault("FASTDYN_CACHE_DIR", tempfile.mkdtemp(prefix="fastdyn-decode-"))
 import torch, transformers
-mode, tokens, cache, generates, profile = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+mode, tokens, cache, generates, profile, timeline = (sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
+                                                     sys.argv[5] == "1", sys.argv[6] == "1")
 cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8,
                                num_key_value_heads=4, vocab_size=8192, max_position_embeddings=1024)
 torch.manual_seed(0)
@@ -47,9 +48,20 @@ def generate():
     return out
 
 t0 = time.perf_counter(); out = generate(); first = time.perf_counter() - t0
+def progress(label, seconds):  # --timeline: where the compiles stand after each generate (stderr)
+    if not (timeline and mode.startswith("fastdyn")):
+        return
+    s, c = fastdyn.stats(), fastdyn._C.cuda_info()
+    print(f"{mode} generate {label}: {seconds:.3f} s, sizes planned {s['sizes_compiled']}, background done "
+          f"{s['background_compiles']} pending {s['background_pending']} ({s['background_compile_seconds']:.2f} s), "
+          f"NVRTC kernels {c['kernels_compiled']} ({c['compile_ms']:.0f} ms), memory hits {c['memory_hits']}",
+          file=sys.stderr, flush=True)
+
+progress("first", first)
 times = []
-for _ in range(generates):
+for i in range(generates):
     t0 = time.perf_counter(); out = generate(); times.append(time.perf_counter() - t0)
+    progress(str(i + 2), times[-1])
 res = {"mode": mode, "first_s": first, "generate_s": statistics.median(times), "times": times,
        "tokens": out[0, ids.shape[1]:].tolist()}
 if profile:  # where one more generate's host time goes (stderr)
@@ -71,6 +83,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--generates", type=int, default=3, help="timed generates after the first (the median is reported)")
     ap.add_argument("--profile", action="store_true", help="cProfile one more generate per mode (to stderr)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="fastdyn modes: after each generate, the sizes planned, background tasks and NVRTC compiles (stderr)")
     ap.add_argument("--cache", default="dynamic,static",
                     help="KV caches: dynamic (transformers' default, grows by a token per step) and static "
                          "(a fixed-size buffer: the shapes CUDA graphs need)")
@@ -85,8 +99,9 @@ def table(opts, cache):
     for mode in opts.modes.split(","):
         try:
             r = subprocess.run([sys.executable, "-c", CHILD, mode, str(opts.tokens), cache, str(opts.generates),
-                                str(int(opts.profile))], capture_output=True, text=True, timeout=opts.timeout)
-            if opts.profile:
+                                str(int(opts.profile)), str(int(opts.timeline))], capture_output=True, text=True,
+                               timeout=opts.timeout)
+            if opts.profile or opts.timeline:
                 sys.stderr.write(r.stderr)
             line = next((l for l in r.stdout.splitlines() if l.startswith("RESULT ")), None)
             if line is None:
@@ -104,7 +119,7 @@ def table(opts, cache):
             continue
         tps = opts.tokens / r["generate_s"]
         x = eager["generate_s"] / r["generate_s"] if eager else float("nan")
-        same = "yes" if eager and r["tokens"] == eager["tokens"] else "NO"
+        same = "-" if not eager else "yes" if r["tokens"] == eager["tokens"] else "NO"
         notes = f"graphs {r['graphs']}, CUDA graph captures {r['cuda_graph_captures']}" if "graphs" in r else ""
         print(f"| {r['mode']} | {tps:.0f} | {x:.2f} | {r['first_s']:.2f} | {same} | {notes} |")
 

@@ -48,14 +48,6 @@ Worker& worker() {
 // that held it).
 bool is_idle(const Worker& w) { return w.running == 0 && (w.queue.empty() || w.held); }
 
-// The CPUs this process may run on (its affinity mask: a container's share, not the host's).
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
-
 // FASTDYN_COMPILE_THREADS, else a quarter of the usable CPUs, 1 to 4: a 2-core machine keeps one
 // thread, so the user's work keeps a core; a GPU host, whose CPUs idle while its kernels run, gets
 // four (a decode loop queues one plan per new length, and a few threads drain them within a generate).
@@ -115,6 +107,14 @@ void after_fork_child() {
 }
 
 }  // namespace
+
+// The CPUs this process may run on (its affinity mask: a container's share, not the host's).
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 void run_below_user_threads(const char* name) {
   // Nice 10 (Linux sets it per thread): on a small machine the first calls run on ATen, with

@@ -47,6 +47,9 @@ void shutdown_background_compiler();
 int background_threads();
 void set_background_threads(int n);
 
+// The CPUs this process may run on (its affinity mask: a container's share, not the host's).
+int usable_cpus();
+
 // Tests only: while held, no thread starts a new task (running ones finish), so a test can see a
 // tiered executable before its optimised tier exists, deterministically. While held,
 // wait_background_idle() waits only for the running tasks.

@@ -7,6 +7,7 @@
 #include "codegen/loop/passes.h"
 #include "codegen/loop/runtime_program.h"
 #include "codegen/passes/pass_timer.h"
+#include "runtime/background_compiler.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_kernel.h"
 #include "runtime/errors.h"
@@ -16,14 +17,17 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <future>
 #include <map>
 #include <vector>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 namespace fastdyn::codegen {
 namespace {
@@ -34,11 +38,20 @@ namespace rc = runtime::cuda;
 // identity names the architecture, so a CUBIN is only ever served to the one it was built for):
 // loaded kernels in memory (bounded, least recently used out; an executable holds its kernels),
 // CUBINs on disk. `compiled` remembers the sources NVRTC compiled (cuda_route_timings), bounded.
+// `in_flight`: the kernels NVRTC is compiling now, by key, so that a graph (or a dynamic entry's
+// plan at another size) asking for one of them waits for that compile instead of starting its own:
+// a 4-layer Llama's decode graph asked for each layer's kernels four times at once (45 NVRTC
+// compiles for 12 sources, each slower for the others running beside it).
 struct CudaKernels {
   std::mutex mutex;
   std::map<int, std::unique_ptr<runtime::KernelCache>> caches;  // by architecture
   std::vector<std::pair<std::string, int>> compiled;             // (source, device), newest last
+  std::map<std::string, std::shared_future<std::string>> in_flight;  // key -> the image being compiled
   double compile_ms = 0;
+  // NVRTC compiles running, at most one per usable CPU (each is one core's work; more only slow
+  // every one of them down).
+  std::condition_variable slot_free;
+  int compiling = 0;
 };
 
 CudaKernels& kernels() {
@@ -69,6 +82,55 @@ std::shared_ptr<const rc::LoadedKernel> loaded(const runtime::KernelCache::Entry
   return std::static_pointer_cast<const rc::LoadedKernel>(e.hold);
 }
 
+// NVRTC's image of `source` (its cache key `key`): compiled here, or, when another thread is
+// compiling the same key, that thread's result (or its error). Written to the disk cache.
+std::string compile_once(const std::string& source, const std::string& key, int arch, int device) {
+  CudaKernels& k = kernels();
+  std::promise<std::string> promise;
+  {
+    std::unique_lock<std::mutex> lock(k.mutex);
+    if (auto it = k.in_flight.find(key); it != k.in_flight.end()) {
+      std::shared_future<std::string> other = it->second;
+      lock.unlock();
+      return other.get();  // NB: rethrows that compile's error
+    }
+    // One that finished since the caller looked is on disk (unless the disk cache is off).
+    if (std::optional<std::string> bytes = cache(arch).read_object(key)) {
+      ++cache(arch).stats().disk_hits;
+      return std::move(*bytes);
+    }
+    k.in_flight.emplace(key, promise.get_future().share());
+    static const int most = std::max(1, runtime::usable_cpus());
+    k.slot_free.wait(lock, [&] { return k.compiling < most; });
+    ++k.compiling;
+  }
+  std::string image;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    image = rc::nvrtc_compile(source, "fastdyn_kernel.cu", arch, /*cubin=*/true);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(k.mutex);
+    --k.compiling;
+    k.slot_free.notify_one();
+    promise.set_exception(std::current_exception());
+    k.in_flight.erase(key);
+    throw;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  --k.compiling;
+  k.slot_free.notify_one();
+  runtime::KernelCache& c = cache(arch);
+  ++c.stats().compiles;
+  k.compile_ms += ms;
+  k.compiled.emplace_back(source, device);
+  if (k.compiled.size() > 256) k.compiled.erase(k.compiled.begin());
+  c.write_object(key, image);
+  promise.set_value(image);
+  k.in_flight.erase(key);  // NB: after the write: a later lookup finds it on disk or in memory
+  return image;
+}
+
 // The kernel for `source` from memory, then disk, else (compile_missing) compiled by NVRTC now;
 // nullptr when missing and !compile_missing.
 std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& source, int arch, int device, bool compile_missing) {
@@ -89,16 +151,7 @@ std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& sourc
   }
   if (image.empty()) {
     if (!compile_missing) return nullptr;
-    const auto t0 = std::chrono::steady_clock::now();
-    image = rc::nvrtc_compile(source, "fastdyn_kernel.cu", arch, /*cubin=*/true);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::lock_guard<std::mutex> lock(k.mutex);
-    runtime::KernelCache& c = cache(arch);
-    ++c.stats().compiles;
-    k.compile_ms += ms;
-    k.compiled.emplace_back(source, device);
-    if (k.compiled.size() > 256) k.compiled.erase(k.compiled.begin());
-    c.write_object(key, image);
+    image = compile_once(source, key, arch, device);
   }
   auto kernel = std::make_shared<rc::LoadedKernel>(image, cuda_emit::kSymbol, device);
   std::vector<runtime::KernelCache::Entry> evicted;  // NB: let go after the lock
@@ -199,15 +252,19 @@ PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
     const rc::DeviceInfo info = rc::device_info(device);
     const size_t n = sources->size();
     std::vector<std::shared_ptr<const rc::LoadedKernel>> loaded(n);
+    // Kernels of the same source (a model's layers) are one kernel: looked up, or compiled, once.
+    std::vector<size_t> same(n);
+    std::map<std::string_view, size_t> first;
+    for (size_t i = 0; i < n; ++i) same[i] = first.emplace((*sources)[i].source, i).first->second;
     // Several kernels compile at once: NVRTC is thread-safe and each compile is one core's work.
     std::vector<std::future<std::shared_ptr<const rc::LoadedKernel>>> pending(n);
     for (size_t i = 0; i < n; ++i)
-      if (!(loaded[i] = find_or_compile((*sources)[i].source, info.arch, device, false)) && compile_missing)
+      if (same[i] == i && !(loaded[i] = find_or_compile((*sources)[i].source, info.arch, device, false)) && compile_missing)
         pending[i] = std::async(std::launch::async, [&, i] { return find_or_compile((*sources)[i].source, info.arch, device, true); });
     for (size_t i = 0; i < n; ++i)
       if (pending[i].valid()) loaded[i] = pending[i].get();
     for (size_t i = 0; i < n; ++i)
-      if (!loaded[i]) return nullptr;
+      if (!(loaded[i] = loaded[same[i]])) return nullptr;
     kernel_timer.lap(compile_missing ? "kernels (find or compile)" : "kernels (find)");
     for (size_t i = 0; i < p->steps.size(); ++i) {
       if (p->steps[i].kind != loop::Step::Kind::Kernel) continue;

@@ -182,6 +182,32 @@ def test_dynamic_lengths_share_their_kernels():
     assert compiled <= 4, compiled  # kernels of the first size only, whatever the lengths
 
 
+def test_a_kernel_repeated_across_layers_is_built_once():
+    # The layers of a model make kernels of one source: the graph looks each source up (memory,
+    # disk) and compiles it once, not once per layer (a 4-layer Llama's decode graph compiled 45
+    # kernels for 12 sources, the copies of one racing each other in NVRTC). Four layers with a
+    # scale each are four sources: four kernels built; with one scale, one.
+    w = torch.randn(64, 64, device="cuda") * 0.1
+    b = torch.randn(64, device="cuda")
+    x = torch.randn(32, 64, device="cuda")
+
+    def built_for(scales):
+        def layers(x):
+            for s in scales:
+                x = torch.tanh(x @ w + b) * s
+            return x
+
+        fastdyn.reset()
+        jf = fastdyn.jit(layers, backend="cuda")
+        before = fastdyn._C.cuda_info()
+        torch.testing.assert_close(jf(x), layers(x), rtol=1e-5, atol=1e-5)
+        after = fastdyn._C.cuda_info()
+        return sum(after[k] - before[k] for k in ("kernels_compiled", "disk_hits", "memory_hits"))
+
+    assert built_for([1.25, 1.5, 1.75, 2.25]) == 4
+    assert built_for([1.125] * 4) == 1
+
+
 def test_runs_on_the_current_stream():
     s = torch.cuda.Stream()
     x = torch.randn(1 << 20, device="cuda")
