@@ -46,6 +46,10 @@ int jump_target(const Instruction& in);
 // times: each inlined layer's forward, the re-trace up to a break, continuations); a copy of an
 // earlier decode costs one allocation, against a walk of co_lines() in Python objects. Needs the GIL.
 std::vector<Instruction> decode(PyCodeObject* code);
+
+// The source line of each of the code's first n_units code units (-1: none), from its location
+// table in one pass; empty if the table does not parse (decode then asks PyCode_Addr2Line).
+std::vector<int> unit_lines(PyCodeObject* code, int n_units);
 // Drops the memo and the references it holds (fastdyn.reset()).
 void forget_decoded();
 

@@ -115,6 +115,45 @@ TEST(Bytecode, LinesAreAddr2LinesEverywhere) {
   }
 }
 
+// The lines decode() reads from the location table match PyCode_Addr2Line for every instruction of
+// every code object (nested ones included) in a few standard-library modules: long and short
+// forms, lines going back (loops, comprehensions), no-line entries, EXTENDED_ARG.
+TEST(Bytecode, LinesFromTheLocationTableMatchAddr2LineAcrossTheStandardLibrary) {
+  size_t checked = 0;
+  std::vector<PyObject*> todo;
+  for (const char* module : {"argparse", "inspect", "dataclasses", "json.decoder", "asyncio.base_events", "typing"}) {
+    PyObject* m = PyImport_ImportModule(module);
+    ASSERT_NE(m, nullptr) << module;
+    PyObject* file = PyObject_GetAttrString(m, "__file__");
+    PyObject* io = PyImport_ImportModule("io");
+    PyObject* text = PyObject_CallMethod(io, "open_code", "O", file);
+    PyObject* src = text ? PyObject_CallMethod(text, "read", nullptr) : nullptr;
+    ASSERT_NE(src, nullptr) << module;
+    PyObject* builtins = PyEval_GetBuiltins();
+    PyObject* compiled = PyObject_CallFunction(PyDict_GetItemString(builtins, "compile"), "OOs", src, file, "exec");
+    ASSERT_NE(compiled, nullptr) << module;
+    todo.push_back(compiled);
+    for (PyObject* o : {src, text, io, file, m}) Py_XDECREF(o);
+  }
+  while (!todo.empty()) {
+    auto* code = reinterpret_cast<PyCodeObject*>(todo.back());
+    todo.pop_back();
+    const int n_units = static_cast<int>(PyBytes_GET_SIZE(code->co_linetable) ? Py_SIZE(code) : 0);
+    const std::vector<int> lines = unit_lines(code, n_units);
+    ASSERT_EQ(lines.size(), static_cast<size_t>(n_units)) << "the table did not parse: " << PyUnicode_AsUTF8(code->co_qualname);
+    for (int u = 0; u < n_units; ++u) {
+      ASSERT_EQ(lines[static_cast<size_t>(u)], PyCode_Addr2Line(code, u * 2)) << PyUnicode_AsUTF8(code->co_qualname) << " @" << u;
+      ++checked;
+    }
+    for (const Instruction& i : decode(code)) ASSERT_EQ(i.line, PyCode_Addr2Line(code, i.index * 2));
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(code->co_consts); ++k)
+      if (PyObject* c = PyTuple_GET_ITEM(code->co_consts, k); PyCode_Check(c)) todo.push_back(Py_NewRef(c));
+    Py_DECREF(code);
+  }
+  EXPECT_GT(checked, 20000u);
+  forget_decoded();
+}
+
 // decode() is memoized per code object: a second decode gives the same instructions, the memo holds
 // one reference to the code (so no other code object can take its address while it is cached), and
 // forget_decoded() gives it back.
