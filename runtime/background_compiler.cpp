@@ -1,23 +1,22 @@
 // runtime/background_compiler.cpp — see background_compiler.h.
 #include "runtime/background_compiler.h"
 
+#include "runtime/env_flag.h"
 #include "runtime/journal.h"
 
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <unistd.h>
-
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
-#include <vector>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace fastdyn::runtime {
 namespace {
@@ -52,11 +51,7 @@ bool is_idle(const Worker& w) { return w.running == 0 && (w.queue.empty() || w.h
 // thread, so the user's work keeps a core; a GPU host, whose CPUs idle while its kernels run, gets
 // four (a decode loop queues one plan per new length, and a few threads drain them within a generate).
 int default_background_threads() {
-  if (const char* n = std::getenv("FASTDYN_COMPILE_THREADS")) {  // checked at import (settings table)
-    char* end = nullptr;
-    const long v = std::strtol(n, &end, 10);
-    if (end != n && *end == '\0' && v > 0) return static_cast<int>(std::min<long>(v, 64));
-  }
+  if (const int64_t n = env_count("FASTDYN_COMPILE_THREADS")) return static_cast<int>(std::min<int64_t>(n, 64));
   return std::clamp(usable_cpus() / 4, 1, 4);
 }
 

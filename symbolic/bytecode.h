@@ -44,12 +44,13 @@ int jump_target(const Instruction& in);
 // Decodes `code` (borrowed). Never throws on well-formed code; raises InternalError otherwise.
 // Memoized per code object (code is immutable, and a first call decodes the same functions many
 // times: each inlined layer's forward, the re-trace up to a break, continuations); a copy of an
-// earlier decode costs one allocation, against a walk of co_lines() in Python objects. Needs the GIL.
+// earlier decode costs one allocation, against a walk of the code and its location table. Needs the GIL.
 std::vector<Instruction> decode(PyCodeObject* code);
 
 // The source line of each of the code's first n_units code units (-1: none), from its location
 // table in one pass; empty if the table does not parse (decode then asks PyCode_Addr2Line).
 std::vector<int> unit_lines(PyCodeObject* code, int n_units);
+
 // Drops the memo and the references it holds (fastdyn.reset()).
 void forget_decoded();
 

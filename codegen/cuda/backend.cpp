@@ -82,25 +82,15 @@ std::shared_ptr<const rc::LoadedKernel> loaded(const runtime::KernelCache::Entry
   return std::static_pointer_cast<const rc::LoadedKernel>(e.hold);
 }
 
-// NVRTC's image of `source` (its cache key `key`): compiled here, or, when another thread is
-// compiling the same key, that thread's result (or its error). Written to the disk cache.
-std::string compile_once(const std::string& source, const std::string& key, int arch, int device) {
+// NVRTC's image of `source` (cache key `key`), compiled now by the thread that registered `mine`
+// in `in_flight` (find_or_compile), once an NVRTC slot is free; recorded in the disk cache and
+// handed to the threads waiting on the same key (its error too).
+std::string compile_registered(const std::string& source, const std::string& key, int arch, int device,
+                               std::promise<std::string>& mine) {
   CudaKernels& k = kernels();
-  std::promise<std::string> promise;
   {
-    std::unique_lock<std::mutex> lock(k.mutex);
-    if (auto it = k.in_flight.find(key); it != k.in_flight.end()) {
-      std::shared_future<std::string> other = it->second;
-      lock.unlock();
-      return other.get();  // NB: rethrows that compile's error
-    }
-    // One that finished since the caller looked is on disk (unless the disk cache is off).
-    if (std::optional<std::string> bytes = cache(arch).read_object(key)) {
-      ++cache(arch).stats().disk_hits;
-      return std::move(*bytes);
-    }
-    k.in_flight.emplace(key, promise.get_future().share());
     static const int most = std::max(1, runtime::usable_cpus());
+    std::unique_lock<std::mutex> lock(k.mutex);
     k.slot_free.wait(lock, [&] { return k.compiling < most; });
     ++k.compiling;
   }
@@ -112,7 +102,7 @@ std::string compile_once(const std::string& source, const std::string& key, int 
     std::lock_guard<std::mutex> lock(k.mutex);
     --k.compiling;
     k.slot_free.notify_one();
-    promise.set_exception(std::current_exception());
+    mine.set_exception(std::current_exception());
     k.in_flight.erase(key);
     throw;
   }
@@ -126,17 +116,20 @@ std::string compile_once(const std::string& source, const std::string& key, int 
   k.compiled.emplace_back(source, device);
   if (k.compiled.size() > 256) k.compiled.erase(k.compiled.begin());
   c.write_object(key, image);
-  promise.set_value(image);
-  k.in_flight.erase(key);  // NB: after the write: a later lookup finds it on disk or in memory
+  mine.set_value(image);
+  k.in_flight.erase(key);  // NB: after the write: a later lookup finds it on disk (or, loaded, in memory)
   return image;
 }
 
-// The kernel for `source` from memory, then disk, else (compile_missing) compiled by NVRTC now;
-// nullptr when missing and !compile_missing.
+// The kernel for `source` from memory, then disk, else (compile_missing) the compile another
+// thread is running for it, else compiled by NVRTC now; nullptr when missing and !compile_missing.
+// One locked look decides, so two threads never compile one key.
 std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& source, int arch, int device, bool compile_missing) {
   CudaKernels& k = kernels();
   const std::string key = cache_key(source, device);
   std::string image;
+  std::shared_future<std::string> other;
+  std::promise<std::string> mine;
   {
     std::lock_guard<std::mutex> lock(k.mutex);
     runtime::KernelCache& c = cache(arch);
@@ -147,12 +140,16 @@ std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& sourc
     if (std::optional<std::string> bytes = c.read_object(key)) {
       image = std::move(*bytes);
       ++c.stats().disk_hits;
+    } else if (!compile_missing) {
+      return nullptr;
+    } else if (auto it = k.in_flight.find(key); it != k.in_flight.end()) {
+      other = it->second;
+    } else {
+      k.in_flight.emplace(key, mine.get_future().share());
     }
   }
-  if (image.empty()) {
-    if (!compile_missing) return nullptr;
-    image = compile_once(source, key, arch, device);
-  }
+  if (other.valid()) image = other.get();  // NB: rethrows that compile's error
+  else if (image.empty()) image = compile_registered(source, key, arch, device, mine);
   auto kernel = std::make_shared<rc::LoadedKernel>(image, cuda_emit::kSymbol, device);
   std::vector<runtime::KernelCache::Entry> evicted;  // NB: let go after the lock
   std::lock_guard<std::mutex> lock(k.mutex);

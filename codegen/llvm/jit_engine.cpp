@@ -55,6 +55,7 @@
 #include "codegen/passes/pass_timer.h"
 #include "codegen/llvm/perf_map.h"
 #include "runtime/background_compiler.h"
+#include "runtime/env_flag.h"
 #include "runtime/errors.h"
 #include "runtime/parallel.h"
 
@@ -300,11 +301,7 @@ Engine* make_engine() {
   e->runtime_jd->addGenerator(std::make_unique<SleefGenerator>());
 
   e->cache = std::make_unique<KernelCache>(engine_target_identity());
-  if (const char* bound = std::getenv("FASTDYN_KERNEL_CACHE_SIZE")) {  // checked at import (settings table)
-    char* end = nullptr;
-    const long long n = std::strtoll(bound, &end, 10);
-    if (end && *end == '\0' && n > 0) e->cache->set_memory_bound(static_cast<size_t>(n));
-  }
+  if (const int64_t bound = runtime::env_count("FASTDYN_KERNEL_CACHE_SIZE")) e->cache->set_memory_bound(static_cast<size_t>(bound));
   return e.release();
 }
 
