@@ -17,7 +17,9 @@ guards: a graph of 10 tensor inputs (one op each), called with 4x2 tensors so th
   negligible: median per-call time with every dim static, with every dim a size symbol (20
   symbols unified into 2 by the adds: the guards bind each dim and check the others equal to it),
   and eager, interleaved in one process (steady state; the difference between the first two is
-  the extra guard work of symbolic dims).
+  the extra guard work of symbolic dims); then the guard check alone (the entry's guard tree over
+  the same arguments, fastdyn._C.guard_check_seconds), the rest of a call being the hook, the
+  kernel and the output's allocation.
 Also compared with torch.compile on the compile side (dynamic=False and dynamic=True first
 call, in fresh processes).
 """
@@ -142,11 +144,20 @@ def guard_table():
                 f(*xs)
             samples[m].append((time.perf_counter_ns() - t) / 200 / 1e3)
     med = {m: statistics.median(v) for m, v in samples.items()}
+    # The guard check alone (fastdyn._C.guard_check_seconds: the entry's guard tree over these
+    # arguments, as the hook checks it), interleaved likewise.
+    checks = {"static": [], "symbolic": []}
+    for _ in range(30):
+        for m, fn in (("static", ten), ("symbolic", ten_dynamic)):
+            checks[m].append(fastdyn._C.guard_check_seconds(fn, tuple(xs), 2000) * 1e6)
+    guard = {m: statistics.median(v) for m, v in checks.items()}
     print()
-    print("| 10-input graph, per call (us) | eager | static sizes | size symbols | symbols - static |")
+    print("| 10-input graph (us) | eager | static sizes | size symbols | symbols - static |")
     print("|---|---:|---:|---:|---:|")
-    print(f"| median of 30 interleaved rounds | {med['eager']:.2f} | {med['static']:.2f} | {med['symbolic']:.2f} | "
+    print(f"| whole call, median of 30 interleaved rounds | {med['eager']:.2f} | {med['static']:.2f} | {med['symbolic']:.2f} | "
           f"{med['symbolic'] - med['static']:+.2f} |")
+    print(f"| guard check alone, median of 30 | - | {guard['static']:.3f} | {guard['symbolic']:.3f} | "
+          f"{guard['symbolic'] - guard['static']:+.3f} |")
     s = fastdyn.stats()
     print(f"\n(frames compiled {s['frames_compiled']}, sizes compiled {s['sizes_compiled']})")
 

@@ -6,6 +6,7 @@
 #include <Python.h>
 #include <execinfo.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <pybind11/pybind11.h>
@@ -318,6 +319,34 @@ PYBIND11_MODULE(_C, m) {
     eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));
     if (!st || st == eval_hook::skip_marker()) return 0;
     return static_cast<int>(st->entries.size());
+  });
+  // The guard check alone, as the hook runs it (bench/dynamic_overhead.py): fn's arguments as
+  // its frame's first local slots, the newest entry whose guards hold for them checked
+  // `iterations` times; seconds per check. None when no entry holds (or fn takes more than
+  // positional arguments, whose slots this does not fill).
+  m.def("guard_check_seconds", [](py::handle fn, py::tuple args, int iterations) -> py::object {
+    PyCodeObject* code = code_of(fn);
+    eval_hook::CodeState* st = eval_hook::code_state(code);
+    if (!st || st == eval_hook::skip_marker() || !PyFunction_Check(fn.ptr()) || iterations < 1) return py::none();
+    std::vector<PyObject*> slots(static_cast<size_t>(code->co_nlocalsplus), nullptr);
+    if (args.size() > slots.size()) return py::none();
+    for (size_t i = 0; i < args.size(); ++i) slots[i] = args[i].ptr();
+    runtime::GuardFrame gf;
+    gf.fast_locals = slots.data();
+    gf.globals = PyFunction_GET_GLOBALS(fn.ptr());
+    gf.builtins = PyDict_GetItemString(gf.globals, "__builtins__");
+    if (gf.builtins && PyModule_Check(gf.builtins)) gf.builtins = PyModule_GetDict(gf.builtins);
+    gf.closure = PyFunction_GET_CLOSURE(fn.ptr());
+    for (const auto& entry : st->entries) {
+      if (!entry->guards->check(gf)) continue;
+      const auto t0 = std::chrono::steady_clock::now();
+      bool ok = true;
+      for (int i = 0; i < iterations; ++i) ok &= entry->guards->check(gf);
+      const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+      if (!ok) return py::none();
+      return py::float_(dt.count() / iterations);
+    }
+    return py::none();
   });
   m.def("transformed_code", [](py::handle fn) -> py::object {
     eval_hook::CodeState* st = eval_hook::code_state(code_of(fn));

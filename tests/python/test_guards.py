@@ -469,3 +469,18 @@ def test_a_guard_on_grad_fails_for_a_non_leaf_without_the_warning_eagers_read_gi
         assert g is None
         assert len(caught) == 1 and "not a leaf" in str(caught[0].message), [str(w.message) for w in caught]
         assert_same(y, q * 2)
+
+
+def test_guard_check_seconds_times_the_entry_whose_guards_hold():
+    # bench/dynamic_overhead.py reads the guard check alone through this diagnostic: it must time
+    # the entry that serves these arguments and refuse arguments no entry serves.
+    def ten(a, b, c, d, e, f, g, h, i, j):
+        return a + b + c + d + e + f + g + h + i + j
+
+    xs = tuple(torch.randn(4, 2) for _ in range(10))
+    assert fastdyn._C.guard_check_seconds(ten, xs, 10) is None  # nothing compiled yet
+    fastdyn.jit(ten, dynamic=False)(*xs)
+    per_check = fastdyn._C.guard_check_seconds(ten, xs, 100)
+    assert per_check is not None and 0 < per_check < 1e-3
+    assert fastdyn._C.guard_check_seconds(ten, tuple(torch.randn(3, 2) for _ in range(10)), 10) is None
+    assert fastdyn._C.guard_check_seconds(ten, xs[:9] + (torch.randn(4, 2, dtype=torch.float64),), 10) is None
