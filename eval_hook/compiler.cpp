@@ -50,6 +50,10 @@ bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplat
       return true;
     }
     case SymValue::Kind::Constant:
+      if (v.name == "__fd_exception__") {  // every call must return eager's own (symbolic/exceptions.cpp)
+        why = "returning an exception raised in the trace";
+        return false;
+      }
       t.kind = runtime::OutputTemplate::Kind::Constant;
       t.constant = Py_NewRef(v.obj);
       return true;

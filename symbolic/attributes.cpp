@@ -341,6 +341,14 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   // generic lookup below, whatever the class's own. Taken here, so nested reads are normal.
   const bool generic = std::exchange(generic_lookup_, false);
   if (owner.is_tensor()) return tensor_attr(owner, name);
+  // An exception the trace raised and a handler caught (`except E as e`, exceptions.cpp) was
+  // never raised for real: no traceback, no context. What reads or changes those is not traced.
+  if (owner.name == "__fd_exception__") {
+    static const char* unraised[] = {"__traceback__", "__context__", "__cause__", "__suppress_context__",
+                                     "__notes__", "with_traceback", "add_note", "__dict__", "__setstate__"};
+    for (const char* n : unraised)
+      if (name == n) throw Unsupported("the " + name + " of an exception raised in the trace");
+  }
   if (owner.kind == K::NamedTuple) {
     for (size_t i = 0; i < owner.field_names.size(); ++i)
       if (owner.field_names[i] == name) return owner.items[i];

@@ -31,7 +31,12 @@ bool Tracer::handle_raised(const Raised& r, size_t index) {
     PyOwned lasti(PyLong_FromLong(f.insts[f.pc].index));
     f.stack.push_back(constant(lasti.p));
   }
-  f.stack.push_back(constant(r.value.get()));
+  // Marked as the trace's own object (calls.cpp marks the exceptions it makes): a handler that
+  // names it (`except E as e`) may read it, but it never leaves the trace as a constant every
+  // call would share (continuation.cpp refuses to rebuild it), nor shows a traceback it lacks.
+  SymValue exc = constant(r.value.get());
+  exc.name = "__fd_exception__";
+  f.stack.push_back(std::move(exc));
   f.next_pc = static_cast<size_t>(target);
   entering_handler_ = true;
   return true;

@@ -369,12 +369,9 @@ struct Handlers {
       classes.p = Py_NewRef(type.obj);
     }
     if (!classes.p || !exc.is_constant() || !PyExceptionInstance_Check(exc.obj)) throw Unsupported("except with " + describe(type));
+    // A clause that names the exception (`except E as e`) gets the trace's own object, marked
+    // (Tracer::handle_raised) so that it is read in the trace and never handed to run time.
     const bool matches = PyErr_GivenExceptionMatches(exc.obj, classes.p);
-    // The exception is the trace's own object: a clause that names it (`except E as e`) would hand
-    // every call that one object, with no traceback. Such a clause is not traced through.
-    const FrameState& f = t.fr();
-    if (matches && (f.pc + 2 >= f.insts.size() || std::strcmp(opcode_info(f.insts[f.pc + 2].opcode).name, "POP_TOP") != 0))
-      throw Unsupported("except ... as a name (the exception object itself is used)");
     t.push(Tracer::constant(matches ? Py_True : Py_False));
   }
   static void pop_except(Tracer& t, const Instruction&) {

@@ -332,9 +332,84 @@ def test_exception_caught_inside_frame():
     check(caught_key_error_in_frame, r(4, 8), graphs=1)
 
 
-@xfail("an except clause that names the exception (`as e`): the trace's exception object would be every call's")
 def test_exception_from_callee_caught_in_caller():
     check(caught_exception_from_callee, r(4, 8), graphs=1)
+
+
+# `except E as e` traced through: the handler reads the trace's exception object; whatever would
+# hand that object (or its missing traceback and context) to run time is not traced, and the
+# frame is eager's.
+def named_and_returned(x):
+    try:
+        validate(x)
+    except ValueError as e:
+        return x + 1, e
+
+
+def named_and_kept_past_the_handler(x):
+    kept = None
+    try:
+        validate(x)
+    except ValueError as e:
+        kept = e
+    return x * len(kept.args), kept
+
+
+def named_traceback_read(x):
+    try:
+        validate(x)
+    except ValueError as e:
+        return x * (e.__traceback__ is not None) + len(e.args[0])
+
+
+def named_then_noted(x, store):
+    try:
+        validate(x)
+    except ValueError as e:
+        e.add_note("seen")
+        store.append(e)
+    return x - 1
+
+
+def named_and_raised_again(x):
+    try:
+        validate(x)
+    except ValueError as e:
+        y = x * len(str(e))
+        raise e
+    return y
+
+
+def test_a_named_exception_read_in_its_handler_is_traced_through():
+    x = r(4, 8)
+    assert_same(fastdyn.jit(named_traceback_read)(x), named_traceback_read(x))  # run as written
+    assert_same(fastdyn.jit(caught_exception_from_callee)(x), caught_exception_from_callee(x))
+
+
+@pytest.mark.parametrize("fn", [named_and_returned, named_and_kept_past_the_handler])
+def test_a_named_exception_that_leaves_the_trace_is_eagers_own_at_every_call(fn):
+    x = r(4, 8)
+    jitted = fastdyn.jit(fn)
+    got = [jitted(x) for _ in range(3)]
+    want = fn(x)
+    for out, e in got:
+        assert_same(out, want[0])
+        assert type(e) is ValueError and str(e) == str(want[1]) and e.__traceback__ is not None
+    assert len({id(e) for _, e in got}) == 3
+
+
+def test_a_named_exception_noted_and_kept_is_eagers_own():
+    store, want_store, x = [], [], r(4, 8)
+    want = named_then_noted(x, want_store)
+    jitted = fastdyn.jit(named_then_noted)
+    for _ in range(2):
+        assert_same(jitted(x, store), want)
+    assert [e.__notes__ for e in store] == [["seen"], ["seen"]] and store[0] is not store[1]
+    assert all(e.__traceback__ is not None for e in store)
+
+
+def test_a_named_exception_raised_again_is_eagers():
+    check_raises_like_eager(named_and_raised_again, r(4, 8))
 
 
 # try/except traced through (no graph break): what the handler sees, what it does not catch, and
