@@ -202,10 +202,17 @@ std::unique_ptr<EmittedModule> emit_module(const llvm_emit::KernelInput& input, 
   return std::make_unique<EmittedModule>(EmittedModule{std::move(mb), std::move(key), std::move(params)});
 }
 
-// The kernel from the cache (memory, then disk), else, with compile_missing, compiled now; nullptr
-// when it is in neither cache and compile_missing is false (then *keep holds the emitted module).
-// `sizes` gets the values of its size parameters at p's binding.
-KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_missing, std::shared_ptr<void>* hold,
+// How far kernel_fn goes for a kernel that no cache lookup by its plan key finds.
+enum class Missing {
+  Compile,  // emit it, look in both caches, compile it (finish)
+  Load,     // emit it, look in both caches, else nullptr (load_now: a warm start from disk)
+  Skip,     // nullptr unless this process emitted it before (from_cache: kernels already built)
+};
+
+// The kernel from the cache (memory, then disk), else what `missing` says; nullptr when it is
+// not built (then *keep holds the emitted module, if it was emitted). `sizes` gets the values of
+// its size parameters at p's binding.
+KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, Missing missing, std::shared_ptr<void>* hold,
                    std::vector<int64_t>* sizes, std::unique_ptr<EmittedModule>* keep) {
   const int bits = llvm_jit::host_target().vector_bits;
   auto size_values = [&](const std::vector<int32_t>& params) {
@@ -216,7 +223,8 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
     const llvm_emit::KernelInput input = llvm_emit::kernel_input(p, k);
     const std::string plan_key = llvm_emit::emit_key(input, bits);
     // NB: FASTDYN_DUMP=llvm prints every kernel's IR, so it always emits.
-    if (std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key); known && !loop::dump_enabled("llvm")) {
+    const std::optional<EmitMemo::Entry> known = emit_memo().find(plan_key);
+    if (known && !loop::dump_enabled("llvm")) {
       std::vector<void*> addrs = llvm_jit::find_cached(*known->key, {kSymbol}, hold);
       if (!addrs.empty()) {
         journal_code(k, known->key);
@@ -224,13 +232,19 @@ KernelFn kernel_fn(const loop::Program& p, const loop::Kernel& k, bool compile_m
         return reinterpret_cast<KernelFn>(addrs.at(0));
       }
     }
+    // from_cache asks for a kernel this process never emitted: no compile or load of this
+    // process has it (each went through emission, which the memo records), so the answer is no
+    // without emitting it. The emission is finish()'s, on the background thread: a dynamic
+    // entry's first size emitted every kernel on the calling thread only to find none (4.4 ms
+    // of a GPT-2 decode step's compile). A kernel only on disk is load_now()'s (a warm start).
+    if (!known && missing == Missing::Skip) return nullptr;
     *keep = emit_module(input, k, bits);
     emit_memo().insert(plan_key, {(*keep)->key, (*keep)->params});
   }
   EmittedModule& e = **keep;
   size_values(e.params);
   std::vector<void*> addrs = llvm_jit::find_cached(*e.key, {kSymbol}, hold);
-  if (addrs.empty() && !compile_missing) return nullptr;
+  if (addrs.empty() && missing != Missing::Compile) return nullptr;
   if (addrs.empty()) {
     if (llvm_jit::perf_map_enabled()) llvm_jit::set_perf_label(kernel_label(k));
     addrs = llvm_jit::compile(std::move(e.mb), *e.key, {kSymbol}, hold);
@@ -296,17 +310,17 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   // The kernel a from_cache lookup emitted and did not find (finish compiles it; they run one after
   // the other, never at once).
   auto emitted = std::make_shared<std::vector<std::unique_ptr<EmittedModule>>>(p->kernels.size());
-  auto build = [p, text, program, emitted](bool compile_missing) -> runtime::ExecutablePtr {
+  auto build = [p, text, program, emitted](Missing missing) -> runtime::ExecutablePtr {
     PassTimer kernel_timer;
     std::vector<std::shared_ptr<const runtime::Kernel>> kernels;
     std::vector<std::vector<int64_t>> sizes(p->kernels.size());
     for (size_t i = 0; i < p->kernels.size(); ++i) {
       std::shared_ptr<void> hold;
-      KernelFn fn = kernel_fn(*p, p->kernels[i], compile_missing, &hold, &sizes[i], &(*emitted)[i]);
+      KernelFn fn = kernel_fn(*p, p->kernels[i], missing, &hold, &sizes[i], &(*emitted)[i]);
       if (!fn) return nullptr;
       kernels.push_back(std::make_shared<runtime::HostKernel>(fn, std::move(hold), "llvm_cpu"));
     }
-    kernel_timer.lap(compile_missing ? "kernels (emit, find or compile)" : "kernels (emit, find)");
+    kernel_timer.lap(missing == Missing::Compile ? "kernels (emit, find or compile)" : "kernels (emit, find)");
     llvm_jit::record_program(text);
     for (size_t i = 0; i < p->steps.size(); ++i)  // the runtime's steps are p's, one for one
       if (p->steps[i].kind == loop::Step::Kind::Kernel) {
@@ -316,11 +330,11 @@ PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
       }
     return std::make_shared<runtime::ProgramExecutable>(std::move(*program));
   };
-  prepared.finish = [build] { return build(true); };
-  prepared.from_cache = [build] { return build(false); };
+  prepared.finish = [build] { return build(Missing::Compile); };
+  prepared.from_cache = [build] { return build(Missing::Skip); };
   const double load_ms = double(p->kernels.size()) * kLoadMsPerKernel + (llvm_jit::engine_ready() ? 0.0 : kEngineBuildMs);
   if (!p->kernels.empty() && kernel_bytes(*p) / kAtenBytesPerMs > load_ms + kMinGainMs && llvm_jit::program_recorded(text))
-    prepared.load_now = [build] { return build(false); };
+    prepared.load_now = [build] { return build(Missing::Load); };
   timer.lap("warm_start_check");
   return prepared;
 }

@@ -219,3 +219,23 @@ def test_compile_thread_runs_below_the_user_threads(background):
             workers.append(int(fields[16]))  # field 19 of stat: nice
     assert workers == [10], f"compile threads and their nice values: {workers}"
     assert os.nice(0) == 0, "the calling thread keeps its priority"
+
+
+def test_a_dynamic_entrys_first_size_emits_its_kernels_on_the_background_thread(background):
+    # Kernels this process never emitted cannot be built yet: the reuse probe of a dynamic entry's
+    # first size answers so without emitting them on the calling thread (codegen/llvm/backend.cpp
+    # kernel_fn, Missing::Skip); the background compile emits them.
+    def scaled_norm(x):
+        return F.softmax(x * 3.25, dim=-1) + x.sum(-1, keepdim=True) * 0.125
+
+    x = torch.randn(6, 37)
+    f = fastdyn.jit(scaled_norm, dynamic=True)
+    emitted = fastdyn._C.kernels_emitted()
+    assert torch.equal(f(x), scaled_norm(x))  # ATen ran it
+    assert fastdyn._C.kernels_emitted() == emitted
+    fastdyn._C.hold_background_for_testing(False)
+    fastdyn.synchronize()
+    assert fastdyn._C.kernels_emitted() > emitted
+    torch.testing.assert_close(f(x), scaled_norm(x))
+    y = torch.randn(9, 53)
+    torch.testing.assert_close(f(y), scaled_norm(y))
