@@ -566,12 +566,14 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
   static PyObject* module_mod = resolve_python_name("torch.nn.modules.module");
   for (const char* h : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                         "_global_backward_pre_hooks"}) {
+    if (t.global_module_hooks_guarded_) break;  // checked and guarded at the trace's first module call
     PyObject* d = module_mod ? PyObject_GetAttrString(module_mod, h) : nullptr;
     if (!d) { PyErr_Clear(); continue; }
     PyOwned owned(d);
     if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("a global module hook (") + h + ")"); }
     t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
   }
+  t.global_module_hooks_guarded_ = true;
   if (PyDict_GetItemString(dict, "forward")) throw Unsupported("module with an instance-level forward");
   static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
   PyOwned call_key(PyUnicode_InternFromString("__call__"));

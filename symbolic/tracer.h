@@ -252,6 +252,7 @@ class Tracer {
   // before handlers were traced, not somewhere inside the handler.
   bool in_handler() const { return !handled_.empty(); }
   bool entering_handler_ = false;  // handle_raised jumped to a handler: its PUSH_EXC_INFO is next
+  bool global_module_hooks_guarded_ = false;  // Calls::call_module: once per trace, not per module call
   void stamp_locations(const FrameState& f, int line, size_t first_node);
   void capture_break_state();
 
