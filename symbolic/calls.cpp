@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <optional>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
 
 #include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
@@ -30,9 +32,8 @@ static bool is_foldable_builtin(PyObject* fn) {
                                 "list", "sum", "round", "divmod", "isinstance", "issubclass", "pow", "range",
                                 "str", "slice", "all", "any", "reversed", "sorted", "id", "hash", "set", "frozenset", "type"};
   if (!PyCFunction_Check(fn) && !PyType_Check(fn)) return false;
-  PyObject* builtins = PyEval_GetBuiltins();
   for (const char* n : names)
-    if (PyDict_GetItemString(builtins, n) == fn) return true;
+    if (builtin(n) == fn) return true;
   return false;
 }
 
@@ -145,7 +146,29 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
   return s;
 }
 
-PyObject* builtin(const char* name) { return PyDict_GetItemString(PyEval_GetBuiltins(), name); }
+// `name` as an interned str, made once per distinct name (borrowed, kept for the process). The
+// trace looks up a few dozen builtins and dict keys by name at every call it meets: a new str per
+// lookup was a malloc, a UTF-8 decode and a hash each.
+static PyObject* key_of(const char* name) {
+  static auto* keys = new std::unordered_map<std::string_view, PyObject*>();  // NB: kept for the process
+  auto it = keys->find(name);
+  if (it == keys->end()) {
+    PyObject* key = PyUnicode_InternFromString(name);
+    if (!key) return nullptr;
+    it = keys->emplace(std::string_view(PyUnicode_AsUTF8(key)), key).first;
+  }
+  return it->second;
+}
+
+// d[name] (borrowed), or nullptr with no error set: PyDict_GetItemString without a new str.
+static PyObject* dict_get(PyObject* d, const char* name) {
+  PyObject* key = key_of(name);
+  PyObject* v = key ? PyDict_GetItemWithError(d, key) : nullptr;
+  if (!v) PyErr_Clear();
+  return v;
+}
+
+PyObject* builtin(const char* name) { return dict_get(PyEval_GetBuiltins(), name); }
 static PyObject* builtins_module() { return PyImport_AddModule("builtins"); }  // borrowed
 
 // A C method whose call on constant arguments has no side effect: any method of an immutable
@@ -206,7 +229,7 @@ bool namedtuple_generated_new(PyObject* type) {
   if (!fn) return false;
   PyOwned owned(fn);
   if (!PyFunction_Check(fn)) return false;
-  PyObject* name = PyDict_GetItemString(PyFunction_GET_GLOBALS(fn), "__name__");
+  PyObject* name = dict_get(PyFunction_GET_GLOBALS(fn), "__name__");
   return name && PyUnicode_Check(name) && PyUnicode_Tailmatch(name, prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
 }
 
@@ -418,8 +441,8 @@ static PyObject* past_dynamo_disable(PyObject* fn) {
   for (int depth = 0; depth < 4 && PyFunction_Check(fn); ++depth) {
     PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn)->func_dict;
     if (!dict) return fn;
-    PyObject* marked = PyDict_GetItemString(dict, "_torchdynamo_disable");
-    PyObject* wrapped = PyDict_GetItemString(dict, "__wrapped__");
+    PyObject* marked = dict_get(dict, "_torchdynamo_disable");
+    PyObject* wrapped = dict_get(dict, "__wrapped__");
     const bool wrapper = (marked == Py_True) || (lazy_disable && PyFunction_GET_CODE(fn) == lazy_disable);
     if (!wrapper || !wrapped || !PyFunction_Check(wrapped)) return fn;
     fn = wrapped;
@@ -431,7 +454,7 @@ Calls::Target Calls::target_of_function(Tracer& t, PyObject* fn, const SourcePtr
   SourcePtr fn_source = fn_source_in;
   for (PyObject* inner = past_dynamo_disable(fn); inner != fn;) {  // one level at a time, for the path
     PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn)->func_dict;
-    fn = PyDict_GetItemString(dict, "__wrapped__");
+    fn = dict_get(dict, "__wrapped__");
     if (fn_source) fn_source = child_source(fn_source, Source::Kind::Attr, "__wrapped__");
   }
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
@@ -550,13 +573,13 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
   // around forward below, as Module._call_impl runs them (each guarded with its dict).
   for (const char* h : {"_backward_hooks", "_backward_pre_hooks", "_forward_pre_hooks_with_kwargs",
                         "_forward_hooks_with_kwargs", "_forward_hooks_always_called"}) {
-    PyObject* d = PyDict_GetItemString(dict, h);
+    PyObject* d = dict_get(dict, h);
     if (!d) continue;
     if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("module with ") + h); }
     if (m.source) t.add_guard(child_source(m.source, Source::Kind::Attr, h), GuardKind::TypeAndLen, d);
   }
   auto hooks = [&](const char* h) -> std::vector<SymValue> {
-    PyObject* d = PyDict_GetItemString(dict, h);
+    PyObject* d = dict_get(dict, h);
     if (!d || (!m.source && PyObject_Length(d) == 0)) return {};
     if (!m.source) throw Unsupported(std::string("module with ") + h + " reached by no path");
     SymValue hs = t.load_attr(m, h);  // the dict, guarded key by key and hook by hook
@@ -574,7 +597,7 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
     t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
   }
   t.global_module_hooks_guarded_ = true;
-  if (PyDict_GetItemString(dict, "forward")) throw Unsupported("module with an instance-level forward");
+  if (dict_get(dict, "forward")) throw Unsupported("module with an instance-level forward");
   static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
   PyOwned call_key(PyUnicode_InternFromString("__call__"));
   PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);

@@ -28,14 +28,22 @@ runtime::AccessKind access_kind(Source::Kind k) {
   return runtime::AccessKind::Local;
 }
 
-runtime::GuardNode* node_for(runtime::GuardTree& tree, const Source& s) {
-  runtime::GuardNode* parent = s.parent ? node_for(tree, *s.parent) : nullptr;
+// The tree's node for source s (made with its ancestors where missing). `known` holds the nodes
+// of the sources met so far: guards share their sources' prefixes (every read under L['self']
+// has it as an ancestor), which are found once, not once per guard (the walk from the root,
+// each level a scan of its siblings by name, was a fifth of a GPT-2 compile).
+runtime::GuardNode* node_for(runtime::GuardTree& tree, const Source& s,
+                             std::unordered_map<const Source*, runtime::GuardNode*>& known) {
+  if (auto it = known.find(&s); it != known.end()) return it->second;
+  runtime::GuardNode* parent = s.parent ? node_for(tree, *s.parent, known) : nullptr;
   runtime::Accessor a;
   a.kind = access_kind(s.kind);
   a.index = s.index;
   a.name = s.name;
   a.object = s.object;  // Const: the tree takes its own reference
-  return tree.node(parent, a);
+  runtime::GuardNode* n = tree.node(parent, a);
+  known.emplace(&s, n);
+  return n;
 }
 
 // Per graph input: true where no output's metadata can depend on the strides of the input's
@@ -141,8 +149,9 @@ std::unique_ptr<runtime::GuardTree> build_guards(const TraceResult& trace) {
     if (it != alias_slot.end()) tree->add_same_as(n, it->second);
     else alias_slot.emplace(obj, tree->add_instance(n, obj));
   };
+  std::unordered_map<const Source*, runtime::GuardNode*> known;  // NB: the sources outlive it (trace holds them)
   for (const GuardSpec& g : trace.guards) {
-    runtime::GuardNode* n = node_for(*tree, *g.source);
+    runtime::GuardNode* n = node_for(*tree, *g.source, known);
     // A builtin is only what the name means while no global shadows it.
     if (g.source->kind == Source::Kind::Builtin) tree->add_global_absent(g.source->name);
     switch (g.kind) {
