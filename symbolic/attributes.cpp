@@ -32,18 +32,18 @@ SymValue Tracer::load_global(const std::string& name) {
   }
   auto src = std::make_shared<Source>();
   src->name = name;
-  PyObject* v = PyDict_GetItemString(f.globals, name.c_str());
+  PyObject* v = dict_item(f.globals, name);
   if (v) {
     if (root_globals) {
       src->kind = Source::Kind::Global;
     } else {
       src->kind = Source::Kind::DictItem;
-      PyObject* modname = PyDict_GetItemString(f.globals, "__name__");
+      PyObject* modname = dict_item(f.globals, "__name__");
       src->parent = const_source(f.globals, modname && PyUnicode_Check(modname) ? PyUnicode_AsUTF8(modname) : "globals");
     }
     return wrap(v, src);
   }
-  v = PyDict_GetItemString(frame_.builtins, name.c_str());
+  v = dict_item(frame_.builtins, name);
   if (!v) throw Unsupported("name '" + name + "' is not defined");
   if (root_globals) {
     src->kind = Source::Kind::Builtin;  // guarded: no global of this name may appear later
@@ -84,13 +84,13 @@ PyObject* object_getattribute() {
 }  // namespace
 
 bool has_standard_getattribute(PyTypeObject* tp) {
-  PyOwned key(PyUnicode_InternFromString("__getattribute__"));
-  return _PyType_Lookup(tp, key.p) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
+  static PyObject* const key = interned_name("__getattribute__");
+  return _PyType_Lookup(tp, key) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
 }
 
 PyObject* python_dunder(PyTypeObject* tp, const char* dunder) {
-  PyOwned key(PyUnicode_InternFromString(dunder));
-  PyObject* f = _PyType_Lookup(tp, key.p);
+  PyObject* key = interned_name(dunder);
+  PyObject* f = key ? _PyType_Lookup(tp, key) : nullptr;
   if (!f || f == Py_None || PyCFunction_Check(f) || Py_IS_TYPE(f, &PyWrapperDescr_Type) || Py_IS_TYPE(f, &PyMethodDescr_Type) ||
       Py_IS_TYPE(f, &PyClassMethodDescr_Type))
     return nullptr;
@@ -447,7 +447,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   // A module's lookup is ModuleType's own (its dict, then a module-level __getattr__), unless a
   // subclass overrides __getattribute__ (user code: taken below like any other class's).
   if (PyModule_Check(o) && Py_TYPE(o)->tp_getattro == PyModule_Type.tp_getattro) {
-    value = PyDict_GetItemString(PyModule_GetDict(o), name.c_str());
+    value = dict_item(PyModule_GetDict(o), name);
     Py_XINCREF(value);
     if (!value) value = PyObject_GetAttrString(o, name.c_str());  // module __getattr__
   } else if (PyType_Check(o) || foldable_constant(o) || PyCFunction_Check(o) || PyFunction_Check(o) ||

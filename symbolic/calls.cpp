@@ -12,8 +12,6 @@
 #include <algorithm>
 #include <optional>
 #include <cstring>
-#include <string_view>
-#include <unordered_map>
 
 #include "codegen/shapes/propagate.h"
 #include "runtime/errors.h"
@@ -146,29 +144,7 @@ SourcePtr child_source(const SourcePtr& parent, Source::Kind kind, const std::st
   return s;
 }
 
-// `name` as an interned str, made once per distinct name (borrowed, kept for the process). The
-// trace looks up a few dozen builtins and dict keys by name at every call it meets: a new str per
-// lookup was a malloc, a UTF-8 decode and a hash each.
-static PyObject* key_of(const char* name) {
-  static auto* keys = new std::unordered_map<std::string_view, PyObject*>();  // NB: kept for the process
-  auto it = keys->find(name);
-  if (it == keys->end()) {
-    PyObject* key = PyUnicode_InternFromString(name);
-    if (!key) return nullptr;
-    it = keys->emplace(std::string_view(PyUnicode_AsUTF8(key)), key).first;
-  }
-  return it->second;
-}
-
-// d[name] (borrowed), or nullptr with no error set: PyDict_GetItemString without a new str.
-static PyObject* dict_get(PyObject* d, const char* name) {
-  PyObject* key = key_of(name);
-  PyObject* v = key ? PyDict_GetItemWithError(d, key) : nullptr;
-  if (!v) PyErr_Clear();
-  return v;
-}
-
-PyObject* builtin(const char* name) { return dict_get(PyEval_GetBuiltins(), name); }
+PyObject* builtin(const char* name) { return dict_item(PyEval_GetBuiltins(), name); }
 static PyObject* builtins_module() { return PyImport_AddModule("builtins"); }  // borrowed
 
 // A C method whose call on constant arguments has no side effect: any method of an immutable
@@ -229,7 +205,7 @@ bool namedtuple_generated_new(PyObject* type) {
   if (!fn) return false;
   PyOwned owned(fn);
   if (!PyFunction_Check(fn)) return false;
-  PyObject* name = dict_get(PyFunction_GET_GLOBALS(fn), "__name__");
+  PyObject* name = dict_item(PyFunction_GET_GLOBALS(fn), "__name__");
   return name && PyUnicode_Check(name) && PyUnicode_Tailmatch(name, prefix, 0, PY_SSIZE_T_MAX, -1) == 1;
 }
 
@@ -441,8 +417,8 @@ static PyObject* past_dynamo_disable(PyObject* fn) {
   for (int depth = 0; depth < 4 && PyFunction_Check(fn); ++depth) {
     PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn)->func_dict;
     if (!dict) return fn;
-    PyObject* marked = dict_get(dict, "_torchdynamo_disable");
-    PyObject* wrapped = dict_get(dict, "__wrapped__");
+    PyObject* marked = dict_item(dict, "_torchdynamo_disable");
+    PyObject* wrapped = dict_item(dict, "__wrapped__");
     const bool wrapper = (marked == Py_True) || (lazy_disable && PyFunction_GET_CODE(fn) == lazy_disable);
     if (!wrapper || !wrapped || !PyFunction_Check(wrapped)) return fn;
     fn = wrapped;
@@ -454,7 +430,7 @@ Calls::Target Calls::target_of_function(Tracer& t, PyObject* fn, const SourcePtr
   SourcePtr fn_source = fn_source_in;
   for (PyObject* inner = past_dynamo_disable(fn); inner != fn;) {  // one level at a time, for the path
     PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn)->func_dict;
-    fn = dict_get(dict, "__wrapped__");
+    fn = dict_item(dict, "__wrapped__");
     if (fn_source) fn_source = child_source(fn_source, Source::Kind::Attr, "__wrapped__");
   }
   auto* f = reinterpret_cast<PyFunctionObject*>(fn);
@@ -573,13 +549,13 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
   // around forward below, as Module._call_impl runs them (each guarded with its dict).
   for (const char* h : {"_backward_hooks", "_backward_pre_hooks", "_forward_pre_hooks_with_kwargs",
                         "_forward_hooks_with_kwargs", "_forward_hooks_always_called"}) {
-    PyObject* d = dict_get(dict, h);
+    PyObject* d = dict_item(dict, h);
     if (!d) continue;
     if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("module with ") + h); }
     if (m.source) t.add_guard(child_source(m.source, Source::Kind::Attr, h), GuardKind::TypeAndLen, d);
   }
   auto hooks = [&](const char* h) -> std::vector<SymValue> {
-    PyObject* d = dict_get(dict, h);
+    PyObject* d = dict_item(dict, h);
     if (!d || (!m.source && PyObject_Length(d) == 0)) return {};
     if (!m.source) throw Unsupported(std::string("module with ") + h + " reached by no path");
     SymValue hs = t.load_attr(m, h);  // the dict, guarded key by key and hook by hook
@@ -597,7 +573,7 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
     t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
   }
   t.global_module_hooks_guarded_ = true;
-  if (dict_get(dict, "forward")) throw Unsupported("module with an instance-level forward");
+  if (dict_item(dict, "forward")) throw Unsupported("module with an instance-level forward");
   static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
   PyOwned call_key(PyUnicode_InternFromString("__call__"));
   PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);

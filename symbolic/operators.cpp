@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <map>
 #include <functional>
 #include <cstring>
@@ -298,9 +299,11 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
 namespace {
 
 bool is_module_container(PyObject* o, const char* name) {
-  PyObject* t = resolve_python_name(std::string("torch.nn.") + name);
-  Py_XDECREF(t);  // the type lives as long as torch.nn
-  return t && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t));
+  // NB: resolved once per name (a subscript of anything asks), kept for the process, as torch.nn is.
+  static auto* types = new std::unordered_map<std::string, PyObject*>();
+  auto it = types->find(name);
+  if (it == types->end()) it = types->emplace(name, resolve_python_name(std::string("torch.nn.") + name)).first;
+  return it->second && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(it->second));
 }
 
 // Whether c[k] would run Python code of k's class: a dict hashes k and compares it with ==

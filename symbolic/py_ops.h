@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "codegen/capture/capture.h"
 
@@ -22,6 +23,14 @@ std::optional<Family> family_of_object(PyObject* obj);
 std::optional<Family> family_of_tensor_attr(const std::string& name);
 // "operator.add", "builtins.abs" ...
 std::optional<Family> family_of_name(const std::string& python_name);
+
+// `name` as an interned str, made once per distinct name and kept for the process (borrowed;
+// GIL held; nullptr only when out of memory, with the error cleared). For lookups by a name the
+// trace holds as text (a dunder, a builtin, a global, a dict key): a new str per lookup was a
+// malloc, a UTF-8 decode, a hash and an interning each, a tenth of a GPT-2 trace's instructions.
+PyObject* interned_name(std::string_view name);
+// d[name] (borrowed), or nullptr with no error set: PyDict_GetItemString without a new str.
+PyObject* dict_item(PyObject* d, std::string_view name);
 
 // "torch.nn.Module" -> the object: imports the longest importable prefix, then walks attributes.
 // New reference, or nullptr with no exception set.
