@@ -145,8 +145,8 @@ bool is_plain_value(PyObject* o) {
 bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name, std::optional<SymValue>* value) {
   PyObject* o = owner.obj;
   PyTypeObject* tp = Py_TYPE(o);
-  PyOwned key(PyUnicode_InternFromString(name.c_str()));
-  PyOwned hook_name(PyUnicode_InternFromString("__getattr__"));
+  PyOwned key(Py_XNewRef(interned_name(name)));
+  PyOwned hook_name(Py_XNewRef(interned_name("__getattr__")));
   PyObject* hook = _PyType_Lookup(tp, hook_name.p);
   static PyObject* module_getattr = resolve_python_name("torch.nn.Module.__getattr__");  // NB: kept for the process
   const bool nn_module = hook && hook == module_getattr;
@@ -455,7 +455,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     if (PyType_Check(o)) {
       // A class attribute through a Python descriptor (its __get__ with no instance), or a
       // metaclass's own lookup or property, is user code: never run for real here.
-      PyOwned key(PyUnicode_InternFromString(name.c_str()));
+      PyOwned key(Py_XNewRef(interned_name(name)));
       PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o), key.p);
       PyObject* meta_found = _PyType_Lookup(Py_TYPE(o), key.p);
       // A metaclass with only a __getattr__ (3.11's EnumType) is not asked for a name the
@@ -480,7 +480,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     value = PyObject_GetAttrString(o, name.c_str());
   } else {
     PyTypeObject* tp = Py_TYPE(o);
-    PyOwned key(PyUnicode_InternFromString(name.c_str()));
+    PyOwned key(Py_XNewRef(interned_name(name)));
     if (!generic && !has_standard_getattribute(tp)) {
       // A class with its own __getattribute__ in Python (transformers' PretrainedConfig maps
       // names) is inlined like any method: the trace runs exactly what eager runs, with its

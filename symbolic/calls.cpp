@@ -575,9 +575,9 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
   t.global_module_hooks_guarded_ = true;
   if (dict_item(dict, "forward")) throw Unsupported("module with an instance-level forward");
   static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
-  PyOwned call_key(PyUnicode_InternFromString("__call__"));
+  PyOwned call_key(Py_XNewRef(interned_name("__call__")));
   PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);
-  PyOwned fwd_key(PyUnicode_InternFromString(type_call == module_call ? "forward" : "__call__"));
+  PyOwned fwd_key(Py_XNewRef(interned_name(type_call == module_call ? "forward" : "__call__")));
   PyObject* fwd = _PyType_Lookup(Py_TYPE(mod), fwd_key.p);
   if (!fwd || !PyFunction_Check(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
   // The class may be given another forward (or __call__) later.
@@ -605,9 +605,11 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
 }
 
 bool Calls::is_record_type(PyObject* type) {
-  if (!PyType_Check(type) || !PyObject_HasAttrString(type, "__dataclass_fields__")) return false;
+  static PyObject* const fields_name = interned_name("__dataclass_fields__");
+  static PyObject* const init_name = interned_name("__init__");
+  if (!PyType_Check(type) || !PyObject_HasAttr(type, fields_name)) return false;
   // Only the dataclass-made __init__ (no user code to run): its code is compiled from "<string>".
-  PyOwned init(PyObject_GetAttrString(type, "__init__"));
+  PyOwned init(PyObject_GetAttr(type, init_name));
   PyErr_Clear();
   if (!init.p || !PyFunction_Check(init.p)) return false;
   PyObject* file = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init.p))->co_filename;
