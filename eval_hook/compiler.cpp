@@ -50,7 +50,7 @@ bool build_template(const SymValue& v, codegen::Graph& g, runtime::OutputTemplat
       return true;
     }
     case SymValue::Kind::Constant:
-      if (v.name == "__fd_exception__") {  // every call must return eager's own (symbolic/exceptions.cpp)
+      if (v.name == symbolic::kTraceException) {  // every call must return eager's own (symbolic/exceptions.cpp)
         why = "returning an exception raised in the trace";
         return false;
       }

@@ -1,5 +1,6 @@
 // runtime/guards.cpp — guard tree construction and evaluation (see guards.h).
 #include "runtime/guards.h"
+#include "runtime/interned_names.h"
 #include "runtime/errors.h"
 
 #include "runtime/format.h"
@@ -440,21 +441,6 @@ bool same_accessor(const Accessor& a, const Accessor& b) {
   return a.kind == b.kind && a.index == b.index && a.name == b.name && a.object == b.object;
 }
 
-// The interned str `name` (a new reference; GIL held), through a cache: a trace makes a guard node
-// for each attribute and global it reads, and PyUnicode_InternFromString (a new str, its hash, a
-// lookup in the interned table) was most of making one. Bounded: dict keys are names here too.
-PyObject* interned(const std::string& name) {
-  static auto* cache = new std::unordered_map<std::string, PyObject*>();  // NB: leaked, as interned strs live on
-  if (auto it = cache->find(name); it != cache->end()) return Py_NewRef(it->second);
-  if (cache->size() >= 8192) {
-    for (auto& kv : *cache) Py_DECREF(kv.second);
-    cache->clear();
-  }
-  PyObject* s = PyUnicode_InternFromString(name.c_str());
-  if (s) cache->emplace(name, Py_NewRef(s));
-  return s;
-}
-
 }  // namespace
 
 GuardTree::~GuardTree() {
@@ -473,7 +459,7 @@ GuardNode* GuardTree::node(GuardNode* parent, const Accessor& accessor) {
   Accessor& a = list.back()->accessor;
   a = accessor;
   // A dict item under a key other than a str is looked up by that key object.
-  a.key = a.kind == AccessKind::DictItem && a.object ? Py_NewRef(a.object) : interned(a.name);
+  a.key = a.kind == AccessKind::DictItem && a.object ? Py_NewRef(a.object) : interned_name(a.name);
   Py_XINCREF(a.object);
   return list.back().get();
 }

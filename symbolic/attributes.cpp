@@ -89,8 +89,8 @@ bool has_standard_getattribute(PyTypeObject* tp) {
 }
 
 PyObject* python_dunder(PyTypeObject* tp, const char* dunder) {
-  PyObject* key = interned_name(dunder);
-  PyObject* f = key ? _PyType_Lookup(tp, key) : nullptr;
+  PyOwned key(interned_name(dunder));
+  PyObject* f = key.p ? _PyType_Lookup(tp, key.p) : nullptr;
   if (!f || f == Py_None || PyCFunction_Check(f) || Py_IS_TYPE(f, &PyWrapperDescr_Type) || Py_IS_TYPE(f, &PyMethodDescr_Type) ||
       Py_IS_TYPE(f, &PyClassMethodDescr_Type))
     return nullptr;
@@ -145,8 +145,8 @@ bool is_plain_value(PyObject* o) {
 bool Tracer::has_attr_guarded(const SymValue& owner, const std::string& name, std::optional<SymValue>* value) {
   PyObject* o = owner.obj;
   PyTypeObject* tp = Py_TYPE(o);
-  PyOwned key(Py_XNewRef(interned_name(name)));
-  PyOwned hook_name(Py_XNewRef(interned_name("__getattr__")));
+  PyOwned key(interned_name(name));
+  PyOwned hook_name(interned_name("__getattr__"));
   PyObject* hook = _PyType_Lookup(tp, hook_name.p);
   static PyObject* module_getattr = resolve_python_name("torch.nn.Module.__getattr__");  // NB: kept for the process
   const bool nn_module = hook && hook == module_getattr;
@@ -343,7 +343,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   if (owner.is_tensor()) return tensor_attr(owner, name);
   // An exception the trace raised and a handler caught (`except E as e`, exceptions.cpp) was
   // never raised for real: no traceback, no context. What reads or changes those is not traced.
-  if (owner.name == "__fd_exception__") {
+  if (owner.name == kTraceException) {
     static const char* unraised[] = {"__traceback__", "__context__", "__cause__", "__suppress_context__",
                                      "__notes__", "with_traceback", "add_note", "__dict__", "__setstate__"};
     for (const char* n : unraised)
@@ -455,7 +455,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     if (PyType_Check(o)) {
       // A class attribute through a Python descriptor (its __get__ with no instance), or a
       // metaclass's own lookup or property, is user code: never run for real here.
-      PyOwned key(Py_XNewRef(interned_name(name)));
+      PyOwned key(interned_name(name));
       PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o), key.p);
       PyObject* meta_found = _PyType_Lookup(Py_TYPE(o), key.p);
       // A metaclass with only a __getattr__ (3.11's EnumType) is not asked for a name the
@@ -480,7 +480,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     value = PyObject_GetAttrString(o, name.c_str());
   } else {
     PyTypeObject* tp = Py_TYPE(o);
-    PyOwned key(Py_XNewRef(interned_name(name)));
+    PyOwned key(interned_name(name));
     if (!generic && !has_standard_getattribute(tp)) {
       // A class with its own __getattribute__ in Python (transformers' PretrainedConfig maps
       // names) is inlined like any method: the trace runs exactly what eager runs, with its

@@ -563,21 +563,22 @@ SymValue Calls::call_module(Tracer& t, const SymValue& m, Args args, Kwargs kwar
     return hs.box->items;
   };
   static PyObject* module_mod = resolve_python_name("torch.nn.modules.module");
-  for (const char* h : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                        "_global_backward_pre_hooks"}) {
-    if (t.global_module_hooks_guarded_) break;  // checked and guarded at the trace's first module call
-    PyObject* d = module_mod ? PyObject_GetAttrString(module_mod, h) : nullptr;
-    if (!d) { PyErr_Clear(); continue; }
-    PyOwned owned(d);
-    if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("a global module hook (") + h + ")"); }
-    t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
+  if (!t.global_module_hooks_guarded_) {  // checked and guarded at the trace's first module call
+    for (const char* h : {"_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                          "_global_backward_pre_hooks"}) {
+      PyObject* d = module_mod ? PyObject_GetAttrString(module_mod, h) : nullptr;
+      if (!d) { PyErr_Clear(); continue; }
+      PyOwned owned(d);
+      if (PyObject_Length(d) != 0) { PyErr_Clear(); throw Unsupported(std::string("a global module hook (") + h + ")"); }
+      t.add_guard(const_source(d, h), GuardKind::TypeAndLen, d);
+    }
+    t.global_module_hooks_guarded_ = true;
   }
-  t.global_module_hooks_guarded_ = true;
   if (dict_item(dict, "forward")) throw Unsupported("module with an instance-level forward");
   static PyObject* module_call = resolve_python_name("torch.nn.Module.__call__");
-  PyOwned call_key(Py_XNewRef(interned_name("__call__")));
+  PyOwned call_key(interned_name("__call__"));
   PyObject* type_call = _PyType_Lookup(Py_TYPE(mod), call_key.p);
-  PyOwned fwd_key(Py_XNewRef(interned_name(type_call == module_call ? "forward" : "__call__")));
+  PyOwned fwd_key(interned_name(type_call == module_call ? "forward" : "__call__"));
   PyObject* fwd = _PyType_Lookup(Py_TYPE(mod), fwd_key.p);
   if (!fwd || !PyFunction_Check(fwd)) throw Unsupported(std::string(Py_TYPE(mod)->tp_name) + ".forward is not a Python function");
   // The class may be given another forward (or __call__) later.
@@ -997,7 +998,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
     PyOwned e(PyObject_Call(fn, tuple.p, nullptr));
     if (!e.p) { PyErr_Clear(); throw Unsupported("creating " + py_repr(fn) + " raised"); }
     SymValue v = constant(e.p);
-    v.name = "__fd_exception__";
+    v.name = kTraceException;
     return v;
   }
   SymValue out;

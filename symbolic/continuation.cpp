@@ -595,7 +595,7 @@ struct Rebuilder {
       case K::Constant:
         if (v.size) return push_size(*v.size);
         if (v.name == "__super__" || v.name == "__fd_object_super__") throw CannotRebuild("a super() object");
-        if (v.name == "__fd_exception__") throw CannotRebuild("an exception made in the trace");
+        if (v.name == kTraceException) throw CannotRebuild("an exception made in the trace");
         if (v.source) return load_sourced(v);
         return b.load_const(v.obj);
       case K::Unread:  // a continuation's argument the trace never read: from where it was

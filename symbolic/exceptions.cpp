@@ -35,7 +35,7 @@ bool Tracer::handle_raised(const Raised& r, size_t index) {
   // names it (`except E as e`) may read it, but it never leaves the trace as a constant every
   // call would share (continuation.cpp refuses to rebuild it), nor shows a traceback it lacks.
   SymValue exc = constant(r.value.get());
-  exc.name = "__fd_exception__";
+  exc.name = kTraceException;
   f.stack.push_back(std::move(exc));
   f.next_pc = static_cast<size_t>(target);
   entering_handler_ = true;

@@ -156,7 +156,7 @@ bool Tracer::object_lookup(const SymValue& self, const std::string& name, SymVal
     return true;
   }
   if (name == "__dict__") throw Unsupported("__dict__ of " + describe(self));
-  PyOwned key(Py_XNewRef(interned_name(name)));
+  PyOwned key(interned_name(name));
   PyObject* defining = nullptr;
   PyObject* found = mro_lookup(tp, key.p, after, &defining);
   // The class's value, read through the class (guarded as any class attribute is).
@@ -215,7 +215,7 @@ bool Tracer::object_lookup(const SymValue& self, const std::string& name, SymVal
 // What a named tuple's class gives for `name` (no field): a method bound to it, a property's
 // value, a class attribute (_fields, _field_defaults).
 SymValue Tracer::named_tuple_class_attr(const SymValue& owner, const std::string& name) {
-  PyOwned key(Py_XNewRef(interned_name(name)));
+  PyOwned key(interned_name(name));
   PyObject* defining = nullptr;
   PyObject* found = mro_lookup(reinterpret_cast<PyTypeObject*>(owner.obj), key.p, nullptr, &defining);
   if (!found || !defining) throw Unsupported("attribute '" + name + "' of " + describe(owner));
@@ -239,7 +239,7 @@ SymValue Tracer::object_attr(const SymValue& self, const std::string& name, PyOb
 
 void Tracer::store_object_attr(const SymValue& self, const std::string& name, const SymValue& value) {
   auto* tp = reinterpret_cast<PyTypeObject*>(self.obj);
-  PyOwned key(Py_XNewRef(interned_name(name)));
+  PyOwned key(interned_name(name));
   PyObject* found = mro_lookup(tp, key.p, nullptr, nullptr);
   if (found && Py_TYPE(found)->tp_descr_set) {
     if (!Py_IS_TYPE(found, &PyProperty_Type))
@@ -310,7 +310,7 @@ SymValue Tracer::new_list_subclass(PyObject* type, std::vector<SymValue> args, s
 
 bool Tracer::list_subclass_member(const SymValue& self, const std::string& name, SymValue* out) {
   auto* tp = reinterpret_cast<PyTypeObject*>(self.obj);
-  PyOwned key(Py_XNewRef(interned_name(name)));
+  PyOwned key(interned_name(name));
   PyObject* defining = nullptr;
   PyObject* found = mro_lookup(tp, key.p, nullptr, &defining);
   // The caller's list: what the lookup found (or that it found nothing) holds while its class

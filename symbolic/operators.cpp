@@ -455,7 +455,7 @@ SymValue Tracer::subscript(const SymValue& container, const SymValue& index) {
     }
     if (container.is_constant() && !foldable_constant(container.obj) && !THPSize_Check(container.obj)) {
       // A user object with a Python __getitem__: inline it.
-      PyOwned key(Py_XNewRef(interned_name("__getitem__")));
+      PyOwned key(interned_name("__getitem__"));
       PyObject* gi = _PyType_Lookup(Py_TYPE(container.obj), key.p);
       if (gi && PyFunction_Check(gi)) return call(constant(gi), {container, index}, {});
       throw Unsupported("subscript of " + describe(container));
@@ -657,7 +657,7 @@ bool Tracer::truth(const SymValue& v, const char* what) {
       PyTypeObject* tp = value_type(v);
       // A Python __bool__ (else a Python __len__) is inlined: it runs in the trace as often as
       // eager runs it, its effects replayed, instead of once for real with its answer baked in.
-      PyOwned bool_name(Py_XNewRef(interned_name("__bool__")));
+      PyOwned bool_name(interned_name("__bool__"));
       PyObject* bool_fn = python_dunder(tp, "__bool__");
       PyObject* len_fn = _PyType_Lookup(tp, bool_name.p) ? nullptr : python_dunder(tp, "__len__");
       if (bool_fn || len_fn) {

@@ -61,20 +61,11 @@ PyObject* resolve_python_name(const std::string& dotted) {
   return nullptr;
 }
 
-PyObject* interned_name(std::string_view name) {
-  static auto* names = new std::unordered_map<std::string_view, PyObject*>();  // NB: kept for the process
-  if (auto it = names->find(name); it != names->end()) return it->second;
-  PyObject* s = PyUnicode_InternFromString(std::string(name).c_str());
-  if (!s) { PyErr_Clear(); return nullptr; }
-  // The key views the str's own UTF-8 buffer, alive as long as the str.
-  names->emplace(std::string_view(PyUnicode_AsUTF8(s)), s);
-  return s;
-}
-
 PyObject* dict_item(PyObject* d, std::string_view name) {
   PyObject* key = interned_name(name);
-  PyObject* v = key ? PyDict_GetItemWithError(d, key) : nullptr;
+  PyObject* v = key ? PyDict_GetItemWithError(d, key) : nullptr;  // borrowed: d holds it
   if (!v) PyErr_Clear();
+  Py_XDECREF(key);
   return v;
 }
 

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "codegen/capture/capture.h"
+#include "runtime/interned_names.h"
 
 namespace fastdyn::symbolic {
 
@@ -24,11 +25,8 @@ std::optional<Family> family_of_tensor_attr(const std::string& name);
 // "operator.add", "builtins.abs" ...
 std::optional<Family> family_of_name(const std::string& python_name);
 
-// `name` as an interned str, made once per distinct name and kept for the process (borrowed;
-// GIL held; nullptr only when out of memory, with the error cleared). For lookups by a name the
-// trace holds as text (a dunder, a builtin, a global, a dict key): a new str per lookup was a
-// malloc, a UTF-8 decode, a hash and an interning each, a tenth of a GPT-2 trace's instructions.
-PyObject* interned_name(std::string_view name);
+// Names as interned strs (runtime/interned_names.h): a new reference per call.
+using runtime::interned_name;
 // d[name] (borrowed), or nullptr with no error set: PyDict_GetItemString without a new str.
 PyObject* dict_item(PyObject* d, std::string_view name);
 

@@ -54,6 +54,11 @@ struct SizeReadHook {
 SizeReadHook& size_read_hook();  // this thread's
 void size_read(const SymValue& v);  // calls the hook when v is a size-derived int
 
+// SymValue::name of an exception the trace made or caught (calls.cpp, exceptions.cpp): read in
+// the trace, never handed to run time (continuation.cpp, eval_hook's return template), nor its
+// traceback read (attributes.cpp).
+inline constexpr const char* kTraceException = "__fd_exception__";
+
 struct SymValue {
   enum class Kind : uint8_t {
     Null,        // the NULL of PUSH_NULL / LOAD_GLOBAL's null bit
