@@ -160,9 +160,13 @@ bool exit_never_suppresses(PyObject* mgr) {
 }
 
 TraceResult trace_frame(const FrameInputs& frame) {
-  TraceResult result;
-  result.filename = PyUnicode_AsUTF8(frame.code->co_filename);
-  result.lineno = frame.code->co_firstlineno;
+  auto fresh_result = [&frame] {
+    TraceResult r;
+    r.filename = PyUnicode_AsUTF8(frame.code->co_filename);
+    r.lineno = frame.code->co_firstlineno;
+    return r;
+  };
+  TraceResult result = fresh_result();
   if (runtime::python_mode_active()) {  // the mode would see each op: the frame runs eagerly
     result.reason = "a TorchFunctionMode or TorchDispatchMode is active";
     return result;
@@ -189,7 +193,12 @@ TraceResult trace_frame(const FrameInputs& frame) {
     }
     if (PyErr_Occurred()) PyErr_Clear();
   };
+  if (frame.shapes) frame.shapes->traces++;
   attempt(result, -1);
+  if (result.moved_after_read) {  // once: the history now holds the size that moved
+    result = fresh_result();
+    attempt(result, -1);
+  }
   if (result.ok || result.break_inst < 0 || result.retry_later) return result;
 
   // A graph break: trace again up to the instruction (sequence) that could not be traced, then

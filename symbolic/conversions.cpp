@@ -15,6 +15,8 @@
 #include "symbolic/tracer.h"
 #include "codegen/shapes/propagate.h"
 
+#include <algorithm>
+
 namespace fastdyn::symbolic {
 namespace {
 
@@ -300,14 +302,31 @@ std::vector<int64_t> Tracer::dynamic_dims(PyObject* obj, const at::Tensor& t, co
     }
     PyErr_Clear();
   }
-  if (frame_.shapes) {  // automatic dynamic: dims seen with another size than at the first trace
+  if (frame_.shapes) {  // automatic dynamic: dims seen with another size than at the first sight
+    ShapeHistory& h = *frame_.shapes;
+    const int trace = h.traces - 1;
     const std::vector<int64_t> now = t.sizes().vec();
-    auto [first, fresh] = frame_.shapes->first_sizes.emplace(name, now);
-    std::set<int64_t>& varying = frame_.shapes->varying[name];
-    if (!fresh && first->second.size() == now.size())
+    auto [first, fresh] = h.first.emplace(name, ShapeHistory::First{now, trace});
+    const std::vector<int64_t>& seen = first->second.sizes;
+    std::set<int64_t>& varying = h.varying[name];
+    if (!fresh && seen.size() == now.size())
       for (size_t d = 0; d < now.size(); ++d)
-        if (first->second[d] != now[d]) varying.insert(static_cast<int64_t>(d));
-    if (frame_.dynamic == DynamicMode::Auto) dims.insert(varying.begin(), varying.end());
+        if (seen[d] != now[d] && varying.insert(static_cast<int64_t>(d)).second && seen[d] > 1 &&
+            h.moved.insert(seen[d]).second)
+          // An input first seen in this trace and read before with this size: trace again.
+          for (const auto& [other, f] : h.first)
+            if (f.trace == trace && trace > 0 && std::count(f.sizes.begin(), f.sizes.end(), seen[d]))
+              result_.moved_after_read = true;
+    if (frame_.dynamic == DynamicMode::Auto) {
+      dims.insert(varying.begin(), varying.end());
+      // A size that moved: an input no earlier trace of this code saw, with the size another
+      // input's dim had before it varied, gets a symbol there from its first trace on. A prompt's
+      // length that became a KV cache's at the first decode step is the case: the static entry
+      // it would otherwise get serves that one step, and the next length traces again.
+      if (first->second.trace > 0 && !parameter && !h.moved.empty())
+        for (size_t d = 0; d < seen.size() && d < now.size(); ++d)
+          if (h.moved.count(seen[d])) dims.insert(static_cast<int64_t>(d));
+    }
   }
   return {dims.begin(), dims.end()};
 }

@@ -32,11 +32,19 @@ namespace fastdyn::symbolic {
 
 // What the interpreter sees of the frame; all borrowed.
 
-// Per code object (eval_hook's CodeState): the sizes each tensor input had at its first trace,
-// by source name ("L['x']"), and the dims seen with another size since.
+// Per code object (eval_hook's CodeState): the sizes each tensor input had when a trace first
+// saw it, by source name ("L['x']"), and which trace that was; the dims seen with another size
+// since; and the sizes (above 1) those dims had before they varied: sizes that moved
+// (conversions.cpp's dynamic_dims).
 struct ShapeHistory {
-  std::map<std::string, std::vector<int64_t>> first_sizes;
+  struct First {
+    std::vector<int64_t> sizes;
+    int trace = 0;  // 0: the code's first trace; later: an input that trace never saw
+  };
+  std::map<std::string, First> first;
   std::map<std::string, std::set<int64_t>> varying;
+  std::set<int64_t> moved;
+  int traces = 0;  // trace_frame calls so far (the current one included, while it runs)
 };
 
 struct FrameInputs {
@@ -84,6 +92,9 @@ struct TraceResult {
   // lacks a key yet: an optimizer's first step). The frame runs as written this time, and is
   // traced again at its next call instead of running as written for good.
   bool retry_later = false;
+  // A size moved (ShapeHistory) after an input first seen in this trace was read with that
+  // size: trace_frame traces again once, so that input's dim is a symbol whatever the order of reads.
+  bool moved_after_read = false;
   // The trace stopped at a `raise` that nothing it traced handles (symbolic/tracer.h's Raised):
   // where no graph break can come before it, the frame runs as written on this path, raising as
   // eager does. That is not a graph break (Dynamo counts none either), and the frame is traced

@@ -178,6 +178,38 @@ def test_grown_caches_unify_through_one_added_token():
     assert fastdyn.stats()["frames_compiled"] == 2  # static first, then one symbolic entry
 
 
+def test_a_size_that_moved_into_a_new_input_is_a_symbol_from_its_first_trace():
+    # A decode loop: the prompt's length (8) leaves the ids (8 -> 1, a size kept static) and comes
+    # back as the length of a cache the first trace never saw. That cache dim is a symbol at once,
+    # so the first decode step compiles the entry every later length hits (2 compiles, not a
+    # static entry for that one step and a third compile at the next length).
+    def step(ids, past):
+        if past is None:
+            return ids * 2, ids
+        k = torch.cat([past, ids], dim=0)
+        return k.sum(0), k
+
+    g = fastdyn.jit(step)
+    ids = torch.randn(8, 4)
+    out, past = g(ids, None)
+    torch.testing.assert_close(out, ids * 2)
+    for _ in range(6):
+        ids = torch.randn(1, 4)
+        (out, k), (ref, ref_k) = g(ids, past), step(ids, past)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(k, ref_k)
+        past = k
+    s = fastdyn.stats()
+    assert s["frames_compiled"] == 2 and s["recompiles"] == 1, s
+    # A new input whose sizes never moved stays static: its other dim (4) is not a symbol.
+    fastdyn.reset()
+    g = fastdyn.jit(step)
+    g(torch.randn(8, 4), None)
+    for n in (5, 6):
+        g(torch.randn(1, 4), torch.randn(n, 4))
+    assert fastdyn.stats()["frames_compiled"] == 3  # 5 is no size that moved: static, then dynamic
+
+
 def test_a_size_as_a_scalar_operand_and_the_last_index_stay_symbolic():
     def f(ids, pos):
         last = ids[:, -1]          # select at -1: a symbolic offset

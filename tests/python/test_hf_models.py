@@ -265,6 +265,31 @@ def test_a_static_cache_generate_is_one_graph_per_shape_with_no_break(model_name
     assert d["graph_breaks"] == 0 and d["graphs"] <= 3, d
 
 
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_a_default_cache_generate_under_jit_compiles_two_graphs(model_name):
+    """generate() on the default (dynamic) cache with a jit-wrapped forward: the prompt's graph,
+    then one symbolic decode graph from the first decode step on (the prompt's length moved into
+    the cache: conversions.cpp's dynamic_dims), whatever the number of tokens; tokens are eager's."""
+    model, ids = _tiny_decoder(model_name)
+
+    def generate():
+        return model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0)
+
+    with torch.no_grad():
+        want = generate()
+        forward = model.forward
+        model.forward = fastdyn.jit(forward)
+        try:
+            before = fastdyn.stats()
+            got = [generate() for _ in range(2)]
+            d = stats_delta(before, fastdyn.stats())
+        finally:
+            model.forward = forward
+    for g in got:
+        assert torch.equal(g, want)
+    assert d["graph_breaks"] == 0 and d["frames_compiled"] == 2 and d["graphs"] == 2, d
+
+
 @pytest.mark.parametrize("model_name", ["gpt2", "llama"])
 def test_generate_under_enable_traces_the_decoding_loop_frame(model_name):
     """generate() under fastdyn.enable() on the default (dynamic) cache: tokens equal eager's, and
