@@ -31,6 +31,9 @@ const char* const kPrelude =
 // Rows of up to kMaxItems points per thread run the persistent path: the row's values stay in
 // registers between stages.
 constexpr int kMaxItems = 16;
+// Blocks the column shape aims for at least, splitting its groups of rows (split_columns): about
+// two per SM of an H100 or H200 (132 SMs).
+constexpr int64_t kColumnBlocks = 256;
 
 bool is_fp(ST t) { return t == ST::Float || t == ST::Double; }
 
@@ -191,6 +194,7 @@ class Emitter {
   void split_rows(Text& os);
   bool columnar() const;
   void columns(Text& os);
+  void split_columns(Text& os);
   void rows(Text& os);
   void row_loop(Text& os, RowPath path);
   // Every thread computes it; `who` (a condition) stores.
@@ -206,7 +210,7 @@ class Emitter {
   bool pointwise_vector_ = false;  // the pointwise shape has its vector path
   int items_ = 0;    // points per thread in the register row path (0: none)
   int items_v_ = 0;  // vectors per thread in the vector row path (0: none)
-  int64_t split_ = 0;  // blocks per row in the split shape (0: one block per row)
+  int64_t split_ = 0;  // blocks per row (with warps_: per 32 rows) in the split shapes (0: one block per row)
   int warps_ = 0;      // warps per block in the column shape (0: not that shape)
 };
 
@@ -878,6 +882,70 @@ void Emitter::columns(Text& os) {
   os << "    __syncthreads();\n  }\n";
 }
 
+// The split column shape: the column shape over few groups of 32 rows, each row long (the bias
+// gradient of a [1024, 2048] matrix: 64 blocks would leave half of a 132-SM GPU idle). `split_`
+// blocks share a group, each reducing a contiguous chunk of its rows' points as the column shape
+// does; lane by lane the first warp writes the chunk's partials to the launch's workspace, and the
+// group's last block (a counter per group) combines them in split order, the same order at every
+// launch, and runs the per-row stages. Only one inner stage (splittable()).
+void Emitter::split_columns(Text& os) {
+  const Stage& st = k_.stages[0];
+  const std::string S = std::to_string(split_), W = std::to_string(warps_);
+  os << "  const i64 outer_n = 1";
+  for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
+  os << ";\n  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n";
+  os << "  const i64 units = outer_n * " << S << ", groups = (outer_n + 31) / 32;\n";
+  os << "  unsigned int* counters = (unsigned int*)(ws + " << st.reductions.size() << " * units * 8);\n";
+  os << "  __shared__ bool last;\n";
+  os << "  for (i64 t = blockIdx.x; t < groups * " << S << "; t += gridDim.x) {\n";
+  os << "    const i64 g = t / " << S << ", part = t % " << S << ";\n";
+  os << "    const bool live = g * 32 + lane < outer_n;\n    const i64 o = live ? g * 32 + lane : outer_n - 1;\n";
+  decompose(os, "o", 0, n_outer_, "    ");
+  os << "    const i64 chunk = (inner_n + " << S << " - 1) / " << S << ";\n";
+  os << "    const i64 lo = part * chunk, hi = lo + chunk < inner_n ? lo + chunk : inner_n;\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const ST vt = st.instrs[static_cast<size_t>(st.reductions[r].instr)].type;
+    os << "    " << compute_name(vt) << " acc" << r << " = " << identity(st.reductions[r].op, vt) << ";\n";
+  }
+  os << "    for (i64 j = lo + warp; live && j < hi; j += " << W << ") {\n";
+  decompose(os, "j", n_outer_, n_dims_, "      ");
+  instrs(os, 0, "      ", [&](int32_t l) { return load(in_.loads[0][static_cast<size_t>(l)], 0); });
+  for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[0][w], 0, value(0, st.stores[w].instr), "      ");
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    os << "      acc" << r << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
+       << ">()(acc" << r << ", " << value(0, rd.instr) << ");\n";
+  }
+  os << "    }\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type), id = std::to_string(r);
+    os << "    __shared__ " << T << " part" << id << "[" << block_ << "];\n    part" << id << "[threadIdx.x] = acc" << id << ";\n";
+  }
+  os << "    __syncthreads();\n    if (warp == 0 && live) {\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    const std::string T = compute_name(st.instrs[static_cast<size_t>(rd.instr)].type), id = std::to_string(r);
+    os << "      " << T << " sum" << id << " = part" << id << "[lane];\n";
+    os << "      for (int w = 1; w < " << W << "; ++w) sum" << id << " = " << functor(rd.op) << "<" << T << ">()(sum" << id
+       << ", part" << id << "[w * 32 + lane]);\n";
+    os << "      *(" << T << "*)(ws + (" << r << " * units + o * " << S << " + part) * 8) = sum" << id << ";\n";
+  }
+  os << "      __threadfence();\n    }\n    __syncthreads();\n";
+  os << "    if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == " << S << " - 1;\n";
+  os << "    __syncthreads();\n    if (last) {\n      __threadfence();\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    const ST vt = st.instrs[static_cast<size_t>(rd.instr)].type;
+    const std::string T = compute_name(vt);
+    os << "      " << T << " red" << r << " = " << identity(rd.op, vt) << ";\n";
+    os << "      for (i64 q = 0; q < " << S << "; ++q) red" << r << " = " << functor(rd.op) << "<" << T << ">()(red" << r
+       << ", *(volatile " << T << "*)(ws + (" << r << " * units + o * " << S << " + q) * 8));\n";
+  }
+  for (size_t s = 1; s < k_.stages.size(); ++s) per_row_stage(os, s, "      ", "warp == 0 && live");
+  // The next group's partials reuse the shared words.
+  os << "    }\n    __syncthreads();\n  }\n";
+}
+
 CudaSource Emitter::run() {
   n_outer_ = k_.outer.size();
   n_dims_ = static_cast<size_t>(k_.dims());
@@ -899,6 +967,12 @@ CudaSource Emitter::run() {
     warps_ = 1;  // within 32 KiB of shared partials (8 bytes each at most)
     while (warps_ < 32 && warps_ * 8 < inner_numel && reductions * 64 * warps_ * 8 <= 32768) warps_ *= 2;
     block_ = 32 * warps_;
+    // Fewer groups of 32 rows than kColumnBlocks, each row long: the groups split among blocks
+    // too (split_columns), at 8 points per thread or more.
+    const int64_t groups = (outer_numel + 31) / 32;
+    if (groups < kColumnBlocks && splittable())
+      split_ = std::min<int64_t>({kColumnBlocks / groups, inner_numel / (warps_ * 8), 64});
+    if (split_ < 2) split_ = 0;
   } else if (row_shape) {
     // Up to 8 points per thread (a softmax row of 4096: 512 threads); longer rows take 1024
     // threads, up to kMaxItems points each in registers, and loop beyond that.
@@ -919,7 +993,9 @@ CudaSource Emitter::run() {
   body << "  const i64 inner_n = 1";
   for (size_t d = n_outer_; d < n_dims_; ++d) body << " * n" << d;
   body << ";\n  (void)inner_n;\n";
-  if (split_ > 0)
+  if (split_ > 0 && warps_ > 0)
+    split_columns(body);
+  else if (split_ > 0)
     split_rows(body);
   else if (warps_ > 0)
     columns(body);

@@ -111,7 +111,7 @@ COLUMN_REDUCTIONS = {
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(5, 33), (1000, 300), (1024, 2048), (3, 4095)])
+@pytest.mark.parametrize("shape", [(5, 33), (1000, 300), (1024, 2048), (3, 4095), (4096, 64)])
 @pytest.mark.parametrize("name", sorted(COLUMN_REDUCTIONS))
 def test_reductions_over_strided_rows_take_the_column_shape(name, shape, dtype):
     x = torch.randn(*shape, device="cuda").to(dtype)

@@ -254,5 +254,32 @@ TEST(CudaEmit, ReductionsOverStridedRowsPutNeighbouringRowsOnAWarpsLanes) {
   expect_compiles(src);
 }
 
+// A bias's gradient behind a ReLU's backward ([1024, 2048]: 64 groups of 32 rows, under
+// kColumnBlocks): the groups split among blocks, partials in the workspace, combined in split order
+// by each group's last block; the mask's store stays in the one pass. Many groups ([256, 16384]: 512)
+// keep one block per group.
+TEST(CudaEmit, FewGroupsOfLongStridedRowsSplitAcrossBlocks) {
+  std::vector<std::string> src = cuda_sources(on_gpu(R"(graph(%0: f32[1024, 2048]{2048, 1}, %1: f32[1024, 2048]{2048, 1}):
+  %2: b8[1024, 2048]{2048, 1} = aten::gt.Scalar(%1, 0)
+  %3: f32[1024, 2048]{2048, 1} = aten::mul.Tensor(%0, %2)
+  %4: f32[2048]{1} = aten::sum.dim_IntList(%3, [0], False, None)
+  return (%3, %4)
+)"));
+  ASSERT_FALSE(src.empty());
+  const std::string& sum = src.back();  // the mask (a graph output) may be a kernel of its own
+  EXPECT_NE(sum.find("atomicAdd(&counters[g], 1u) == 4 - 1"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("for (i64 q = 0; q < 4; ++q) red0"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("char* ws"), std::string::npos) << sum;
+  std::vector<std::string> many = cuda_sources(on_gpu(R"(graph(%0: f32[256, 16384]{16384, 1}):
+  %1: f32[16384]{1} = aten::sum.dim_IntList(%0, [0], False, None)
+  return (%1)
+)"));
+  ASSERT_EQ(many.size(), 1u);
+  EXPECT_EQ(many[0].find("atomicAdd"), std::string::npos) << many[0];
+  EXPECT_NE(many[0].find("const i64 o = live ? first + lane : outer_n - 1;"), std::string::npos) << many[0];
+  src.push_back(many[0]);
+  expect_compiles(src);
+}
+
 }  // namespace
 }  // namespace fastdyn::codegen
