@@ -28,10 +28,6 @@
 
 namespace fastdyn::symbolic {
 
-TraceResult::~TraceResult() {
-  for (GuardSpec& g : guards) Py_CLEAR(g.obj);
-}
-
 std::string source_name(const Source& s) {
   switch (s.kind) {
     case Source::Kind::Local: return "L['" + s.name + "']";

@@ -22,6 +22,7 @@
 #include <set>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/graph/graph.h"
@@ -66,12 +67,30 @@ struct FrameInputs {
 // Lacks: a dict without the key `name` (an nn.Module's _parameters, _buffers, _modules).
 enum class GuardKind : uint8_t { TypeIs, IdIs, Equals, Tensor, TypeAndLen, Instance, TypeAttr, DictKeys, Lacks, FunctionParts };
 
-// One guard the trace relies on: `kind` of the object at `source`.
+// One guard the trace relies on: `kind` of the object at `source`. It owns its reference to
+// `obj`: a TraceResult moved over another (a trace redone) releases the other's (held under the GIL).
 struct GuardSpec {
   SourcePtr source;
   GuardKind kind = GuardKind::TypeIs;
   PyObject* obj = nullptr;  // the object seen at trace time (strong)
   std::string name;         // TypeAttr, Lacks
+
+  GuardSpec() = default;
+  GuardSpec(const GuardSpec&) = delete;
+  GuardSpec& operator=(const GuardSpec&) = delete;
+  GuardSpec(GuardSpec&& o) noexcept
+      : source(std::move(o.source)), kind(o.kind), obj(std::exchange(o.obj, nullptr)), name(std::move(o.name)) {}
+  GuardSpec& operator=(GuardSpec&& o) noexcept {
+    if (this != &o) {
+      Py_XDECREF(obj);
+      source = std::move(o.source);
+      kind = o.kind;
+      obj = std::exchange(o.obj, nullptr);
+      name = std::move(o.name);
+    }
+    return *this;
+  }
+  ~GuardSpec() { Py_XDECREF(obj); }
 };
 
 struct TraceResult {
@@ -145,7 +164,6 @@ struct TraceResult {
   TraceResult& operator=(const TraceResult&) = delete;
   TraceResult(TraceResult&&) = default;
   TraceResult& operator=(TraceResult&&) = default;
-  ~TraceResult();
 };
 
 // Traces the frame. Never throws for unsupported code (it returns !ok with the reason); may

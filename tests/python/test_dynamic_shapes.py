@@ -210,6 +210,35 @@ def test_a_size_that_moved_into_a_new_input_is_a_symbol_from_its_first_trace():
     assert fastdyn.stats()["frames_compiled"] == 3  # 5 is no size that moved: static, then dynamic
 
 
+def test_a_trace_redone_for_a_moved_size_releases_what_the_first_one_guarded():
+    # The cache is read before the ids show that the length moved: the trace is redone, and the
+    # objects the first one guarded (the config) are released with it, as eager releases them.
+    import gc
+    import weakref
+
+    class Cfg:
+        def __init__(self):
+            self.scale = 2.0
+
+    def step(past, ids, cfg):
+        if past is None:
+            return ids * cfg.scale, ids
+        k = torch.cat([past, ids], dim=0)
+        return k.sum(0) * cfg.scale, k
+
+    g = fastdyn.jit(step)
+    _, past = g(None, torch.randn(8, 4), Cfg())
+    cfg = Cfg()
+    ref = weakref.ref(cfg)
+    ids = torch.randn(1, 4)
+    out, k = g(past, ids, cfg)
+    torch.testing.assert_close(out, torch.cat([past, ids]).sum(0) * 2.0)
+    del cfg
+    gc.collect()
+    assert ref() is None, "the first trace's guards kept the config alive"
+    assert fastdyn.stats()["frames_compiled"] == 2  # the second entry is the symbolic one
+
+
 def test_a_size_as_a_scalar_operand_and_the_last_index_stay_symbolic():
     def f(ids, pos):
         last = ids[:, -1]          # select at -1: a symbolic offset
