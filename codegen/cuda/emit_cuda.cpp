@@ -191,6 +191,7 @@ class Emitter {
   void vector_path(Text& os);
   enum class RowPath { Vector, Registers, Looped };
   bool splittable() const;
+  void split_chunk(Text& os, const std::string& first, const std::string& stride, const char* live);
   void split_rows(Text& os);
   bool columnar() const;
   void columns(Text& os);
@@ -751,6 +752,30 @@ bool Emitter::splittable() const {
   return true;
 }
 
+// The split shapes' first stage over one block's chunk of a row (`part` of split_): the chunk's
+// bounds, each reduction's accumulator, and the loop over the chunk from `first` by `stride`
+// (while `live`), its stores and accumulations.
+void Emitter::split_chunk(Text& os, const std::string& first, const std::string& stride, const char* live) {
+  const Stage& st = k_.stages[0];
+  const std::string S = std::to_string(split_);
+  os << "    const i64 chunk = (inner_n + " << S << " - 1) / " << S << ";\n";
+  os << "    const i64 lo = part * chunk, hi = lo + chunk < inner_n ? lo + chunk : inner_n;\n";
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const ST vt = st.instrs[static_cast<size_t>(st.reductions[r].instr)].type;
+    os << "    " << compute_name(vt) << " acc" << r << " = " << identity(st.reductions[r].op, vt) << ";\n";
+  }
+  os << "    for (i64 j = lo + " << first << "; " << live << "j < hi; j += " << stride << ") {\n";
+  decompose(os, "j", n_outer_, n_dims_, "      ");
+  instrs(os, 0, "      ", [&](int32_t l) { return load(in_.loads[0][static_cast<size_t>(l)], 0); });
+  for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[0][w], 0, value(0, st.stores[w].instr), "      ");
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    os << "      acc" << r << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
+       << ">()(acc" << r << ", " << value(0, rd.instr) << ");\n";
+  }
+  os << "    }\n";
+}
+
 void Emitter::split_rows(Text& os) {
   const Stage& st = k_.stages[0];
   const std::string S = std::to_string(split_);
@@ -762,22 +787,7 @@ void Emitter::split_rows(Text& os) {
   os << "  for (i64 t = blockIdx.x; t < units; t += gridDim.x) {\n";
   os << "    const i64 o = t / " << S << ", part = t % " << S << ";\n";
   decompose(os, "o", 0, n_outer_, "    ");
-  os << "    const i64 chunk = (inner_n + " << S << " - 1) / " << S << ";\n";
-  os << "    const i64 lo = part * chunk, hi = lo + chunk < inner_n ? lo + chunk : inner_n;\n";
-  for (size_t r = 0; r < st.reductions.size(); ++r) {
-    const ST vt = st.instrs[static_cast<size_t>(st.reductions[r].instr)].type;
-    os << "    " << compute_name(vt) << " acc" << r << " = " << identity(st.reductions[r].op, vt) << ";\n";
-  }
-  os << "    for (i64 j = lo + threadIdx.x; j < hi; j += blockDim.x) {\n";
-  decompose(os, "j", n_outer_, n_dims_, "      ");
-  instrs(os, 0, "      ", [&](int32_t l) { return load(in_.loads[0][static_cast<size_t>(l)], 0); });
-  for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[0][w], 0, value(0, st.stores[w].instr), "      ");
-  for (size_t r = 0; r < st.reductions.size(); ++r) {
-    const loop::Reduction& rd = st.reductions[r];
-    os << "      acc" << r << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
-       << ">()(acc" << r << ", " << value(0, rd.instr) << ");\n";
-  }
-  os << "    }\n";
+  split_chunk(os, "threadIdx.x", "blockDim.x", "");
   for (size_t r = 0; r < st.reductions.size(); ++r) {
     const loop::Reduction& rd = st.reductions[r];
     const std::string T = compute_name(st.instrs[static_cast<size_t>(rd.instr)].type);
@@ -901,22 +911,7 @@ void Emitter::split_columns(Text& os) {
   os << "    const i64 g = t / " << S << ", part = t % " << S << ";\n";
   os << "    const bool live = g * 32 + lane < outer_n;\n    const i64 o = live ? g * 32 + lane : outer_n - 1;\n";
   decompose(os, "o", 0, n_outer_, "    ");
-  os << "    const i64 chunk = (inner_n + " << S << " - 1) / " << S << ";\n";
-  os << "    const i64 lo = part * chunk, hi = lo + chunk < inner_n ? lo + chunk : inner_n;\n";
-  for (size_t r = 0; r < st.reductions.size(); ++r) {
-    const ST vt = st.instrs[static_cast<size_t>(st.reductions[r].instr)].type;
-    os << "    " << compute_name(vt) << " acc" << r << " = " << identity(st.reductions[r].op, vt) << ";\n";
-  }
-  os << "    for (i64 j = lo + warp; live && j < hi; j += " << W << ") {\n";
-  decompose(os, "j", n_outer_, n_dims_, "      ");
-  instrs(os, 0, "      ", [&](int32_t l) { return load(in_.loads[0][static_cast<size_t>(l)], 0); });
-  for (size_t w = 0; w < st.stores.size(); ++w) store(os, in_.stores[0][w], 0, value(0, st.stores[w].instr), "      ");
-  for (size_t r = 0; r < st.reductions.size(); ++r) {
-    const loop::Reduction& rd = st.reductions[r];
-    os << "      acc" << r << " = " << functor(rd.op) << "<" << compute_name(st.instrs[static_cast<size_t>(rd.instr)].type)
-       << ">()(acc" << r << ", " << value(0, rd.instr) << ");\n";
-  }
-  os << "    }\n";
+  split_chunk(os, "warp", W, "live && ");
   for (size_t r = 0; r < st.reductions.size(); ++r) {
     const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type), id = std::to_string(r);
     os << "    __shared__ " << T << " part" << id << "[" << block_ << "];\n    part" << id << "[threadIdx.x] = acc" << id << ";\n";

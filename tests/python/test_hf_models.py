@@ -238,17 +238,13 @@ def _tiny_decoder(model_name):
     return model, torch.randint(0, 500, (1, 7))
 
 
-@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
-def test_a_static_cache_generate_is_one_graph_per_shape_with_no_break(model_name):
-    """generate(cache_implementation="static") writes the cache with index_copy_ at each step: it
-    runs in place inside the compiled graph (no break, no copy of the cache), so the forward is
-    one graph for the prompt and one for the decode steps, whatever the number of tokens, and
-    the tokens are eager's."""
+def _jit_forward_generate(model_name, **generate_kwargs):
+    """Two greedy generate() calls of the tiny decoder with a jit-wrapped forward: each one's tokens
+    must be eager's; returns the stats delta of the two."""
     model, ids = _tiny_decoder(model_name)
 
     def generate():
-        return model.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0,
-                              cache_implementation="static", disable_compile=True)
+        return model.generate(ids, do_sample=False, pad_token_id=0, **generate_kwargs)
 
     with torch.no_grad():
         want = generate()
@@ -262,6 +258,17 @@ def test_a_static_cache_generate_is_one_graph_per_shape_with_no_break(model_name
             model.forward = forward
     for g in got:
         assert torch.equal(g, want)
+    return d
+
+
+@pytest.mark.parametrize("model_name", ["llama", "gpt2"])
+def test_a_static_cache_generate_is_one_graph_per_shape_with_no_break(model_name):
+    """generate(cache_implementation="static") writes the cache with index_copy_ at each step: it
+    runs in place inside the compiled graph (no break, no copy of the cache), so the forward is
+    one graph for the prompt and one for the decode steps, whatever the number of tokens, and
+    the tokens are eager's."""
+    d = _jit_forward_generate(model_name, max_new_tokens=12, min_new_tokens=12, cache_implementation="static",
+                              disable_compile=True)
     assert d["graph_breaks"] == 0 and d["graphs"] <= 3, d
 
 
@@ -270,23 +277,7 @@ def test_a_default_cache_generate_under_jit_compiles_two_graphs(model_name):
     """generate() on the default (dynamic) cache with a jit-wrapped forward: the prompt's graph,
     then one symbolic decode graph from the first decode step on (the prompt's length moved into
     the cache: conversions.cpp's dynamic_dims), whatever the number of tokens; tokens are eager's."""
-    model, ids = _tiny_decoder(model_name)
-
-    def generate():
-        return model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False, pad_token_id=0)
-
-    with torch.no_grad():
-        want = generate()
-        forward = model.forward
-        model.forward = fastdyn.jit(forward)
-        try:
-            before = fastdyn.stats()
-            got = [generate() for _ in range(2)]
-            d = stats_delta(before, fastdyn.stats())
-        finally:
-            model.forward = forward
-    for g in got:
-        assert torch.equal(g, want)
+    d = _jit_forward_generate(model_name, max_new_tokens=16, min_new_tokens=16)
     assert d["graph_breaks"] == 0 and d["frames_compiled"] == 2 and d["graphs"] == 2, d
 
 
