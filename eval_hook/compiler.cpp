@@ -15,6 +15,7 @@
 #include "codegen/loop/passes.h"
 #include "codegen/passes/pass_timer.h"
 #include "eval_hook/config.h"
+#include "eval_hook/hook.h"
 #include "codegen/shapes/propagate.h"
 #include "runtime/compiled_graph.h"
 #include "runtime/cuda_graph_executable.h"
@@ -180,11 +181,21 @@ Prepared prepare(const symbolic::FrameInputs& frame) {
 // (llvm_cpu) with config().background_compile compiles on the background worker and the graph
 // runs on aten until it is ready, unless it is in the disk cache and large enough that loading it
 // now beats running it op by op (a warm start: PreparedGraph::load_now).
-// `reuse_kernels`: first try the executable from kernels already built (a dynamic entry at a new
-// size: most of its kernels do not depend on that size and were built for an earlier one), which
-// then runs compiled from its first call instead of on aten.
+// `first` says how the first call may be served:
+enum class FirstCall {
+  // The graph passes run where the tiering is decided, on the caller's thread, and no warm start
+  // can pay for the graph (a small one: codegen::warm_start_may_pay): the passes go to the
+  // background with the kernels, and this call runs on aten (about 1 ms less on the calling thread
+  // for a 2-layer transformer's 3.7 ms compile). Not in diagnostic modes that show the program
+  // at once (explain(), the report's journal), and not without background compiles.
+  Deferred,
+  // The passes run now; it first tries the executable from kernels already built (a dynamic entry
+  // at a new size, planned in the background: most of its kernels do not depend on that size and
+  // were built for an earlier one), which then runs compiled from its first call instead of on aten.
+  Reused,
+};
 runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
-                                          bool reuse_kernels = false);
+                                          FirstCall first);
 
 // CUDA graphs an entry may capture (one per set of sizes; mode="reduce-overhead").
 constexpr int kCudaGraphsPerEntry = 8;
@@ -268,20 +279,21 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
         // The graph is specialised to these sizes where it is planned: a copy of the graph (30-40
         // µs for a 2-layer transformer) that a decode step running on aten meanwhile would
         // otherwise pay at every new length.
-        auto plan = [graph, binding = std::move(binding), qn, requested] {
+        auto plan = [graph, binding = std::move(binding), qn, requested](FirstCall first) {
           codegen::PassTimer timer;
           const codegen::Graph specialised = codegen::shapes::specialize(*graph, binding);
           timer.lap("specialize");
-          return compile_on_backend(specialised, qn.c_str(), requested, /*reuse_kernels=*/true);
+          return compile_on_backend(specialised, qn.c_str(), requested, first);
         };
         // A size met once the kernels are built: the graph passes at this size (about 1 ms for a
         // 2-layer transformer, more than a decode step on aten) run on the background thread, and
         // this call runs on aten until then. A decode loop meets a new length at every step and
         // each only once: planning on the calling thread made each such step slower than eager's.
         auto plan_in_background = [on_aten, plan] {
-          if (!config().background_compile) return plan();
+          if (!config().background_compile) return plan(FirstCall::Reused);
           return runtime::ExecutablePtr(runtime::compile_in_background(
-              on_aten(), "a new size: runs on aten while the graph is planned at these sizes in the background", plan));
+              on_aten(), "a new size: runs on aten while the graph is planned at these sizes in the background",
+              [plan] { return plan(FirstCall::Reused); }));
         };
         // NB: with_cuda_graphs reads what no size changes (random ops, autograd): the symbolic graph.
         if (!settled()) {
@@ -295,7 +307,7 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
               *graph, qn.c_str(), family);
         }
         if (built_before) return with_cuda_graphs(plan_in_background(), *graph, qn.c_str(), family);
-        runtime::ExecutablePtr exe = plan();
+        runtime::ExecutablePtr exe = plan(FirstCall::Deferred);  // the entry's first size: nothing built to reuse
         if (auto tiered = std::dynamic_pointer_cast<runtime::TieredExecutable>(exe); tiered && !tiered->settled())
           *in_flight = tiered;
         built_before = true;
@@ -307,12 +319,35 @@ runtime::ExecutablePtr compile_dynamic(const codegen::Graph& g, const char* qual
 // The executable of a traced graph for `target`: a dynamic graph's serves every size.
 runtime::ExecutablePtr compile_graph(const codegen::Graph& g, const char* qualname, const Target& target) {
   if (codegen::shapes::is_dynamic(g)) return compile_dynamic(g, qualname, target);
-  return with_cuda_graphs(compile_on_backend(g, qualname, target.backend), g, qualname,
+  return with_cuda_graphs(compile_on_backend(g, qualname, target.backend, FirstCall::Deferred), g, qualname,
                           cuda_graph_family(g, qualname, target));
 }
 
+namespace {
+
+// g on aten now, and build()'s executable from the first call after the worker made it; build's
+// failure is reported (the graph keeps running on aten).
+runtime::ExecutablePtr on_aten_until_built(const codegen::Graph& g, std::string pending, const char* qualname, const char* name,
+                                           std::function<runtime::ExecutablePtr()> build) {
+  return runtime::compile_in_background(
+      codegen::compile_aten(g), std::move(pending),
+      [build = std::move(build), qn = std::string(qualname), bn = std::string(name), log_code = config().log_code]() -> runtime::ExecutablePtr {
+        try {
+          runtime::ExecutablePtr ready = build();
+          if (log_code) log_event("code", qn + ": kernels ready, " + bn + " runs the following calls");
+          return ready;
+        } catch (const std::exception& e) {
+          backend_failures()++;
+          log_event("code", qn + ": " + bn + " failed, running on aten: " + e.what());
+          throw;
+        }
+      });
+}
+
+}  // namespace
+
 runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
-                                          bool reuse_kernels) {
+                                          FirstCall first) {
   const codegen::Backend backend = codegen::resolve_backend(requested, g);
   if (backend == codegen::Backend::Aten) return codegen::compile_aten(g);
   const char* name = codegen::backend_name(backend);
@@ -320,28 +355,32 @@ runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* q
   try {
     if (config().test_fail_backend)
       throw InternalError("injected backend failure (test hook) at " + (g.nodes.empty() ? std::string("an empty graph") : codegen::print_node(g, g.nodes.front())));
-    codegen::PreparedGraph prepared = codegen::prepare_graph(g, backend);
     runtime::ExecutablePtr exe;
-    if (reuse_kernels && prepared.from_cache && (exe = prepared.from_cache())) {
+    if (first == FirstCall::Deferred && config().background_compile && !explain_recording() && !runtime::journal::on() &&
+        !codegen::warm_start_may_pay(g, backend)) {
+      auto graph = std::make_shared<const codegen::Graph>(g);
+      exe = on_aten_until_built(
+          g, std::string("backend ") + name + " (kernels compiling in the background, after the graph passes; calls run on aten until they are ready)",
+          qualname, name, [graph, backend, qn = std::string(qualname), log_code]() -> runtime::ExecutablePtr {
+            try {
+              return codegen::prepare_graph(*graph, backend).finish();
+            } catch (const codegen::loop::Unsupported& e) {  // the backend's refusal, by design
+              if (log_code) log_event("code", qn + ": runs on aten: " + e.what());
+              return codegen::compile_aten(*graph);
+            }
+          });
+      if (log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
+      return exe;
+    }
+    codegen::PreparedGraph prepared = codegen::prepare_graph(g, backend);
+    if (first == FirstCall::Reused && prepared.from_cache && (exe = prepared.from_cache())) {
       if (log_code) log_event("code", std::string(qualname) + ": every kernel was built before: compiled from the first call at these sizes");
     } else if (prepared.load_now && (exe = prepared.load_now())) {
       if (log_code) log_event("code", std::string(qualname) + ": kernels loaded from the disk cache for the first call (a warm start)");
     } else if (prepared.tiered && config().background_compile) {
       std::string pending = prepared.program;
       pending.insert(pending.find('\n'), " (kernels compiling in the background; calls run on aten until they are ready)");
-      exe = runtime::compile_in_background(
-          codegen::compile_aten(g), std::move(pending),
-          [finish = std::move(prepared.finish), qn = std::string(qualname), bn = std::string(name), log_code]() -> runtime::ExecutablePtr {
-            try {
-              runtime::ExecutablePtr ready = finish();
-              if (log_code) log_event("code", qn + ": kernels ready, " + bn + " runs the following calls");
-              return ready;
-            } catch (const std::exception& e) {
-              backend_failures()++;
-              log_event("code", qn + ": " + bn + " failed, running on aten: " + e.what());
-              throw;
-            }
-          });
+      exe = on_aten_until_built(g, std::move(pending), qualname, name, std::move(prepared.finish));
     } else {
       exe = prepared.finish();
     }

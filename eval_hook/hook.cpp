@@ -412,5 +412,6 @@ bool installed() {
 void set_graph_break_raiser(GraphBreakRaiser fn) { g_raise_graph_break = fn; }
 
 void set_explain_recorder(ExplainReport* r) { g_recorder = r; }
+bool explain_recording() { return g_recorder != nullptr; }
 
 }  // namespace fastdyn::eval_hook

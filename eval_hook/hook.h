@@ -28,5 +28,6 @@ void set_graph_break_raiser(GraphBreakRaiser fn);
 // While set, every compile outcome is added to *r (fastdyn.explain runs the function once).
 struct ExplainReport;
 void set_explain_recorder(ExplainReport* r);
+bool explain_recording();  // an explain() is running (its report wants each program at once)
 
 }  // namespace fastdyn::eval_hook

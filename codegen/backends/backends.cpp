@@ -191,6 +191,15 @@ PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
   return p;
 }
 
+bool warm_start_may_pay(const Graph& g, Backend resolved) {
+#ifdef FASTDYN_HAVE_LLVM
+  if (resolved == Backend::LlvmCpu) return llvm_warm_start_may_pay(g);
+#else
+  (void)g;
+#endif
+  return resolved != Backend::Aten;  // cuda: its cached binaries may load for a first call
+}
+
 void prewarm(Backend requested) {
 #ifdef FASTDYN_HAVE_LLVM
   if (requested != Backend::Aten) llvm_jit::prewarm();

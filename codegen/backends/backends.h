@@ -52,6 +52,11 @@ struct PreparedGraph {
 // failure (any other exception: a compiler bug the caller reports).
 PreparedGraph prepare_graph(const Graph& g, Backend resolved);
 
+// Whether `resolved` might serve g's first call from its disk cache (PreparedGraph::load_now), as
+// far as the graph alone tells: where not, nothing the caller's thread could run compiled at
+// once depends on preparing g there.
+bool warm_start_may_pay(const Graph& g, Backend resolved);
+
 // Starts what a backend needs (the LLVM JIT) on a thread while the user's code runs.
 void prewarm(Backend requested);
 

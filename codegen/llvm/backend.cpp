@@ -286,6 +286,15 @@ double kernel_bytes(const loop::Program& p) {
 
 }  // namespace
 
+bool llvm_warm_start_may_pay(const Graph& g) {
+  // The values the graph computes, each once, twice over as a margin for the kernels that read one
+  // again. Not its inputs: a model's weights are most of them, and the extern calls read those.
+  double bytes = 0;
+  for (const Node& n : g.nodes)
+    for (ValueId v : n.outputs) bytes += double(g.meta(v).nbytes());
+  return 2 * bytes / kAtenBytesPerMs > kMinGainMs;
+}
+
 PreparedLlvm prepare_llvm_cpu(const Graph& original, RewrittenGraph rewritten) {
   const Graph& g = rewritten.graph;
   std::vector<at::Tensor> constants = std::move(rewritten.constants);

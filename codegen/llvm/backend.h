@@ -40,6 +40,11 @@ runtime::ExecutablePtr compile_llvm_cpu(const Graph& g);
 using PreparedLlvm = loop::PreparedKernels;  // load_now set as described above
 PreparedLlvm prepare_llvm_cpu(const Graph& g);  // rewrite_graph(g), then the overload below
 
+// Whether a warm start (load_now) could pay for g at all, judged from the graph alone (its values'
+// bytes bound what its kernels would read and write): false for a small graph, whose passes may
+// then run in the background with its kernels instead of on the caller's thread.
+bool llvm_warm_start_may_pay(const Graph& g);
+
 // Kernels this process has emitted as LLVM IR (plan keys the memo did not know), for tests.
 int64_t kernels_emitted();
 // From the graph-level passes' result (codegen/passes/graph_passes.h): the loop pipeline and the rest.

@@ -67,6 +67,28 @@ def test_first_calls_run_aten_then_kernels_take_over(background):
     assert s["frames_compiled"] == 1 and fastdyn.stats()["recompiles"] == 0
 
 
+def test_a_small_graph_leaves_its_graph_passes_to_the_background_too(background):
+    # Too small for a warm start to pay (codegen::warm_start_may_pay): nothing the calling thread
+    # could run compiled at once depends on the graph passes, so they run on the worker with the
+    # kernels, and the call that traced the graph pays its trace alone. explain() still shows
+    # the program it compiled.
+    def small(x):
+        return (x * 2 + 1).relu() - 0.5
+
+    x = torch.randn(16, 16)
+    f = fastdyn.jit(small)
+    assert torch.equal(f(x), small(x))
+    code = fastdyn._C.code_text(small)
+    assert code.startswith(PENDING) and "after the graph passes" in code, code
+    assert "kernel k0" not in code, "the passes ran on the calling thread: " + code
+    fastdyn._C.hold_background_for_testing(False)
+    fastdyn.synchronize()
+    assert fastdyn._C.code_text(small).startswith("backend llvm_cpu\n")
+    fastdyn._C.hold_background_for_testing(True)
+    report = fastdyn.explain(small, x)
+    assert report.code and "kernel k0" in report.code[0], report.code
+
+
 def test_synchronous_mode_compiles_the_kernels_before_the_first_call():
     fastdyn.set_background_compile(False)
     args = inputs()
