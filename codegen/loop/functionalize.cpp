@@ -306,7 +306,8 @@ class Functionalizer {
     cp.args = {Arg::of_value(src), Arg::of_dtype(self.dtype), Arg::none(), Arg::none(), Arg::none(),
                Arg::of_bool(false), Arg::none()};
     cp.outputs = {result};
-    out.values[static_cast<size_t>(result)] = fresh_meta(self, preserve_format_strides(out.meta(src)));
+    // The layout is self's: copy_ writes into self, whose strides a caller sees when it is returned.
+    out.values[static_cast<size_t>(result)] = fresh_meta(self, preserve_format_strides(self));
     out.nodes.push_back(std::move(cp));
   }
 

@@ -316,3 +316,17 @@ def test_index_copy_out_of_place_and_refused_calls_match_eager():
         with pytest.raises(want.type) as got:
             jf(*args)
         assert str(got.value) == str(want.value)
+
+
+def test_copy_into_a_fresh_tensor_keeps_its_layout_not_the_sources():
+    # y.copy_(src) writes into y: a returned y has y's strides whatever src's layout (difftest
+    # seed 129980: the functional copy took the transposed source's strides).
+    def f(t):
+        y = t.pow(2)
+        y.copy_(t.t())
+        return y, t.t().contiguous().copy_(t)
+
+    t = torch.randn(4, 4)
+    got, want = fastdyn.jit(f)(t), f(t)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w) and g.stride() == w.stride(), (g.stride(), w.stride())
