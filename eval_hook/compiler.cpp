@@ -344,6 +344,12 @@ runtime::ExecutablePtr on_aten_until_built(const codegen::Graph& g, std::string 
       });
 }
 
+// FirstCall::Deferred's conditions (see there).
+bool passes_in_background(const codegen::Graph& g, codegen::Backend backend, FirstCall first) {
+  return first == FirstCall::Deferred && config().background_compile && !explain_recording() && !runtime::journal::on() &&
+         !codegen::warm_start_may_pay(g, backend);
+}
+
 }  // namespace
 
 runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* qualname, codegen::Backend requested,
@@ -356,8 +362,7 @@ runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* q
     if (config().test_fail_backend)
       throw InternalError("injected backend failure (test hook) at " + (g.nodes.empty() ? std::string("an empty graph") : codegen::print_node(g, g.nodes.front())));
     runtime::ExecutablePtr exe;
-    if (first == FirstCall::Deferred && config().background_compile && !explain_recording() && !runtime::journal::on() &&
-        !codegen::warm_start_may_pay(g, backend)) {
+    if (passes_in_background(g, backend, first)) {
       auto graph = std::make_shared<const codegen::Graph>(g);
       exe = on_aten_until_built(
           g, std::string("backend ") + name + " (kernels compiling in the background, after the graph passes; calls run on aten until they are ready)",

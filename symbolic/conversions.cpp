@@ -276,6 +276,19 @@ SymValue Tracer::symbolic_shape(const SymValue& t) {
   return shape;
 }
 
+namespace {
+
+// A dim that varied had `size` before: a size that moved (ShapeHistory::moved). True when an input
+// this trace saw first was already read with that size, so its dim missed the symbol.
+bool note_moved(ShapeHistory& h, int64_t size, int trace) {
+  if (!h.moved.insert(size).second || trace == 0) return false;
+  for (const auto& [name, f] : h.first)
+    if (f.trace == trace && std::count(f.sizes.begin(), f.sizes.end(), size)) return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<int64_t> Tracer::dynamic_dims(PyObject* obj, const at::Tensor& t, const std::string& name) {
   std::set<int64_t> dims;
   if (frame_.dynamic == DynamicMode::Never) return {};
@@ -311,12 +324,8 @@ std::vector<int64_t> Tracer::dynamic_dims(PyObject* obj, const at::Tensor& t, co
     std::set<int64_t>& varying = h.varying[name];
     if (!fresh && seen.size() == now.size())
       for (size_t d = 0; d < now.size(); ++d)
-        if (seen[d] != now[d] && varying.insert(static_cast<int64_t>(d)).second && seen[d] > 1 &&
-            h.moved.insert(seen[d]).second)
-          // An input first seen in this trace and read before with this size: trace again.
-          for (const auto& [other, f] : h.first)
-            if (f.trace == trace && trace > 0 && std::count(f.sizes.begin(), f.sizes.end(), seen[d]))
-              result_.moved_after_read = true;
+        if (seen[d] != now[d] && varying.insert(static_cast<int64_t>(d)).second && seen[d] > 1 && note_moved(h, seen[d], trace))
+          result_.moved_after_read = true;
     if (frame_.dynamic == DynamicMode::Auto) {
       dims.insert(varying.begin(), varying.end());
       // A size that moved: an input no earlier trace of this code saw, with the size another

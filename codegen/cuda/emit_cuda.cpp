@@ -195,6 +195,8 @@ class Emitter {
   void split_rows(Text& os);
   bool columnar() const;
   void columns(Text& os);
+  void stash_partials(Text& os, size_t s, int32_t first);
+  void combine_partials(Text& os, size_t s, int32_t first, const char* name, const std::string& indent);
   void split_columns(Text& os);
   void rows(Text& os);
   void row_loop(Text& os, RowPath path);
@@ -844,6 +846,29 @@ bool Emitter::columnar() const {
   return adjacent;
 }
 
+// The column shapes' warps meet in shared memory: stage s's accumulators (acc<first>, ...) stored
+// per thread, then, for the row of the thread's lane, combined in warp order into <name><first>, ...
+void Emitter::stash_partials(Text& os, size_t s, int32_t first) {
+  const Stage& st = k_.stages[s];
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type), id = std::to_string(first + r);
+    os << "    __shared__ " << T << " part" << id << "[" << block_ << "];\n    part" << id << "[threadIdx.x] = acc" << id << ";\n";
+  }
+  os << "    __syncthreads();\n";
+}
+
+void Emitter::combine_partials(Text& os, size_t s, int32_t first, const char* name, const std::string& indent) {
+  const Stage& st = k_.stages[s];
+  for (size_t r = 0; r < st.reductions.size(); ++r) {
+    const loop::Reduction& rd = st.reductions[r];
+    const std::string T = compute_name(st.instrs[static_cast<size_t>(rd.instr)].type), id = std::to_string(first + r);
+    const std::string v = name + id;
+    os << indent << T << " " << v << " = part" << id << "[lane];\n";
+    os << indent << "for (int w = 1; w < " << warps_ << "; ++w) " << v << " = " << functor(rd.op) << "<" << T << ">()(" << v
+       << ", part" << id << "[w * 32 + lane]);\n";
+  }
+}
+
 void Emitter::columns(Text& os) {
   os << "  const i64 outer_n = 1";
   for (size_t d = 0; d < n_outer_; ++d) os << " * n" << d;
@@ -874,18 +899,8 @@ void Emitter::columns(Text& os) {
     }
     os << "    }\n";
     if (st.reductions.empty()) continue;
-    for (size_t r = 0; r < st.reductions.size(); ++r) {
-      const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type), id = std::to_string(red + r);
-      os << "    __shared__ " << T << " part" << id << "[" << block_ << "];\n    part" << id << "[threadIdx.x] = acc" << id << ";\n";
-    }
-    os << "    __syncthreads();\n";
-    for (size_t r = 0; r < st.reductions.size(); ++r) {
-      const loop::Reduction& rd = st.reductions[r];
-      const std::string T = compute_name(st.instrs[static_cast<size_t>(rd.instr)].type), id = std::to_string(red + r);
-      os << "    " << T << " red" << id << " = part" << id << "[lane];\n";
-      os << "    for (int w = 1; w < " << warps_ << "; ++w) red" << id << " = " << functor(rd.op) << "<" << T << ">()(red" << id
-         << ", part" << id << "[w * 32 + lane]);\n";
-    }
+    stash_partials(os, s, red);
+    combine_partials(os, s, red, "red", "    ");
     red += static_cast<int32_t>(st.reductions.size());
   }
   // The next rows' partials reuse the shared words, and a later stage may read what another warp stored.
@@ -912,18 +927,12 @@ void Emitter::split_columns(Text& os) {
   os << "    const bool live = g * 32 + lane < outer_n;\n    const i64 o = live ? g * 32 + lane : outer_n - 1;\n";
   decompose(os, "o", 0, n_outer_, "    ");
   split_chunk(os, "warp", W, "live && ");
+  stash_partials(os, 0, 0);
+  os << "    if (warp == 0 && live) {\n";
+  combine_partials(os, 0, 0, "sum", "      ");
   for (size_t r = 0; r < st.reductions.size(); ++r) {
-    const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type), id = std::to_string(r);
-    os << "    __shared__ " << T << " part" << id << "[" << block_ << "];\n    part" << id << "[threadIdx.x] = acc" << id << ";\n";
-  }
-  os << "    __syncthreads();\n    if (warp == 0 && live) {\n";
-  for (size_t r = 0; r < st.reductions.size(); ++r) {
-    const loop::Reduction& rd = st.reductions[r];
-    const std::string T = compute_name(st.instrs[static_cast<size_t>(rd.instr)].type), id = std::to_string(r);
-    os << "      " << T << " sum" << id << " = part" << id << "[lane];\n";
-    os << "      for (int w = 1; w < " << W << "; ++w) sum" << id << " = " << functor(rd.op) << "<" << T << ">()(sum" << id
-       << ", part" << id << "[w * 32 + lane]);\n";
-    os << "      *(" << T << "*)(ws + (" << r << " * units + o * " << S << " + part) * 8) = sum" << id << ";\n";
+    const std::string T = compute_name(st.instrs[static_cast<size_t>(st.reductions[r].instr)].type);
+    os << "      *(" << T << "*)(ws + (" << r << " * units + o * " << S << " + part) * 8) = sum" << r << ";\n";
   }
   os << "      __threadfence();\n    }\n    __syncthreads();\n";
   os << "    if (threadIdx.x == 0) last = atomicAdd(&counters[g], 1u) == " << S << " - 1;\n";
