@@ -394,6 +394,9 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("extra_options") = std::vector<std::string>{});
   m.def("cuda_nvrtc_options", [] { return runtime::cuda::nvrtc_options(); });
+  m.def("cuda_compiled_sources", [] { return codegen::cuda_compiled_sources(); });
+  m.def("cuda_nvrtc_compile_ms", &codegen::cuda_nvrtc_compile_ms, py::arg("source"), py::arg("device") = 0,
+        py::arg("cubin") = true, py::arg("extra_options") = std::vector<std::string>{});
   m.def("autocast_policies", [] {  // codegen/capture/autocast.cpp's table (tests/python/test_autocast.py)
     py::list out;
     for (size_t i = 0; i < static_cast<size_t>(codegen::OpId::kCount); ++i) {

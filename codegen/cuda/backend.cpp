@@ -193,17 +193,27 @@ CudaCompileStats cuda_compile_stats() {
   return out;
 }
 
+std::vector<std::pair<std::string, int>> cuda_compiled_sources() {
+  std::lock_guard<std::mutex> lock(kernels().mutex);
+  return kernels().compiled;
+}
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+double cuda_nvrtc_compile_ms(const std::string& source, int device, bool cubin, const std::vector<std::string>& extra) {
+  const int arch = rc::device_info(device).arch;
+  const auto t0 = std::chrono::steady_clock::now();
+  rc::nvrtc_compile(source, "measure.cu", arch, cubin, extra);
+  return ms_since(t0);
+}
+
 std::vector<RouteTiming> cuda_route_timings(const std::vector<std::string>& extra) {
-  std::vector<std::pair<std::string, int>> sources;  // (source, device)
-  {
-    std::lock_guard<std::mutex> lock(kernels().mutex);
-    sources = kernels().compiled;
-  }
-  auto ms_since = [](std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
   std::vector<RouteTiming> out;
-  for (const auto& [source, device] : sources) {
+  for (const auto& [source, device] : cuda_compiled_sources()) {
     const int arch = rc::device_info(device).arch;
     RouteTiming t;
     auto t0 = std::chrono::steady_clock::now();

@@ -73,6 +73,24 @@ TEST(CudaEmit, PointwiseIsAGridStrideLoopWithAVectorPath) {
   expect_compiles(src);
 }
 
+// A grid-stride loop is not unrolled: a thread mostly runs it once, and NVVM's run-time unrolling
+// by 4 copied the whole body (exp included) into twice the PTX, for about 40% more NVRTC time.
+// The PTX holds one exp per element of the vector path (4 float32s) and one for the scalar path.
+TEST(CudaEmit, GridStrideLoopsAreNotUnrolled) {
+  std::vector<std::string> src = cuda_sources(on_gpu(R"(graph(%0: f32[64, 128]{128, 1}):
+  %1: f32[64, 128]{128, 1} = aten::exp(%0)
+  return (%1)
+)"));
+  ASSERT_EQ(src.size(), 1u);
+  expect_compiles(src);
+  if (have_nvrtc()) {
+    const std::string ptx = runtime::cuda::nvrtc_compile(src[0], "test.cu", 90, false);
+    size_t exps = 0;
+    for (size_t at = ptx.find("ex2.approx"); at != std::string::npos; at = ptx.find("ex2.approx", at + 1)) ++exps;
+    EXPECT_EQ(exps, 5u) << ptx;
+  }
+}
+
 // Exact GELU in bfloat16 (a transformer MLP's epilogue): erf is CUDA's erff, not the CPU
 // backend's rational fit (whose IEEE division and NaN-propagating clamps made the kernel
 // compute-bound on an H200: 117 us against inductor's 68 us in ncu), and bfloat16 results are

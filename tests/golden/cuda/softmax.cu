@@ -10,6 +10,7 @@ extern "C" __global__ void __launch_bounds__(128) fastdyn_kernel(char* a0, char*
     vec_ok = n1 % 4 == 0 && ((u64)a0) % 16 == 0 && (0LL + i0 * (1000LL)) % 4 == 0 && (1000LL) % 4 == 0 && ((u64)a1) % 16 == 0;
   }
   if (vec_ok && inner_n <= (i64)blockDim.x * 8) {  // the row fits in registers, as vectors
+#pragma unroll 1
   for (i64 o = blockIdx.x; o < outer_n; o += gridDim.x) {
     i64 rest = o;
     const i64 i0 = rest;
@@ -77,6 +78,7 @@ extern "C" __global__ void __launch_bounds__(128) fastdyn_kernel(char* a0, char*
   }
     return;
   }
+#pragma unroll 1
   for (i64 o = blockIdx.x; o < outer_n; o += gridDim.x) {
     i64 rest = o;
     const i64 i0 = rest;
