@@ -2,6 +2,7 @@
 #include "codegen/autograd/joint.h"
 
 #include "codegen/autograd/derivatives.h"
+#include "codegen/autograd/min_cut.h"
 #include "codegen/capture/meta_rules.h"
 #include "codegen/loop/passes.h"
 #include "codegen/shapes/propagate.h"
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <set>
 #include <unordered_map>
@@ -98,6 +100,68 @@ struct LevelPart {
   std::vector<int32_t> edge_grad;  // per input of gl that requires grad, in input order: backward output, or -1
 };
 
+// What the forward saves for the backward and which forward nodes the backward computes again.
+struct Cut {
+  std::set<ValueId> saved;      // values of gl
+  std::set<size_t> recompute;   // indices into gl.nodes
+};
+
+// The cut of joint.h, as a minimum s-t cut (the network of AOTAutograd's min-cut partitioner): each
+// value v is an edge in(v) -> out(v) whose capacity is what saving v costs; the source feeds the
+// values only the forward can compute (graph inputs, outputs of nodes that are not recomputed:
+// matmul, conv, sdpa, reductions, random draws), every value the backward reads feeds the sink,
+// and a recomputable node's inputs feed its outputs. Each value on the cut is saved; every value
+// the backward needs beyond the cut is recomputed. Saving costs 4 per byte plus a tie-break (1 for
+// a value the backward reads, 2 for one it would recompute from: of equal bytes, save what is read,
+// as recomputing it would hold both in the backward, above eager's peak); a graph input or output
+// costs 1, as the caller holds it anyway; an input the forward writes into cannot be saved (it
+// holds the new contents by the time the backward runs).
+Cut cheapest_cut(const Graph& gl, const std::unordered_map<ValueId, size_t>& made_by, const std::set<ValueId>& read,
+                 const std::set<ValueId>& written, const std::function<bool(const Node&)>& may_recompute) {
+  const int V = static_cast<int>(gl.values.size());
+  const int S = 2 * V, T = 2 * V + 1;
+  auto in = [](ValueId v) { return 2 * static_cast<int>(v); };
+  auto out = [](ValueId v) { return 2 * static_cast<int>(v) + 1; };
+  const std::set<ValueId> outputs(gl.outputs.begin(), gl.outputs.end());
+  FlowNetwork net(2 * V + 2);
+  for (ValueId v = 0; v < V; ++v) {
+    auto it = made_by.find(v);
+    const bool recomputed = it != made_by.end() && may_recompute(gl.nodes[it->second]);
+    if (!recomputed) net.add_edge(S, in(v), FlowNetwork::kInfinite);
+    int64_t cost = 4 * gl.meta(v).nbytes() + (read.count(v) ? 1 : 2);
+    if (it == made_by.end() || outputs.count(v)) cost = 1;
+    if (written.count(v)) cost = FlowNetwork::kInfinite;
+    net.add_edge(in(v), out(v), cost);
+  }
+  for (size_t i = 0; i < gl.nodes.size(); ++i) {
+    const Node& n = gl.nodes[i];
+    if (!may_recompute(n)) continue;
+    for (ValueId o : n.outputs) for_each_value_input(n, [&](ValueId u) { net.add_edge(out(u), in(o), FlowNetwork::kInfinite); });
+  }
+  for (ValueId v : read) net.add_edge(out(v), T, FlowNetwork::kInfinite);
+  if (net.max_flow(S, T) >= FlowNetwork::kInfinite) throw NoDerivative("the backward reads an input the graph writes into");
+  const std::vector<bool> side = net.source_side(S);
+  Cut cut;
+  std::vector<ValueId> todo(read.begin(), read.end());
+  std::set<ValueId> seen(read.begin(), read.end());
+  while (!todo.empty()) {
+    const ValueId v = todo.back();
+    todo.pop_back();
+    if (side[static_cast<size_t>(in(v))] && !side[static_cast<size_t>(out(v))]) {
+      cut.saved.insert(v);
+      continue;
+    }
+    auto it = made_by.find(v);
+    if (side[static_cast<size_t>(in(v))] || it == made_by.end())
+      throw InternalError("autograd partition: value %" + std::to_string(v) + " is neither saved nor recomputable");
+    cut.recompute.insert(it->second);
+    for_each_value_input(gl.nodes[it->second], [&](ValueId u) {
+      if (seen.insert(u).second) todo.push_back(u);
+    });
+  }
+  return cut;
+}
+
 LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values, const std::set<ValueId>& written) {
   const size_t F = gl.nodes.size();
   const std::unordered_map<ValueId, size_t> made_by = producers(gl, F);
@@ -165,55 +229,12 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
   for (ValueId v : live)
     if (v < static_cast<ValueId>(gl.values.size()) && !seed_set.count(v)) read.insert(v);
 
-  // Saved or recomputed (joint.h): a pointwise/view chain is recomputed when every value it starts
-  // from is saved anyway. So is anything computed from no input at all (an attention mask from
-  // arange and cumsum): the backward's constant folding computes it once, like the forward's.
+  // Saved or recomputed (joint.h): the cheapest cut, by bytes kept for the backward.
   const std::unordered_set<ValueId> input_free = input_free_values(gl);
   auto may_recompute = [&](const Node& n) { return recomputable(n) || input_free.count(n.outputs.at(0)) > 0; };
-  std::set<ValueId> anchors_saved;  // graph inputs and non-recomputable outputs the backward reads
-  for (ValueId v : read) {
-    auto it = made_by.find(v);
-    if (it == made_by.end() || !may_recompute(gl.nodes[it->second])) anchors_saved.insert(v);
-  }
-  // An input the forward writes into (x.sub_(m) on an input that needs no grad) holds the new
-  // contents by the time the backward runs: the backward must not read it, and a chain that starts
-  // from it is saved, not recomputed (recomputing x - m from x read the subtraction twice).
-  for (ValueId v : written)
-    if (anchors_saved.count(v)) throw NoDerivative("the backward reads an input the graph writes into");
-  std::set<size_t> recompute;
-  std::set<ValueId> saved = anchors_saved;
-  for (auto v = read.rbegin(); v != read.rend(); ++v) {
-    if (anchors_saved.count(*v)) continue;
-    std::set<size_t> chain;  // the chain's nodes
-    std::set<ValueId> starts;  // the values it starts from
-    std::vector<ValueId> todo{*v};
-    while (!todo.empty()) {
-      const ValueId cur = todo.back();
-      todo.pop_back();
-      auto it = made_by.find(cur);
-      if (it == made_by.end() || !may_recompute(gl.nodes[it->second])) {
-        starts.insert(cur);
-        continue;
-      }
-      if (!chain.insert(it->second).second) continue;
-      for_each_value_input(gl.nodes[it->second], [&](ValueId in) { todo.push_back(in); });
-    }
-    const bool free = std::all_of(starts.begin(), starts.end(), [&](ValueId st) {
-      auto it = made_by.find(st);
-      if (written.count(st)) return false;
-      return anchors_saved.count(st) > 0 || it == made_by.end() || recompute.count(it->second) > 0;
-    });
-    if (free) {
-      recompute.insert(chain.begin(), chain.end());
-      saved.insert(starts.begin(), starts.end());
-    } else {
-      saved.insert(*v);
-    }
-  }
-  for (ValueId v : std::vector<ValueId>(saved.begin(), saved.end())) {  // recomputed: not read from the forward
-    auto it = made_by.find(v);
-    if (it != made_by.end() && recompute.count(it->second)) saved.erase(v);
-  }
+  const Cut cut = cheapest_cut(gl, made_by, read, written, may_recompute);
+  const std::set<ValueId>& saved = cut.saved;
+  const std::set<size_t>& recompute = cut.recompute;
   part.saved.assign(saved.begin(), saved.end());
   std::vector<ValueId> bwd_inputs = part.saved;
   bwd_inputs.insert(bwd_inputs.end(), seeds.begin(), seeds.end());

@@ -10,11 +10,14 @@
 //   backward = the gradient nodes, plus the forward values it recomputes instead of saving.
 // Outputs computed from other outputs that require grad form levels (runtime/autograd_plan.h): each
 // level is differentiated on the graph cut at the lower levels' outputs, which become its inputs.
-// What is saved and what is recomputed: a value the backward reads that comes out of a pointwise or
-// view chain is recomputed when every value the chain starts from is saved anyway (a graph input, or
-// the output of a matmul, conv, sdpa, reduction or other extern op the backward reads); otherwise it
-// is saved; values computed from no input (masks from arange) are recomputed. Recomputing pointwise work is free on a memory-bound backward (it fuses into the kernels
-// that read it), so the saved bytes are never more than the saved-everything cut's.
+// What is saved and what is recomputed: a minimum cut over bytes (joint.cpp cheapest_cut, the
+// network of AOTAutograd's min-cut partitioner): the forward saves the cheapest set of values from
+// which the backward can compute everything it reads by recomputable nodes (pointwise, views,
+// casts) alone; the outputs of matmul, conv, sdpa, reductions and random draws are never
+// recomputed. Graph inputs and outputs cost almost nothing to save (the caller holds them), values
+// computed from no input (masks from arange) are recomputed, and of equal bytes what the backward
+// reads is saved (recomputing it would hold both in the backward). Recomputing pointwise work is
+// free on a memory-bound backward (it fuses into the kernels that read it).
 // Both graphs are ordinary graphs with no value that requires grad: every backend compiles them.
 // runtime/autograd_function.h wires them to autograd; `AutogradSplit` is the contract.
 // What is refused (NoDerivative: the graph keeps ATen's autograd): an op without a derivative row
