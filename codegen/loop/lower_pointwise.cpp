@@ -64,6 +64,14 @@ int32_t softplus_of(Builder& b, int32_t x, double beta, double threshold) {
 // erf is one op of the loop IR; each backend picks its implementation (llvm_cpu: an inline
 // rational fit for float32, codegen/llvm/inline_math.h; cuda: CUDA's erff).
 int32_t erf_of(Builder& b, int32_t x) { return b.un(Op::Erf, x); }
+// hardsigmoid's and hardswish's last step as eager's kernel for the output's device takes it:
+// ATen's CUDA kernels multiply by 1/6 rounded to float (in double too: 3e-8 from dividing), its
+// CPU kernels divide by 6.
+int32_t over_six(Builder& b, const Ctx& c, int32_t v) {
+  if (c.out().device.is_cuda()) return b.mul(v, b.k(static_cast<double>(1.0f / 6.0f), v));
+  return b.div(v, b.k(6, v));
+}
+
 
 int32_t sigmoid_of(Builder& b, int32_t x) {
   return b.div(b.k(1, x), b.add(b.k(1, x), b.un(Op::Exp, b.un(Op::Neg, x))));
@@ -507,13 +515,13 @@ const std::vector<PointwiseRow>& pointwise_rows() {
          if (!is_float(c.out().dtype)) return -1;
          int32_t x = operand(b, c, 0, t);
          int32_t r = b.bin(Op::Min, b.bin(Op::Max, b.add(x, b.k(3, x)), b.k(0, x)), b.k(6, x));
-         return b.div(r, b.k(6, x));
+         return over_six(b, c, r);
        }},
       {OpId::hardswish, [](Builder& b, const Ctx& c, ST t) {
          if (!is_float(c.out().dtype)) return -1;
          int32_t x = operand(b, c, 0, t);
          int32_t r = b.bin(Op::Min, b.bin(Op::Max, b.add(x, b.k(3, x)), b.k(0, x)), b.k(6, x));
-         return b.div(b.mul(x, r), b.k(6, x));
+         return over_six(b, c, b.mul(x, r));
        }},
       {OpId::softplus, [](Builder& b, const Ctx& c, ST t) {
          if (!is_float(c.out().dtype)) return -1;
