@@ -113,11 +113,15 @@ struct Cut {
 // and a recomputable node's inputs feed its outputs. Each value on the cut is saved; every value
 // the backward needs beyond the cut is recomputed. Saving costs 4 per byte plus a tie-break (1 for
 // a value the backward reads, 2 for one it would recompute from: of equal bytes, save what is read,
-// as recomputing it would hold both in the backward, above eager's peak); a graph input or output
-// costs 1, as the caller holds it anyway; an input the forward writes into cannot be saved (it
-// holds the new contents by the time the backward runs).
+// as recomputing it would hold both in the backward, above eager's peak); a graph input costs 1,
+// as the caller holds it anyway. A value the caller gets back (an output, or a lower level's
+// output that is this level's input: `returned`) is saved only where the backward reads it, as
+// eager's: recomputing from it would read the caller's later in-place changes, which eager's
+// backward never sees. An input the forward writes into cannot be saved (it holds the new contents
+// by the time the backward runs).
 Cut cheapest_cut(const Graph& gl, const std::unordered_map<ValueId, size_t>& made_by, const std::set<ValueId>& read,
-                 const std::set<ValueId>& written, const std::function<bool(const Node&)>& may_recompute) {
+                 const std::set<ValueId>& written, const std::set<ValueId>& returned,
+                 const std::function<bool(const Node&)>& may_recompute) {
   const int V = static_cast<int>(gl.values.size());
   const int S = 2 * V, T = 2 * V + 1;
   auto in = [](ValueId v) { return 2 * static_cast<int>(v); };
@@ -129,8 +133,8 @@ Cut cheapest_cut(const Graph& gl, const std::unordered_map<ValueId, size_t>& mad
     const bool recomputed = it != made_by.end() && may_recompute(gl.nodes[it->second]);
     if (!recomputed) net.add_edge(S, in(v), FlowNetwork::kInfinite);
     int64_t cost = 4 * gl.meta(v).nbytes() + (read.count(v) ? 1 : 2);
-    if (it == made_by.end() || outputs.count(v)) cost = 1;
-    if (written.count(v)) cost = FlowNetwork::kInfinite;
+    if (it == made_by.end() && !returned.count(v)) cost = 1;
+    if (written.count(v) || ((returned.count(v) || outputs.count(v)) && !read.count(v))) cost = FlowNetwork::kInfinite;
     net.add_edge(in(v), out(v), cost);
   }
   for (size_t i = 0; i < gl.nodes.size(); ++i) {
@@ -162,7 +166,8 @@ Cut cheapest_cut(const Graph& gl, const std::unordered_map<ValueId, size_t>& mad
   return cut;
 }
 
-LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values, const std::set<ValueId>& written) {
+LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values, const std::set<ValueId>& written,
+                        const std::set<ValueId>& returned) {
   const size_t F = gl.nodes.size();
   const std::unordered_map<ValueId, size_t> made_by = producers(gl, F);
   Graph j = gl;
@@ -232,7 +237,7 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
   // Saved or recomputed (joint.h): the cheapest cut, by bytes kept for the backward.
   const std::unordered_set<ValueId> input_free = input_free_values(gl);
   auto may_recompute = [&](const Node& n) { return recomputable(n) || input_free.count(n.outputs.at(0)) > 0; };
-  const Cut cut = cheapest_cut(gl, made_by, read, written, may_recompute);
+  const Cut cut = cheapest_cut(gl, made_by, read, written, returned, may_recompute);
   const std::set<ValueId>& saved = cut.saved;
   const std::set<size_t>& recompute = cut.recompute;
   part.saved.assign(saved.begin(), saved.end());
@@ -618,7 +623,9 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
     lv.edge_inputs = diff_inputs;
     std::unordered_map<ValueId, ValueId> original;
     Graph gl = cut_at(g, cut, original);
-    LevelPart part = differentiate(gl, seeds, written);
+    std::set<ValueId> returned;  // the lower levels' outputs, inputs of this level
+    for (const auto& [in, out] : original) returned.insert(in);
+    LevelPart part = differentiate(gl, seeds, written, returned);
     lv.edge_grad = part.edge_grad;
     // What the backward reads, and every value those are computed from: the replay's inputs among
     // them must be kept by value (runtime/autograd_plan.h replay_reads).

@@ -14,7 +14,8 @@
 // network of AOTAutograd's min-cut partitioner): the forward saves the cheapest set of values from
 // which the backward can compute everything it reads by recomputable nodes (pointwise, views,
 // casts) alone; the outputs of matmul, conv, sdpa, reductions and random draws are never
-// recomputed. Graph inputs and outputs cost almost nothing to save (the caller holds them), values
+// recomputed. Graph inputs cost almost nothing to save (the caller holds them), values the caller
+// gets back are saved only where the backward reads them (never recomputed from), values
 // computed from no input (masks from arange) are recomputed, and of equal bytes what the backward
 // reads is saved (recomputing it would hold both in the backward). Recomputing pointwise work is
 // free on a memory-bound backward (it fuses into the kernels that read it).

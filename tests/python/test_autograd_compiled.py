@@ -703,3 +703,23 @@ def test_an_in_place_op_that_makes_an_input_require_grad_is_seen_by_the_code_aft
         jitted(x_comp, y, w_comp)
         assert x_comp.requires_grad
         torch.testing.assert_close(x_comp, x_eager)
+
+
+def test_a_returned_output_changed_in_place_before_the_backward_leaves_the_gradient_as_eager():
+    # The backward reads exp's result w; eager saves w. A cut that saved the returned `out` instead
+    # (cheap: the caller holds it) and recomputed w from it would read the caller's change to out.
+    def f(x):
+        out = x * 2
+        w = (out + 1).exp()
+        return out, w.sum()
+
+    grads = []
+    for fn in (f, fastdyn.jit(f)):
+        for _ in range(2):  # the second call: compiled kernels
+            x = torch.linspace(-1, 1, 64).reshape(8, 8).requires_grad_()
+            out, s = fn(x)
+            with torch.no_grad():
+                out.add_(5)
+            s.backward()
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[1], grads[0])  # a read of the changed out: e^10 times larger, or an error
