@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 os.environ.setdefault("FASTDYN_CACHE_DIR", tempfile.mkdtemp(prefix="fastdyn-nvrtc-"))
 os.environ["CUDA_CACHE_DISABLE"] = "1"  # the driver's PTX JIT cache (route 2's timing)
@@ -62,6 +63,48 @@ def fresh(source):
 
 def compile_ms(source, extra, cubin=True):
     return fastdyn._C.cuda_nvrtc_compile_ms(fresh(source), 0, cubin, extra)
+
+
+def nvjitlink_ms(sources):
+    """Per kernel: NVRTC's PTX (compute_<arch>, the backend's options, cold) assembled to a CUBIN
+    by nvJitLink, timed; empty when libnvJitLink is not found (the nvidia-nvjitlink wheel)."""
+    import ctypes
+    import glob
+    found = [p for d in sys.path for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libnvJitLink.so*"))]
+    nvrtc_dir = os.path.dirname(fastdyn._C.cuda_info()["nvrtc_origin"].split()[0])
+    found += glob.glob(os.path.join(nvrtc_dir, "libnvJitLink.so*"))
+    if not found:
+        return []
+    link = ctypes.CDLL(found[0])
+    major, minor = torch.cuda.get_device_capability()
+    arch = 10 * major + minor
+    nvrtc = ctypes.CDLL(fastdyn._C.cuda_info()["nvrtc_origin"].split()[0])
+    opts = [f"--gpu-architecture=compute_{arch}", *fastdyn._C.cuda_nvrtc_options(), "--no-cache"]
+    out = []
+    for src in sources:
+        prog = ctypes.c_void_p()
+        if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), fresh(src).encode(), b"k.cu", 0, None, None):
+            return []
+        arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+        if nvrtc.nvrtcCompileProgram(prog, len(opts), arr):
+            return []
+        n = ctypes.c_size_t()
+        nvrtc.nvrtcGetPTXSize(prog, ctypes.byref(n))
+        ptx = ctypes.create_string_buffer(n.value)
+        nvrtc.nvrtcGetPTX(prog, ptx)
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+        handle = ctypes.c_void_p()
+        lopts = (ctypes.c_char_p * 1)(f"-arch=sm_{arch}".encode())
+        t0 = time.perf_counter()
+        ok = (link.nvJitLinkCreate(ctypes.byref(handle), 1, lopts) == 0 and
+              link.nvJitLinkAddData(handle, 2, ptx, ctypes.c_size_t(n.value), b"k.ptx") == 0 and  # 2: PTX
+              link.nvJitLinkComplete(handle) == 0)
+        ms = (time.perf_counter() - t0) * 1e3
+        link.nvJitLinkDestroy(ctypes.byref(handle))
+        if not ok:
+            return []
+        out.append(ms)
+    return out
 
 
 def summary(times):
@@ -167,6 +210,14 @@ def main():
           f"{statistics.median(r[3] for r in routes):.2f} ms")
     results["to_ptx"] = ptx
     results["driver_ptx_load"] = load_ptx
+
+    # Route 2's back half through nvJitLink: NVRTC's PTX of each kernel assembled to a CUBIN.
+    link = nvjitlink_ms(sources)
+    if link:
+        print(f"nvJitLink, PTX to CUBIN: median {statistics.median(link):.1f} ms, mean {statistics.mean(link):.1f} ms")
+        results["nvjitlink_ptx_to_cubin"] = link
+    else:
+        print("nvJitLink: not found next to NVRTC or in the nvidia wheels")
 
     # One program for many kernels: NVRTC's fixed cost per program paid once.
     for n in (4, len(sources)):
