@@ -7,6 +7,7 @@
 #include "codegen/autograd/joint.h"
 #include "codegen/cuda/backend.h"
 #include "codegen/passes/graph_passes.h"
+#include "codegen/passes/pass_timer.h"
 #include "codegen/loop/passes.h"
 #include "runtime/autograd_function.h"
 #include "runtime/cuda/cuda_api.h"
@@ -101,11 +102,13 @@ PreparedGraph prepare_part(const Graph& g, Backend resolved) {
 // apart, and joined by the autograd nodes of runtime/autograd_function.h.
 PreparedGraph prepare_autograd(const Graph& g, Backend resolved) {
   autograd::AutogradSplit split;
+  PassTimer timer;
   try {
     split = autograd::split_for_autograd(g);
   } catch (const autograd::NoDerivative& e) {
     throw loop::Unsupported(std::string("autograd: ") + e.what());
   }
+  timer.lap("autograd_split");
   if (loop::dump_enabled("autograd")) {
     std::fprintf(stderr, "=== autograd forward ===\n%s", print_graph(split.forward).c_str());
     for (size_t L = 0; L < split.backward.size(); ++L)
