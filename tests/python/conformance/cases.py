@@ -31,15 +31,9 @@ def ints(*shape, low=0, high=10):
     return torch.randint(low, high, shape)
 
 
-# A case that is captured but whose guards fail on the very next call with the same inputs, so
-# every call recompiles. Not a wrong value: a cache that never hits. Causes seen (FASTDYN_LOG=
-# recompiles): nn.Module calls guard torch.nn.modules.module's global hook dicts as locals of the
-# user frame (L['_global_forward_hooks'] type is OrderedDict: "type is Linear"); a classmethod or
-# bound method read from a class is guarded by identity (`G['S'].m is <bound method>`), but each
-# attribute read makes a new bound method; a continuation guarded the value of a Python float that
-# crossed the break (time.perf_counter()'s result) although no graph used it (now: only where it
-# reads the value; isinstance/type of it is a type guard).
-RECOMPILE = "guards that hold on the next call (today: a recompile on every call)"
+# (The RECOMPILE marker is gone with its last case: captures whose guards failed on the very next
+# call, from module hook dicts guarded as locals, bound methods guarded by identity, and floats
+# crossing a break guarded by value, all fixed. A new missing feature gets xfail("<feature>").)
 
 
 def xfail(feature):

@@ -10,7 +10,7 @@ import torch
 
 from fdcheck import assert_same, fastdyn
 
-from .cases import Cases, r, xfail
+from .cases import Cases, r
 
 CASES = Cases()
 Point = collections.namedtuple("Point", ["x", "y"])

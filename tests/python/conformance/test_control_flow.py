@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from fdcheck import assert_same, call_with_stats, fastdyn
 
-from .cases import RECOMPILE, Cases, ints, r
+from .cases import Cases, ints, r
 
 CASES = Cases()
 BRANCH = "control flow on trace-time constants"

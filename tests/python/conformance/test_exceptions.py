@@ -11,7 +11,7 @@ import torch
 
 from fdcheck import assert_same, check, check_report, clone_tree, fastdyn, line_of
 
-from .cases import r, xfail
+from .cases import r
 
 
 

@@ -20,7 +20,7 @@ import torch
 
 from fdcheck import ROOT, assert_same, fastdyn, line_of
 
-from .cases import RECOMPILE, Cases, r
+from .cases import Cases, r
 
 CASES = Cases()
 BREAK = "graph breaks with continuation functions"

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from fdcheck import fastdyn
 
-from .cases import RECOMPILE, Cases, r
+from .cases import Cases, r
 
 CASES = Cases()
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from fdcheck import assert_same, check, fastdyn
 
-from .cases import RECOMPILE, Cases, ints, r, xfail
+from .cases import Cases, ints, r
 
 CASES = Cases()
 
