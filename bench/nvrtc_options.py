@@ -61,43 +61,41 @@ def fresh(source):
     return f"{source}\nextern \"C\" __device__ int fd_measure_{_RUN}_{next(_unique)} = 1;\n"
 
 
+def arch():
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
+
+
+def timed_compile(source, extra, cubin=True):
+    """(milliseconds, image) of one NVRTC compile of `source` as it is, the backend's options then `extra`."""
+    t0 = time.perf_counter()
+    image = fastdyn._C.cuda_nvrtc_compile(source, arch(), cubin, extra)
+    return (time.perf_counter() - t0) * 1e3, image
+
+
 def compile_ms(source, extra, cubin=True):
-    return fastdyn._C.cuda_nvrtc_compile_ms(fresh(source), 0, cubin, extra)
+    return timed_compile(fresh(source), extra, cubin)[0]
 
 
-def nvjitlink_ms(sources):
-    """Per kernel: NVRTC's PTX (compute_<arch>, the backend's options, cold) assembled to a CUBIN
-    by nvJitLink, timed; empty when libnvJitLink is not found (the nvidia-nvjitlink wheel)."""
+def nvjitlink_ms(sources, no_cache):
+    """Per kernel: NVRTC's PTX (the backend's options, cold) assembled to a CUBIN by nvJitLink,
+    timed; empty when libnvJitLink is not found (the nvidia-nvjitlink wheel, or beside NVRTC)."""
     import ctypes
     import glob
-    found = [p for d in sys.path for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libnvJitLink.so*"))]
     nvrtc_dir = os.path.dirname(fastdyn._C.cuda_info()["nvrtc_origin"].split()[0])
+    found = [p for d in sys.path for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libnvJitLink.so*"))]
     found += glob.glob(os.path.join(nvrtc_dir, "libnvJitLink.so*"))
     if not found:
         return []
     link = ctypes.CDLL(found[0])
-    major, minor = torch.cuda.get_device_capability()
-    arch = 10 * major + minor
-    nvrtc = ctypes.CDLL(fastdyn._C.cuda_info()["nvrtc_origin"].split()[0])
-    opts = [f"--gpu-architecture=compute_{arch}", *fastdyn._C.cuda_nvrtc_options(), "--no-cache"]
     out = []
     for src in sources:
-        prog = ctypes.c_void_p()
-        if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), fresh(src).encode(), b"k.cu", 0, None, None):
-            return []
-        arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-        if nvrtc.nvrtcCompileProgram(prog, len(opts), arr):
-            return []
-        n = ctypes.c_size_t()
-        nvrtc.nvrtcGetPTXSize(prog, ctypes.byref(n))
-        ptx = ctypes.create_string_buffer(n.value)
-        nvrtc.nvrtcGetPTX(prog, ptx)
-        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
+        ptx = timed_compile(fresh(src), no_cache, cubin=False)[1]
         handle = ctypes.c_void_p()
-        lopts = (ctypes.c_char_p * 1)(f"-arch=sm_{arch}".encode())
+        opts = (ctypes.c_char_p * 1)(f"-arch=sm_{arch()}".encode())
         t0 = time.perf_counter()
-        ok = (link.nvJitLinkCreate(ctypes.byref(handle), 1, lopts) == 0 and
-              link.nvJitLinkAddData(handle, 2, ptx, ctypes.c_size_t(n.value), b"k.ptx") == 0 and  # 2: PTX
+        ok = (link.nvJitLinkCreate(ctypes.byref(handle), 1, opts) == 0 and
+              link.nvJitLinkAddData(handle, 2, ptx, ctypes.c_size_t(len(ptx)), b"k.ptx") == 0 and  # 2: PTX
               link.nvJitLinkComplete(handle) == 0)
         ms = (time.perf_counter() - t0) * 1e3
         link.nvJitLinkDestroy(ctypes.byref(handle))
@@ -142,7 +140,7 @@ def main():
     prelude = sources[0][:sources[0].index(KERNEL_HEAD)] + empty
     no_cache = []
     try:
-        fastdyn._C.cuda_nvrtc_compile_ms(empty, 0, True, ["--no-cache"])
+        timed_compile(empty, ["--no-cache"])
         no_cache = ["--no-cache"]
     except Exception:  # noqa: BLE001 - an NVRTC without its own cache, or without the option
         pass
@@ -150,8 +148,8 @@ def main():
 
     # NVRTC's own cache: the same source twice, with the backend's options alone.
     probe = fresh(sources[0])
-    first = fastdyn._C.cuda_nvrtc_compile_ms(probe, 0, True, [])
-    again = fastdyn._C.cuda_nvrtc_compile_ms(probe, 0, True, [])
+    first = timed_compile(probe, [])[0]
+    again = timed_compile(probe, [])[0]
     results["nvrtc_cache"] = {"first_ms": first, "again_ms": again}
     print(f"NVRTC's own cache: one kernel {first:.1f} ms, the same source again {again:.1f} ms "
           f"(`--no-cache` {'taken' if no_cache else 'refused'}); every time below is a cold compile\n")
@@ -212,7 +210,7 @@ def main():
     results["driver_ptx_load"] = load_ptx
 
     # Route 2's back half through nvJitLink: NVRTC's PTX of each kernel assembled to a CUBIN.
-    link = nvjitlink_ms(sources)
+    link = nvjitlink_ms(sources, no_cache)
     if link:
         print(f"nvJitLink, PTX to CUBIN: median {statistics.median(link):.1f} ms, mean {statistics.mean(link):.1f} ms")
         results["nvjitlink_ptx_to_cubin"] = link

@@ -344,6 +344,23 @@ runtime::ExecutablePtr on_aten_until_built(const codegen::Graph& g, std::string 
       });
 }
 
+// FirstCall::Deferred: g on aten now, its graph passes and kernels on the background worker (a
+// backend's refusal, loop::Unsupported, by design, leaves it on aten).
+runtime::ExecutablePtr passes_and_kernels_in_background(const codegen::Graph& g, codegen::Backend backend, const char* qualname,
+                                                        const char* name) {
+  auto graph = std::make_shared<const codegen::Graph>(g);
+  return on_aten_until_built(
+      g, std::string("backend ") + name + " (kernels compiling in the background, after the graph passes; calls run on aten until they are ready)",
+      qualname, name, [graph, backend, qn = std::string(qualname), log_code = config().log_code]() -> runtime::ExecutablePtr {
+        try {
+          return codegen::prepare_graph(*graph, backend).finish();
+        } catch (const codegen::loop::Unsupported& e) {
+          if (log_code) log_event("code", qn + ": runs on aten: " + e.what());
+          return codegen::compile_aten(*graph);
+        }
+      });
+}
+
 // FirstCall::Deferred's conditions (see there).
 bool passes_in_background(const codegen::Graph& g, codegen::Backend backend, FirstCall first) {
   return first == FirstCall::Deferred && config().background_compile && !explain_recording() && !runtime::journal::on() &&
@@ -363,31 +380,20 @@ runtime::ExecutablePtr compile_on_backend(const codegen::Graph& g, const char* q
       throw InternalError("injected backend failure (test hook) at " + (g.nodes.empty() ? std::string("an empty graph") : codegen::print_node(g, g.nodes.front())));
     runtime::ExecutablePtr exe;
     if (passes_in_background(g, backend, first)) {
-      auto graph = std::make_shared<const codegen::Graph>(g);
-      exe = on_aten_until_built(
-          g, std::string("backend ") + name + " (kernels compiling in the background, after the graph passes; calls run on aten until they are ready)",
-          qualname, name, [graph, backend, qn = std::string(qualname), log_code]() -> runtime::ExecutablePtr {
-            try {
-              return codegen::prepare_graph(*graph, backend).finish();
-            } catch (const codegen::loop::Unsupported& e) {  // the backend's refusal, by design
-              if (log_code) log_event("code", qn + ": runs on aten: " + e.what());
-              return codegen::compile_aten(*graph);
-            }
-          });
-      if (log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
-      return exe;
-    }
-    codegen::PreparedGraph prepared = codegen::prepare_graph(g, backend);
-    if (first == FirstCall::Reused && prepared.from_cache && (exe = prepared.from_cache())) {
-      if (log_code) log_event("code", std::string(qualname) + ": every kernel was built before: compiled from the first call at these sizes");
-    } else if (prepared.load_now && (exe = prepared.load_now())) {
-      if (log_code) log_event("code", std::string(qualname) + ": kernels loaded from the disk cache for the first call (a warm start)");
-    } else if (prepared.tiered && config().background_compile) {
-      std::string pending = prepared.program;
-      pending.insert(pending.find('\n'), " (kernels compiling in the background; calls run on aten until they are ready)");
-      exe = on_aten_until_built(g, std::move(pending), qualname, name, std::move(prepared.finish));
+      exe = passes_and_kernels_in_background(g, backend, qualname, name);
     } else {
-      exe = prepared.finish();
+      codegen::PreparedGraph prepared = codegen::prepare_graph(g, backend);
+      if (first == FirstCall::Reused && prepared.from_cache && (exe = prepared.from_cache())) {
+        if (log_code) log_event("code", std::string(qualname) + ": every kernel was built before: compiled from the first call at these sizes");
+      } else if (prepared.load_now && (exe = prepared.load_now())) {
+        if (log_code) log_event("code", std::string(qualname) + ": kernels loaded from the disk cache for the first call (a warm start)");
+      } else if (prepared.tiered && config().background_compile) {
+        std::string pending = prepared.program;
+        pending.insert(pending.find('\n'), " (kernels compiling in the background; calls run on aten until they are ready)");
+        exe = on_aten_until_built(g, std::move(pending), qualname, name, std::move(prepared.finish));
+      } else {
+        exe = prepared.finish();
+      }
     }
     if (log_code) log_event("code", std::string(qualname) + "\n" + exe->describe());
     return exe;

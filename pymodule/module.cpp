@@ -395,8 +395,17 @@ PYBIND11_MODULE(_C, m) {
       py::arg("extra_options") = std::vector<std::string>{});
   m.def("cuda_nvrtc_options", [] { return runtime::cuda::nvrtc_options(); });
   m.def("cuda_compiled_sources", [] { return codegen::cuda_compiled_sources(); });
-  m.def("cuda_nvrtc_compile_ms", &codegen::cuda_nvrtc_compile_ms, py::arg("source"), py::arg("device") = 0,
-        py::arg("cubin") = true, py::arg("extra_options") = std::vector<std::string>{});
+  m.def(  // NVRTC's image (CUBIN or PTX) of a source for sm_<arch>, the backend's options then `extra`
+      "cuda_nvrtc_compile",
+      [](const std::string& source, int arch, bool cubin, const std::vector<std::string>& extra) {
+        std::string image;
+        {
+          py::gil_scoped_release release;
+          image = runtime::cuda::nvrtc_compile(source, "measure.cu", arch, cubin, extra);
+        }
+        return py::bytes(image);
+      },
+      py::arg("source"), py::arg("arch"), py::arg("cubin") = true, py::arg("extra_options") = std::vector<std::string>{});
   m.def("autocast_policies", [] {  // codegen/capture/autocast.cpp's table (tests/python/test_autocast.py)
     py::list out;
     for (size_t i = 0; i < static_cast<size_t>(codegen::OpId::kCount); ++i) {

@@ -132,9 +132,10 @@ Cut cheapest_cut(const Graph& gl, const std::unordered_map<ValueId, size_t>& mad
     auto it = made_by.find(v);
     const bool recomputed = it != made_by.end() && may_recompute(gl.nodes[it->second]);
     if (!recomputed) net.add_edge(S, in(v), FlowNetwork::kInfinite);
-    int64_t cost = 4 * gl.meta(v).nbytes() + (read.count(v) ? 1 : 2);
-    if (it == made_by.end() && !returned.count(v)) cost = 1;
-    if (written.count(v) || ((returned.count(v) || outputs.count(v)) && !read.count(v))) cost = FlowNetwork::kInfinite;
+    const bool is_read = read.count(v) > 0, is_returned = returned.count(v) > 0 || outputs.count(v) > 0;
+    int64_t cost = 4 * gl.meta(v).nbytes() + (is_read ? 1 : 2);
+    if (written.count(v) || (is_returned && !is_read)) cost = FlowNetwork::kInfinite;  // never saved
+    else if (it == made_by.end() && !returned.count(v)) cost = 1;                     // a graph input
     net.add_edge(in(v), out(v), cost);
   }
   for (size_t i = 0; i < gl.nodes.size(); ++i) {
@@ -238,12 +239,10 @@ LevelPart differentiate(const Graph& gl, const std::vector<ValueId>& seed_values
   const std::unordered_set<ValueId> input_free = input_free_values(gl);
   auto may_recompute = [&](const Node& n) { return recomputable(n) || input_free.count(n.outputs.at(0)) > 0; };
   const Cut cut = cheapest_cut(gl, made_by, read, written, returned, may_recompute);
-  const std::set<ValueId>& saved = cut.saved;
-  const std::set<size_t>& recompute = cut.recompute;
-  part.saved.assign(saved.begin(), saved.end());
+  part.saved.assign(cut.saved.begin(), cut.saved.end());
   std::vector<ValueId> bwd_inputs = part.saved;
   bwd_inputs.insert(bwd_inputs.end(), seeds.begin(), seeds.end());
-  std::vector<size_t> nodes(recompute.begin(), recompute.end());
+  std::vector<size_t> nodes(cut.recompute.begin(), cut.recompute.end());
   nodes.insert(nodes.end(), bwd_nodes.begin(), bwd_nodes.end());
   part.backward = extract(j, bwd_inputs, nodes, grads_out);
   return part;

@@ -204,13 +204,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-double cuda_nvrtc_compile_ms(const std::string& source, int device, bool cubin, const std::vector<std::string>& extra) {
-  const int arch = rc::device_info(device).arch;
-  const auto t0 = std::chrono::steady_clock::now();
-  rc::nvrtc_compile(source, "measure.cu", arch, cubin, extra);
-  return ms_since(t0);
-}
-
 std::vector<RouteTiming> cuda_route_timings(const std::vector<std::string>& extra) {
   std::vector<RouteTiming> out;
   for (const auto& [source, device] : cuda_compiled_sources()) {

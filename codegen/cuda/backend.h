@@ -44,10 +44,8 @@ struct RouteTiming {
   double nvrtc_cubin_ms = 0, nvrtc_ptx_ms = 0, driver_ptx_load_ms = 0, driver_cubin_load_ms = 0;
 };
 std::vector<RouteTiming> cuda_route_timings(const std::vector<std::string>& extra = {});
-// For measuring NVRTC alone (bench/nvrtc_options.py): the sources this process compiled (newest
-// last, bounded as above) with their devices, and the milliseconds one NVRTC compile of `source`
-// for `device`'s architecture takes with the backend's options and then `extra`.
+// The sources this process compiled (newest last, bounded as above) with their devices: what
+// bench/nvrtc_options.py compiles again through runtime/cuda/cuda_api.h's nvrtc_compile.
 std::vector<std::pair<std::string, int>> cuda_compiled_sources();
-double cuda_nvrtc_compile_ms(const std::string& source, int device, bool cubin, const std::vector<std::string>& extra);
 
 }  // namespace fastdyn::codegen
