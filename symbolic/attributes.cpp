@@ -88,6 +88,20 @@ bool has_standard_getattribute(PyTypeObject* tp) {
   return _PyType_Lookup(tp, key) == object_getattribute() || tp->tp_getattro == PyObject_GenericGetAttr;
 }
 
+bool typing_form(PyObject* o) {
+  static PyObject* union_type = resolve_python_name("types.UnionType");  // NB: kept for the process
+  return Py_IS_TYPE(o, &Py_GenericAliasType) || reinterpret_cast<PyObject*>(Py_TYPE(o)) == union_type;
+}
+
+// What a typing form holds: classes, None, typing forms, tuples of them.
+bool typing_part(PyObject* o, int depth = 0) {
+  if (o == Py_None || PyType_Check(o) || typing_form(o)) return true;
+  if (!PyTuple_CheckExact(o) || depth > 8) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+    if (!typing_part(PyTuple_GET_ITEM(o, i), depth + 1)) return false;
+  return true;
+}
+
 PyObject* python_dunder(PyTypeObject* tp, const char* dunder) {
   PyOwned key(interned_name(dunder));
   PyObject* f = key.p ? _PyType_Lookup(tp, key.p) : nullptr;
@@ -256,7 +270,15 @@ bool Tracer::plain_module_store(const SymValue& owner, const std::string& name, 
 
 // STORE_ATTR, and setattr() with a constant name (builtins.cpp).
 void Tracer::store_attr(const SymValue& owner, const std::string& name, const SymValue& value) {
-  if (owner.kind == SymValue::Kind::Object) return store_object_attr(owner, name, value);
+  if (owner.kind == SymValue::Kind::Object) {
+    // A __setattr__ of the class's own (a strict dataclass's validators) runs for every store.
+    if (PyObject* setattr = python_dunder(reinterpret_cast<PyTypeObject*>(owner.obj), "__setattr__")) {
+      PyOwned name_obj(PyUnicode_FromString(name.c_str()));
+      call(constant(setattr), {owner, constant(name_obj.p), value}, {});
+      return;
+    }
+    return store_object_attr(owner, name, value);
+  }
   if (owner.kind == SymValue::Kind::Record) {
     for (size_t i = 0; i < owner.field_names.size(); ++i)
       if (owner.field_names[i] == name) throw Unsupported("assignment to a field of a record made in the frame");
@@ -318,6 +340,7 @@ void Tracer::note_written_attr(const SymValue& owner, const std::string& name, c
 }
 
 void Tracer::delete_attr(const SymValue& owner, const std::string& name) {
+  if (owner.kind == SymValue::Kind::Object) return delete_object_attr(owner, name);
   if (!owner.is_constant() || owner.name == "__super__" || owner.kind != SymValue::Kind::Constant)
     throw Unsupported("del of an attribute of " + describe(owner));
   PyTypeObject* tp = Py_TYPE(owner.obj);
@@ -377,7 +400,16 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
     m.items.push_back(owner);
     return m;
   }
-  if (owner.kind == K::Object) return object_attr(owner, name);
+  if (owner.kind == K::Object) {
+    // A __getattribute__ of the class's own runs for every read (transformers' configs remap
+    // names), inlined; object's (reached through super()) is the generic lookup.
+    if (!generic)
+      if (PyObject* getattribute = python_dunder(reinterpret_cast<PyTypeObject*>(owner.obj), "__getattribute__")) {
+        PyOwned name_obj(PyUnicode_FromString(name.c_str()));
+        return call(constant(getattribute), {owner, constant(name_obj.p)}, {});
+      }
+    return object_attr(owner, name);
+  }
   if (owner.name == "__fd_object_super__") return object_attr(owner.items.at(0), name, owner.obj);
   if (owner.kind == K::Record) {
     for (size_t i = 0; i < owner.field_names.size(); ++i)
@@ -507,6 +539,9 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
       // (A module subclass forwarding names, torch._VF to torch._C._VariableFunctions: its C
       // functions are guarded by identity like any module attribute.)
       // Its submodules too (torch.backends.mha under torch.backends' PropModule).
+      // The typing forms `int | None`, `list[int]` are immutable: what they hold (__args__,
+      // __origin__) is a constant.
+      if (typing_form(o) && typing_part(v)) return constant(v);
       if (!is_plain_value(v) && !PyType_Check(v) && !(PyModule_Check(o) && (PyCFunction_Check(v) || PyModule_Check(v))))
         throw Unsupported("attribute '" + name + "' of " + tp->tp_name + " (custom __getattribute__)");
       SourcePtr src = child_source(owner.source, Source::Kind::Attr, name);

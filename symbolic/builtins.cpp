@@ -205,9 +205,13 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
   if (is("isinstance") && n == 2 && args[1].is_python_constant()) {  // reads only the type
     PyOwned cls(t.materialize(args[1]));
     // Beyond the type's own MRO, isinstance asks the object's __class__: through a custom
-    // __getattribute__ that is user code, which the compiled code would never run again.
+    // __getattribute__ that is user code, which the compiled code would never run again. Classes
+    // (type's) and the typing forms `int | None`, `list[int]` have C ones that answer __class__ generically
+    // (typing.get_origin asks isinstance of them: huggingface_hub's field validators).
+    PyTypeObject* value_type = typed_constant ? Py_TYPE(args[0].obj) : nullptr;
+    const bool c_lookup = value_type == &PyType_Type || (typed_constant && typing_form(args[0].obj));
     if (typed_constant && PyType_Check(cls.p) && !PyObject_TypeCheck(args[0].obj, reinterpret_cast<PyTypeObject*>(cls.p)) &&
-        !has_standard_getattribute(Py_TYPE(args[0].obj)))
+        !has_standard_getattribute(value_type) && !c_lookup)
       throw Unsupported(std::string("isinstance() on a ") + Py_TYPE(args[0].obj)->tp_name + " with its own __getattribute__");
     int r = typed_constant ? PyObject_IsInstance(args[0].obj, cls.p) : PyObject_IsSubclass(type_of(t, args[0]), cls.p);
     if (r < 0) { PyErr_Clear(); throw Unsupported("isinstance() with " + describe(args[1])); }
@@ -219,6 +223,20 @@ bool Calls::builtin_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
     if (!args[1].is_constant() || !PyUnicode_Check(args[1].obj)) throw Unsupported("getattr with a non-constant name");
     const std::string name = PyUnicode_AsUTF8(args[1].obj);
     const bool has = is("hasattr");
+    if (args[0].kind == SymValue::Kind::Object && python_dunder(reinterpret_cast<PyTypeObject*>(args[0].obj), "__getattribute__")) {
+      // Its class's own __getattribute__ answers, inlined; an AttributeError it raises is the
+      // False or the default.
+      const size_t depth = t.frames_.size();
+      try {
+        SymValue v = t.load_attr(args[0], name);
+        out = has ? Tracer::constant(Py_True) : v;
+        return true;
+      } catch (const Raised& r) {
+        if (!PyObject_IsSubclass(r.type, PyExc_AttributeError) || (!has && n == 2) || !t.unwind_to(depth)) throw;
+        out = has ? Tracer::constant(Py_False) : args[2];
+        return true;
+      }
+    }
     if (args[0].kind == SymValue::Kind::Object) {
       SymValue v;
       if (!t.object_lookup(args[0], name, &v)) {

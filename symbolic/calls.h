@@ -42,6 +42,9 @@ struct Calls {
   // torch._foreach_* ops as one per-tensor op per list item (foreach.cpp).
   static bool foreach_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
 
+  // copy.deepcopy(x) as the copy it makes, for the values it knows (deep_copy.cpp).
+  static bool deep_copy(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
+
   // Dataclass and namedtuple records built in the trace (calls.cpp).
   static bool is_record_type(PyObject* type);
   static SymValue make_record(Tracer& t, PyObject* type, Args args, Kwargs kwargs);

@@ -75,9 +75,14 @@ SymValue Tracer::container_method(SymValue self, const std::string& name, std::v
   using Args = std::vector<SymValue>;
   using K = SymValue::Kind;
   if (name == "__fd_generic_getattr__" && args.size() == 1 && args[0].is_constant() && PyUnicode_Check(args[0].obj) &&
-      self.is_constant()) {  // object.__getattribute__(self, name): the generic lookup, traced
+      (self.is_constant() || self.kind == K::Object)) {  // object.__getattribute__(self, name): the generic lookup, traced
     t.generic_lookup_ = true;
     return t.load_attr(self, PyUnicode_AsUTF8(args[0].obj));
+  }
+  if (name == "__fd_generic_setattr__" && args.size() == 2 && args[0].is_constant() && PyUnicode_Check(args[0].obj) &&
+      self.kind == K::Object) {  // object.__setattr__(self, name, value) on an object of the trace: into its box
+    t.store_object_attr(self, PyUnicode_AsUTF8(args[0].obj), args[1]);
+    return Tracer::constant(Py_None);
   }
   auto mutate = [&]() {
     for (const SymValue& a : args)  // x.append(x): a container holding itself is left to Python

@@ -633,6 +633,7 @@ struct Rebuilder {
         });
       case K::Dict:
         if (v.source) return load_sourced(v);
+        if (v.name == kObjectDict) throw CannotRebuild("the __dict__ of an object made in the trace");
         return boxed(v, [&] {
           if (v.obj) {  // OrderedDict({...}): the same order
             b.emit(op::PUSH_NULL, 0);

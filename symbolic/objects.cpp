@@ -38,6 +38,21 @@ PyObject* object_init() {
   return init;
 }
 
+// object's own __getattribute__ / __setattr__ (borrowed).
+PyObject* object_generic(const char* name) {
+  static PyObject* getattribute = _PyType_Lookup(&PyBaseObject_Type, PyUnicode_InternFromString("__getattribute__"));  // NB: kept
+  static PyObject* setattr = _PyType_Lookup(&PyBaseObject_Type, PyUnicode_InternFromString("__setattr__"));  // NB: kept
+  return std::strcmp(name, "__setattr__") == 0 ? setattr : getattribute;
+}
+
+// The `__dict__` getset descriptor Python gives a class whose instances have a dict (the first
+// such class in tp's MRO defines it; borrowed), or nullptr.
+PyObject* object_dict_descriptor(PyTypeObject* tp) {
+  static PyObject* key = PyUnicode_InternFromString("__dict__");  // NB: kept for the process
+  PyObject* d = _PyType_Lookup(tp, key);
+  return d && Py_IS_TYPE(d, &PyGetSetDescr_Type) ? d : nullptr;
+}
+
 // `name` in class `cls`'s own dict (borrowed), or nullptr. A static type's tp_dict is NULL in
 // 3.12 (its dict is per interpreter): read through its __dict__ proxy; static types and their
 // dicts live as long as the process, so the entry stays valid.
@@ -72,6 +87,18 @@ PyObject* mro_lookup(PyTypeObject* tp, PyObject* name, PyObject* after, PyObject
     }
   }
   return nullptr;
+}
+
+// tp's own `dunder` in Python (a function, borrowed), or nullptr.
+PyObject* python_function_dunder(PyTypeObject* tp, const char* dunder) {
+  PyObject* f = python_dunder(tp, dunder);
+  return f && PyFunction_Check(f) ? f : nullptr;
+}
+
+// Whether an attribute name (a key of an Object's box: a str unless stored through __dict__)
+// is `name`.
+bool key_is(const SymValue& key, const std::string& name) {
+  return PyUnicode_Check(key.obj) && name == PyUnicode_AsUTF8(key.obj);
 }
 
 SymValue bound(PyObject* fn, const std::string& name, const SymValue& self) {
@@ -115,7 +142,11 @@ bool Tracer::plain_class(PyObject* type) {
   auto* tp = reinterpret_cast<PyTypeObject*>(type);
   if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || (tp->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) return false;
   if (Py_TYPE(type)->tp_call != PyType_Type.tp_call || tp->tp_new != PyBaseObject_Type.tp_new) return false;
-  if (tp->tp_setattro != PyObject_GenericSetAttr || !has_standard_getattribute(tp)) return false;
+  // A __setattr__ or __getattribute__ of its own in Python is inlined at every store and read
+  // (store_attr, load_attr), as eager runs it; object's reached from it (super()) is the box.
+  if (tp->tp_setattro != PyObject_GenericSetAttr && !python_function_dunder(tp, "__setattr__")) return false;
+  if (!has_standard_getattribute(tp) && !python_function_dunder(tp, "__getattribute__")) return false;
+  if (python_dunder(tp, "__delattr__")) return false;
   if (tp->tp_dictoffset == 0 || tp->tp_finalize || tp->tp_del) return false;
   PyObject* mro = tp->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
@@ -155,7 +186,19 @@ bool Tracer::object_lookup(const SymValue& self, const std::string& name, SymVal
     *out = constant(self.obj);
     return true;
   }
-  if (name == "__dict__") throw Unsupported("__dict__ of " + describe(self));
+  if (name == "__dict__") {
+    // The instance dict: a dict of the trace sharing the object's box, so that what is stored
+    // through either is the other's. It stays in the trace (kObjectDict): built on its own, it
+    // would not be the object's dict.
+    if (after || !object_dict_descriptor(tp))
+      throw Unsupported("__dict__ of " + describe(self) + " (its class's own)");
+    SymValue d;
+    d.kind = SymValue::Kind::Dict;
+    d.box = self.box;
+    d.name = kObjectDict;
+    *out = d;
+    return true;
+  }
   PyOwned key(interned_name(name));
   PyObject* defining = nullptr;
   PyObject* found = mro_lookup(tp, key.p, after, &defining);
@@ -171,7 +214,7 @@ bool Tracer::object_lookup(const SymValue& self, const std::string& name, SymVal
   }
   if (!after)
     for (size_t i = 0; i < self.box->keys.size(); ++i)
-      if (name == PyUnicode_AsUTF8(self.box->keys[i].obj)) {
+      if (key_is(self.box->keys[i], name)) {
         *out = self.box->items[i];
         return true;
       }
@@ -180,6 +223,15 @@ bool Tracer::object_lookup(const SymValue& self, const std::string& name, SymVal
       SymValue m;
       m.kind = SymValue::Kind::BoundMethod;
       m.name = "__fd_object_init__";
+      m.items.push_back(self);
+      *out = m;
+      return true;
+    }
+    if (found == object_generic("__getattribute__") || found == object_generic("__setattr__")) {
+      // object's own lookup or store, reached past the class's (super().__setattr__(k, v)).
+      SymValue m;
+      m.kind = SymValue::Kind::BoundMethod;
+      m.name = found == object_generic("__setattr__") ? "__fd_generic_setattr__" : "__fd_generic_getattr__";
       m.items.push_back(self);
       *out = m;
       return true;
@@ -232,9 +284,46 @@ SymValue Tracer::named_tuple_class_attr(const SymValue& owner, const std::string
 
 SymValue Tracer::object_attr(const SymValue& self, const std::string& name, PyObject* after) {
   SymValue out;
-  if (!object_lookup(self, name, &out, after))
-    throw Unsupported(describe(self) + " has no attribute '" + name + "' (AttributeError)");
+  if (!object_lookup(self, name, &out, after)) {  // eager's AttributeError, which a handler may catch
+    const std::string what = std::string("'") + reinterpret_cast<PyTypeObject*>(self.obj)->tp_name + "' object has no attribute '" + name + "'";
+    PyObject* error = PyObject_CallFunction(PyExc_AttributeError, "s", what.c_str());
+    if (!error) PyErr_Clear();
+    throw Raised(PyExc_AttributeError, "AttributeError: " + what, error);
+  }
   return out;
+}
+
+bool Tracer::object_slot_call(PyObject* fn, const std::vector<SymValue>& args, SymValue* out) {
+  if (args.empty() || args[0].kind != SymValue::Kind::Object || args.size() < 2 || !args[1].is_constant() || !PyUnicode_Check(args[1].obj))
+    return false;
+  const std::string name = PyUnicode_AsUTF8(args[1].obj);
+  if (fn == object_generic("__setattr__") && args.size() == 3) {
+    store_object_attr(args[0], name, args[2]);
+    *out = constant(Py_None);
+    return true;
+  }
+  if (fn == object_generic("__getattribute__") && args.size() == 2) {
+    generic_lookup_ = true;
+    *out = load_attr(args[0], name);
+    return true;
+  }
+  return false;
+}
+
+// del self.name: object's __delattr__ (the class has no Python one: plain_class) on the box.
+void Tracer::delete_object_attr(const SymValue& self, const std::string& name) {
+  auto* tp = reinterpret_cast<PyTypeObject*>(self.obj);
+  PyOwned key(interned_name(name));
+  PyObject* found = mro_lookup(tp, key.p, nullptr, nullptr);
+  if (found && Py_TYPE(found)->tp_descr_set) throw Unsupported("del of '" + name + "' of " + describe(self) + " through a " + Py_TYPE(found)->tp_name);
+  std::vector<SymValue>& keys = self.box->keys;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (key_is(keys[i], name)) {
+      keys.erase(keys.begin() + static_cast<std::ptrdiff_t>(i));
+      self.box->items.erase(self.box->items.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  throw Unsupported("del of '" + name + "', which " + describe(self) + " lacks (AttributeError)");
 }
 
 void Tracer::store_object_attr(const SymValue& self, const std::string& name, const SymValue& value) {
@@ -253,7 +342,7 @@ void Tracer::store_object_attr(const SymValue& self, const std::string& name, co
   std::vector<SymValue>& keys = self.box->keys;
   std::vector<SymValue>& items = self.box->items;
   size_t i = 0;
-  while (i < keys.size() && name != PyUnicode_AsUTF8(keys[i].obj)) ++i;
+  while (i < keys.size() && !key_is(keys[i], name)) ++i;
   if (value.holds_box(self.box.get())) throw Unsupported("storing " + describe(value) + " in an attribute of itself (a cycle)");
   if (value.kind == SymValue::Kind::Iterator || value.kind == SymValue::Kind::Cell)
     throw Unsupported("storing a " + describe(value) + " in an attribute of " + describe(self));
@@ -325,6 +414,15 @@ bool Tracer::list_subclass_member(const SymValue& self, const std::string& name,
   return object_lookup(self, name, out);
 }
 
+bool Tracer::unwind_to(size_t depth) {
+  for (size_t k = depth; k < frames_.size(); ++k) {
+    const FrameState& f = *frames_[k];
+    if (!enclosing_handlers(f.code, f.insts[f.pc].index).empty()) return false;
+  }
+  frames_.resize(depth);
+  return true;
+}
+
 std::optional<std::vector<SymValue>> Tracer::sequence_items(const SymValue& v) {
   static PyObject* sequence_iter = resolve_python_name("collections.abc.Sequence.__iter__");  // NB: kept
   if (!sequence_iter || python_dunder(reinterpret_cast<PyTypeObject*>(v.obj), "__iter__") != sequence_iter) return std::nullopt;
@@ -339,11 +437,7 @@ std::optional<std::vector<SymValue>> Tracer::sequence_items(const SymValue& v) {
     } catch (const Raised& r) {
       // Sequence.__iter__'s `except IndexError` catches it only when no block of the inlined
       // calls between (a try, a with) would see it first.
-      for (size_t k = depth; k < frames_.size(); ++k) {
-        const FrameState& f = *frames_[k];
-        if (!enclosing_handlers(f.code, f.insts[f.pc].index).empty()) throw Unsupported(std::string(r.what()) + " inside a try or with block");
-      }
-      frames_.resize(depth);
+      if (!unwind_to(depth)) throw Unsupported(std::string(r.what()) + " inside a try or with block");
       if (!PyObject_IsSubclass(r.type, PyExc_IndexError)) throw Unsupported(r.what());
       return items;
     }

@@ -235,6 +235,14 @@ SymValue Tracer::binary(const char* symbol, const SymValue& a, const SymValue& b
         if (r.p) return constant(r.p);
         PyErr_Clear();
       }
+      // `int | None`, `str | list[int]`: a union made by type's own __or__ (no metaclass of the
+      // user's), a constant like the classes it joins.
+      auto joins = [](PyObject* o) { return o == Py_None || Py_IS_TYPE(o, &PyType_Type) || typing_form(o); };
+      if (sym == "|" && x.p && y.p && joins(x.p) && joins(y.p) && (x.p != Py_None || y.p != Py_None)) {
+        PyOwned r(PyNumber_Or(x.p, y.p));
+        if (r.p) return constant(r.p);
+        PyErr_Clear();
+      }
       throw Unsupported("operator " + sym + " on " + describe(a) + " and " + describe(b));
     }
     PyObject* r = compare_or_fold(sym, x.p, y.p);

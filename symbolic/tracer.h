@@ -59,6 +59,9 @@ struct Raised : Unsupported {
 // slot, method or builtin), else nullptr (borrowed). The trace never calls such code for real:
 // it inlines it, or breaks, so that user code runs exactly as often as eager runs it.
 PyObject* python_dunder(PyTypeObject* tp, const char* dunder);
+// `int | None` (types.UnionType) or `list[int]` (types.GenericAlias): immutable, with C lookups
+// that run no Python code (attributes.cpp).
+bool typing_form(PyObject* o);
 // Whether `o == other` runs no Python code of o's: its type's __eq__ is C, and so is that of every
 // item of a list, tuple, set or dict (keys and values) it holds, to a bounded depth (comparing
 // [(1, obj)] with [(obj, 1)] runs obj.__eq__).
@@ -214,6 +217,7 @@ class Tracer {
  private:
   friend struct Handlers;
   friend struct Calls;
+  friend class DeepCopier;  // deep_copy.cpp
 
   // list.append, dict.get ...: methods of containers made in the trace (containers.cpp).
   SymValue container_method(SymValue self, const std::string& name, std::vector<SymValue> args,
@@ -292,6 +296,15 @@ class Tracer {
   bool object_lookup(const SymValue& self, const std::string& name, SymValue* out, PyObject* after = nullptr);
   SymValue object_attr(const SymValue& self, const std::string& name, PyObject* after = nullptr);
   void store_object_attr(const SymValue& self, const std::string& name, const SymValue& value);
+  void delete_object_attr(const SymValue& self, const std::string& name);
+  // object.__setattr__(o, name, value) / object.__getattribute__(o, name) called on an Object:
+  // its box, generically (false: not such a call).
+  bool object_slot_call(PyObject* fn, const std::vector<SymValue>& args, SymValue* out);
+  // A Raised that C++ code of the trace catches for the Python code it stands for (hasattr's
+  // AttributeError, Sequence.__iter__'s IndexError) leaves the inlined calls above `depth`: only
+  // when none of them has a block (a try, a with) that would have seen it first (false: none
+  // left). (objects.cpp)
+  bool unwind_to(size_t depth);
   // A list subclass that adds methods or properties and changes nothing a list does (no list
   // method, __init__ or __new__ of its own): its instances are Lists tagged with the class.
   static bool plain_list_subclass(PyObject* type);

@@ -58,6 +58,9 @@ void size_read(const SymValue& v);  // calls the hook when v is a size-derived i
 // the trace, never handed to run time (continuation.cpp, eval_hook's return template), nor its
 // traceback read (attributes.cpp).
 inline constexpr const char* kTraceException = "__fd_exception__";
+// SymValue::name of an Object's `__dict__` read in the trace (objects.cpp): a Dict sharing the
+// object's box, never handed to run time (continuation.cpp, eval_hook's return template).
+inline constexpr const char* kObjectDict = "__fd_object_dict__";
 
 struct SymValue {
   enum class Kind : uint8_t {

@@ -3,8 +3,13 @@ trace runs their __init__ and methods (super() included), keeps their attributes
 and the transformed code builds the ones that outlive the graph after it, with eager's attributes
 in eager's order, once per object. What must not change: the type, vars() and its order, identity
 between references, a break with an object live, exceptions raised while making one, and classes
-the trace cannot follow (slots, a custom __setattr__, a finalizer) running as written.
+the trace cannot follow (slots, a finalizer) running as written. A class's own __setattr__ and
+__getattribute__ (a strict dataclass's validators, transformers' remapped config names) run in the
+trace at every store and read; copy.deepcopy of such objects is made in the trace
+(symbolic/deep_copy.cpp).
 """
+import copy
+import typing
 from collections.abc import Sequence
 
 import pytest
@@ -212,7 +217,7 @@ class Finalized:
 
 
 @pytest.mark.parametrize("cls", [Slotted, Guarded, Finalized])
-def test_classes_the_trace_does_not_follow_run_as_written(cls):
+def test_classes_with_slots_a_finalizer_or_their_own_setattr_give_eagers_values(cls):
     def f(x):
         o = cls(x + 1)
         return o.x * 2
@@ -354,3 +359,121 @@ def test_the_signature_of_a_method_does_not_fix_its_object():
     got, delta = call_with_stats(jf, [Scale(2.0)], x)
     torch.testing.assert_close(got, x * 2.0)
     assert delta["cache_hits"] == 1 and delta["recompiles"] == 0, delta
+
+
+class Validated:
+    """A strict dataclass's shape: a __setattr__ that validates, a __getattribute__ that maps names."""
+    attribute_map = {"hidden": "width"}
+
+    def __init__(self, width, depth):
+        self.width = width
+        self.depth = depth
+
+    def __setattr__(self, name, value):
+        if name == "depth" and not isinstance(value, int):
+            raise TypeError(f"depth must be an int, got {type(value).__name__}")
+        super().__setattr__(name, value)
+
+    def __getattribute__(self, name):
+        if name != "attribute_map" and name in super().__getattribute__("attribute_map"):
+            name = super().__getattribute__("attribute_map")[name]
+        return super().__getattribute__(name)
+
+
+def test_a_class_with_its_own_setattr_and_getattribute_runs_them_in_the_trace():
+    def f(x):
+        v = Validated(3, 2)
+        v.depth = v.depth + 1
+        found = (hasattr(v, "hidden"), hasattr(v, "missing"), getattr(v, "missing", 5), v.hidden)
+        v.__dict__.update(extra=7)
+        del v.width
+        object.__setattr__(v, "raw", 1.5)
+        return x * v.depth + v.extra, found, list(v.__dict__), object.__getattribute__(v, "raw")
+
+    out = check(f, r(3))
+    assert out[1:] == ((True, False, 5, 3), ["depth", "extra", "raw"], 1.5)
+
+
+def test_a_validator_that_raises_in_the_trace_raises_as_eager():
+    def f(x):
+        v = Validated(3, 2)
+        v.depth = 1.5
+        return x * v.depth
+
+    check(f, r(3), graphs=0, breaks=1)
+
+
+def test_an_object_with_its_own_setattr_made_in_the_trace_is_returned_with_eagers_attributes():
+    def f(x):
+        v = Validated(3, 2)
+        v.depth = 4
+        return v, x + 1
+
+    got = fastdyn.jit(f)(r(3))[0]
+    assert type(got) is Validated and list(vars(got)) == ["width", "depth"] and (got.width, got.depth) == (3, 4)
+
+
+class Config:
+    def __init__(self):
+        self.layers = 2
+        self.names = {"a": 1}
+        self.sizes = [1, 2]
+        self.pair = (self.sizes, self.sizes)
+
+
+CONFIG = Config()
+
+
+def test_a_deep_copy_is_made_in_the_trace_and_follows_the_original():
+    def f(x):
+        c = copy.deepcopy(CONFIG)
+        c.layers += 1
+        c.sizes.append(3)
+        shared = c.pair[0] is c.pair[1] is c.sizes
+        return x * c.layers + len(c.pair[1]) + c.names["a"], shared
+
+    check(f, r(3))
+    jf = fastdyn.jit(f)
+    x = r(3)
+    torch.testing.assert_close(jf(x)[0], x * 3 + 4)
+    assert CONFIG.sizes == [1, 2] and CONFIG.layers == 2  # the original is untouched
+    CONFIG.layers = 5
+    try:
+        torch.testing.assert_close(jf(x)[0], x * 6 + 4)  # the copy follows the original's change
+        CONFIG.names["a"] = 10
+        torch.testing.assert_close(jf(x)[0], x * 6 + 13)
+    finally:
+        CONFIG.layers, CONFIG.names["a"] = 2, 1
+
+
+def test_a_deep_copy_returned_is_a_new_object_with_copied_attributes():
+    def f(x):
+        c = copy.deepcopy(CONFIG)
+        return c, x * c.layers
+
+    got = fastdyn.jit(f)(r(3))[0]
+    assert type(got) is Config and got is not CONFIG and list(vars(got)) == list(vars(CONFIG))
+    assert got.sizes == CONFIG.sizes and got.sizes is not CONFIG.sizes and got.pair[0] is got.sizes
+    assert got.names == CONFIG.names and got.names is not CONFIG.names
+
+
+def test_a_deep_copy_of_a_tensor_is_left_to_copy_deepcopy():
+    def f(x):
+        return copy.deepcopy(x) + 1
+
+    check(f, r(3), graphs=1, breaks=0)
+
+
+def test_isinstance_on_typing_forms_is_answered_in_the_trace():
+    def f(x):
+        return x * len(typing.get_args(int | None)), typing.get_origin(list[int]) is list, isinstance(int, type)
+
+    check(f, r(3))
+
+
+def test_an_encoder_decoder_model_deep_copying_its_config_is_one_graph():
+    import hf_zoo
+    model, inputs = hf_zoo.build_wide("bart")
+    with torch.no_grad():
+        report = fastdyn.explain(model, **inputs)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
