@@ -12,8 +12,15 @@
 // ATen, which mutates and raises exactly where eager does (so graphs drawing random numbers, which
 // a replay would draw twice, are not functionalized).
 //
+// A write into a chain of slice (step 1) and select views of a class (transformers' BART shifts
+// its decoder ids with `shifted[:, 1:] = ids[:, :-1]; shifted[:, 0] = start`) is the functional
+// write into the view, then the class's new version rebuilt around it, innermost view first:
+// cat(base[.., :start], new_view, base[.., end:]) along the view's dim (a select's new row
+// unsqueezed), so the scatter is a view and a cat kernel. The write's result (the view) reads as
+// the same views of the new version, until the class is written again.
 // What stays ATen's (Unsupported, the whole graph runs on the aten backend, which executes the
-// in-place ops as recorded): a write into a view (x[0].add_(1)), a view of a class taken before a
+// in-place ops as recorded): a write into another view (x.t().add_(1), a strided slice, or one in
+// a graph with symbolic sizes), a view of a class taken before a
 // later mutation of that class (the view would have to see the new data), an op whose result type
 // differs from self's (int_x.add_(0.5) computes in float, then truncates), a returned view of a
 // mutated input (it must alias the caller's tensor), and index_put_.
@@ -30,6 +37,7 @@
 #include "codegen/loop/passes.h"
 
 #include "codegen/capture/meta_rules.h"
+#include "codegen/capture/meta_views.h"
 #include "runtime/errors.h"
 
 #include <algorithm>
@@ -86,6 +94,7 @@ class Functionalizer {
       return f;
     }
     check_views();
+    check_view_write_results();
     check_returned_views();
     f.graph.values = g_.values;
     f.graph.binding = g_.binding;
@@ -139,12 +148,18 @@ class Functionalizer {
       FD_CHECK(!n.args.empty() && n.args[0].kind == Arg::Kind::Value, "in-place node without a self tensor");
       ValueId self = n.args[0].value;
       ValueId r = root_[static_cast<size_t>(self)];
-      if (is_view_output(r))
-        throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " writes into a view");
+      if (is_view_output(r)) {
+        if (!scatter_chain(r, i)) throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " writes into a view");
+        view_writes_[i] = r;
+        r = storage_root(r);
+      }
       if (!copies(n.op) && !in_place_extern(n.op) && (!functional_twin(n.op) || !same_result_type(g_, n)))
         throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " has no out-of-place form here");
-      for (size_t a = 1; a < n.args.size(); ++a)  // x.add_(x.t()): ATen refuses the partial overlap
-        if (n.args[a].kind == Arg::Kind::Value && n.args[a].value != self && storage_root(n.args[a].value) == r)
+      // x.add_(x.t()): ATen refuses the partial overlap. (What an earlier write into a view
+      // returned reads as a new value: `x[:, 1:] += y` stores it back.)
+      for (size_t a = 1; a < n.args.size(); ++a)
+        if (n.args[a].kind == Arg::Kind::Value && n.args[a].value != self && storage_root(n.args[a].value) == r &&
+            !written_view_result(n.args[a].value))
           throw Unsupported(std::string("in-place aten::") + op_info(n.op).aten + " reads a view of what it writes");
       const TensorMeta& m = g_.meta(r);
       for (size_t d = 0; d < m.sizes.size(); ++d)
@@ -232,6 +247,7 @@ class Functionalizer {
   static bool copies(OpId op) { return op == OpId::copy_ || op == OpId::fill__Scalar || op == OpId::fill__Tensor; }
 
   ValueId read(ValueId v) const {
+    if (auto r = view_results_.find(v); r != view_results_.end()) return r->second;
     auto it = current_.find(root_[static_cast<size_t>(v)]);
     return it == current_.end() ? v : it->second;
   }
@@ -254,6 +270,16 @@ class Functionalizer {
       out.nodes.push_back(std::move(f));
       return;
     }
+    if (auto vw = view_writes_.find(static_cast<size_t>(&n - g_.nodes.data())); vw != view_writes_.end()) {
+      write_into_view(n, std::move(f), vw->second, out);
+      return;
+    }
+    functional_write(n, std::move(f), out);
+    current_[root_[static_cast<size_t>(n.args[0].value)]] = n.outputs.at(0);
+  }
+
+  // The in-place op n (its args read, f) as an out-of-place one whose result is n's output.
+  void functional_write(const Node& n, Node f, Graph& out) {
     const ValueId result = n.outputs.at(0);
     const TensorMeta& self = g_.meta(n.args[0].value);
     if (n.op == OpId::fill__Scalar) {
@@ -279,7 +305,139 @@ class Functionalizer {
       out.values[static_cast<size_t>(result)] = fresh_meta(self, tensor_iterator_strides(self.sizes, operands));
       out.nodes.push_back(std::move(f));
     }
-    current_[root_[static_cast<size_t>(n.args[0].value)]] = result;
+  }
+
+  // The views from the class root down to `view` (slice with step 1 or select, static sizes),
+  // whose only reader from the in-place node `at` on is that node (nothing reads the write's
+  // result, nor the view afterwards). False: a write this pass leaves to ATen.
+  bool scatter_chain(ValueId view, size_t at) {
+    std::vector<ValueId> chain;
+    for (ValueId v = view; is_view_output(v); v = g_.nodes[static_cast<size_t>(producer_[static_cast<size_t>(v)])].args[0].value) {
+      const Node& p = g_.nodes[static_cast<size_t>(producer_[static_cast<size_t>(v)])];
+      if (p.op != OpId::slice_Tensor && p.op != OpId::select_int) return false;
+      if (p.args.empty() || p.args[0].kind != Arg::Kind::Value || g_.meta(v).symbolic()) return false;
+      if (p.op == OpId::slice_Tensor && (p.args.size() < 5 || p.args[4].kind != Arg::Kind::Int || p.args[4].i != 1)) return false;
+      chain.push_back(v);
+    }
+    const ValueId base = g_.nodes[static_cast<size_t>(producer_[static_cast<size_t>(chain.back())])].args[0].value;
+    // (The rebuilt class is contiguous, as a returned root must keep its strides.)
+    if (g_.meta(base).symbolic() || root_[static_cast<size_t>(base)] != base || !is_contiguous(g_.meta(base))) return false;
+    const Node& n = g_.nodes[at];
+    auto in_chain = [&](ValueId v) { return std::find(chain.begin(), chain.end(), v) != chain.end(); };
+    for (ValueId o : g_.outputs)
+      if (in_chain(o) || std::find(n.outputs.begin(), n.outputs.end(), o) != n.outputs.end()) return false;
+    return last_reader(in_chain) <= at;
+  }
+
+  bool written_view_result(ValueId v) const {
+    const int32_t p = producer_[static_cast<size_t>(v)];
+    return p >= 0 && view_writes_.count(static_cast<size_t>(p));
+  }
+
+  // The last node reading a value `named` picks (0: none).
+  template <typename Pred>
+  size_t last_reader(Pred named) const {
+    size_t last = 0;
+    for (size_t k = 0; k < g_.nodes.size(); ++k)
+      for (const Arg& a : g_.nodes[k].args)
+        if ((a.kind == Arg::Kind::Value && named(a.value)) ||
+            (a.kind == Arg::Kind::ValueList && std::any_of(a.values.begin(), a.values.end(), named)))
+          last = k;
+    return last;
+  }
+
+  // What a write into a view returns is that view of the class's new version (`x[:, 1:] += y`
+  // reads it back to store it): read until the class changes again.
+  void check_view_write_results() const {
+    for (const auto& [at, view] : view_writes_) {
+      const Node& n = g_.nodes[at];
+      const size_t last = last_reader([&](ValueId v) { return std::find(n.outputs.begin(), n.outputs.end(), v) != n.outputs.end(); });
+      for (size_t m : mutations_at_.at(storage_root(view)))
+        if (at < m && m < last)
+          throw Unsupported("the result of a write into a view is read after the tensor is mutated again: " + print_node(g_, n));
+    }
+  }
+
+  // n writes into `view` (a slice/select chain, scatter_chain): the new view, then each enclosing
+  // tensor rebuilt around it up to the class root, whose new version that is.
+  void write_into_view(const Node& n, Node f, ValueId view, Graph& out) {
+    Node w = std::move(f);
+    w.outputs = {out.add_value(g_.meta(n.outputs.at(0)))};
+    functional_write(w, w, out);  // (n's output stays unread: scatter_chain)
+    ValueId inner = w.outputs[0];
+    std::vector<const Node*> chain;  // innermost view first
+    for (ValueId v = view; is_view_output(v);) {
+      const Node& p = g_.nodes[static_cast<size_t>(producer_[static_cast<size_t>(v)])];
+      chain.push_back(&p);
+      const ValueId base = read(p.args[0].value);
+      inner = rebuild_around(p, base, inner, out);
+      v = p.args[0].value;
+    }
+    current_[storage_root(view)] = inner;
+    // n's result: the same views of the new version (read only before the next write: checked).
+    ValueId result = inner;
+    for (auto p = chain.rbegin(); p != chain.rend(); ++p) {
+      Node again = **p;
+      again.args[0] = Arg::of_value(result);
+      const TensorMeta& rm = out.meta(result);
+      const int64_t nd = static_cast<int64_t>(rm.sizes.size()), dim = again.args[1].i < 0 ? again.args[1].i + nd : again.args[1].i;
+      TensorMeta vm = again.op == OpId::select_int
+                          ? meta::select(rm, dim, again.args[2].i).meta
+                          : meta::slice(rm, dim, again.args[2].kind == Arg::Kind::Int ? std::optional<int64_t>(again.args[2].i) : std::nullopt,
+                                        again.args[3].kind == Arg::Kind::Int ? std::optional<int64_t>(again.args[3].i) : std::nullopt, 1);
+      again.outputs = {out.add_value(vm)};
+      result = again.outputs[0];
+      out.nodes.push_back(std::move(again));
+    }
+    for (ValueId o : n.outputs) view_results_[o] = result;
+  }
+
+  // base with the slice or select `p` of it replaced by `part`: cat of what lies before, part,
+  // and what lies after, along p's dim.
+  ValueId rebuild_around(const Node& p, ValueId base, ValueId part, Graph& out) {
+    const TensorMeta bm = out.meta(base);
+    const int64_t nd = static_cast<int64_t>(bm.sizes.size());
+    int64_t dim = p.args[1].i < 0 ? p.args[1].i + nd : p.args[1].i;
+    const int64_t size = bm.sizes[static_cast<size_t>(dim)];
+    int64_t start = 0, end = 0;
+    if (p.op == OpId::select_int) {
+      start = p.args[2].i < 0 ? p.args[2].i + size : p.args[2].i;
+      end = start + 1;
+      Node u;
+      u.op = OpId::unsqueeze;
+      u.args = {Arg::of_value(part), Arg::of_int(dim)};
+      u.outputs = {out.add_value(meta::unsqueeze(out.meta(part), dim))};
+      part = u.outputs[0];
+      out.nodes.push_back(std::move(u));
+    } else {  // ATen's slice bounds: a negative one counts from the end, then both clamp to the dim
+      auto bound = [&](const Arg& a, int64_t absent, int64_t lo) {
+        int64_t b = a.kind == Arg::Kind::Int ? a.i : absent;
+        if (b < 0) b += size;
+        return std::min(std::max(b, lo), size);
+      };
+      start = bound(p.args[2], 0, 0);
+      end = bound(p.args[3], size, start);
+    }
+    std::vector<ValueId> pieces;
+    auto piece = [&](int64_t from, int64_t to) {
+      if (from >= to) return;
+      Node sl;
+      sl.op = OpId::slice_Tensor;
+      sl.args = {Arg::of_value(base), Arg::of_int(dim), Arg::of_int(from), Arg::of_int(to), Arg::of_int(1)};
+      sl.outputs = {out.add_value(meta::slice(bm, dim, from, to, 1))};
+      pieces.push_back(sl.outputs[0]);
+      out.nodes.push_back(std::move(sl));
+    };
+    piece(0, start);
+    pieces.push_back(part);
+    piece(end, size);
+    const ValueId whole = out.add_value(fresh_meta(bm, contiguous_strides(bm.sizes)));
+    Node cat;
+    cat.op = OpId::cat;
+    cat.args = {Arg::of_values(pieces), Arg::of_int(dim)};
+    cat.outputs = {whole};
+    out.nodes.push_back(std::move(cat));
+    return whole;
   }
 
   // self.copy_(src): src broadcast to self's shape (an expand view) and cast to self's dtype.
@@ -319,6 +477,8 @@ class Functionalizer {
   std::unordered_map<ValueId, std::vector<size_t>> mutations_at_;  // class root -> its in-place nodes
   std::unordered_map<ValueId, ValueId> current_;       // class root -> latest functional version
   std::vector<ValueId> extern_written_;                // inputs an in-place extern writes in place
+  std::unordered_map<size_t, ValueId> view_writes_;    // in-place node -> the view it writes into
+  std::unordered_map<ValueId, ValueId> view_results_;  // such a node's result -> that view of the new version
 };
 
 }  // namespace

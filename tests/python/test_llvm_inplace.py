@@ -1,7 +1,9 @@
 """In-place ops on the llvm_cpu backend (codegen/loop/functionalize.cpp): graphs that mutate their
 inputs or intermediates compile to kernels that write the caller's tensors, with eager's results,
-returned objects, version counters and errors. Writes the loops cannot express (into views, an
-input overlapping another at run time) run on ATen, and must be exactly as right."""
+returned objects, version counters and errors. A write into slices and selects of a tensor
+(`ids[:, 1:] = ...`, `x[0].add_(1)`, `x[:, -2:] += 1`) rebuilds the tensor around the written part.
+Writes the loops cannot express (into other views, an input overlapping another at run time) run
+on ATen, and must be exactly as right."""
 import pytest
 import torch
 
@@ -114,7 +116,38 @@ def adam_like(p, g, m, v):
     return p, torch.zeros_like(p).lerp_(p, torch.full_like(p, 0.3))
 
 
+def write_into_view(x):
+    x[0].add_(1)
+    return x
+
+
+def shift_tokens_right(ids):
+    # transformers' BART/T5 decoder ids: a new tensor written through a slice and a select.
+    shifted = ids.new_zeros(ids.shape)
+    shifted[:, 1:] = ids[:, :-1].clone()
+    shifted[:, 0] = 2
+    shifted.masked_fill_(shifted == -100, 1)
+    return shifted * 3
+
+
+def views_of_views(x, y):
+    z = x * 1.5
+    z[1][2:5] = y[0, :3]  # a slice of a select
+    z[:, -2:] += 1        # reads the written view back and stores it
+    z[0].mul_(2)
+    return z.sin(), z[1, 2:5]
+
+
+def augmented_slice_of_input(x, y):
+    x[1:, ::1] += y
+    return x.sum(0)
+
+
 NATIVE = {
+    "write_into_view": (write_into_view, seeded((4, 5))),
+    "shift_tokens_right": (shift_tokens_right, lambda: (torch.randint(-100, 50, (3, 9), generator=torch.Generator().manual_seed(0)),)),
+    "views_of_views": (views_of_views, seeded((3, 8), (4, 4))),
+    "augmented_slice_of_input": (augmented_slice_of_input, seeded((5, 6), (6,))),
     "adam_like": (adam_like, lambda: tuple(t.abs() if i == 3 else t for i, t in enumerate(seeded((8, 16), (8, 16), (8, 16), (8, 16))()))),
     "copy_same": (copy_, seeded((257,), (257,))),
     "copy_broadcast": (copy_, seeded((4, 33), (33,))),
@@ -141,9 +174,14 @@ def test_inplace_graph_compiles_natively_and_matches_eager(name):
     check_same(fn, make)
 
 
-def write_into_view(x):
-    x[0].add_(1)
+def write_into_transposed(x):
+    x.t()[0].add_(1)
     return x
+
+
+def write_into_strided_slice(x):
+    x[::2].mul_(2)
+    return x + 1
 
 
 def view_then_mutate(x):
@@ -159,7 +197,8 @@ def returns_a_view_of_the_mutated_input(x):
 
 ON_ATEN = {
     "returns_a_view_of_the_mutated_input": (returns_a_view_of_the_mutated_input, seeded((6,))),
-    "write_into_view": (write_into_view, seeded((4, 5))),
+    "write_into_transposed": (write_into_transposed, seeded((4, 5))),
+    "write_into_strided_slice": (write_into_strided_slice, seeded((7, 3))),
     "view_then_mutate": (view_then_mutate, seeded((6,))),
 }
 

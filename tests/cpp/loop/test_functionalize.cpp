@@ -80,10 +80,45 @@ TEST(Functionalize, AMutatedIntermediateNeedsNoWriteBack) {
   EXPECT_EQ(f.graph.nodes[1].op, OpId::add_Scalar);
 }
 
+TEST(Functionalize, AWriteIntoASelectOfASliceRebuildsTheTensorAroundIt) {
+  // x[1][2:4] = y: the copy into the view, the row rebuilt around it, then x around the row.
+  Functional f = functionalize(parse_graph(R"(graph(%0: f32[3, 5]{5, 1}, %1: f32[2]{1}):
+  %2: f32[5]{1}+5 = aten::select.int(%0, 0, 1)
+  %3: f32[2]{1}+7 = aten::slice.Tensor(%2, 0, 2, 4, 1)
+  %4: f32[2]{1}+7 = aten::copy_(%3, %1, False)
+  %5: f32[3, 5]{5, 1} = aten::mul.Scalar(%0, 2)
+  return (%5)
+)"));
+  EXPECT_EQ(print_graph(f.graph), R"(graph(%0: f32[3, 5]{5, 1}, %1: f32[2]{1}):
+  %2: f32[5]{1}+5 = aten::select.int(%0, 0, 1)
+  %3: f32[2]{1}+7 = aten::slice.Tensor(%2, 0, 2, 4, 1)
+  %6: f32[2]{1} = aten::_to_copy(%1, torch.float32, None, None, None, False, None)
+  %7: f32[2]{1}+5 = aten::slice.Tensor(%2, 0, 0, 2, 1)
+  %8: f32[1]{1}+9 = aten::slice.Tensor(%2, 0, 4, 5, 1)
+  %9: f32[5]{1} = aten::cat([%7, %6, %8], 0)
+  %10: f32[1, 5]{5, 1} = aten::unsqueeze(%9, 0)
+  %11: f32[1, 5]{5, 1} = aten::slice.Tensor(%0, 0, 0, 1, 1)
+  %12: f32[1, 5]{5, 1}+10 = aten::slice.Tensor(%0, 0, 2, 3, 1)
+  %13: f32[3, 5]{5, 1} = aten::cat([%11, %10, %12], 0)
+  %14: f32[5]{1}+5 = aten::select.int(%13, 0, 1)
+  %15: f32[2]{1}+7 = aten::slice.Tensor(%14, 0, 2, 4, 1)
+  %5: f32[3, 5]{5, 1} = aten::mul.Scalar(%13, 2)
+  return (%5)
+)");
+  ASSERT_EQ(f.writebacks.size(), 1u);
+  EXPECT_EQ(f.writebacks[0].input, 0);
+  EXPECT_EQ(f.writebacks[0].value, 13);
+}
+
 TEST(Functionalize, WhatTheLoopsCannotExpressIsRefusedWithAReason) {
   EXPECT_NE(unsupported_reason(R"(graph(%0: f32[4, 5]{5, 1}):
-  %1: f32[5]{1} = aten::select.int(%0, 0, 0)
-  %2: f32[5]{1} = aten::add_.Scalar(%1, 1, 1)
+  %1: f32[5, 4]{1, 5} = aten::transpose.int(%0, 0, 1)
+  %2: f32[5, 4]{1, 5} = aten::add_.Scalar(%1, 1, 1)
+  return (%0)
+)").find("writes into a view"), std::string::npos);
+  EXPECT_NE(unsupported_reason(R"(graph(%0: f32[6]{1}):
+  %1: f32[3]{2} = aten::slice.Tensor(%0, 0, 0, None, 2)
+  %2: f32[3]{2} = aten::mul_.Scalar(%1, 2)
   return (%0)
 )").find("writes into a view"), std::string::npos);
   EXPECT_NE(unsupported_reason(R"(graph(%0: f32[6]{1}):
