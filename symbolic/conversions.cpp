@@ -894,7 +894,7 @@ SymValue Tracer::from_capture(codegen::Family fam, const codegen::CaptureResult&
     return SymValue::of_tensor(r.values[0]);
   }
   std::vector<SymValue> items;
-  for (codegen::ValueId id : r.values) items.push_back(SymValue::of_tensor(id));
+  for (codegen::ValueId id : r.values) items.push_back(id < 0 ? constant(Py_None) : SymValue::of_tensor(id));  // -1: None
   SymValue t = SymValue::tuple(std::move(items));
   if (!r.field_names.empty()) {
     t.kind = SymValue::Kind::NamedTuple;

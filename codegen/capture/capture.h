@@ -88,7 +88,7 @@ struct CaptureResult {
   // What the Python call returns (None: nothing, for statements such as `x[i] = v`, whose
   // effect is an in-place write recorded in the graph):
   enum class Shape : uint8_t { Tensor, Tuple, None } shape = Shape::Tensor;
-  std::vector<ValueId> values;   // Tensor: one value; Tuple: the elements (e.g. chunk, var_mean); None: empty
+  std::vector<ValueId> values;   // Tensor: one value; Tuple: the elements (e.g. chunk, var_mean; -1: None); None: empty
   std::vector<std::string> field_names;  // named-tuple returns (torch.max(x, 1): values, indices)
 
   static CaptureResult fail(std::string why) { CaptureResult r; r.reason = std::move(why); return r; }

@@ -11,6 +11,7 @@
 //     math fallback contiguously; which one runs follows ATen's own gates (flash_attention_cpu_runs).
 #include "codegen/capture/binder.h"
 #include "codegen/capture/meta_rules.h"
+#include "codegen/capture/meta_views.h"
 
 #include "runtime/errors.h"
 
@@ -832,6 +833,61 @@ CaptureResult bind_scaled_dot_product_attention(BindCall& c) {
                               Arg::of_double(a.number("dropout_p")), Arg::of_bool(a.boolean("is_causal")),
                               const_arg(a.get("scale")), Arg::of_bool(gqa)},
                              out));
+}
+
+// torch._native_multi_head_attention: nn.MultiheadAttention's inference fast path (torchvision's
+// ViT encoder). Where ATen's own implementation takes its scaled-dot-product route (self-attention
+// with query, key and value one tensor, no mask, no weights wanted, a head size divisible by 8,
+// and a fused SDPA kernel for the heads), it is that route's ops: the packed in-projection, three
+// chunks viewed as heads, SDPA, the heads merged back and the out-projection; the attention
+// weights are None. Anything else (ATen's math route, a GPU, whose kernel choice is not mirrored
+// here) is left to eager.
+CaptureResult bind__native_multi_head_attention(BindCall& c) {
+  FD_BIND_OR_RETURN(c, a, "_native_multi_head_attention(Tensor query, Tensor key, Tensor value, int embed_dim, int num_head, "
+                          "Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, Tensor? mask=None, "
+                          "bool need_weights=True, bool average_attn_weights=True, int? mask_type=None)");
+  const std::string op = "_native_multi_head_attention";
+  const ValueId query = a.tensor("query");
+  const TensorMeta q = c.graph.meta(query);
+  const int64_t d = a.integer("embed_dim"), heads = a.integer("num_head");
+  if (a.tensor("key") != query || a.tensor("value") != query) return CaptureResult::fail(op + ": not self-attention on one tensor");
+  if (!a.is_none("mask") || a.boolean("need_weights")) return CaptureResult::fail(op + ": a mask or the attention weights");
+  if (!q.device.is_cpu()) return CaptureResult::fail(op + ": ATen's kernel choice on " + q.device.str() + " is not mirrored");
+  if (q.dim() != 3 || q.sizes[2] != d || heads <= 0 || d % heads != 0 || (d / heads) % 8 != 0)
+    return CaptureResult::fail(op + ": not ATen's scaled-dot-product route (query " + shape_str(q.sizes) + ", " +
+                               std::to_string(heads) + " heads)");
+  const int64_t per_head = d / heads, batch = q.sizes[0];
+  // ATen chooses the route on the query viewed as heads.
+  const meta::MetaResult viewed = meta::view(q, {batch, -1, heads, per_head});
+  const TensorMeta as_heads = viewed.ok() ? meta::transpose(viewed.meta, 1, 2) : q;
+  if (!viewed.ok() || !flash_attention_cpu_runs(as_heads, as_heads, as_heads, nullptr, 0.0, false))
+    return CaptureResult::fail(op + ": ATen takes its math route here");
+  auto call = [&](Family f, std::vector<CallArg> args) {
+    CaptureResult r = record_call(c.graph, c.ctx, f, args, {});
+    if (!r.ok) throw std::runtime_error(op + ": " + r.reason);
+    return r;
+  };
+  try {
+    const ValueId x = call(Family::linear, {CallArg::tensor(query), a.get("qkv_weight"), a.get("qkv_bias")}).values[0];
+    const CaptureResult chunks = call(Family::chunk, {CallArg::tensor(x), CallArg::of_int(3), CallArg::of_int(-1)});
+    std::vector<CallArg> qkv;
+    for (ValueId part : chunks.values) {
+      const ValueId h = call(Family::view, {CallArg::tensor(part), CallArg::of_ints({batch, -1, heads, per_head})}).values[0];
+      qkv.push_back(CallArg::tensor(call(Family::transpose, {CallArg::tensor(h), CallArg::of_int(1), CallArg::of_int(2)}).values[0]));
+    }
+    qkv.push_back(CallArg::none());  // attn_mask
+    const ValueId y = call(Family::scaled_dot_product_attention, qkv).values[0];
+    const ValueId t = call(Family::transpose, {CallArg::tensor(y), CallArg::of_int(1), CallArg::of_int(2)}).values[0];
+    const ValueId merged = call(Family::reshape, {CallArg::tensor(t), CallArg::of_ints({batch, -1, d})}).values[0];
+    const ValueId out = call(Family::linear, {CallArg::tensor(merged), a.get("proj_weight"), a.get("proj_bias")}).values[0];
+    CaptureResult r;
+    r.ok = true;
+    r.shape = CaptureResult::Shape::Tuple;
+    r.values = {out, -1};  // (output, None)
+    return r;
+  } catch (const std::runtime_error& e) {
+    return CaptureResult::fail(e.what());
+  }
 }
 
 // ---- losses -----------------------------------------------------------------------------------

@@ -77,3 +77,30 @@ def test_a_one_dimensional_mask_raises_as_in_eager():
         f(q, m)
     with pytest.raises(IndexError):
         fastdyn.jit(f)(q, m)
+
+
+@pytest.mark.parametrize("embed,heads,need_weights,captured", [(64, 4, False, True), (48, 4, False, False), (64, 4, True, False)])
+def test_multihead_attention_fast_path_is_captured_where_aten_takes_sdpa(embed, heads, need_weights, captured):
+    # nn.MultiheadAttention in eval under no_grad calls torch._native_multi_head_attention
+    # (torchvision's ViT). Where ATen's own kernel takes its SDPA route (head size % 8 == 0, no
+    # weights wanted) it is captured as that route's ops; elsewhere the call runs as written.
+    torch.manual_seed(0)
+    m = torch.nn.MultiheadAttention(embed, heads, batch_first=True).eval()
+
+    def f(x):
+        y, w = m(x, x, x, need_weights=need_weights)
+        return y.relu(), w
+
+    x = torch.randn(2, 10, embed)
+    with torch.no_grad():
+        want = f(x)
+        report = fastdyn.explain(f, x)
+        got = [fastdyn.jit(f)(x) for _ in range(3)]
+    ran_as_written = any("_native_multi_head_attention" in line for line in str(report).splitlines() if "break" in line)
+    assert ran_as_written != captured, str(report)
+    assert ("scaled_dot_product_attention" in str(report)) == captured, str(report)
+    for y, w in got:
+        torch.testing.assert_close(y, want[0], rtol=1e-5, atol=1e-6)
+        assert (w is None) == (want[1] is None)
+        if w is not None:
+            torch.testing.assert_close(w, want[1])

@@ -477,3 +477,20 @@ def test_an_encoder_decoder_model_deep_copying_its_config_is_one_graph():
     with torch.no_grad():
         report = fastdyn.explain(model, **inputs)
     assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+
+
+def test_an_attribute_a_container_lacks_raises_eagers_attribute_error():
+    # difftest seed 200246: `t.requires_grad` of a tuple was a bound method in the trace (true),
+    # so the branch eager never takes ran and raised a TypeError instead.
+    def f(x):
+        t = (x, x)
+        if t.requires_grad:
+            return t + t[0]
+        return x
+
+    check(f, r(3), graphs=0, breaks=1)
+
+    def g(x, d):
+        return x + 1, hasattr(d, "keys"), hasattr((x,), "requires_grad"), getattr([x], "shape", 7)
+
+    check(g, r(3), {"a": 1})
