@@ -316,7 +316,7 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
   return r;
 }
 
-// Attention in training on a GPU where eager's sdpa runs the memory-efficient kernel and this one
+// Attention on a GPU (in training, and in inference: the cuda backend, joint.h) where eager's sdpa runs the memory-efficient kernel and this one
 // surely can (float32, where flash attention does not apply; 4-d q, k, v of one batch and head
 // count, head dims a multiple of 8 up to 128 with unit last stride; no dropout, no GQA; a mask, if
 // any, a graph input, boolean or float32 over a key length that is a multiple of 16) becomes that
@@ -324,13 +324,19 @@ Graph with_dropout_masks(const Graph& g, std::vector<ValueId>& masks) {
 // its backward reads the saved output and log-sum-exp and never materialises the [B, H, L, S]
 // weights that the sdpa row recomputes. A mask becomes the additive bias eager's sdpa makes of it
 // (0 where kept, -inf where masked), expanded to [B, H, L, S]; with the key length a multiple of 16
-// its rows are aligned as the kernel needs without the padding eager would add.
-Graph with_efficient_attention(const Graph& g) {
-  const std::unordered_set<ValueId> input_free = input_free_values(g);
+// its rows are aligned as the kernel needs without the padding eager would add. In inference the
+// mask may be any value (nothing recomputes it), and eager's own sdpa would convert it the same way
+// in ATen calls of its own (a logical_not, a where, a fill per call): here it fuses into the kernels.
+}  // namespace
+
+Graph with_efficient_attention(const Graph& g, bool training) {
+  if (std::none_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.op == OpId::scaled_dot_product_attention; })) return g;
+  const std::unordered_set<ValueId> input_free = training ? input_free_values(g) : std::unordered_set<ValueId>{};
   Graph r = g;
   r.nodes.clear();
   for (Node n : g.nodes) {
-    if (n.op != OpId::scaled_dot_product_attention || !g.meta(n.outputs.at(0)).requires_grad) {
+    if (n.op != OpId::scaled_dot_product_attention || g.meta(n.outputs.at(0)).requires_grad != training ||
+        std::any_of(n.args.begin(), n.args.end(), [&](const Arg& a) { return a.kind == Arg::Kind::Value && g.meta(a.value).symbolic(); })) {
       r.nodes.push_back(std::move(n));
       continue;
     }
@@ -351,7 +357,7 @@ Graph with_efficient_attention(const Graph& g) {
       // A mask the graph is given, or one it computes from nothing (Hugging Face's causal mask:
       // arange, cumsum, compare), which the backward recomputes and constant folding computes
       // once at compile time. Not one computed from inputs: the backward would recompute it.
-      ok = (is_input(g, n.args[3].value) || input_free.count(n.args[3].value) > 0) && (mask.dtype == c10::kBool || mask.dtype == c10::kFloat) && S % 16 == 0 &&
+      ok = (!training || is_input(g, n.args[3].value) || input_free.count(n.args[3].value) > 0) && (mask.dtype == c10::kBool || mask.dtype == c10::kFloat) && S % 16 == 0 &&
            !mask.sizes.empty() && mask.sizes.size() <= 4 && mask.sizes.back() == S && mask.device == q.device;
     }
     if (!ok) {
@@ -385,6 +391,8 @@ Graph with_efficient_attention(const Graph& g) {
   }
   return r;
 }
+
+namespace {
 
 // Whether eager's batch_norm runs cuDNN's kernels for this call (ATen's _batch_norm_impl_index,
 // in training): a GPU input of at least 3 dims, not bfloat16, half only with float weights, weight,
@@ -496,7 +504,7 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   std::set<ValueId> written;  // inputs the forward writes into (their values at the forward's start are gone after it)
   for (const loop::WriteBack& wb : functional.writebacks) written.insert(wb.input);
   std::vector<ValueId> masks;
-  const Graph g = with_efficient_attention(with_batch_norm_stats(with_dropout_masks(functional.graph, masks)));
+  const Graph g = with_efficient_attention(with_batch_norm_stats(with_dropout_masks(functional.graph, masks)), /*training=*/true);
   for (const Node& n : g.nodes) {
     const OpCategory c = op_info(n.op).category;
     if (c == OpCategory::InPlace) throw NoDerivative("in-place op " + qualified_name(n.op) + " in a graph that needs a backward");

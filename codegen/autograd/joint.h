@@ -49,4 +49,10 @@ bool needs_autograd(const Graph& g);
 // Throws NoDerivative naming the op or the reason when the graph keeps ATen's autograd.
 AutogradSplit split_for_autograd(const Graph& g);
 
+// sdpa on a GPU where eager runs the memory-efficient kernel, as that kernel's op with the mask as
+// its additive bias (joint.cpp says when): for the split (`training`: outputs that require grad,
+// whose backward reads the saved log-sum-exp) and for inference on the cuda backend (outputs that
+// do not), where eager's sdpa converts the mask in ATen calls of its own at every call.
+Graph with_efficient_attention(const Graph& g, bool training);
+
 }  // namespace fastdyn::codegen::autograd

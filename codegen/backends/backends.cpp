@@ -2,6 +2,7 @@
 #include "codegen/backends/backends.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "codegen/aten/aten_backend.h"
 #include "codegen/autograd/joint.h"
@@ -175,12 +176,15 @@ PreparedGraph prepare_graph(const Graph& g, Backend resolved) {
   if (resolved == Backend::LlvmCpu) prepare = static_cast<Prepare>(&prepare_llvm_cpu);
 #endif
   if (prepare) {
-    RewrittenGraph rewritten = rewrite_graph(g);
+    std::optional<Graph> on_gpu;  // (the cuda backend's attention: autograd/joint.h)
+    if (resolved == Backend::Cuda) on_gpu = autograd::with_efficient_attention(g, /*training=*/false);
+    const Graph& attended = on_gpu ? *on_gpu : g;
+    RewrittenGraph rewritten = rewrite_graph(attended);
     if (loop::dump_enabled("rewritten")) {  // what the loop pipeline gets
       std::fprintf(stderr, "=== rewritten ===\n%s", print_graph(rewritten.graph).c_str());
       if (!rewritten.constants.empty()) std::fprintf(stderr, "=== folded constants ===\n%s", print_graph(rewritten.folded).c_str());
     }
-    loop::PreparedKernels k = prepare(g, std::move(rewritten));
+    loop::PreparedKernels k = prepare(attended, std::move(rewritten));
     p.tiered = true;
     p.program = std::move(k.program);
     p.finish = std::move(k.finish);

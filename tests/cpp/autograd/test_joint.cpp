@@ -203,6 +203,30 @@ TEST(AutogradJoint, AMaskTheGraphComputesFromNothingKeepsTheMemoryEfficientAtten
   EXPECT_FALSE(has(from_input.forward, OpId::_scaled_dot_product_efficient_attention)) << print_graph(from_input.forward);
 }
 
+TEST(AutogradJoint, InferenceAttentionOnAGpuTakesTheMemoryEfficientKernelWithAnyMask) {
+  // No grad: a mask computed from an input is fine (nothing recomputes it); the bias replaces the
+  // ATen calls eager's sdpa would make to convert it. A CPU graph, or one that requires grad, stays.
+  auto graph = [](const char* device, const char* grad) {
+    const std::string d = device, rg = grad;
+    return parse_graph("graph(%0: f32[2, 4, 64, 64]{16384, 4096, 64, 1}" + d + rg + ", %1: f32[2, 4, 64, 64]{16384, 4096, 64, 1}" + d +
+                       ", %2: f32[2, 4, 64, 64]{16384, 4096, 64, 1}" + d + ", %3: i64[64]{1}" + d + "):\n" +
+                       "  %4: i64[64]{1}" + d + " = aten::mul.Scalar(%3, 2)\n" +
+                       "  %5: i64[64, 1]{1, 1}" + d + " = aten::unsqueeze(%4, 1)\n" +
+                       "  %6: b8[64, 64]{64, 1}" + d + " = aten::le.Tensor(%4, %5)\n" +
+                       "  %7: f32[2, 4, 64, 64]{16384, 4096, 64, 1}" + d + rg +
+                       " = aten::scaled_dot_product_attention(%0, %1, %2, %6, 0.0, False, 0.125, False)\n  return (%7)\n");
+  };
+  auto has = [](const Graph& g, OpId op) {
+    return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) { return n.op == op; });
+  };
+  const Graph gpu = with_efficient_attention(graph("@cuda:0", ""), /*training=*/false);
+  EXPECT_TRUE(has(gpu, OpId::_scaled_dot_product_efficient_attention)) << print_graph(gpu);
+  EXPECT_FALSE(has(gpu, OpId::scaled_dot_product_attention)) << print_graph(gpu);
+  EXPECT_EQ(gpu.outputs, graph("@cuda:0", "").outputs);  // the same value returned: the kernel's first output
+  EXPECT_FALSE(has(with_efficient_attention(graph("", ""), false), OpId::_scaled_dot_product_efficient_attention));
+  EXPECT_FALSE(has(with_efficient_attention(graph("@cuda:0", " requires_grad"), false), OpId::_scaled_dot_product_efficient_attention));
+}
+
 TEST(AutogradJoint, NeedsAutogradOnlyForComputedOutputsThatRequireGrad) {
   EXPECT_TRUE(needs_autograd(parse_graph(R"(graph(%0: f32[4]{1} requires_grad):
   %1: f32[4]{1} requires_grad = aten::exp(%0)
