@@ -147,6 +147,10 @@ bool Tracer::plain_class(PyObject* type) {
   if (tp->tp_setattro != PyObject_GenericSetAttr && !python_function_dunder(tp, "__setattr__")) return false;
   if (!has_standard_getattribute(tp) && !python_function_dunder(tp, "__getattribute__")) return false;
   if (python_dunder(tp, "__delattr__")) return false;
+  // nn.Module's own __setattr__ files parameters, buffers and submodules: modules made in the
+  // frame take calls.cpp's path (made for real when stateless, else not followed).
+  static PyObject* module = resolve_python_name("torch.nn.Module");  // NB: kept for the process
+  if (module && PyType_IsSubtype(tp, reinterpret_cast<PyTypeObject*>(module))) return false;
   if (tp->tp_dictoffset == 0 || tp->tp_finalize || tp->tp_del) return false;
   PyObject* mro = tp->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
