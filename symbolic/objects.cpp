@@ -12,9 +12,15 @@
 // __init__ a second time. An object that never escapes is never built, as Dynamo does it.
 //
 // A class is plain (plain_class) when making and using one runs nothing the trace cannot see:
-// object's __new__ and the type's call, the generic __getattribute__ and __setattr__, an instance
-// dict and no slots, no finalizer, and no base class with a C layout of its own (dict, Exception,
-// nn.Module's __setattr__ ...). Anything else stays a call the trace does not follow.
+// object's __new__ and the type's call, an instance dict and no slots, no finalizer, no base class
+// with a C layout of its own (dict, Exception ...), not an nn.Module (calls.cpp's own path). A
+// __getattribute__ or __setattr__ of its own in Python (transformers' configs remap names, a
+// strict dataclass validates every store) runs inlined at every read and store, and object's
+// generic ones it reaches (super().__setattr__, object.__getattribute__(self, k)) work on the box;
+// `obj.__dict__` is a dict of the trace sharing the box (never handed to run time), `del obj.x`
+// removes from it, and a lookup that misses raises eager's AttributeError in the trace (hasattr
+// and getattr's default catch it). copy.deepcopy makes such objects too (deep_copy.cpp).
+// Anything else stays a call the trace does not follow.
 #include <Python.h>
 
 #include <algorithm>
