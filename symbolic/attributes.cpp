@@ -397,12 +397,7 @@ SymValue Tracer::load_attr(const SymValue& owner, const std::string& name) {
   if (owner.kind == K::List || owner.kind == K::Dict || owner.kind == K::Tuple || owner.kind == K::Set) {
     // Only what the container's type has (`t.requires_grad` of a tuple is eager's AttributeError).
     PyObject* type = Calls::type_of(*this, owner);
-    if (!PyObject_HasAttrString(type, name.c_str())) {
-      const std::string what = std::string("'") + reinterpret_cast<PyTypeObject*>(type)->tp_name + "' object has no attribute '" + name + "'";
-      PyObject* error = PyObject_CallFunction(PyExc_AttributeError, "s", what.c_str());
-      if (!error) PyErr_Clear();
-      throw Raised(PyExc_AttributeError, "AttributeError: " + what, error);
-    }
+    if (!PyObject_HasAttrString(type, name.c_str())) throw Raised::no_attribute(reinterpret_cast<PyTypeObject*>(type)->tp_name, name);
     SymValue m;
     m.kind = K::BoundMethod;  // a container method: obj stays null
     m.name = name;

@@ -48,17 +48,16 @@ bool atomic(PyObject* o) {
 }
 
 PyObject* type_entry(PyTypeObject* tp, const char* name) {  // borrowed, or nullptr
-  PyOwned key(PyUnicode_InternFromString(name));
+  PyOwned key(interned_name(name));
   return key.p ? _PyType_Lookup(tp, key.p) : nullptr;
 }
 
 PyObject* object_entry(const char* name) { return type_entry(&PyBaseObject_Type, name); }
 
-// Whether copy.deepcopy of an instance of tp takes the default path: _reconstruct of
+// Whether copy.deepcopy of an instance of tp, a plain class (objects.cpp: object's __new__, an
+// instance dict, no slots, no C layout), takes the default path: _reconstruct of
 // object.__reduce_ex__(4), i.e. copyreg.__newobj__(cls) and y.__dict__.update(deepcopy(state)).
 bool default_copy_path(PyTypeObject* tp) {
-  if (!(tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || tp->tp_new != PyBaseObject_Type.tp_new || tp->tp_dictoffset == 0) return false;
-  if (PyType_IsSubtype(tp, &PyType_Type)) return false;  // a class is atomic (above)
   static PyObject* dispatch = resolve_python_name("copyreg.dispatch_table");  // NB: kept for the process
   if (!dispatch || !PyDict_Check(dispatch) || PyDict_GetItem(dispatch, reinterpret_cast<PyObject*>(tp))) return false;
   if (type_entry(tp, "__deepcopy__") || type_entry(tp, "__setstate__") || type_entry(tp, "__getnewargs_ex__") ||
@@ -66,17 +65,6 @@ bool default_copy_path(PyTypeObject* tp) {
     return false;
   for (const char* name : {"__reduce_ex__", "__reduce__", "__getstate__"})
     if (type_entry(tp, name) != object_entry(name)) return false;
-  PyObject* mro = tp->tp_mro;
-  static PyObject* slots_name = PyUnicode_InternFromString("__slots__");  // NB: kept for the process
-  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
-    auto* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-    if (c == &PyBaseObject_Type) continue;
-    if (!(c->tp_flags & Py_TPFLAGS_HEAPTYPE) && c->tp_basicsize != PyBaseObject_Type.tp_basicsize) return false;  // a C layout
-    if ((c->tp_flags & Py_TPFLAGS_HEAPTYPE) && c->tp_dict) {
-      PyObject* slots = PyDict_GetItem(c->tp_dict, slots_name);
-      if (slots && !(PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == 0)) return false;  // slot state: a tuple
-    }
-  }
   return true;
 }
 
@@ -162,7 +150,7 @@ class DeepCopier {
   SymValue real_object(const SymValue& v, int depth) {
     PyObject* o = v.obj;
     auto* tp = Py_TYPE(o);
-    if (!v.source || !default_copy_path(tp) || !Tracer::plain_class(reinterpret_cast<PyObject*>(tp))) throw NotCopied{};
+    if (!v.source || !Tracer::plain_class(reinterpret_cast<PyObject*>(tp)) || !default_copy_path(tp)) throw NotCopied{};
     identity(v, o);
     if (auto seen = memo_.find(o); seen != memo_.end()) return seen->second;
     PyOwned state(PyObject_GenericGetDict(o, nullptr));

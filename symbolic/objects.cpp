@@ -294,12 +294,8 @@ SymValue Tracer::named_tuple_class_attr(const SymValue& owner, const std::string
 
 SymValue Tracer::object_attr(const SymValue& self, const std::string& name, PyObject* after) {
   SymValue out;
-  if (!object_lookup(self, name, &out, after)) {  // eager's AttributeError, which a handler may catch
-    const std::string what = std::string("'") + reinterpret_cast<PyTypeObject*>(self.obj)->tp_name + "' object has no attribute '" + name + "'";
-    PyObject* error = PyObject_CallFunction(PyExc_AttributeError, "s", what.c_str());
-    if (!error) PyErr_Clear();
-    throw Raised(PyExc_AttributeError, "AttributeError: " + what, error);
-  }
+  if (!object_lookup(self, name, &out, after))  // eager's AttributeError, which a handler may catch
+    throw Raised::no_attribute(reinterpret_cast<PyTypeObject*>(self.obj)->tp_name, name);
   return out;
 }
 

@@ -51,6 +51,13 @@ struct Raised : Unsupported {
   static Raised of(PyObject* exc) {
     return Raised(reinterpret_cast<PyObject*>(Py_TYPE(exc)), std::string("raise ") + Py_TYPE(exc)->tp_name, Py_NewRef(exc));
   }
+  // Eager's AttributeError for `name` on an instance of the type named `type_name`.
+  static Raised no_attribute(const char* type_name, const std::string& name) {
+    const std::string what = std::string("'") + type_name + "' object has no attribute '" + name + "'";
+    PyObject* error = PyObject_CallFunction(PyExc_AttributeError, "s", what.c_str());
+    if (!error) PyErr_Clear();
+    return Raised(PyExc_AttributeError, "AttributeError: " + what, error);
+  }
   PyObject* type;
   std::shared_ptr<PyObject> value;
 };

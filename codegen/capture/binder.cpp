@@ -9,6 +9,7 @@
 // parameter, as CPython's and PyTorch's own messages do.
 #include "codegen/capture/autocast.h"
 #include "codegen/capture/binder.h"
+#include "codegen/capture/meta_rules.h"
 #include "codegen/shapes/propagate.h"
 
 #include "runtime/errors.h"
@@ -401,6 +402,16 @@ std::vector<ValueId> emit(Graph& g, OpId op, std::vector<Arg> args, std::vector<
   // nested call) reads them.
   shapes::propagate(g, g.nodes.size() - 1);
   return g.nodes.back().outputs;
+}
+
+std::optional<std::string> same_dtype(const BindCall& c, const std::string& op, const std::vector<ValueId>& vs) {
+  const c10::ScalarType first = c.graph.meta(vs.front()).dtype;
+  for (ValueId v : vs)
+    if (c.graph.meta(v).dtype != first)
+      return op + ": expected all operands to have the same dtype, but got " + dtype_name(first) + " and " +
+             dtype_name(c.graph.meta(v).dtype);
+  if (first == c10::ScalarType::Bool) return op + ": not implemented for 'Bool'";
+  return std::nullopt;
 }
 
 ValueId emit1(Graph& g, OpId op, std::vector<Arg> args, TensorMeta out) {

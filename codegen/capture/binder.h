@@ -88,6 +88,8 @@ class Signature {
 // returns the new output values in order.
 std::vector<ValueId> emit(Graph& g, OpId op, std::vector<Arg> args, std::vector<TensorMeta> outs);
 ValueId emit1(Graph& g, OpId op, std::vector<Arg> args, TensorMeta out);
+// The matmul family's and sdpa's operand check: one dtype, not bool (ATen's message), or nullopt.
+std::optional<std::string> same_dtype(const BindCall& c, const std::string& op, const std::vector<ValueId>& vs);
 // An int[] node argument with the expressions of its ints (kept only when one is symbolic).
 Arg ints_arg(std::vector<int64_t> ints, const std::vector<shapes::SizeExpr>& sym);
 

@@ -194,6 +194,15 @@ struct Graph {
     values.push_back(std::move(meta));
     return static_cast<ValueId>(values.size() - 1);
   }
+  // A node computing op over args appended, with one output of `meta`; returns that output.
+  ValueId add_node(OpId op, std::vector<Arg> args, TensorMeta meta) {
+    Node n;
+    n.op = op;
+    n.args = std::move(args);
+    n.outputs = {add_value(std::move(meta))};
+    nodes.push_back(std::move(n));
+    return nodes.back().outputs[0];
+  }
   ValueId add_input(TensorMeta meta) {
     ValueId v = add_value(std::move(meta));
     inputs.push_back(v);

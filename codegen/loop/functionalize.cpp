@@ -68,6 +68,19 @@ bool same_result_type(const Graph& g, const Node& n) {
   return true;
 }
 
+// A slice (step 1) or select node's dim, wrapped into [0, ndim).
+int64_t view_dim(const Node& p, const TensorMeta& base) {
+  const int64_t d = p.args[1].i;
+  return d < 0 ? d + static_cast<int64_t>(base.sizes.size()) : d;
+}
+
+// What slice/select p makes of `base` (its meta), p's arguments read as ATen reads them.
+TensorMeta view_meta(const Node& p, const TensorMeta& base) {
+  if (p.op == OpId::select_int) return meta::select(base, view_dim(p, base), p.args[2].i).meta;
+  auto bound = [](const Arg& a) { return a.kind == Arg::Kind::Int ? std::optional<int64_t>(a.i) : std::nullopt; };
+  return meta::slice(base, view_dim(p, base), bound(p.args[2]), bound(p.args[3]), 1);
+}
+
 TensorMeta fresh_meta(const TensorMeta& like, std::vector<int64_t> strides) {
   TensorMeta m = like;
   m.strides = std::move(strides);
@@ -377,17 +390,9 @@ class Functionalizer {
     // n's result: the same views of the new version (read only before the next write: checked).
     ValueId result = inner;
     for (auto p = chain.rbegin(); p != chain.rend(); ++p) {
-      Node again = **p;
-      again.args[0] = Arg::of_value(result);
-      const TensorMeta& rm = out.meta(result);
-      const int64_t nd = static_cast<int64_t>(rm.sizes.size()), dim = again.args[1].i < 0 ? again.args[1].i + nd : again.args[1].i;
-      TensorMeta vm = again.op == OpId::select_int
-                          ? meta::select(rm, dim, again.args[2].i).meta
-                          : meta::slice(rm, dim, again.args[2].kind == Arg::Kind::Int ? std::optional<int64_t>(again.args[2].i) : std::nullopt,
-                                        again.args[3].kind == Arg::Kind::Int ? std::optional<int64_t>(again.args[3].i) : std::nullopt, 1);
-      again.outputs = {out.add_value(vm)};
-      result = again.outputs[0];
-      out.nodes.push_back(std::move(again));
+      std::vector<Arg> args = (*p)->args;
+      args[0] = Arg::of_value(result);
+      result = out.add_node((*p)->op, std::move(args), view_meta(**p, out.meta(result)));
     }
     for (ValueId o : n.outputs) view_results_[o] = result;
   }
@@ -396,19 +401,13 @@ class Functionalizer {
   // and what lies after, along p's dim.
   ValueId rebuild_around(const Node& p, ValueId base, ValueId part, Graph& out) {
     const TensorMeta bm = out.meta(base);
-    const int64_t nd = static_cast<int64_t>(bm.sizes.size());
-    int64_t dim = p.args[1].i < 0 ? p.args[1].i + nd : p.args[1].i;
+    const int64_t dim = view_dim(p, bm);
     const int64_t size = bm.sizes[static_cast<size_t>(dim)];
     int64_t start = 0, end = 0;
     if (p.op == OpId::select_int) {
       start = p.args[2].i < 0 ? p.args[2].i + size : p.args[2].i;
       end = start + 1;
-      Node u;
-      u.op = OpId::unsqueeze;
-      u.args = {Arg::of_value(part), Arg::of_int(dim)};
-      u.outputs = {out.add_value(meta::unsqueeze(out.meta(part), dim))};
-      part = u.outputs[0];
-      out.nodes.push_back(std::move(u));
+      part = out.add_node(OpId::unsqueeze, {Arg::of_value(part), Arg::of_int(dim)}, meta::unsqueeze(out.meta(part), dim));
     } else {  // ATen's slice bounds: a negative one counts from the end, then both clamp to the dim
       auto bound = [&](const Arg& a, int64_t absent, int64_t lo) {
         int64_t b = a.kind == Arg::Kind::Int ? a.i : absent;
@@ -420,24 +419,14 @@ class Functionalizer {
     }
     std::vector<ValueId> pieces;
     auto piece = [&](int64_t from, int64_t to) {
-      if (from >= to) return;
-      Node sl;
-      sl.op = OpId::slice_Tensor;
-      sl.args = {Arg::of_value(base), Arg::of_int(dim), Arg::of_int(from), Arg::of_int(to), Arg::of_int(1)};
-      sl.outputs = {out.add_value(meta::slice(bm, dim, from, to, 1))};
-      pieces.push_back(sl.outputs[0]);
-      out.nodes.push_back(std::move(sl));
+      if (from < to)
+        pieces.push_back(out.add_node(OpId::slice_Tensor, {Arg::of_value(base), Arg::of_int(dim), Arg::of_int(from), Arg::of_int(to), Arg::of_int(1)},
+                                meta::slice(bm, dim, from, to, 1)));
     };
     piece(0, start);
     pieces.push_back(part);
     piece(end, size);
-    const ValueId whole = out.add_value(fresh_meta(bm, contiguous_strides(bm.sizes)));
-    Node cat;
-    cat.op = OpId::cat;
-    cat.args = {Arg::of_values(pieces), Arg::of_int(dim)};
-    cat.outputs = {whole};
-    out.nodes.push_back(std::move(cat));
-    return whole;
+    return out.add_node(OpId::cat, {Arg::of_values(pieces), Arg::of_int(dim)}, fresh_meta(bm, contiguous_strides(bm.sizes)));
   }
 
   // self.copy_(src): src broadcast to self's shape (an expand view) and cast to self's dtype.

@@ -81,15 +81,6 @@ Shape leading_then(const TensorMeta& a, const TensorMeta& b, size_t last) {
   return s;
 }
 
-ValueId emit(Graph& g, OpId op, std::vector<Arg> args, TensorMeta meta) {
-  Node n;
-  n.op = op;
-  n.args = std::move(args);
-  n.outputs = {g.add_value(std::move(meta))};
-  g.nodes.push_back(std::move(n));
-  return g.nodes.back().outputs[0];
-}
-
 void write_out(Graph& out, const Node& n, double scale) {
   const ValueId q = n.args[0].value, k = n.args[1].value, v = n.args[2].value;
   const TensorMeta qm = out.meta(q), km = out.meta(k), vm = out.meta(v);
@@ -101,11 +92,11 @@ void write_out(Graph& out, const Node& n, double scale) {
     std::swap(ktm.sym_sizes[r - 1], ktm.sym_sizes[r - 2]);
     std::swap(ktm.sym_strides[r - 1], ktm.sym_strides[r - 2]);
   }
-  const ValueId kt = emit(out, OpId::transpose_int, {Arg::of_value(k), Arg::of_int(-2), Arg::of_int(-1)}, ktm);
+  const ValueId kt = out.add_node(OpId::transpose_int, {Arg::of_value(k), Arg::of_int(-2), Arg::of_int(-1)}, ktm);
   const Shape ss = leading_then(qm, km, r - 2);
   const TensorMeta sm = dense(qm, ss.sym, ss.sizes, qm.dtype);
-  ValueId s = emit(out, OpId::matmul, {Arg::of_value(q), Arg::of_value(kt)}, sm);
-  s = emit(out, OpId::mul_Scalar, {Arg::of_value(s), Arg::of_double(scale)}, sm);
+  ValueId s = out.add_node(OpId::matmul, {Arg::of_value(q), Arg::of_value(kt)}, sm);
+  s = out.add_node(OpId::mul_Scalar, {Arg::of_value(s), Arg::of_double(scale)}, sm);
   if (n.args[3].kind == Arg::Kind::Value) {
     const ValueId mask = n.args[3].value;
     const TensorMeta& mm = out.meta(mask);
@@ -122,29 +113,29 @@ void write_out(Graph& out, const Node& n, double scale) {
         notm.sym_sizes.clear();
         notm.sym_strides.clear();
       }
-      const ValueId off = emit(out, OpId::logical_not, {Arg::of_value(mask)}, notm);
-      s = emit(out, OpId::masked_fill_Scalar,
+      const ValueId off = out.add_node(OpId::logical_not, {Arg::of_value(mask)}, notm);
+      s = out.add_node(OpId::masked_fill_Scalar,
                {Arg::of_value(s), Arg::of_value(off), Arg::of_double(-std::numeric_limits<double>::infinity())}, sm);
     } else {
-      s = emit(out, OpId::add_Tensor, {Arg::of_value(s), Arg::of_value(mask), Arg::of_int(1)}, sm);
+      s = out.add_node(OpId::add_Tensor, {Arg::of_value(s), Arg::of_value(mask), Arg::of_int(1)}, sm);
     }
   }
-  ValueId p = emit(out, OpId::softmax_int, {Arg::of_value(s), Arg::of_int(-1), Arg::none()}, sm);
+  ValueId p = out.add_node(OpId::softmax_int, {Arg::of_value(s), Arg::of_int(-1), Arg::none()}, sm);
   if (n.args[3].kind == Arg::Kind::Value) {
     // A row the mask blocks entirely: the fused kernel gives 0 where softmax gives NaN. A NaN in
     // the scores still gives NaN (max propagates it, and NaN == -inf is false).
     Shape rs = ss;
     rs.sizes.back() = 1;
     rs.sym.back() = 1;
-    const ValueId mx = emit(out, OpId::amax, {Arg::of_value(s), Arg::of_ints({-1}), Arg::of_bool(true)},
+    const ValueId mx = out.add_node(OpId::amax, {Arg::of_value(s), Arg::of_ints({-1}), Arg::of_bool(true)},
                             dense(qm, rs.sym, rs.sizes, qm.dtype));
     const double inf = std::numeric_limits<double>::infinity();
-    const ValueId none = emit(out, OpId::eq_Scalar, {Arg::of_value(mx), Arg::of_double(-inf)},
+    const ValueId none = out.add_node(OpId::eq_Scalar, {Arg::of_value(mx), Arg::of_double(-inf)},
                               dense(qm, rs.sym, rs.sizes, c10::ScalarType::Bool));
-    p = emit(out, OpId::masked_fill_Scalar, {Arg::of_value(p), Arg::of_value(none), Arg::of_double(0.0)}, sm);
+    p = out.add_node(OpId::masked_fill_Scalar, {Arg::of_value(p), Arg::of_value(none), Arg::of_double(0.0)}, sm);
   }
   const Shape os = leading_then(qm, vm, r - 1);
-  const ValueId o = emit(out, OpId::matmul, {Arg::of_value(p), Arg::of_value(v)}, dense(qm, os.sym, os.sizes, qm.dtype));
+  const ValueId o = out.add_node(OpId::matmul, {Arg::of_value(p), Arg::of_value(v)}, dense(qm, os.sym, os.sizes, qm.dtype));
   Node copy;  // into the call's own value and layout
   copy.op = OpId::clone;
   copy.args = {Arg::of_value(o), Arg::none()};
