@@ -3,10 +3,12 @@
 
 #include "codegen/aten/aten_backend.h"
 #include "codegen/cuda/emit_cuda.h"
+#include "codegen/cuda/horizontal.h"
 #include "codegen/loop/kernel_input.h"
 #include "codegen/loop/passes.h"
 #include "codegen/loop/runtime_program.h"
 #include "codegen/passes/pass_timer.h"
+#include "runtime/accuracy_check.h"
 #include "runtime/background_compiler.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/cuda_kernel.h"
@@ -170,14 +172,13 @@ int graph_device(const Graph& g) {
 
 }  // namespace
 
+namespace {
+PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vector<std::string>* launched_sources);
+}  // namespace
+
 std::vector<std::string> cuda_sources(const Graph& g) {
-  RewrittenGraph rewritten = rewrite_graph(g);
-  loop::Program p = loop::build_program(rewritten.graph);
   std::vector<std::string> out;
-  for (const loop::Kernel& k : p.kernels) {
-    out.push_back(cuda_emit::emit_cuda(loop::kernel_input(p, k)).source);
-    if (loop::dump_enabled("cuda")) std::fprintf(stderr, "=== cuda %s ===\n%s", k.name.c_str(), out.back().c_str());
-  }
+  prepare(g, rewrite_graph(g), &out);
   return out;
 }
 
@@ -226,17 +227,22 @@ std::vector<RouteTiming> cuda_route_timings(const std::vector<std::string>& extr
   return out;
 }
 
-PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
+PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) { return prepare(original, std::move(rewritten), nullptr); }
+
+namespace {
+
+// prepare_cuda; `launched_sources` (where not null) gets the source of each kernel a step
+// launches, in order of first launch.
+PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vector<std::string>* launched_sources) {
   const Graph& g = rewritten.graph;
   auto p = std::make_shared<loop::Program>(loop::build_program(g));
   PassTimer timer;
   std::string text = loop::print_program(*p);
   auto sources = std::make_shared<std::vector<cuda_emit::CudaSource>>();
+  std::vector<loop::KernelInput> inputs;
   for (const loop::Kernel& k : p->kernels) {
-    sources->push_back(cuda_emit::emit_cuda(loop::kernel_input(*p, k)));
-    if (loop::dump_enabled("cuda")) std::fprintf(stderr, "=== cuda %s ===\n%s", k.name.c_str(), sources->back().source.c_str());
-    if (runtime::journal::recording())
-      runtime::journal::add("kernel_code", {{"name", k.name}, {"language", "cuda"}, {"code", sources->back().source}});
+    inputs.push_back(loop::kernel_input(*p, k));
+    sources->push_back(cuda_emit::emit_cuda(inputs.back()));
   }
   timer.lap("emit cuda");
   std::vector<loop::Extern> externs;
@@ -246,29 +252,56 @@ PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
   timer.lap("externs");
   auto program = std::make_shared<runtime::Program>(
       loop::runtime_program(*p, "cuda", text, std::move(externs), std::move(rewritten.constants), std::move(aliased)));
+  // The source of each step's kernel (-1: an extern call), then independent launches as one
+  // (horizontal.h; not in accuracy mode, whose plan checks each kernel's stores after its step).
+  auto step_source = std::make_shared<std::vector<int32_t>>();
+  for (const loop::Step& s : p->steps) step_source->push_back(s.kind == loop::Step::Kind::Kernel ? s.index : -1);
+  if (!runtime::check_enabled()) {
+    const std::string groups = cuda_emit::fuse_horizontally(*program, *step_source, *sources, inputs);
+    text += groups;
+    program->text += groups;
+    timer.lap("horizontal fusion");
+  }
+  std::vector<std::string> launched;  // the sources the steps launch, in order of first launch
+  {
+    std::vector<bool> seen(sources->size());
+    for (int32_t k : *step_source) {
+      if (k < 0 || seen[static_cast<size_t>(k)]) continue;
+      seen[static_cast<size_t>(k)] = true;
+      launched.push_back((*sources)[static_cast<size_t>(k)].source);
+      if (loop::dump_enabled("cuda")) std::fprintf(stderr, "=== cuda k%d ===\n%s", k, launched.back().c_str());
+      if (runtime::journal::recording())
+        runtime::journal::add("kernel_code", {{"name", "k" + std::to_string(k)}, {"language", "cuda"}, {"code", launched.back()}});
+    }
+  }
   const int device = graph_device(g);
-  auto build = [p, program, sources, device](bool compile_missing) -> runtime::ExecutablePtr {
+  auto build = [p, program, sources, step_source, device](bool compile_missing) -> runtime::ExecutablePtr {
     PassTimer kernel_timer;
     const rc::DeviceInfo info = rc::device_info(device);
     const size_t n = sources->size();
     std::vector<std::shared_ptr<const rc::LoadedKernel>> loaded(n);
-    // Kernels of the same source (a model's layers) are one kernel: looked up, or compiled, once.
+    // Only the sources a step launches (a group's members are not); kernels of the same source (a
+    // model's layers) are one kernel: looked up, or compiled, once.
+    std::vector<bool> used(n);
+    for (int32_t k : *step_source)
+      if (k >= 0) used[static_cast<size_t>(k)] = true;
     std::vector<size_t> same(n);
     std::map<std::string_view, size_t> first;
-    for (size_t i = 0; i < n; ++i) same[i] = first.emplace((*sources)[i].source, i).first->second;
+    for (size_t i = 0; i < n; ++i)
+      if (used[i]) same[i] = first.emplace((*sources)[i].source, i).first->second;
     // Several kernels compile at once: NVRTC is thread-safe and each compile is one core's work.
     std::vector<std::future<std::shared_ptr<const rc::LoadedKernel>>> pending(n);
     for (size_t i = 0; i < n; ++i)
-      if (same[i] == i && !(loaded[i] = find_or_compile((*sources)[i].source, info.arch, device, false)) && compile_missing)
+      if (used[i] && same[i] == i && !(loaded[i] = find_or_compile((*sources)[i].source, info.arch, device, false)) && compile_missing)
         pending[i] = std::async(std::launch::async, [&, i] { return find_or_compile((*sources)[i].source, info.arch, device, true); });
     for (size_t i = 0; i < n; ++i)
       if (pending[i].valid()) loaded[i] = pending[i].get();
     for (size_t i = 0; i < n; ++i)
-      if (!(loaded[i] = loaded[same[i]])) return nullptr;
+      if (used[i] && !(loaded[i] = loaded[same[i]])) return nullptr;
     kernel_timer.lap(compile_missing ? "kernels (find or compile)" : "kernels (find)");
-    for (size_t i = 0; i < p->steps.size(); ++i) {
-      if (p->steps[i].kind != loop::Step::Kind::Kernel) continue;
-      const auto k = static_cast<size_t>(p->steps[i].index);
+    for (size_t i = 0; i < program->steps.size(); ++i) {
+      if ((*step_source)[i] < 0) continue;
+      const auto k = static_cast<size_t>((*step_source)[i]);
       const cuda_emit::CudaSource& src = (*sources)[k];
       rc::LaunchShape shape;
       for (const auto& factor : src.work) {
@@ -280,7 +313,9 @@ PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
       shape.split = src.split;
       shape.split_reductions = src.split_reductions;
       // Enough blocks to fill every multiprocessor a few times over; grid-stride loops do the rest.
+      // A group's blocks are its members' ranges: all of them.
       shape.max_grid = int64_t{info.multiprocessors} * (2048 / src.block) * 4;
+      if (src.exact_grid) shape.max_grid = std::max(shape.max_grid, shape.work_units(nullptr));
       auto& launch = std::get<runtime::KernelLaunch>(program->steps[i]);
       launch.kernel = std::make_shared<rc::CudaKernel>(loaded[k], std::move(shape), src.num_args,
                                                         static_cast<int>(src.size_params.size()));
@@ -292,9 +327,12 @@ PreparedCuda prepare_cuda(const Graph& original, RewrittenGraph rewritten) {
   };
   PreparedCuda prepared;
   prepared.program = "backend cuda\n" + text;
+  if (launched_sources) *launched_sources = std::move(launched);
   prepared.finish = [build] { return build(true); };
   prepared.from_cache = [build] { return build(false); };
   return prepared;
 }
+
+}  // namespace
 
 }  // namespace fastdyn::codegen

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 
 namespace fastdyn::codegen::cuda_emit {
 namespace {
@@ -169,8 +170,14 @@ constexpr InfixRow kInfix[] = {
 
 class Emitter {
  public:
-  explicit Emitter(const loop::KernelInput& in) : in_(in), k_(*in.kernel) {}
+  // `bid`/`grid`: the expressions of the block's index and the grid's size in the grid-stride
+  // loops (a group's member: its own block range, emit_cuda_group).
+  explicit Emitter(const loop::KernelInput& in, std::string bid = "blockIdx.x", std::string grid = "gridDim.x")
+      : in_(in), k_(*in.kernel), bid_(std::move(bid)), grid_(std::move(grid)) {}
 
+  // The kernel's launch metadata, and its body (the statements inside the function).
+  CudaSource build(std::string& body);
+  // The whole kernel.
   CudaSource run();
 
  private:
@@ -209,6 +216,7 @@ class Emitter {
 
   const loop::KernelInput& in_;
   const loop::Kernel& k_;
+  const std::string bid_, grid_;
   std::vector<shapes::SymbolId> params_;
   std::vector<SizeExpr> dims_;  // per kernel dim
   size_t n_outer_ = 0, n_dims_ = 0;
@@ -422,8 +430,8 @@ void Emitter::vector_path(Text& os) {
   vector_condition(os, accesses(false), "  ");
   os << "  if (vec_ok) {\n";
   os << "    const i64 rowv = n" << last << " / " << vec_ << ";\n";
-  os << kGridStride << "    for (i64 lin = (i64)blockIdx.x * blockDim.x + threadIdx.x; lin < total / " << vec_
-     << "; lin += (i64)gridDim.x * blockDim.x) {\n";
+  os << kGridStride << "    for (i64 lin = (i64)" << bid_ << " * blockDim.x + threadIdx.x; lin < total / " << vec_
+     << "; lin += (i64)" << grid_ << " * blockDim.x) {\n";
   os << "      const i64 i" << last << " = (lin % rowv) * " << vec_ << ";\n";
   decompose(os, "lin / rowv", 0, last, "      ");
   const std::string V = std::to_string(vec_);
@@ -475,7 +483,8 @@ void Emitter::pointwise(Text& os) {
     vec_ = vector_width(accesses(false), n_dims_ - 1);
     vector_path(os);
   }
-  os << kGridStride << "  for (i64 lin = (i64)blockIdx.x * blockDim.x + threadIdx.x; lin < total; lin += (i64)gridDim.x * blockDim.x) {\n";
+  os << kGridStride << "  for (i64 lin = (i64)" << bid_ << " * blockDim.x + threadIdx.x; lin < total; lin += (i64)" << grid_
+     << " * blockDim.x) {\n";
   decompose(os, "lin", 0, n_dims_, "    ");
   const Stage& st = k_.stages[0];
   instrs(os, 0, "    ", [&](int32_t l) { return load(in_.loads[0][static_cast<size_t>(l)], 0); });
@@ -954,7 +963,7 @@ void Emitter::split_columns(Text& os) {
   os << "    }\n    __syncthreads();\n  }\n";
 }
 
-CudaSource Emitter::run() {
+CudaSource Emitter::build(std::string& body_text) {
   n_outer_ = k_.outer.size();
   n_dims_ = static_cast<size_t>(k_.dims());
   dims_ = loop::domain_exprs(in_);
@@ -1030,19 +1039,70 @@ CudaSource Emitter::run() {
     for (const std::vector<Addr>& stage : list)
       for (const Addr& a : stage) num_args = std::max(num_args, a.slot + 1);
   out.num_args = num_args;
+  out.size_params = params_;
+  out.pointwise = !row_shape && split_ == 0 && warps_ == 0;
+  body_text = body.str();
+  return out;
+}
+
+CudaSource Emitter::run() {
+  std::string body;
+  CudaSource out = build(body);
   Text src;
   src << kPrelude << "extern \"C\" __global__ void __launch_bounds__(" << block_ << ") " << kSymbol << "(";
-  for (int i = 0; i < num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
-  for (size_t j = 0; j < params_.size(); ++j) src << (num_args || j ? ", " : "") << "i64 z" << j;
-  if (split_ > 0) src << (num_args || !params_.empty() ? ", " : "") << "char* ws";
-  src << ") {\n" << body.str() << "}\n";
+  for (int i = 0; i < out.num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
+  for (size_t j = 0; j < params_.size(); ++j) src << (out.num_args || j ? ", " : "") << "i64 z" << j;
+  if (split_ > 0) src << (out.num_args || !params_.empty() ? ", " : "") << "char* ws";
+  src << ") {\n" << body << "}\n";
   out.source = src.str();
-  out.size_params = params_;
   return out;
 }
 
 }  // namespace
 
 CudaSource emit_cuda(const loop::KernelInput& in) { return Emitter(in).run(); }
+
+CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members) {
+  FD_CHECK(!members.empty(), "cuda emitter: an empty group");
+  Text functions, dispatch;
+  std::map<std::string, std::string> function_of;  // member body -> its function's name
+  CudaSource out;
+  int64_t first = 0;
+  for (const loop::KernelInput& in : members) {
+    std::string body;
+    const CudaSource m = Emitter(in, "fd_bid", "fd_grid").build(body);
+    FD_CHECK(m.pointwise && m.size_params.empty() && m.block == kGroupBlock,
+             "cuda emitter: a group member that is not a pointwise kernel of constant sizes");
+    auto [it, fresh] = function_of.emplace(body, "fd_member" + std::to_string(function_of.size()));
+    if (fresh) {
+      functions << "__device__ __noinline__ void " << it->second << "(";
+      for (int i = 0; i < m.num_args; ++i) functions << "char* a" << i << ", ";
+      functions << "const i64 fd_bid, const i64 fd_grid) {\n" << body << "}\n";
+    }
+    int64_t units = 1;
+    for (const std::vector<WorkTerm>& factor : m.work) {
+      int64_t sum = 0;
+      for (const WorkTerm& t : factor) sum += t.coef;
+      units *= sum;
+    }
+    const int64_t blocks = std::clamp<int64_t>((units + m.per_block - 1) / m.per_block, 1, kMemberBlocks);
+    dispatch << "  if (b < " << first + blocks << "LL) { " << it->second << "(";
+    for (int i = 0; i < m.num_args; ++i) dispatch << "a" << out.num_args + i << ", ";
+    dispatch << "b - " << first << "LL, " << blocks << "LL); return; }\n";
+    out.num_args += m.num_args;
+    first += blocks;
+  }
+  Text src;
+  src << kPrelude << functions.str() << "extern \"C\" __global__ void __launch_bounds__(" << kGroupBlock << ") " << kSymbol << "(";
+  for (int i = 0; i < out.num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
+  src << ") {\n  const i64 b = blockIdx.x;\n" << dispatch.str() << "}\n";
+  out.source = src.str();
+  out.block = kGroupBlock;
+  out.work = {{WorkTerm{first, {}}}};
+  out.per_block = 1;
+  out.exact_grid = true;
+  out.members = static_cast<int>(members.size());
+  return out;
+}
 
 }  // namespace fastdyn::codegen::cuda_emit

@@ -58,11 +58,26 @@ struct CudaSource {
   // work units * split_reductions * 8 bytes of partials, then a zeroed counter (u32) per row.
   int64_t split = 0;
   int split_reductions = 0;
+  bool pointwise = false;    // the pointwise shape (a group may take it as a member)
+  bool exact_grid = false;   // a group: exactly work / per_block blocks, each member owning its range
+  int members = 1;           // kernels this source launches as one (a group: emit_cuda_group)
 };
 
 constexpr const char* kSymbol = "fastdyn_kernel";
 
 // Throws loop::Unsupported for what the emitter does not handle yet (above).
 CudaSource emit_cuda(const loop::KernelInput& in);
+
+// Horizontal fusion: independent pointwise kernels of constant sizes (an optimizer step's update
+// of each parameter, one after another) as one launch. Each member is its pointwise kernel as a
+// `__noinline__` device function whose grid-stride loops run over the member's own range of
+// blocks: member m takes blocks [first_m, first_m + blocks_m), blocks_m the blocks its points
+// need up to kMemberBlocks (the loop takes the rest). Members of the same body (parameters of one
+// shape) share one function. The kernel's pointer parameters are the members' in order; the grid
+// is exactly the sum of the ranges (exact_grid). The backend (codegen/cuda/horizontal.h) decides
+// which kernels may launch together.
+constexpr int kGroupBlock = 256;  // the pointwise shape's block
+constexpr int64_t kMemberBlocks = 512;
+CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members);
 
 }  // namespace fastdyn::codegen::cuda_emit

@@ -11,6 +11,9 @@
 #include "runtime/errors.h"
 
 namespace fastdyn::runtime::cuda {
+namespace {
+constexpr int kMaxParams = 512;
+}  // namespace
 
 int64_t LaunchShape::work_units(const int64_t* sizes) const {
   int64_t total = 1;
@@ -41,8 +44,9 @@ void CudaKernel::launch(void** args, const int64_t* sizes) const {
   const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(code_->device()));
   const c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
   // Each parameter's value: the pointer args[i] itself, then sizes[j] (cuLaunchKernel copies them).
-  void* params[65];
-  FD_CHECK(num_args_ + num_sizes_ <= 64, "cuda kernel: too many parameters");
+  // NB: a group of kernels (codegen/cuda/horizontal.h) takes up to 480 pointers.
+  void* params[kMaxParams + 1];
+  FD_CHECK(num_args_ + num_sizes_ <= kMaxParams, "cuda kernel: too many parameters");
   for (int i = 0; i < num_args_; ++i) params[i] = &args[i];
   for (int j = 0; j < num_sizes_; ++j) params[num_args_ + j] = const_cast<int64_t*>(&sizes[j]);
   at::Tensor workspace;

@@ -301,3 +301,62 @@ TEST(CudaEmit, FewGroupsOfLongStridedRowsSplitAcrossBlocks) {
 
 }  // namespace
 }  // namespace fastdyn::codegen
+
+namespace fastdyn::codegen {
+namespace {
+
+// An SGD step with momentum over three parameters (two of one shape): per parameter, a pointwise
+// kernel updates the momentum buffer and another the parameter from it. The three buffer updates
+// launch as one group kernel (horizontal.h), then the three parameter updates as another: members
+// of one shape share a device function, and the block ranges follow the members' sizes.
+const char* kSgdStep = R"(graph(%0: f32[256, 64]{64, 1}, %1: f32[64]{1}, %2: f32[256, 64]{64, 1}, %3: f32[256, 64]{64, 1}, %4: f32[64]{1}, %5: f32[256, 64]{64, 1}, %6: f32[256, 64]{64, 1}, %7: f32[64]{1}, %8: f32[256, 64]{64, 1}):
+  %9: f32[256, 64]{64, 1} = aten::mul_.Scalar(%6, 0.9)
+  %10: f32[256, 64]{64, 1} = aten::add_.Tensor(%6, %3, 1)
+  %11: f32[256, 64]{64, 1} = aten::add_.Tensor(%0, %6, -0.01)
+  %12: f32[64]{1} = aten::mul_.Scalar(%7, 0.9)
+  %13: f32[64]{1} = aten::add_.Tensor(%7, %4, 1)
+  %14: f32[64]{1} = aten::add_.Tensor(%1, %7, -0.01)
+  %15: f32[256, 64]{64, 1} = aten::mul_.Scalar(%8, 0.9)
+  %16: f32[256, 64]{64, 1} = aten::add_.Tensor(%8, %5, 1)
+  %17: f32[256, 64]{64, 1} = aten::add_.Tensor(%2, %8, -0.01)
+  return ()
+)";
+
+TEST(CudaEmit, IndependentPointwiseKernelsLaunchAsOneGroup) {
+  Graph g = on_gpu(kSgdStep);
+  PreparedCuda p = prepare_cuda(g, rewrite_graph(g));
+  EXPECT_NE(p.program.find("launch as one"), std::string::npos) << p.program;
+  std::vector<std::string> src = cuda_sources(g);
+  ASSERT_EQ(src.size(), 2u) << "two launches for the whole step\n" << p.program;
+  EXPECT_NE(p.program.find("steps 0..2 launch as one"), std::string::npos) << p.program;
+  EXPECT_NE(p.program.find("steps 3..5 launch as one"), std::string::npos) << p.program;
+  const std::string& s = src[0];
+  // Two bodies (the 256x64 parameters share one), three calls, 16384 points of float4 vectors per
+  // 256 threads = 16 blocks for each large parameter, 1 block for the bias.
+  EXPECT_NE(s.find("fd_member1("), std::string::npos) << s;
+  EXPECT_EQ(s.find("fd_member2("), std::string::npos) << s;
+  EXPECT_NE(s.find("if (b < 16LL) { fd_member0("), std::string::npos) << s;
+  EXPECT_NE(s.find("if (b < 17LL) { fd_member1("), std::string::npos) << s;
+  EXPECT_NE(s.find("if (b < 33LL) { fd_member0("), std::string::npos) << s;
+  EXPECT_NE(s.find("b - 17LL, 16LL)"), std::string::npos) << "the third member's own block range\n" << s;
+  EXPECT_NE(s.find("fd_bid"), std::string::npos) << s;
+  expect_compiles(src);
+}
+
+// A kernel that writes what another reads (or reads what it writes) never joins its group: the
+// order between them is kept.
+TEST(CudaEmit, DependentKernelsStayApart) {
+  Graph g = on_gpu(R"(graph(%0: f32[256, 64]{64, 1}, %1: f32[256, 64]{64, 1}):
+  %2: f32[256, 64]{64, 1} = aten::mul_.Scalar(%0, 0.9)
+  %3: f32[256, 64]{64, 1} = aten::add_.Tensor(%1, %0, 1)
+  return ()
+)");
+  PreparedCuda p = prepare_cuda(g, rewrite_graph(g));
+  // k0 computes the add from v0 before k1 scales v0 in place (k1 writes what k0 reads): apart.
+  // k1 and k2 (v0 in place; the sum copied into v1) touch disjoint slots: together.
+  EXPECT_NE(p.program.find("group k3: steps 1..2 launch as one"), std::string::npos) << p.program;
+  EXPECT_EQ(p.program.find("steps 0.."), std::string::npos) << p.program;
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen

@@ -1,0 +1,115 @@
+// codegen/cuda/horizontal.cpp — see horizontal.h.
+#include "codegen/cuda/horizontal.h"
+
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fastdyn::codegen::cuda_emit {
+namespace {
+
+// The program slots a launch reads and writes.
+struct Touched {
+  std::set<int32_t> reads, writes;
+};
+
+Touched touched(const runtime::KernelLaunch& launch, const loop::KernelInput& in) {
+  Touched t;
+  for (const std::vector<loop::Addr>& stage : in.loads)
+    for (const loop::Addr& a : stage) t.reads.insert(launch.args.at(static_cast<size_t>(a.slot)));
+  for (const std::vector<loop::Addr>& stage : in.stores)
+    for (const loop::Addr& a : stage) t.writes.insert(launch.args.at(static_cast<size_t>(a.slot)));
+  return t;
+}
+
+bool meets(const std::set<int32_t>& a, const std::set<int32_t>& b) {
+  for (int32_t s : a)
+    if (b.count(s)) return true;
+  return false;
+}
+
+bool groupable(const CudaSource& s) { return s.pointwise && s.size_params.empty() && s.split == 0 && s.block == kGroupBlock; }
+
+}  // namespace
+
+std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_source, std::vector<CudaSource>& sources,
+                              const std::vector<loop::KernelInput>& inputs) {
+  FD_CHECK(step_source.size() == r.steps.size(), "horizontal fusion: a source per step");
+  // Runs [first, end) of steps, greedily: a launch joins the open run when it may.
+  std::vector<std::pair<size_t, size_t>> runs;
+  Touched open;
+  int open_args = 0;
+  size_t first = 0;
+  auto close = [&](size_t end) {
+    if (end - first >= 2) runs.emplace_back(first, end);
+    open = {};
+    open_args = 0;
+    first = end;
+  };
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const int32_t src = step_source[i];
+    if (src < 0 || !groupable(sources[static_cast<size_t>(src)])) {
+      close(i);
+      first = i + 1;
+      continue;
+    }
+    const auto& launch = std::get<runtime::KernelLaunch>(r.steps[i]);
+    Touched t = touched(launch, inputs[static_cast<size_t>(src)]);
+    const int args = static_cast<int>(launch.args.size());
+    if (i > first && (meets(t.writes, open.reads) || meets(t.writes, open.writes) || meets(t.reads, open.writes) ||
+                      open_args + args > kMaxGroupArgs))
+      close(i);
+    open.reads.insert(t.reads.begin(), t.reads.end());
+    open.writes.insert(t.writes.begin(), t.writes.end());
+    open_args += args;
+  }
+  close(r.steps.size());
+  if (runs.empty()) return "";
+
+  // The rewrite: each run one step; the steps' allocations and releases follow.
+  std::string text;
+  std::vector<runtime::Step> steps;
+  std::vector<std::vector<int32_t>> release;
+  std::vector<int32_t> new_source;
+  std::vector<int32_t> new_index(r.steps.size());
+  size_t next_run = 0;
+  for (size_t i = 0; i < r.steps.size();) {
+    const bool grouped = next_run < runs.size() && runs[next_run].first == i;
+    const size_t end = grouped ? runs[next_run].second : i + 1;
+    const auto index = static_cast<int32_t>(steps.size());
+    std::vector<int32_t> released;
+    for (size_t j = i; j < end; ++j) {
+      new_index[j] = index;
+      if (j < r.release_after.size()) released.insert(released.end(), r.release_after[j].begin(), r.release_after[j].end());
+    }
+    if (grouped) {
+      runtime::KernelLaunch launch;
+      std::vector<loop::KernelInput> members;
+      text += "group k" + std::to_string(sources.size()) + ": steps " + std::to_string(i) + ".." + std::to_string(end - 1) +
+              " launch as one\n";
+      for (size_t j = i; j < end; ++j) {
+        const auto& member = std::get<runtime::KernelLaunch>(r.steps[j]);
+        launch.args.insert(launch.args.end(), member.args.begin(), member.args.end());
+        members.push_back(inputs[static_cast<size_t>(step_source[j])]);
+      }
+      sources.push_back(emit_cuda_group(members));
+      new_source.push_back(static_cast<int32_t>(sources.size() - 1));
+      steps.emplace_back(std::move(launch));
+      ++next_run;
+    } else {
+      new_source.push_back(step_source[i]);
+      steps.push_back(std::move(r.steps[i]));
+    }
+    release.push_back(std::move(released));
+    i = end;
+  }
+  for (runtime::Buffer& b : r.buffers)
+    if (b.alloc_step >= 0 && static_cast<size_t>(b.alloc_step) < new_index.size()) b.alloc_step = new_index[static_cast<size_t>(b.alloc_step)];
+  r.steps = std::move(steps);
+  r.release_after = std::move(release);
+  step_source = std::move(new_source);
+  return text;
+}
+
+}  // namespace fastdyn::codegen::cuda_emit
