@@ -233,6 +233,9 @@ runtime::ExecutablePtr with_cuda_graphs(runtime::ExecutablePtr exe, const codege
     if (codegen::op_info(n.op).category == codegen::OpCategory::Random)
       not_capturable = "it draws random numbers (" + codegen::qualified_name(n.op) + "), which a capture would draw twice";
   if (codegen::autograd::needs_autograd(g)) not_capturable = "its outputs require grad (each call makes its own autograd node)";
+  for (const codegen::TensorMeta& m : g.values)
+    if (m.device.is_cpu())
+      not_capturable = "it computes with CPU tensors (an optimizer's step counts), which a replay would not read again";
   return std::make_shared<runtime::CudaGraphExecutable>(std::move(exe), g.outputs.size(), family.get(), qualname,
                                                         std::move(not_capturable));
 }
@@ -551,16 +554,19 @@ CompileOutcome compile_frame(const symbolic::FrameInputs& frame, const Target& t
   timer.lap("trace");
   outcome.filename = p.trace.filename;
   outcome.lineno = p.trace.lineno;
-  // A frame under a CPU-only path (torch.optim: skip_rules.h) whose graph reaches another device
-  // runs as written.
-  if (cpu_only(frame.code))
-    for (const codegen::TensorMeta& m : p.trace.graph.values)
-      if (!m.device.is_cpu()) {
-        outcome.kind = CompileOutcome::Kind::Unsupported;
-        outcome.reason = "a graph on " + m.device.str() + " from " + PyUnicode_AsUTF8(frame.code->co_filename) +
-                         ", compiled on the CPU only (torch.optim's per-parameter kernels lose to ATen's multi-tensor ones on a GPU)";
-        return outcome;
-      }
+  // A frame under a native-only path (torch.optim: skip_rules.h) whose graph reaches a GPU that no
+  // native backend takes runs as written. (On the CPU, ATen's op-by-op run of the step does not
+  // lose to torch.optim's loops: a build without LLVM keeps it.)
+  bool on_gpu = false;
+  for (const codegen::TensorMeta& m : p.trace.graph.values) on_gpu = on_gpu || m.device.is_cuda();
+  if (native_only(frame.code) && on_gpu && target.backend != codegen::Backend::Aten &&
+      codegen::resolve_backend(target.backend, p.trace.graph) == codegen::Backend::Aten) {
+    outcome.kind = CompileOutcome::Kind::Unsupported;
+    outcome.reason = std::string("a graph from ") + PyUnicode_AsUTF8(frame.code->co_filename) +
+                     " that no native backend takes (its devices), run as written: op by op on ATen it would lose to "
+                     "torch.optim's own multi-tensor kernels";
+    return outcome;
+  }
   if ((p.ok || p.trace.stopped || p.bytecode_return) && p.trace.op_in_try && redo_after_failure(p.trace.graph) != Redo::Always) {
     // A graph runs before everything the frame does after it: when it raises (an index out of
     // range), only redoing the frame eagerly reaches the except clause around the op. A graph

@@ -4,7 +4,7 @@
 namespace fastdyn::eval_hook {
 namespace {
 struct PathRules {
-  std::vector<std::string> skip, keep, cpu_only;
+  std::vector<std::string> skip, keep, native_only;
 };
 PathRules& rules() {
   static auto* r = new PathRules();
@@ -18,20 +18,20 @@ size_t longest_match(const std::vector<std::string>& list, const std::string& f)
 }
 }  // namespace
 
-void set_path_rules(std::vector<std::string> skip, std::vector<std::string> keep, std::vector<std::string> cpu_only) {
+void set_path_rules(std::vector<std::string> skip, std::vector<std::string> keep, std::vector<std::string> native_only) {
   rules().skip = std::move(skip);
   rules().keep = std::move(keep);
-  rules().cpu_only = std::move(cpu_only);
+  rules().native_only = std::move(native_only);
 }
 
-bool cpu_only(PyCodeObject* code) {
-  if (rules().cpu_only.empty()) return false;
+bool native_only(PyCodeObject* code) {
+  if (rules().native_only.empty()) return false;
   const char* file = PyUnicode_AsUTF8(code->co_filename);
   if (!file) {
     PyErr_Clear();
     return false;
   }
-  return longest_match(rules().cpu_only, file) > 0;
+  return longest_match(rules().native_only, file) > 0;
 }
 
 bool should_skip(PyCodeObject* code) {

@@ -10,12 +10,13 @@
 namespace fastdyn::eval_hook {
 
 // The longest matching prefix decides: `skip` paths (stdlib, torch, fastdyn) are skipped unless
-// a longer `keep` prefix (site-packages inside the stdlib tree) matches. `cpu_only` paths (kept
-// ones) are compiled only where their graph stays on the CPU: elsewhere the frame runs as written.
-void set_path_rules(std::vector<std::string> skip, std::vector<std::string> keep, std::vector<std::string> cpu_only = {});
+// a longer `keep` prefix (site-packages inside the stdlib tree) matches. `native_only` paths (kept
+// ones) are compiled on a GPU only where the cuda backend takes their graph: a GPU graph that
+// would run op by op on ATen runs as written instead.
+void set_path_rules(std::vector<std::string> skip, std::vector<std::string> keep, std::vector<std::string> native_only = {});
 // True if `code` must always run by the default evaluator.
 bool should_skip(PyCodeObject* code);
-// True if `code` lies under a `cpu_only` path.
-bool cpu_only(PyCodeObject* code);
+// True if `code` lies under a `native_only` path.
+bool native_only(PyCodeObject* code);
 
 }  // namespace fastdyn::eval_hook

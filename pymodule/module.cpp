@@ -304,7 +304,7 @@ PYBIND11_MODULE(_C, m) {
 #endif
   });
   m.def("mark_skip", [](py::handle fn) { eval_hook::mark_skip(code_of(fn)); });
-  m.def("set_path_rules", &eval_hook::set_path_rules, py::arg("skip"), py::arg("keep"), py::arg("cpu_only") = std::vector<std::string>{});
+  m.def("set_path_rules", &eval_hook::set_path_rules, py::arg("skip"), py::arg("keep"), py::arg("native_only") = std::vector<std::string>{});
   m.def("set_graph_break_error", [](py::handle cls) {
     Py_XDECREF(g_graph_break_error);
     g_graph_break_error = Py_NewRef(cls.ptr());

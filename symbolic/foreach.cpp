@@ -4,7 +4,8 @@
 // every parameter through ops over lists of tensors. The trace records them as the per-tensor ops
 // they stand for (`_foreach_add_(xs, ys, alpha=a)` is `x.add_(y, alpha=a)` for each pair), which
 // the graph then fuses per parameter like the single-tensor loop. On the CPU that beats ATen's
-// foreach kernels; on a GPU, where those save launches across tensors, foreach calls run as written.
+// foreach kernels; on a GPU, where those save launches across tensors, the cuda backend launches
+// the per-tensor kernels together (codegen/cuda/horizontal.h).
 #include <cstring>
 #include <string>
 
@@ -40,15 +41,6 @@ bool Calls::foreach_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, Sy
       n = len;
     }
   if (n == SIZE_MAX) return false;
-  // On a GPU ATen's foreach kernels update every tensor of a list in a few launches, where the
-  // per-tensor ops make one or two kernels per tensor (nothing fuses across tensors yet): there
-  // the step runs as written (measured on an H200: Adam's foreach step 0.12-0.33x of eager's).
-  for (const SymValue& a : args)
-    if (is_sequence(a))
-      for (const SymValue& item : a.seq())
-        if (item.is_tensor() && !t.meta(item).device.is_cpu())
-          throw Unsupported("torch." + full + " on " + t.meta(item).device.str() +
-                            " (ATen's multi-tensor kernels launch fewer kernels than per-tensor ones: runs as written)");
   // addcmul/addcdiv take their scalar(s) positionally here, as `value` in the per-tensor op; a
   // 1-d tensor there holds one scalar per item (torch.optim's stacked Adam step sizes).
   const bool addc = op.rfind("addcmul", 0) == 0 || op.rfind("addcdiv", 0) == 0;

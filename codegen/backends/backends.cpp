@@ -9,6 +9,7 @@
 #include "codegen/cuda/backend.h"
 #include "codegen/passes/graph_passes.h"
 #include "codegen/passes/pass_timer.h"
+#include "codegen/loop/interpret.h"
 #include "codegen/loop/passes.h"
 #include "runtime/autograd_function.h"
 #include "runtime/cuda/cuda_api.h"
@@ -60,14 +61,15 @@ std::string backend_choices() {
 }
 
 Backend resolve_backend(Backend requested, const Graph& g) {
-  // The graph's one device: CPU, or one CUDA device (a CPU scalar beside CUDA tensors runs on aten).
+  // The graph's one device: CPU, or one CUDA device, beside which small CPU tensors may be
+  // (loop/interpret.h: an optimizer's step counts; the cuda backend computes them on the host).
   bool cpu = true, one_cuda = true;
   c10::Device cuda_device(c10::DeviceType::CUDA, 0);
   bool seen_cuda = false;
   for (const TensorMeta& m : g.values) {
     cpu = cpu && m.device.is_cpu();
     if (!m.device.is_cuda()) {
-      one_cuda = false;
+      one_cuda = one_cuda && loop::host_scalar(m);
       continue;
     }
     if (seen_cuda && m.device != cuda_device) one_cuda = false;

@@ -4,6 +4,7 @@
 #include "codegen/aten/aten_backend.h"
 #include "codegen/cuda/emit_cuda.h"
 #include "codegen/cuda/horizontal.h"
+#include "codegen/loop/interpret.h"
 #include "codegen/loop/kernel_input.h"
 #include "codegen/loop/passes.h"
 #include "codegen/loop/runtime_program.h"
@@ -164,6 +165,15 @@ std::shared_ptr<const rc::LoadedKernel> find_or_compile(const std::string& sourc
   return kernel;
 }
 
+// Whether every tensor the kernel touches is in host memory (CPU scalars beside the GPU's tensors).
+bool on_host(const loop::KernelInput& in) {
+  for (const auto* list : {&in.loads, &in.stores})
+    for (const std::vector<loop::Addr>& stage : *list)
+      for (const loop::Addr& a : stage)
+        if (!a.host) return false;
+  return true;
+}
+
 int graph_device(const Graph& g) {
   for (const TensorMeta& m : g.values)
     if (m.device.is_cuda()) return m.device.index() < 0 ? 0 : m.device.index();
@@ -240,9 +250,17 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
   std::string text = loop::print_program(*p);
   auto sources = std::make_shared<std::vector<cuda_emit::CudaSource>>();
   std::vector<loop::KernelInput> inputs;
+  // A kernel over CPU scalars alone (an optimizer's step counts) runs on the host, interpreted
+  // (loop/interpret.h); GPU kernels read its results by value.
+  auto host_kernels = std::make_shared<std::map<size_t, std::shared_ptr<const runtime::Kernel>>>();
   for (const loop::Kernel& k : p->kernels) {
     inputs.push_back(loop::kernel_input(*p, k));
-    sources->push_back(cuda_emit::emit_cuda(inputs.back()));
+    if (on_host(inputs.back())) {
+      (*host_kernels)[sources->size()] = std::make_shared<loop::InterpretedKernel>(inputs.back());
+      sources->emplace_back().on_host = true;
+    } else {
+      sources->push_back(cuda_emit::emit_cuda(inputs.back()));
+    }
   }
   timer.lap("emit cuda");
   std::vector<loop::Extern> externs;
@@ -266,7 +284,7 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
   {
     std::vector<bool> seen(sources->size());
     for (int32_t k : *step_source) {
-      if (k < 0 || seen[static_cast<size_t>(k)]) continue;
+      if (k < 0 || seen[static_cast<size_t>(k)] || (*sources)[static_cast<size_t>(k)].on_host) continue;
       seen[static_cast<size_t>(k)] = true;
       launched.push_back((*sources)[static_cast<size_t>(k)].source);
       if (loop::dump_enabled("cuda")) std::fprintf(stderr, "=== cuda k%d ===\n%s", k, launched.back().c_str());
@@ -275,7 +293,7 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
     }
   }
   const int device = graph_device(g);
-  auto build = [p, program, sources, step_source, device](bool compile_missing) -> runtime::ExecutablePtr {
+  auto build = [p, program, sources, step_source, host_kernels, device](bool compile_missing) -> runtime::ExecutablePtr {
     PassTimer kernel_timer;
     const rc::DeviceInfo info = rc::device_info(device);
     const size_t n = sources->size();
@@ -284,7 +302,7 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
     // model's layers) are one kernel: looked up, or compiled, once.
     std::vector<bool> used(n);
     for (int32_t k : *step_source)
-      if (k >= 0) used[static_cast<size_t>(k)] = true;
+      if (k >= 0 && !(*sources)[static_cast<size_t>(k)].on_host) used[static_cast<size_t>(k)] = true;
     std::vector<size_t> same(n);
     std::map<std::string_view, size_t> first;
     for (size_t i = 0; i < n; ++i)
@@ -303,6 +321,11 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
       if ((*step_source)[i] < 0) continue;
       const auto k = static_cast<size_t>((*step_source)[i]);
       const cuda_emit::CudaSource& src = (*sources)[k];
+      auto& launch = std::get<runtime::KernelLaunch>(program->steps[i]);
+      if (src.on_host) {
+        launch.kernel = host_kernels->at(k);
+        continue;
+      }
       rc::LaunchShape shape;
       for (const auto& factor : src.work) {
         shape.work.emplace_back();
@@ -316,9 +339,13 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
       // A group's blocks are its members' ranges: all of them.
       shape.max_grid = int64_t{info.multiprocessors} * (2048 / src.block) * 4;
       if (src.exact_grid) shape.max_grid = std::max(shape.max_grid, shape.work_units(nullptr));
-      auto& launch = std::get<runtime::KernelLaunch>(program->steps[i]);
+      std::vector<rc::HostRead> host;
+      for (const cuda_emit::HostValue& h : src.host_values) {
+        const auto bytes = static_cast<int32_t>(c10::elementSize(h.storage));
+        host.push_back({h.arg, h.offset * bytes, bytes});
+      }
       launch.kernel = std::make_shared<rc::CudaKernel>(loaded[k], std::move(shape), src.num_args,
-                                                        static_cast<int>(src.size_params.size()));
+                                                        static_cast<int>(src.size_params.size()), std::move(host));
       launch.sizes.clear();
       for (shapes::SymbolId s : src.size_params) launch.sizes.push_back(p->graph.binding.at(static_cast<size_t>(s)));
       FD_CHECK(launch.args.size() == static_cast<size_t>(src.num_args), "cuda backend: kernel arguments do not match its slots");

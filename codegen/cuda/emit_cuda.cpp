@@ -189,6 +189,8 @@ class Emitter {
   // ---- addresses and values ----
   std::string offset(const Addr& a, size_t stage, size_t first_dim, size_t end_dim);
   std::string load(const Addr& a, size_t stage);
+  // The by-value parameter of a CPU scalar's load (Addr::host): "h<i>".
+  std::string host_value(const Addr& a);
   void store(Text& os, const Addr& a, size_t stage, const std::string& v, const std::string& indent);
   std::string expr(size_t s, const Instr& in, const std::function<std::string(int32_t)>& load_of);
   std::string value(size_t s, int32_t i) const { return "v" + std::to_string(s) + "_" + std::to_string(i); }
@@ -218,6 +220,7 @@ class Emitter {
   const loop::Kernel& k_;
   const std::string bid_, grid_;
   std::vector<shapes::SymbolId> params_;
+  std::vector<HostValue> host_;
   std::vector<SizeExpr> dims_;  // per kernel dim
   size_t n_outer_ = 0, n_dims_ = 0;
   int block_ = 256;
@@ -276,7 +279,18 @@ std::string Emitter::offset(const Addr& a, size_t stage, size_t first_dim, size_
   return off;
 }
 
+std::string Emitter::host_value(const Addr& a) {
+  if (a.dynamic >= 0 || !a.sym_base.is_constant() ||
+      std::any_of(a.stride.begin(), a.stride.end(), [](int64_t s) { return s != 0; }))
+    throw loop::Unsupported("cuda emitter: a GPU kernel reading a CPU tensor that is not one scalar");
+  const HostValue h{a.slot, a.base, a.storage};
+  auto pos = std::find(host_.begin(), host_.end(), h);
+  if (pos == host_.end()) pos = host_.insert(host_.end(), h);
+  return "h" + std::to_string(pos - host_.begin());
+}
+
 std::string Emitter::load(const Addr& a, size_t stage) {
+  if (a.host) return widen(a.storage, host_value(a));
   return widen(a.storage, "((const " + std::string(storage_name(a.storage)) + "*)a" + std::to_string(a.slot) + ")[" +
                               offset(a, stage, 0, n_dims_) + "]");
 }
@@ -439,7 +453,9 @@ void Emitter::vector_path(Text& os) {
     const Addr& a = in_.loads[0][l];
     const std::string sn = storage_name(a.storage);
     const std::string ptr = "((const " + sn + "*)a" + std::to_string(a.slot) + ")";
-    if (a.stride[last] == 1)
+    if (a.host)
+      os << "      const " << sn << " L" << l << " = " << host_value(a) << ";\n";
+    else if (a.stride[last] == 1)
       os << "      const fd_vec<" << sn << ", " << V << "> L" << l << " = *(const fd_vec<" << sn << ", " << V << ">*)(" << ptr
          << " + " << offset(a, 0, 0, n_dims_) << ");\n";
     else
@@ -969,6 +985,13 @@ CudaSource Emitter::build(std::string& body_text) {
   dims_ = loop::domain_exprs(in_);
   bool row_shape = k_.stages.size() != 1 || k_.stages[0].per_outer;
   for (const Stage& st : k_.stages) row_shape = row_shape || !st.reductions.empty() || has_scan(st);
+  // CPU scalars (Addr::host): read by value, by pointwise kernels only; never stored from a GPU.
+  for (const std::vector<Addr>& stage : in_.stores)
+    for (const Addr& a : stage)
+      if (a.host) throw loop::Unsupported("cuda emitter: a GPU kernel storing into a CPU tensor");
+  for (const std::vector<Addr>& stage : in_.loads)
+    for (const Addr& a : stage)
+      if (a.host && row_shape) throw loop::Unsupported("cuda emitter: a GPU kernel of rows reading a CPU tensor");
   int64_t inner_numel = 1;
   for (int64_t n : k_.inner) inner_numel *= n;
   int64_t outer_numel = 1;
@@ -1040,6 +1063,7 @@ CudaSource Emitter::build(std::string& body_text) {
       for (const Addr& a : stage) num_args = std::max(num_args, a.slot + 1);
   out.num_args = num_args;
   out.size_params = params_;
+  out.host_values = host_;
   out.pointwise = !row_shape && split_ == 0 && warps_ == 0;
   body_text = body.str();
   return out;
@@ -1051,8 +1075,10 @@ CudaSource Emitter::run() {
   Text src;
   src << kPrelude << "extern \"C\" __global__ void __launch_bounds__(" << block_ << ") " << kSymbol << "(";
   for (int i = 0; i < out.num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
-  for (size_t j = 0; j < params_.size(); ++j) src << (out.num_args || j ? ", " : "") << "i64 z" << j;
-  if (split_ > 0) src << (out.num_args || !params_.empty() ? ", " : "") << "char* ws";
+  bool any = out.num_args > 0;
+  for (size_t j = 0; j < params_.size(); ++j, any = true) src << (any ? ", " : "") << "i64 z" << j;
+  for (size_t j = 0; j < host_.size(); ++j, any = true) src << (any ? ", " : "") << "const " << storage_name(host_[j].storage) << " h" << j;
+  if (split_ > 0) src << (any ? ", " : "") << "char* ws";
   src << ") {\n" << body << "}\n";
   out.source = src.str();
   return out;
@@ -1073,12 +1099,12 @@ CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members) {
     const CudaSource m = Emitter(in, "fd_bid", "fd_grid").build(body);
     FD_CHECK(m.pointwise && m.size_params.empty() && m.block == kGroupBlock,
              "cuda emitter: a group member that is not a pointwise kernel of constant sizes");
-    auto [it, fresh] = function_of.emplace(body, "fd_member" + std::to_string(function_of.size()));
-    if (fresh) {
-      functions << "__device__ __noinline__ void " << it->second << "(";
-      for (int i = 0; i < m.num_args; ++i) functions << "char* a" << i << ", ";
-      functions << "const i64 fd_bid, const i64 fd_grid) {\n" << body << "}\n";
-    }
+    // NB: the key holds the parameter list too: the same body may read CPU scalars of other types.
+    std::string params;
+    for (int i = 0; i < m.num_args; ++i) params += "char* a" + std::to_string(i) + ", ";
+    for (size_t j = 0; j < m.host_values.size(); ++j) params += "const " + std::string(storage_name(m.host_values[j].storage)) + " h" + std::to_string(j) + ", ";
+    auto [it, fresh] = function_of.emplace(params + "\n" + body, "fd_member" + std::to_string(function_of.size()));
+    if (fresh) functions << "__device__ __noinline__ void " << it->second << "(" << params << "const i64 fd_bid, const i64 fd_grid) {\n" << body << "}\n";
     int64_t units = 1;
     for (const std::vector<WorkTerm>& factor : m.work) {
       int64_t sum = 0;
@@ -1088,6 +1114,10 @@ CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members) {
     const int64_t blocks = std::clamp<int64_t>((units + m.per_block - 1) / m.per_block, 1, kMemberBlocks);
     dispatch << "  if (b < " << first + blocks << "LL) { " << it->second << "(";
     for (int i = 0; i < m.num_args; ++i) dispatch << "a" << out.num_args + i << ", ";
+    for (const HostValue& h : m.host_values) {
+      dispatch << "h" << out.host_values.size() << ", ";
+      out.host_values.push_back({h.arg + out.num_args, h.offset, h.storage});
+    }
     dispatch << "b - " << first << "LL, " << blocks << "LL); return; }\n";
     out.num_args += m.num_args;
     first += blocks;
@@ -1095,6 +1125,7 @@ CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members) {
   Text src;
   src << kPrelude << functions.str() << "extern \"C\" __global__ void __launch_bounds__(" << kGroupBlock << ") " << kSymbol << "(";
   for (int i = 0; i < out.num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
+  for (size_t j = 0; j < out.host_values.size(); ++j) src << ", const " << storage_name(out.host_values[j].storage) << " h" << j;
   src << ") {\n  const i64 b = blockIdx.x;\n" << dispatch.str() << "}\n";
   out.source = src.str();
   out.block = kGroupBlock;

@@ -2,9 +2,11 @@
 // NVRTC (codegen/ layer; no CUDA header, no driver: it only writes text, so it runs and is
 // tested on a machine without a GPU).
 //
-// ABI: `extern "C" __global__ void fastdyn_kernel(char* a0, ..., long long z0, ...)`: the data
-// pointers of the kernel's slots (loop::kernel_slots order), then its size parameters, the values
-// of the symbols in `size_params` at the launch (runtime/cuda/cuda_kernel.h). A size that is a
+// ABI: `extern "C" __global__ void fastdyn_kernel(char* a0, ..., long long z0, ..., T h0, ...)`: the
+// data pointers of the kernel's slots (loop::kernel_slots order), then its size parameters, the
+// values of the symbols in `size_params` at the launch (runtime/cuda/cuda_kernel.h), then the CPU
+// scalars it reads, by value (`host_values`: a pointwise kernel reading an optimizer's step count;
+// a slot in host memory is still a pointer parameter, never dereferenced on the GPU). A size that is a
 // symbol at the graph's binding is code over the z's (loop::domain_exprs and the accesses'
 // computable expressions), so one kernel serves every size; the source is the kernel's key.
 //
@@ -47,6 +49,16 @@ struct WorkTerm {
   std::vector<int32_t> params;
 };
 
+// A CPU scalar a GPU kernel reads (loop::Addr::host): the launch reads the element `offset` of
+// pointer argument `arg`'s tensor on the host and passes it by value, as parameter h<i> (after the
+// size parameters) of type `storage`.
+struct HostValue {
+  int32_t arg = -1;
+  int64_t offset = 0;  // elements
+  c10::ScalarType storage = c10::ScalarType::Float;
+  bool operator==(const HostValue& o) const { return arg == o.arg && offset == o.offset && storage == o.storage; }
+};
+
 struct CudaSource {
   std::string source;                       // one translation unit, the kernel's cache key
   std::vector<shapes::SymbolId> size_params;  // the symbols of z0, z1, ...
@@ -61,6 +73,8 @@ struct CudaSource {
   bool pointwise = false;    // the pointwise shape (a group may take it as a member)
   bool exact_grid = false;   // a group: exactly work / per_block blocks, each member owning its range
   int members = 1;           // kernels this source launches as one (a group: emit_cuda_group)
+  std::vector<HostValue> host_values;  // by-value parameters after the sizes (pointwise kernels only)
+  bool on_host = false;      // not a GPU kernel: one over CPU scalars, interpreted (loop/interpret.h)
 };
 
 constexpr const char* kSymbol = "fastdyn_kernel";

@@ -29,7 +29,7 @@ bool meets(const std::set<int32_t>& a, const std::set<int32_t>& b) {
   return false;
 }
 
-bool groupable(const CudaSource& s) { return s.pointwise && s.size_params.empty() && s.split == 0 && s.block == kGroupBlock; }
+bool groupable(const CudaSource& s) { return !s.on_host && s.pointwise && s.size_params.empty() && s.split == 0 && s.block == kGroupBlock; }
 
 }  // namespace
 
@@ -56,7 +56,7 @@ std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_so
     }
     const auto& launch = std::get<runtime::KernelLaunch>(r.steps[i]);
     Touched t = touched(launch, inputs[static_cast<size_t>(src)]);
-    const int args = static_cast<int>(launch.args.size());
+    const int args = static_cast<int>(launch.args.size() + sources[static_cast<size_t>(src)].host_values.size());
     if (i > first && (meets(t.writes, open.reads) || meets(t.writes, open.writes) || meets(t.reads, open.writes) ||
                       open_args + args > kMaxGroupArgs))
       close(i);

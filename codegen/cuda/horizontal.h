@@ -20,8 +20,8 @@
 
 namespace fastdyn::codegen::cuda_emit {
 
-// Pointer parameters a group may have in all: 8 bytes each within the 4 KiB of a kernel's
-// parameters on every architecture and CUDA version.
+// Parameters (pointers and CPU scalars) a group may have in all: 8 bytes each at most, within the
+// 4 KiB of a kernel's parameters on every architecture and CUDA version.
 constexpr int kMaxGroupArgs = 480;
 
 // Fuses `r`'s runs of launches in place. step_source[i] is the index in `sources` of step i's

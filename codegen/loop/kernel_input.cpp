@@ -34,6 +34,7 @@ Addr address_of(const Program& p, const Kernel& k, const Access& a) {
   Addr r;
   r.slot = pl.slot;
   r.storage = m.dtype;
+  r.host = m.device.is_cpu();
   r.stride.assign(static_cast<size_t>(k.dims()), 0);
   r.sym_stride.assign(static_cast<size_t>(k.dims()), 0);
   if (pl.kind == ValuePlan::Kind::Alias) {

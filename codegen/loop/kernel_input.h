@@ -25,6 +25,9 @@ std::vector<int32_t> kernel_slots(const Program& p, const Kernel& k);
 struct Addr {
   int32_t slot = -1;  // position in kernel_slots (the kernel's pointer arguments)
   c10::ScalarType storage = c10::ScalarType::Float;
+  // The value lives in host memory (a CPU tensor). In a GPU kernel that is a CPU scalar beside
+  // the GPU's tensors (an optimizer's step count): read on the host at the launch, passed by value.
+  bool host = false;
   int64_t base = 0;
   std::vector<int64_t> stride;  // per kernel dim
   int32_t dynamic = -1;          // instr id in the stage

@@ -7,6 +7,7 @@
 // cannot compute, stays an Extern (ATen computes it, correctly, op by op). A graph that cannot run
 // outside ATen at all (autograd, tensors on two devices, a mutation functionalize cannot express) throws
 // Unsupported.
+#include "codegen/loop/interpret.h"
 #include "codegen/loop/lowering_rules.h"
 
 #include <algorithm>
@@ -192,11 +193,15 @@ NodeLowering lower_node(const Graph& g, const Node& n) {
 }  // namespace
 
 LoweredGraph lower(const Graph& original) {
-  // Kernels run on one device: the CPU (llvm_cpu) or one GPU (cuda). Moving data between devices
-  // stays ATen's business.
+  // Kernels run on one device: the CPU (llvm_cpu) or one GPU (cuda), beside which a GPU graph may
+  // hold CPU scalars (interpret.h: the cuda backend computes them on the host and passes them by
+  // value). Moving data between devices stays ATen's business.
+  c10::Device device = original.values.empty() ? c10::Device(c10::kCPU) : original.values.front().device;
   for (const TensorMeta& m : original.values)
-    if (m.device != original.values.front().device)
-      throw Unsupported("tensors on " + original.values.front().device.str() + " and " + m.device.str());
+    if (!m.device.is_cpu()) device = m.device;
+  for (const TensorMeta& m : original.values)
+    if (m.device != device && !(device.is_cuda() && host_scalar(m)))
+      throw Unsupported("tensors on " + device.str() + " and " + m.device.str());
   LoweredGraph lg;
   Functional f = functionalize(original);
   lg.graph = std::move(f.graph);

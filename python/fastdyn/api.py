@@ -63,9 +63,9 @@ def _install_path_rules():
     skip.append(os.path.join(nn_modules, "module.py"))
     # torch.optim's optimizers too: optimizer.step() is traced (its state read by parameter,
     # its first step run as written while it makes that state) into one graph of in-place
-    # updates. The learning-rate schedulers and SWA helpers stay out. On the CPU only: on a GPU
-    # the per-parameter kernels lose to ATen's multi-tensor ones until kernels fuse across
-    # parameters (an H200 measured Adam at 0.78-0.88x of eager), so there the step runs as written.
+    # updates. The learning-rate schedulers and SWA helpers stay out. Only where a native backend
+    # takes the graph (llvm_cpu, or cuda, whose kernels fuse across parameters): op by op on
+    # ATen the step would lose to torch.optim's own multi-tensor kernels, so it runs as written.
     optim = os.path.join(os.path.dirname(torch.__file__), "optim", "")
     keep.append(optim)
     skip += [os.path.join(optim, "lr_scheduler.py"), os.path.join(optim, "swa_utils.py")]

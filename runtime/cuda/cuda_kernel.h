@@ -38,9 +38,19 @@ struct LaunchShape {
   int64_t grid(const int64_t* sizes) const;  // 0: nothing to do
 };
 
+// A CPU scalar the kernel takes by value, after its size parameters: `bytes` bytes at
+// `byte_offset` into pointer argument `arg`'s memory (host memory), read at each launch, when the
+// steps before it (on the host, in program order) have written it.
+struct HostRead {
+  int32_t arg = -1;
+  int64_t byte_offset = 0;
+  int32_t bytes = 4;
+};
+
 class CudaKernel final : public Kernel {
  public:
-  CudaKernel(std::shared_ptr<const LoadedKernel> code, LaunchShape shape, int num_args, int num_sizes);
+  CudaKernel(std::shared_ptr<const LoadedKernel> code, LaunchShape shape, int num_args, int num_sizes,
+             std::vector<HostRead> host = {});
   void launch(void** args, const int64_t* sizes) const override;
   const LaunchShape& shape() const { return shape_; }
 
@@ -48,6 +58,7 @@ class CudaKernel final : public Kernel {
   std::shared_ptr<const LoadedKernel> code_;
   LaunchShape shape_;
   int num_args_, num_sizes_;
+  std::vector<HostRead> host_;
 };
 
 }  // namespace fastdyn::runtime::cuda

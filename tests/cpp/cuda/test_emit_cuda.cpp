@@ -360,3 +360,40 @@ TEST(CudaEmit, DependentKernelsStayApart) {
 
 }  // namespace
 }  // namespace fastdyn::codegen
+
+namespace fastdyn::codegen {
+namespace {
+
+// An Adam-like update with its step count on the CPU (torch.optim keeps it there unless
+// capturable): the count's increment runs on the host (an interpreted kernel: no GPU source), and
+// the GPU kernel reads the bias correction made from it by value, a `const float` parameter.
+TEST(CudaEmit, CpuScalarsAreReadByValueAndTheirKernelsRunOnTheHost) {
+  Graph g = on_gpu(R"(graph(%0: f32[256, 64]{64, 1}, %1: f32[256, 64]{64, 1}, %2: f32[]{}):
+  %3: f32[]{} = aten::add_.Scalar(%2, 1, 1)
+  %4: f32[]{} = aten::pow.Scalar(0.9, %2)
+  %5: f32[]{} = aten::rsub.Scalar(%4, 1, 1)
+  %6: f32[256, 64]{64, 1} = aten::div.Tensor(%1, %5)
+  %7: f32[256, 64]{64, 1} = aten::add_.Tensor(%0, %6, -0.01)
+  return ()
+)");
+  for (ValueId v : {2, 3, 4, 5}) g.values[static_cast<size_t>(v)].device = c10::Device(c10::kCPU);
+  PreparedCuda p = prepare_cuda(g, rewrite_graph(g));
+  std::vector<std::string> src = cuda_sources(g);
+  ASSERT_EQ(src.size(), 1u) << p.program;
+  EXPECT_NE(src[0].find("const float h0)"), std::string::npos) << src[0];
+  EXPECT_EQ(src[0].find("((const float*)a2)"), std::string::npos) << "the CPU tensor is never dereferenced on the GPU\n" << src[0];
+  expect_compiles(src);
+}
+
+// A GPU kernel reading a CPU tensor of more than one element is refused (the graph runs on ATen).
+TEST(CudaEmit, CpuTensorsWiderThanAScalarAreRefused) {
+  Graph g = on_gpu(R"(graph(%0: f32[64]{1}, %1: f32[64]{1}):
+  %2: f32[64]{1} = aten::mul.Tensor(%0, %1)
+  return (%2)
+)");
+  g.values[1].device = c10::Device(c10::kCPU);
+  EXPECT_THROW(cuda_sources(g), loop::Unsupported);
+}
+
+}  // namespace
+}  // namespace fastdyn::codegen
