@@ -1,7 +1,7 @@
 """optimizer.step() under fastdyn (issue 22): SGD with momentum, Adam and AdamW over the
 parameters of two models, eager against fastdyn and torch.compile, one process.
 
-    python3 bench/optimizer_step.py [--rounds 15] [--skip-inductor] [--device cuda]
+    python3 bench/optimizer_step.py [--rounds 15] [--skip-inductor] [--device cuda] [--only TEXT]
 
 Models: an MLP of 4 linear layers 512x512 (8 parameters, 1.05M values), and a stack of 48
 linear layers 64x64 (96 small parameters: per-op overhead dominates). Each mode steps its own
@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--skip-inductor", action="store_true")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--only", default="", help="run the cases whose 'model / optimizer' contains this text")
     args = ap.parse_args()
     dev = torch.device(args.device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -57,7 +58,9 @@ def main():
     print("| model | optimizer | eager ms/step | fastdyn | inductor | 1st/2nd step fastdyn (ms) | 1st/2nd step inductor (ms) | max abs diff fastdyn / inductor |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for mname, model in models(dev).items():
-        for oname in ("SGD momentum", "Adam", "AdamW", "SGD momentum (foreach)", "Adam (foreach)"):
+        for oname in ("SGD momentum", "Adam", "AdamW", "SGD momentum (foreach)", "Adam (foreach)", "AdamW (foreach)"):
+            if args.only not in f"{mname} / {oname}":
+                continue
             modes = ["eager", "fastdyn"] + ([] if args.skip_inductor else ["inductor"])
             fastdyn.reset()  # each case a program of its own: one optimizer
             state = {}

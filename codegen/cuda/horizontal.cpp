@@ -31,11 +31,51 @@ bool meets(const std::set<int32_t>& a, const std::set<int32_t>& b) {
 
 bool groupable(const CudaSource& s) { return !s.on_host && s.pointwise && s.size_params.empty() && s.split == 0 && s.block == kGroupBlock; }
 
+// Moves step `from` to position `to` (< from), keeping every step's allocations and releases:
+// a buffer allocated before step k is still allocated before it.
+void move_step(runtime::Program& r, std::vector<int32_t>& step_source, size_t from, size_t to) {
+  auto rotate = [&](auto& v) {
+    if (from < v.size()) std::rotate(v.begin() + static_cast<std::ptrdiff_t>(to), v.begin() + static_cast<std::ptrdiff_t>(from),
+                                     v.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+  };
+  rotate(r.steps);
+  rotate(r.release_after);
+  rotate(step_source);
+  for (runtime::Buffer& b : r.buffers) {
+    const auto at = static_cast<size_t>(b.alloc_step);
+    if (at == from) b.alloc_step = static_cast<int32_t>(to);
+    else if (at >= to && at < from) ++b.alloc_step;
+  }
+}
+
+bool disjoint(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  for (int32_t s : a)
+    if (std::find(b.begin(), b.end(), s) != b.end()) return false;
+  return true;
+}
+
+// Host kernels (CPU scalars, interpreted) as early as they may run: before the GPU launches just
+// before them that touch none of their slots. A launch reads CPU scalars when it is made, so a host
+// kernel never passes one that reads (or shares a reused slot with) what it writes; it passes no
+// extern call and no other host kernel. Then the GPU launches that a host kernel separated (an
+// Adam step's bias corrections between its parameters' updates) run one after another, and group.
+void hoist_host_kernels(runtime::Program& r, std::vector<int32_t>& step_source, const std::vector<CudaSource>& sources) {
+  auto gpu_launch = [&](size_t i) { return step_source[i] >= 0 && !sources[static_cast<size_t>(step_source[i])].on_host; };
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    if (step_source[i] < 0 || !sources[static_cast<size_t>(step_source[i])].on_host) continue;
+    const std::vector<int32_t>& mine = std::get<runtime::KernelLaunch>(r.steps[i]).args;
+    size_t to = i;
+    while (to > 0 && gpu_launch(to - 1) && disjoint(std::get<runtime::KernelLaunch>(r.steps[to - 1]).args, mine)) --to;
+    if (to < i) move_step(r, step_source, i, to);
+  }
+}
+
 }  // namespace
 
 std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_source, std::vector<CudaSource>& sources,
                               const std::vector<loop::KernelInput>& inputs) {
   FD_CHECK(step_source.size() == r.steps.size(), "horizontal fusion: a source per step");
+  hoist_host_kernels(r, step_source, sources);
   // Runs [first, end) of steps, greedily: a launch joins the open run when it may.
   std::vector<std::pair<size_t, size_t>> runs;
   Touched open;

@@ -385,6 +385,133 @@ TEST(CudaEmit, CpuScalarsAreReadByValueAndTheirKernelsRunOnTheHost) {
   expect_compiles(src);
 }
 
+// Two parameters, each with its own step count (single-tensor Adam): the host kernels (a bias
+// correction, a count's increment) sit between the parameters' GPU updates; they move ahead of the
+// launches that do not read them, and the two updates launch as one group.
+TEST(CudaEmit, HostKernelsMoveAheadSoThatGpuLaunchesGroup) {
+  Graph g = on_gpu(R"(graph(%0: f32[256, 64]{64, 1}, %1: f32[256, 64]{64, 1}, %2: f32[256, 64]{64, 1}, %3: f32[256, 64]{64, 1}, %4: f32[]{}, %5: f32[]{}):
+  %6: f32[]{} = aten::add_.Scalar(%4, 1, 1)
+  %7: f32[]{} = aten::pow.Scalar(0.9, %4)
+  %8: f32[]{} = aten::rsub.Scalar(%7, 1, 1)
+  %9: f32[256, 64]{64, 1} = aten::div.Tensor(%2, %8)
+  %10: f32[256, 64]{64, 1} = aten::add_.Tensor(%0, %9, -0.01)
+  %11: f32[]{} = aten::add_.Scalar(%5, 1, 1)
+  %12: f32[]{} = aten::pow.Scalar(0.9, %5)
+  %13: f32[]{} = aten::rsub.Scalar(%12, 1, 1)
+  %14: f32[256, 64]{64, 1} = aten::div.Tensor(%3, %13)
+  %15: f32[256, 64]{64, 1} = aten::add_.Tensor(%1, %14, -0.01)
+  return ()
+)");
+  for (ValueId v : {4, 5, 6, 7, 8, 11, 12, 13}) g.values[static_cast<size_t>(v)].device = c10::Device(c10::kCPU);
+  PreparedCuda p = prepare_cuda(g, rewrite_graph(g));
+  std::vector<std::string> src = cuda_sources(g);
+  ASSERT_EQ(src.size(), 1u) << p.program;
+  EXPECT_NE(p.program.find("launch as one"), std::string::npos) << p.program;
+  EXPECT_NE(src[0].find("const float h1)"), std::string::npos) << "each member's bias correction by value\n" << src[0];
+  expect_compiles(src);
+}
+
+// torch.optim's foreach Adam over four parameters, as fastdyn traces it (FASTDYN_LOG=graphs) with
+// the parameters on a GPU: the step counts, the bias corrections and the stacked step sizes are CPU
+// tensors, as in eager. The per-parameter host kernels move ahead of the GPU updates and those
+// launch in a few groups, not one or two per parameter.
+const char* kAdamForeach = R"(graph(%0: f32[8, 8]{8, 1} requires_grad, %1: f32[8]{1} requires_grad, %2: f32[4, 8]{8, 1} requires_grad, %3: f32[4]{1} requires_grad, %4: f32[8, 8]{8, 1}, %5: f32[]{}, %6: f32[8, 8]{8, 1}, %7: f32[8, 8]{8, 1}, %8: f32[8]{1}, %9: f32[]{}, %10: f32[8]{1}, %11: f32[8]{1}, %12: f32[4, 8]{8, 1}, %13: f32[]{}, %14: f32[4, 8]{8, 1}, %15: f32[4, 8]{8, 1}, %16: f32[4]{1}, %17: f32[]{}, %18: f32[4]{1}, %19: f32[4]{1}):
+  %20: f32[]{} = aten::add_.Scalar(%5, 1, 1)
+  %21: f32[]{} = aten::add_.Scalar(%9, 1, 1)
+  %22: f32[]{} = aten::add_.Scalar(%13, 1, 1)
+  %23: f32[]{} = aten::add_.Scalar(%17, 1, 1)
+  %24: f32[8, 8]{8, 1} = aten::lerp_.Scalar(%6, %4, 0.09999999999999998)
+  %25: f32[8]{1} = aten::lerp_.Scalar(%10, %8, 0.09999999999999998)
+  %26: f32[4, 8]{8, 1} = aten::lerp_.Scalar(%14, %12, 0.09999999999999998)
+  %27: f32[4]{1} = aten::lerp_.Scalar(%18, %16, 0.09999999999999998)
+  %28: f32[8, 8]{8, 1} = aten::mul_.Scalar(%7, 0.999)
+  %29: f32[8]{1} = aten::mul_.Scalar(%11, 0.999)
+  %30: f32[4, 8]{8, 1} = aten::mul_.Scalar(%15, 0.999)
+  %31: f32[4]{1} = aten::mul_.Scalar(%19, 0.999)
+  %32: f32[8, 8]{8, 1} = aten::addcmul_(%7, %4, %4, 0.0010000000000000009)
+  %33: f32[8]{1} = aten::addcmul_(%11, %8, %8, 0.0010000000000000009)
+  %34: f32[4, 8]{8, 1} = aten::addcmul_(%15, %12, %12, 0.0010000000000000009)
+  %35: f32[4]{1} = aten::addcmul_(%19, %16, %16, 0.0010000000000000009)
+  %36: f32[]{} = aten::pow.Scalar(0.9, %5)
+  %37: f32[]{} = aten::rsub.Scalar(%36, 1, 1)
+  %38: f32[]{} = aten::pow.Scalar(0.9, %9)
+  %39: f32[]{} = aten::rsub.Scalar(%38, 1, 1)
+  %40: f32[]{} = aten::pow.Scalar(0.9, %13)
+  %41: f32[]{} = aten::rsub.Scalar(%40, 1, 1)
+  %42: f32[]{} = aten::pow.Scalar(0.9, %17)
+  %43: f32[]{} = aten::rsub.Scalar(%42, 1, 1)
+  %44: f32[]{} = aten::pow.Scalar(0.999, %5)
+  %45: f32[]{} = aten::rsub.Scalar(%44, 1, 1)
+  %46: f32[]{} = aten::pow.Scalar(0.999, %9)
+  %47: f32[]{} = aten::rsub.Scalar(%46, 1, 1)
+  %48: f32[]{} = aten::pow.Scalar(0.999, %13)
+  %49: f32[]{} = aten::rsub.Scalar(%48, 1, 1)
+  %50: f32[]{} = aten::pow.Scalar(0.999, %17)
+  %51: f32[]{} = aten::rsub.Scalar(%50, 1, 1)
+  %52: f32[]{} = aten::reciprocal(%37)
+  %53: f32[]{} = aten::mul.Scalar(%52, 0.001)
+  %54: f32[]{} = aten::mul.Scalar(%53, -1)
+  %55: f32[]{} = aten::reciprocal(%39)
+  %56: f32[]{} = aten::mul.Scalar(%55, 0.001)
+  %57: f32[]{} = aten::mul.Scalar(%56, -1)
+  %58: f32[]{} = aten::reciprocal(%41)
+  %59: f32[]{} = aten::mul.Scalar(%58, 0.001)
+  %60: f32[]{} = aten::mul.Scalar(%59, -1)
+  %61: f32[]{} = aten::reciprocal(%43)
+  %62: f32[]{} = aten::mul.Scalar(%61, 0.001)
+  %63: f32[]{} = aten::mul.Scalar(%62, -1)
+  %64: f32[4]{1} = aten::stack([%54, %57, %60, %63], 0)
+  %65: f32[]{} = aten::pow.Tensor_Scalar(%45, 0.5)
+  %66: f32[]{} = aten::pow.Tensor_Scalar(%47, 0.5)
+  %67: f32[]{} = aten::pow.Tensor_Scalar(%49, 0.5)
+  %68: f32[]{} = aten::pow.Tensor_Scalar(%51, 0.5)
+  %69: f32[8, 8]{8, 1} = aten::sqrt(%7)
+  %70: f32[8]{1} = aten::sqrt(%11)
+  %71: f32[4, 8]{8, 1} = aten::sqrt(%15)
+  %72: f32[4]{1} = aten::sqrt(%19)
+  %73: f32[8, 8]{8, 1} = aten::div_.Tensor(%69, %65)
+  %74: f32[8]{1} = aten::div_.Tensor(%70, %66)
+  %75: f32[4, 8]{8, 1} = aten::div_.Tensor(%71, %67)
+  %76: f32[4]{1} = aten::div_.Tensor(%72, %68)
+  %77: f32[8, 8]{8, 1} = aten::add_.Scalar(%69, 1e-08, 1)
+  %78: f32[8]{1} = aten::add_.Scalar(%70, 1e-08, 1)
+  %79: f32[4, 8]{8, 1} = aten::add_.Scalar(%71, 1e-08, 1)
+  %80: f32[4]{1} = aten::add_.Scalar(%72, 1e-08, 1)
+  %81: f32[]{} = aten::select.int(%64, 0, 0)
+  %82: f32[8, 8]{8, 1} = aten::div.Tensor(%6, %69)
+  %83: f32[8, 8]{8, 1} = aten::mul.Tensor(%82, %81)
+  %84: f32[8, 8]{8, 1} requires_grad = aten::add_.Tensor(%0, %83, 1)
+  %85: f32[]{}+1 = aten::select.int(%64, 0, 1)
+  %86: f32[8]{1} = aten::div.Tensor(%10, %70)
+  %87: f32[8]{1} = aten::mul.Tensor(%86, %85)
+  %88: f32[8]{1} requires_grad = aten::add_.Tensor(%1, %87, 1)
+  %89: f32[]{}+2 = aten::select.int(%64, 0, 2)
+  %90: f32[4, 8]{8, 1} = aten::div.Tensor(%14, %71)
+  %91: f32[4, 8]{8, 1} = aten::mul.Tensor(%90, %89)
+  %92: f32[4, 8]{8, 1} requires_grad = aten::add_.Tensor(%2, %91, 1)
+  %93: f32[]{}+3 = aten::select.int(%64, 0, 3)
+  %94: f32[4]{1} = aten::div.Tensor(%18, %72)
+  %95: f32[4]{1} = aten::mul.Tensor(%94, %93)
+  %96: f32[4]{1} requires_grad = aten::add_.Tensor(%3, %95, 1)
+  return ()
+)";
+
+TEST(CudaEmit, AdamForeachLaunchesInAFewGroups) {
+  Graph g = on_gpu(kAdamForeach);
+  for (const Node& n : g.nodes)
+    if (n.op == OpId::stack) g.values[static_cast<size_t>(n.outputs[0])].device = c10::Device(c10::kCPU);
+  for (TensorMeta& m : g.values)
+    if (m.dim() == 0) m.device = c10::Device(c10::kCPU);
+  for (TensorMeta& m : g.values) m.requires_grad = false;  // as in the step: no_grad
+  PreparedCuda p = prepare_cuda(g, rewrite_graph(g));
+  std::vector<std::string> src = cuda_sources(g);
+  size_t groups = 0;
+  for (size_t at = p.program.find("launch as one"); at != std::string::npos; at = p.program.find("launch as one", at + 1)) ++groups;
+  EXPECT_LE(src.size(), 3u) << p.program;
+  EXPECT_GE(groups, 1u) << p.program;
+  expect_compiles(src);
+}
+
 // A GPU kernel reading a CPU tensor of more than one element is refused (the graph runs on ATen).
 TEST(CudaEmit, CpuTensorsWiderThanAScalarAreRefused) {
   Graph g = on_gpu(R"(graph(%0: f32[64]{1}, %1: f32[64]{1}):
