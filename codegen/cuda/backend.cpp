@@ -274,6 +274,9 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
   // (horizontal.h; not in accuracy mode, whose plan checks each kernel's stores after its step).
   auto step_source = std::make_shared<std::vector<int32_t>>();
   for (const loop::Step& s : p->steps) step_source->push_back(s.kind == loop::Step::Kind::Kernel ? s.index : -1);
+  for (size_t i = 0; i < p->steps.size(); ++i)  // host kernels need no GPU: in place now
+    if (auto h = host_kernels->find(static_cast<size_t>((*step_source)[i])); (*step_source)[i] >= 0 && h != host_kernels->end())
+      std::get<runtime::KernelLaunch>(program->steps[i]).kernel = h->second;
   if (!runtime::check_enabled()) {
     const std::string groups = cuda_emit::fuse_horizontally(*program, *step_source, *sources, inputs);
     text += groups;
@@ -293,7 +296,7 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
     }
   }
   const int device = graph_device(g);
-  auto build = [p, program, sources, step_source, host_kernels, device](bool compile_missing) -> runtime::ExecutablePtr {
+  auto build = [p, program, sources, step_source, device](bool compile_missing) -> runtime::ExecutablePtr {
     PassTimer kernel_timer;
     const rc::DeviceInfo info = rc::device_info(device);
     const size_t n = sources->size();
@@ -322,10 +325,7 @@ PreparedCuda prepare(const Graph& original, RewrittenGraph rewritten, std::vecto
       const auto k = static_cast<size_t>((*step_source)[i]);
       const cuda_emit::CudaSource& src = (*sources)[k];
       auto& launch = std::get<runtime::KernelLaunch>(program->steps[i]);
-      if (src.on_host) {
-        launch.kernel = host_kernels->at(k);
-        continue;
-      }
+      if (src.on_host) continue;  // its interpreted kernel is in place (prepare)
       rc::LaunchShape shape;
       for (const auto& factor : src.work) {
         shape.work.emplace_back();

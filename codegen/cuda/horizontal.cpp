@@ -1,6 +1,7 @@
 // codegen/cuda/horizontal.cpp — see horizontal.h.
 #include "codegen/cuda/horizontal.h"
 
+#include "codegen/loop/interpret.h"
 #include "runtime/errors.h"
 
 #include <algorithm>
@@ -31,20 +32,24 @@ bool meets(const std::set<int32_t>& a, const std::set<int32_t>& b) {
 
 bool groupable(const CudaSource& s) { return !s.on_host && s.pointwise && s.size_params.empty() && s.split == 0 && s.block == kGroupBlock; }
 
-// Moves step `from` to position `to` (< from), keeping every step's allocations and releases:
-// a buffer allocated before step k is still allocated before it.
+// Moves step `from` to position `to`, keeping every step's allocations and releases: a buffer
+// allocated before step k is still allocated before it (the moved step's own buffers move with it).
 void move_step(runtime::Program& r, std::vector<int32_t>& step_source, size_t from, size_t to) {
-  auto rotate = [&](auto& v) {
-    if (from < v.size()) std::rotate(v.begin() + static_cast<std::ptrdiff_t>(to), v.begin() + static_cast<std::ptrdiff_t>(from),
-                                     v.begin() + static_cast<std::ptrdiff_t>(from) + 1);
+  if (from == to) return;
+  auto move = [&](auto& v) {
+    if (std::max(from, to) >= v.size()) return;
+    const auto b = v.begin();
+    if (to < from) std::rotate(b + static_cast<std::ptrdiff_t>(to), b + static_cast<std::ptrdiff_t>(from), b + static_cast<std::ptrdiff_t>(from) + 1);
+    else std::rotate(b + static_cast<std::ptrdiff_t>(from), b + static_cast<std::ptrdiff_t>(from) + 1, b + static_cast<std::ptrdiff_t>(to) + 1);
   };
-  rotate(r.steps);
-  rotate(r.release_after);
-  rotate(step_source);
+  move(r.steps);
+  move(r.release_after);
+  move(step_source);
   for (runtime::Buffer& b : r.buffers) {
     const auto at = static_cast<size_t>(b.alloc_step);
     if (at == from) b.alloc_step = static_cast<int32_t>(to);
-    else if (at >= to && at < from) ++b.alloc_step;
+    else if (to < from && at >= to && at < from) ++b.alloc_step;
+    else if (to > from && at > from && at <= to) --b.alloc_step;
   }
 }
 
@@ -54,19 +59,28 @@ bool disjoint(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return true;
 }
 
-// Host kernels (CPU scalars, interpreted) as early as they may run: before the GPU launches just
-// before them that touch none of their slots. A launch reads CPU scalars when it is made, so a host
-// kernel never passes one that reads (or shares a reused slot with) what it writes; it passes no
-// extern call and no other host kernel. Then the GPU launches that a host kernel separated (an
-// Adam step's bias corrections between its parameters' updates) run one after another, and group.
-void hoist_host_kernels(runtime::Program& r, std::vector<int32_t>& step_source, const std::vector<CudaSource>& sources) {
+// Host kernels (CPU scalars, interpreted) out of the way of the GPU launches around them, so that
+// those run one after another and group: a host kernel moves to the start of its run of GPU
+// launches when none before it there touches its slots (an Adam step's bias corrections, read by
+// the updates after them), else to the run's end when none after it does (the step counts'
+// increments, after the updates that read the old counts). A launch reads CPU scalars when it
+// is made, so a host kernel never passes one that reads (or shares a reused slot with) what it
+// writes; nor does it pass an extern call or another host kernel.
+void move_host_kernels(runtime::Program& r, std::vector<int32_t>& step_source, const std::vector<CudaSource>& sources) {
   auto gpu_launch = [&](size_t i) { return step_source[i] >= 0 && !sources[static_cast<size_t>(step_source[i])].on_host; };
+  auto host = [&](size_t i) { return step_source[i] >= 0 && sources[static_cast<size_t>(step_source[i])].on_host; };
+  auto args = [&](size_t i) -> const std::vector<int32_t>& { return std::get<runtime::KernelLaunch>(r.steps[i]).args; };
   for (size_t i = 0; i < r.steps.size(); ++i) {
-    if (step_source[i] < 0 || !sources[static_cast<size_t>(step_source[i])].on_host) continue;
-    const std::vector<int32_t>& mine = std::get<runtime::KernelLaunch>(r.steps[i]).args;
+    if (!host(i)) continue;
     size_t to = i;
-    while (to > 0 && gpu_launch(to - 1) && disjoint(std::get<runtime::KernelLaunch>(r.steps[to - 1]).args, mine)) --to;
-    if (to < i) move_step(r, step_source, i, to);
+    while (to > 0 && gpu_launch(to - 1) && disjoint(args(to - 1), args(i))) --to;
+    if (to < i && !(to > 0 && gpu_launch(to - 1))) move_step(r, step_source, i, to);
+  }
+  for (size_t i = r.steps.size(); i-- > 0;) {
+    if (!host(i)) continue;
+    size_t to = i;
+    while (to + 1 < r.steps.size() && gpu_launch(to + 1) && disjoint(args(to + 1), args(i))) ++to;
+    if (to > i && !(to + 1 < r.steps.size() && gpu_launch(to + 1))) move_step(r, step_source, i, to);
   }
 }
 
@@ -75,7 +89,7 @@ void hoist_host_kernels(runtime::Program& r, std::vector<int32_t>& step_source, 
 std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_source, std::vector<CudaSource>& sources,
                               const std::vector<loop::KernelInput>& inputs) {
   FD_CHECK(step_source.size() == r.steps.size(), "horizontal fusion: a source per step");
-  hoist_host_kernels(r, step_source, sources);
+  move_host_kernels(r, step_source, sources);
   // Runs [first, end) of steps, greedily: a launch joins the open run when it may.
   std::vector<std::pair<size_t, size_t>> runs;
   Touched open;
@@ -87,8 +101,15 @@ std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_so
     open_args = 0;
     first = end;
   };
+  auto on_host = [&](size_t i) { return step_source[i] >= 0 && sources[static_cast<size_t>(step_source[i])].on_host; };
   for (size_t i = 0; i < r.steps.size(); ++i) {
     const int32_t src = step_source[i];
+    // Host kernels run in order: any that follow each other are one step.
+    if (on_host(i)) {
+      if (i > first && !on_host(first)) close(i);
+      continue;
+    }
+    if (i > first && on_host(first)) close(i);
     if (src < 0 || !groupable(sources[static_cast<size_t>(src)])) {
       close(i);
       first = i + 1;
@@ -123,7 +144,25 @@ std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_so
       new_index[j] = index;
       if (j < r.release_after.size()) released.insert(released.end(), r.release_after[j].begin(), r.release_after[j].end());
     }
-    if (grouped) {
+    if (grouped && on_host(i)) {
+      runtime::KernelLaunch launch;
+      std::vector<const loop::InterpretedKernel*> members;
+      text += "host k" + std::to_string(sources.size()) + ": steps " + std::to_string(i) + ".." + std::to_string(end - 1) +
+              " run as one\n";
+      for (size_t j = i; j < end; ++j) {
+        const auto& member = std::get<runtime::KernelLaunch>(r.steps[j]);
+        const auto* kernel = dynamic_cast<const loop::InterpretedKernel*>(member.kernel.get());
+        FD_CHECK(kernel && kernel->num_args() == static_cast<int32_t>(member.args.size()),
+                 "horizontal fusion: a host step without its interpreted kernel");
+        launch.args.insert(launch.args.end(), member.args.begin(), member.args.end());
+        members.push_back(kernel);
+      }
+      launch.kernel = std::make_shared<loop::InterpretedKernel>(members);
+      sources.emplace_back().on_host = true;
+      new_source.push_back(static_cast<int32_t>(sources.size() - 1));
+      steps.emplace_back(std::move(launch));
+      ++next_run;
+    } else if (grouped) {
       runtime::KernelLaunch launch;
       std::vector<loop::KernelInput> members;
       text += "group k" + std::to_string(sources.size()) + ": steps " + std::to_string(i) + ".." + std::to_string(end - 1) +

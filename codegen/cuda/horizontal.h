@@ -8,8 +8,9 @@
 // writes: reused buffer slots included) become one launch of emit_cuda_group's kernel. The
 // steps between are kernel launches only (an extern call ends a run), so nothing reads a member's
 // result before the group has run, and each member's buffers are allocated before the group and
-// released after it. Host kernels (CPU scalars, loop/interpret.h) first move as early as they may,
-// so that they do not split the GPU launches around them.
+// released after it. Host kernels (CPU scalars, loop/interpret.h) first move to the start or the
+// end of the GPU launches around them where they may, so that they do not split them; host
+// kernels that then follow each other run as one step.
 #pragma once
 #include "codegen/cuda/emit_cuda.h"
 #include "codegen/loop/kernel_input.h"

@@ -21,6 +21,7 @@
 //    mutated graph input a kernel storing the input's final value into the caller's tensor.
 // 5. Stores that nothing reads any more (the value lives only in registers now) are dropped, and
 //    so are pure extern steps whose results nothing reads.
+#include "codegen/loop/interpret.h"
 #include "codegen/loop/passes.h"
 
 #include "runtime/errors.h"
@@ -90,6 +91,7 @@ class Fuser {
         producer_[static_cast<size_t>(g_.nodes[i].outputs[o])] = static_cast<int32_t>(i);
         out_index_[static_cast<size_t>(g_.nodes[i].outputs[o])] = static_cast<int32_t>(o);
       }
+    for (const TensorMeta& m : g_.values) gpu_graph_ = gpu_graph_ || m.device.is_cuda();
     decide_materialisation();
     p_.graph = g_;
     p_.plans.assign(nv, ValuePlan());
@@ -189,6 +191,11 @@ class Fuser {
       // outputs in each later kernel: traffic and kernel size grow with depth.
       inline_[static_cast<size_t>(v)] =
           (uses_[static_cast<size_t>(v)] <= 1 && !(expensive && broadcast)) || (!expensive && work <= 4 && reads <= 1);
+      // A CPU scalar in a GPU graph (an optimizer's bias correction: loop/interpret.h) is always
+      // recomputed where it is read: in a GPU kernel that is a few instructions per thread from
+      // values passed by value, where a buffer of its own costs a host kernel and an allocation
+      // at every call (an Adam step over 96 parameters: hundreds of them).
+      if (gpu_graph_ && host_scalar(g_.meta(v))) inline_[static_cast<size_t>(v)] = true;
     }
   }
 
@@ -462,12 +469,24 @@ class Fuser {
       pl.root = lg_.writebacks[i].input;
       direct_.push_back(lg_.writebacks[i].value);
     }
+    // In a GPU graph the CPU scalars' write-backs (an optimizer's step counts) come last: GPU
+    // kernels read those inputs by value when launched, so the ones before still see the old
+    // counts and may write their own inputs in place.
+    std::vector<size_t> order;
+    for (size_t i = 0; i < lg_.writebacks.size(); ++i)
+      if (!(gpu_graph_ && host_scalar(g_.meta(lg_.writebacks[i].input)))) order.push_back(i);
+    for (size_t i = 0; i < lg_.writebacks.size(); ++i)
+      if (gpu_graph_ && host_scalar(g_.meta(lg_.writebacks[i].input))) order.push_back(i);
     std::vector<Built> last;
-    for (size_t i = 0; i < lg_.writebacks.size(); ++i) {
+    for (size_t k = 0; k < order.size(); ++k) {
+      const size_t i = order[k];
       if (direct[i]) continue;
       const WriteBack& w = lg_.writebacks[i];
       Built b = std::move(copies[i]);
-      if (!writes_in_place(b, w.input)) {
+      std::vector<ValueId> later;  // inputs written back after this one: still old when it runs
+      for (size_t j = k + 1; j < order.size(); ++j)
+        if (!direct[order[j]]) later.push_back(lg_.writebacks[order[j]].input);
+      if (!writes_in_place(b, w.input, later)) {
         const NodeLowering* l = lowering_of(w.value);
         FD_CHECK(l && l->kind == NodeLowering::Kind::Pointwise && inline_[static_cast<size_t>(w.value)],
                  "write-back of v" + std::to_string(w.value) + " reads a mutated input yet is not inline");
@@ -565,8 +584,9 @@ class Fuser {
     return build_store(std::move(s), 0, input);
   }
 
-  bool writes_in_place(const Built& b, ValueId input) const {
+  bool writes_in_place(const Built& b, ValueId input, const std::vector<ValueId>& later) const {
     auto mutated = [&](ValueId v) {
+      if (std::find(later.begin(), later.end(), v) != later.end()) return false;
       for (const WriteBack& w : lg_.writebacks)
         if (w.input == v) return true;
       return false;
@@ -763,6 +783,7 @@ class Fuser {
   const Graph& g_;
   Program p_;
   std::vector<int32_t> producer_, out_index_;
+  bool gpu_graph_ = false;  // some value is on a GPU (the cuda backend's graph)
   std::vector<bool> must_, inline_;
   std::vector<int64_t> uses_;
   std::vector<int> reads_;  // per pointwise value: buffers its inlined body loads

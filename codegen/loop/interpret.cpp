@@ -118,43 +118,70 @@ double compare_operand(const V& v, ST t) { return is_float(t) ? v.f : static_cas
 
 }  // namespace
 
-InterpretedKernel::InterpretedKernel(const KernelInput& in) : kernel_(*in.kernel) {
-  if (kernel_.stages.size() != 1 || kernel_.stages[0].per_outer || !kernel_.stages[0].reductions.empty())
-    throw Unsupported("a kernel over CPU scalars that is not pointwise (" + kernel_.name + ")");
+InterpretedKernel::InterpretedKernel(const KernelInput& in) {
+  Part part{*in.kernel, {}, {}, {}, 1, 0, 0};
+  const loop::Kernel& k = part.kernel;
+  if (k.stages.size() != 1 || k.stages[0].per_outer || !k.stages[0].reductions.empty())
+    throw Unsupported("a kernel over CPU scalars that is not pointwise (" + k.name + ")");
   if (!in.binding.empty())
     for (const std::vector<Addr>* list : {&in.loads[0], &in.stores[0]})
       for (const Addr& a : *list)
         if (!a.sym_base.is_constant()) throw Unsupported("a kernel over CPU scalars whose sizes are symbols");
-  for (const Instr& i : kernel_.stages[0].instrs)
+  for (const Instr& i : k.stages[0].instrs)
     if (!supported(i.op)) throw Unsupported(std::string("a kernel over CPU scalars with ") + op_name(i.op));
-  loads_ = in.loads[0];
-  stores_ = in.stores[0];
-  for (const std::vector<Addr>* list : {&loads_, &stores_})
-    for (const Addr& a : *list)
+  part.loads = in.loads[0];
+  part.stores = in.stores[0];
+  for (const std::vector<Addr>* list : {&part.loads, &part.stores})
+    for (const Addr& a : *list) {
       if (a.dynamic >= 0 || !known_storage(a.storage)) throw Unsupported("a kernel over CPU scalars with a gather or an unexpected dtype");
-  dims_ = kernel_.outer;
-  dims_.insert(dims_.end(), kernel_.inner.begin(), kernel_.inner.end());
-  int64_t points = 1;
-  for (int64_t n : dims_) points *= n;
-  if (points > kMaxHostPoints) throw Unsupported("a kernel over " + std::to_string(points) + " CPU values beside GPU tensors");
+      part.num_args = std::max(part.num_args, a.slot + 1);
+    }
+  part.dims = k.outer;
+  part.dims.insert(part.dims.end(), k.inner.begin(), k.inner.end());
+  for (int64_t n : part.dims) part.points *= n;
+  if (part.points > kMaxHostPoints) throw Unsupported("a kernel over " + std::to_string(part.points) + " CPU values beside GPU tensors");
+  parts_.push_back(std::move(part));
+}
+
+InterpretedKernel::InterpretedKernel(const std::vector<const InterpretedKernel*>& members) {
+  // Each member's parts carry their offsets within the member: shifted by the members before it.
+  int32_t first = 0;
+  for (const InterpretedKernel* m : members) {
+    for (const Part& p : m->parts_) {
+      parts_.push_back(p);
+      parts_.back().first_arg = p.first_arg + first;
+    }
+    first += m->num_args();
+  }
+}
+
+int32_t InterpretedKernel::num_args() const {
+  int32_t n = 0;
+  for (const Part& p : parts_) n = std::max(n, p.first_arg + p.num_args);
+  return n;
 }
 
 void InterpretedKernel::launch(void** args, const int64_t*) const {
-  const Stage& st = kernel_.stages[0];
-  int64_t points = 1;
-  for (int64_t n : dims_) points *= n;
-  std::vector<int64_t> idx(dims_.size());
-  std::vector<V> v(st.instrs.size());
+  for (const Part& p : parts_) run(p, args + p.first_arg);
+}
+
+void InterpretedKernel::run(const Part& part, void** args) {
+  const Stage& st = part.kernel.stages[0];
+  // NB: per thread, reused: a launch allocates nothing once warm.
+  thread_local std::vector<int64_t> idx;
+  thread_local std::vector<V> v;
+  idx.assign(part.dims.size(), 0);
+  v.resize(st.instrs.size());
   auto address = [&](const Addr& a) {
     int64_t off = a.base;
     for (size_t d = 0; d < idx.size(); ++d) off += a.stride[d] * idx[d];
     return static_cast<char*>(args[a.slot]) + off * static_cast<int64_t>(c10::elementSize(a.storage));
   };
-  for (int64_t p = 0; p < points; ++p) {
+  for (int64_t p = 0; p < part.points; ++p) {
     int64_t rest = p;
-    for (size_t d = dims_.size(); d-- > 0;) {
-      idx[d] = rest % dims_[d];
-      rest /= dims_[d];
+    for (size_t d = part.dims.size(); d-- > 0;) {
+      idx[d] = rest % part.dims[d];
+      rest /= part.dims[d];
     }
     for (size_t k = 0; k < st.instrs.size(); ++k) {
       const Instr& in = st.instrs[k];
@@ -169,10 +196,8 @@ void InterpretedKernel::launch(void** args, const int64_t*) const {
       } else {
         switch (in.op) {
           case Op::Load: {
-            const Addr& a = loads_[static_cast<size_t>(in.a)];
-            const V raw = load_storage(a.storage, address(a));
-            // Loads widen to the compute type (f32 for 16-bit floats).
-            r = raw;
+            const Addr& a = part.loads[static_cast<size_t>(in.a)];
+            r = load_storage(a.storage, address(a));  // widened to the compute type
             break;
           }
           case Op::Const: r.f = in.value; r.i = static_cast<int64_t>(in.value); break;
@@ -220,10 +245,7 @@ void InterpretedKernel::launch(void** args, const int64_t*) const {
       if (fp) r.f = round_to(t, r.f);
       v[k] = r;
     }
-    for (const Store& s : st.stores) {
-      const Addr& a = stores_[static_cast<size_t>(&s - st.stores.data())];
-      store_storage(a.storage, address(a), v[static_cast<size_t>(s.instr)]);
-    }
+    for (size_t w = 0; w < st.stores.size(); ++w) store_storage(part.stores[w].storage, address(part.stores[w]), v[static_cast<size_t>(st.stores[w].instr)]);
   }
 }
 

@@ -26,13 +26,23 @@ inline bool host_scalar(const TensorMeta& m) { return m.device.is_cpu() && m.num
 class InterpretedKernel final : public runtime::Kernel {
  public:
   explicit InterpretedKernel(const KernelInput& in);
+  // Several interpreted kernels as one, run in order: member m's pointer arguments follow the
+  // earlier members' (the cuda backend's run of host kernels between two GPU launches: one step).
+  explicit InterpretedKernel(const std::vector<const InterpretedKernel*>& members);
   // args: the data pointers of the kernel's slots (kernel_slots order), host memory.
   void launch(void** args, const int64_t* sizes) const override;
+  int32_t num_args() const;
 
  private:
-  loop::Kernel kernel_;  // a copy: the program's kernels may go before this does
-  std::vector<Addr> loads_, stores_;
-  std::vector<int64_t> dims_;
+  struct Part {
+    loop::Kernel kernel;  // a copy: the program's kernels may go before this does
+    std::vector<Addr> loads, stores;
+    std::vector<int64_t> dims;
+    int64_t points = 1;
+    int32_t first_arg = 0, num_args = 0;
+  };
+  static void run(const Part& part, void** args);
+  std::vector<Part> parts_;
 };
 
 }  // namespace fastdyn::codegen::loop

@@ -509,6 +509,7 @@ TEST(CudaEmit, AdamForeachLaunchesInAFewGroups) {
   for (size_t at = p.program.find("launch as one"); at != std::string::npos; at = p.program.find("launch as one", at + 1)) ++groups;
   EXPECT_LE(src.size(), 3u) << p.program;
   EXPECT_GE(groups, 1u) << p.program;
+  EXPECT_NE(p.program.find("run as one"), std::string::npos) << "the host kernels next to each other: one step\n" << p.program;
   expect_compiles(src);
 }
 
