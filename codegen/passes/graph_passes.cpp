@@ -10,6 +10,7 @@
 #include "codegen/passes/channels_last.h"
 #include "codegen/passes/constant_fold.h"
 #include "codegen/passes/pass_timer.h"
+#include "codegen/passes/stacked_scalars.h"
 
 namespace fastdyn::codegen {
 namespace {
@@ -43,8 +44,8 @@ std::optional<std::vector<at::Tensor>> evaluate_constants(const Graph& constants
 RewrittenGraph rewrite_graph(const Graph& g) {
   PassTimer timer;
   RewrittenGraph out;
-  Graph written_out = decompose_small_attention(g);
-  timer.lap("decompose_small_attention");
+  Graph written_out = decompose_small_attention(forward_stacked_scalars(g));
+  timer.lap("forward_stacked_scalars, decompose_small_attention");
   ConstantFolding folding = fold_constants(written_out);
   if (!folding.constants.nodes.empty()) {
     if (auto values = evaluate_constants(folding.constants)) {

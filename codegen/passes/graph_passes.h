@@ -21,6 +21,7 @@ struct RewrittenGraph {
   std::vector<at::Tensor> constants; // its values, computed now: graph's trailing inputs
 };
 
+// 0. forward_stacked_scalars: select(stack(scalars), 0, i) is scalar i (stacked_scalars.h);
 // 1. decompose_small_attention: SDPA on small shapes as matmul + softmax + matmul (fusable);
 // 2. fold_constants: values computed from no input data, evaluated once on ATen;
 // 3. prefer_channels_last: conv activations in NHWC (channels_last.h).
