@@ -1,7 +1,7 @@
 """The cuda backend on a GPU (skipped on a machine without one; scripts/device_test.sh runs it on
 the accelerator machine): fused kernels against eager for pointwise chains, reductions and
 normalisations in float32, float16 and bfloat16, integer and bool results, gathers; one kernel
-for every length of a dynamic dim; PyTorch's current stream; a CPU scalar beside GPU tensors;
+for every length of a dynamic dim; PyTorch's current stream; CPU scalars beside GPU tensors (read by value);
 an out-of-range gather failing as eager's does; a small GPT-2. The same sources compile to PTX
 without a GPU in tests/cpp/cuda/test_emit_cuda.cpp."""
 import os
@@ -258,11 +258,31 @@ def test_the_second_gpus_current_stream_is_used():
     torch.testing.assert_close(got, (x * 2).exp().sum(), rtol=1e-4, atol=1e-4)
 
 
-def test_a_cpu_scalar_beside_gpu_tensors_runs_on_aten():
+def test_cpu_scalars_beside_gpu_tensors_are_read_at_each_launch():
+    # A CPU scalar (an optimizer's step count) stays on the CPU: its increment runs on the host
+    # (an interpreted kernel) after the GPU kernel that reads the old count by value, and the next
+    # call reads the new one: nothing is baked into the compiled program.
+    def step(x, c):
+        y = x * (1 - 0.9 ** c) + 1
+        c.add_(1)
+        return y, x / c
+
     x = torch.randn(8, 8, device="cuda")
-    c = torch.tensor(2.0)
-    f = fastdyn.jit(lambda x, c: x * c + 1, backend="cuda")
-    torch.testing.assert_close(f(x, c), x * c + 1)
+    c_f, c_e = torch.tensor(2.0), torch.tensor(2.0)
+    f = fastdyn.jit(step, backend="cuda")
+    for _ in range(4):
+        got, want = f(x, c_f), step(x, c_e)
+        torch.testing.assert_close(got, want)
+        assert c_f.device.type == "cpu" and c_f.item() == c_e.item()
+    fastdyn.synchronize()
+    for _ in range(2):
+        torch.testing.assert_close(f(x, c_f), step(x, c_e))
+    code = fastdyn._C.code_text(step)
+    assert code is not None and code.startswith("backend cuda\n"), code
+    # A CPU tensor of more than one element read by a GPU kernel: ATen runs the graph.
+    v = torch.randn(8)
+    g = fastdyn.jit(lambda x, v: x * v + 1, backend="cuda")
+    torch.testing.assert_close(g(x, v), x * v.cuda() + 1)
 
 
 def test_out_of_range_gather_fails_like_eager():

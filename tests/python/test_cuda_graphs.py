@@ -154,6 +154,24 @@ def test_an_input_written_in_place_is_updated_as_in_eager():
 
 
 @gpu
+def test_a_graph_reading_cpu_scalars_is_not_captured():
+    # Its kernels read the CPU scalars by value when launched: a replay would keep the captured
+    # values, so such a graph runs compiled, uncaptured.
+    def step(x, c):
+        c.add_(1)
+        return x * c
+
+    f = fastdyn.jit(step, mode="reduce-overhead")
+    c_f, c_e = torch.tensor(0.0), torch.tensor(0.0)
+    x = torch.randn(64, device="cuda")
+    for _ in range(6):
+        torch.testing.assert_close(f(x, c_f), step(x, c_e))
+    assert c_f.item() == c_e.item() == 6
+    s = graph_stats()
+    assert s["cuda_graph_captures"] == 0 and s["cuda_graph_skipped"] == 1, s
+
+
+@gpu
 def test_dynamic_sizes_get_one_graph_each_up_to_the_bound():
     f = fastdyn.jit(lambda x: torch.softmax(x * 2, dim=-1).sum(0), mode="reduce-overhead", dynamic=True)
     for n in range(2, 14):
