@@ -175,6 +175,9 @@ def train_case(name, rounds, steps_per_round):
     for i in range(1, len(batches)):
         for mode in MODES:
             losses[mode].append(step(mode, batches[i]))
+    # The optimizer's first step makes its state as written and the second is traced: its kernels
+    # compile in the background during these steps, so wait for them again before timing.
+    fastdyn.synchronize()
     times = {m: [] for m in MODES}
     for _ in range(rounds):
         for mode in MODES:
