@@ -816,6 +816,7 @@ SymValue Tracer::call(const SymValue& callable, std::vector<SymValue> args,
   const bool builtin_on_values = PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == builtins_module() && python_values_only();
   if (auto fam = family_of_object(fn); fam && !builtin_on_values) return call_family(*fam, args, kwargs, py_repr(fn).c_str());
   if (SymValue out; Calls::foreach_call(*this, fn, args, kwargs, out)) return out;
+  if (SymValue out; Calls::fused_optimizer_call(*this, fn, args, kwargs, out)) return out;
   if (SymValue out; Calls::deep_copy(*this, fn, args, kwargs, out)) return out;
   if (SymValue out; kwargs.empty() && object_slot_call(fn, args, &out)) return out;
   // Tracing and compiling probes. Like Dynamo, fastdyn answers "compiling" while it traces, so

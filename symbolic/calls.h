@@ -41,6 +41,8 @@ struct Calls {
   static bool tensor_from_data(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
   // torch._foreach_* ops as one per-tensor op per list item (foreach.cpp).
   static bool foreach_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
+  // torch._fused_adam_/_fused_adamw_/_fused_sgd_ as their per-parameter updates (fused_optimizers.cpp).
+  static bool fused_optimizer_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);
 
   // copy.deepcopy(x) as the copy it makes, for the values it knows (deep_copy.cpp).
   static bool deep_copy(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out);

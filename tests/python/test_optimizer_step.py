@@ -15,17 +15,21 @@ def make(opt_name, seed=0, sizes=((8, 16), (16,), (4, 8), (4,)), device="cpu"):
     params = [torch.randn(s, generator=g).to(device).requires_grad_(True) for s in sizes]
     for p in params:
         p.grad = torch.randn(p.shape, generator=g).to(device)
-    # "_foreach": the multi-tensor implementation (CUDA's default), torch._foreach_* ops.
+    # "_foreach": the multi-tensor implementation (CUDA's default), torch._foreach_* ops;
+    # "_fused": fused=True, one ATen op over every parameter (torch._fused_adam_ and friends).
     foreach = opt_name.endswith("_foreach")
-    opt_name = opt_name.removesuffix("_foreach")
+    fused = True if opt_name.endswith("_fused") else None
+    opt_name = opt_name.removesuffix("_foreach").removesuffix("_fused")
     if opt_name == "sgd":
-        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach)
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach, fused=fused)
     elif opt_name == "sgd_nesterov_wd":
-        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, foreach=foreach)
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, foreach=foreach, fused=fused)
     elif opt_name == "adam":
-        opt = torch.optim.Adam(params, lr=1e-2, foreach=foreach)
+        opt = torch.optim.Adam(params, lr=1e-2, foreach=foreach, fused=fused)
+    elif opt_name == "adam_wd_maximize":
+        opt = torch.optim.Adam(params, lr=1e-2, weight_decay=0.1, maximize=True, foreach=foreach, fused=fused)
     else:
-        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=foreach)
+        opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=foreach, fused=fused)
     return params, opt
 
 
@@ -43,7 +47,8 @@ def new_grads(params, k):
         p.grad = torch.randn(p.shape, generator=g)
 
 
-@pytest.mark.parametrize("opt_name", ["sgd", "sgd_nesterov_wd", "adam", "adamw", "sgd_foreach", "adam_foreach", "adamw_foreach"])
+@pytest.mark.parametrize("opt_name", ["sgd", "sgd_nesterov_wd", "adam", "adamw", "sgd_foreach", "adam_foreach", "adamw_foreach",
+                                      "sgd_fused", "sgd_nesterov_wd_fused", "adam_fused", "adamw_fused", "adam_wd_maximize_fused"])
 def test_steps_match_eager_and_compile_to_one_graph(opt_name):
     pe, oe = make(opt_name)
     pf, of = make(opt_name)
@@ -243,7 +248,8 @@ def test_add_with_a_zero_dim_tensor_alpha():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("opt_name", ["sgd", "sgd_nesterov_wd", "adam", "adamw", "sgd_foreach", "adam_foreach", "adamw_foreach"])
+@pytest.mark.parametrize("opt_name", ["sgd", "sgd_nesterov_wd", "adam", "adamw", "sgd_foreach", "adam_foreach", "adamw_foreach",
+                                      "sgd_fused", "adam_fused", "adamw_fused"])
 def test_on_a_gpu(opt_name):
     # On a GPU the step compiles with the cuda backend: the per-parameter updates launch together
     # (horizontal fusion), and Adam's step counts stay CPU tensors as in eager, incremented on the
@@ -272,3 +278,23 @@ def test_on_a_gpu(opt_name):
     assert code is not None and code.startswith("backend cuda\n"), (opt_name, code, fastdyn.stats())
     assert "launch as one" in code, code
     assert fastdyn.stats()["recompiles"] <= 1, fastdyn.stats()
+
+
+def test_fused_amsgrad_runs_as_written():
+    # What the trace does not record of a fused step (amsgrad here; a GradScaler's scale) runs
+    # ATen's own fused op, exactly eager's.
+    def make_amsgrad():
+        g = torch.Generator().manual_seed(0)
+        params = [torch.randn(s, generator=g).requires_grad_(True) for s in ((8, 16), (16,))]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g)
+        return params, torch.optim.Adam(params, lr=1e-2, amsgrad=True, fused=True)
+
+    pe, oe = make_amsgrad()
+    pf, of = make_amsgrad()
+    for _ in range(4):
+        oe.step()
+        step_under_enable(of)
+    for a, b in zip(pe, pf):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+    assert fastdyn._C.code_text(type(of).step) is None

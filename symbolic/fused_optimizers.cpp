@@ -1,0 +1,154 @@
+// symbolic/fused_optimizers.cpp — torch.optim's fused implementations in the trace: the per-tensor
+// update each fused kernel computes, recorded for each parameter.
+//
+// `fused=True` makes Adam, AdamW and SGD call one ATen op over every parameter
+// (torch._fused_adam_, _fused_adamw_, _fused_sgd_). fastdyn cannot lower such an op, so the trace
+// records what it computes per parameter, in torch.optim's own terms (its single-tensor
+// functions: the same updates, the same order of in-place writes), which the graph then fuses per
+// parameter and the cuda backend launches together (codegen/cuda/horizontal.h). Adam's bias
+// corrections come from the step count tensors (as on torch.optim's compiler path), in float32
+// where ATen's kernel takes them in double: results differ from eager's by a few ulp, as they do
+// for the other implementations under a compiler. Not recorded (the call runs as written):
+// amsgrad, a gradient scale or found_inf (GradScaler), a learning rate that is a tensor.
+#include <functional>
+#include <string>
+
+#include "runtime/errors.h"
+#include "symbolic/calls.h"
+#include "symbolic/py_ops.h"
+#include "symbolic/tracer.h"
+
+namespace fastdyn::symbolic {
+namespace {
+
+using Args = Calls::Args;
+using Kwargs = Calls::Kwargs;
+// A tensor method called in the trace (Tracer::call_tensor_method, which Calls reaches).
+using Method = std::function<SymValue(const SymValue& self, const char* name, Args args, Kwargs kwargs)>;
+// torch.<name>(args) called in the trace.
+using Function = std::function<SymValue(const char* name, Args args)>;
+
+struct FusedArgs {
+  const Args& args;
+  const Kwargs& kwargs;
+  const std::string& name;
+  // A keyword argument that must be a Python constant (its object: borrowed from the value).
+  PyObject* constant(const char* key) const {
+    for (const auto& [k, v] : kwargs)
+      if (k == key) {
+        if (!v.is_python_constant()) throw Unsupported("torch." + name + " with " + key + " that is not a constant");
+        return v.obj;
+      }
+    throw Unsupported("torch." + name + " without " + key);
+  }
+  double number(const char* key) const {
+    PyObject* o = constant(key);
+    if (!PyFloat_Check(o) && !PyLong_Check(o)) throw Unsupported("torch." + name + ": " + key + " is not a number");
+    return PyFloat_AsDouble(o);
+  }
+  bool flag(const char* key) const { return PyObject_IsTrue(constant(key)) == 1; }
+  bool none(const char* key) const {
+    for (const auto& [k, v] : kwargs)
+      if (k == key) return v.is_python_constant() && v.obj == Py_None;
+    return true;
+  }
+  const std::vector<SymValue>& list(size_t i) const {
+    if (i >= args.size() || (args[i].kind != SymValue::Kind::List && args[i].kind != SymValue::Kind::Tuple))
+      throw Unsupported("torch." + name + ": argument " + std::to_string(i) + " is not a list");
+    return args[i].seq();
+  }
+};
+
+SymValue number(double x) {
+  PyOwned o(PyFloat_FromDouble(x));
+  return Tracer::constant(o.p);
+}
+
+// The gradient the update uses: -grad when maximizing, plus weight_decay * param for Adam's and
+// SGD's coupled decay (out of place: the fused kernels leave the caller's gradient alone).
+SymValue effective_grad(const Method& m, const SymValue& param, SymValue grad, bool maximize, double coupled_decay) {
+  if (maximize) grad = m(grad, "neg", {}, {});
+  if (coupled_decay != 0) grad = m(grad, "add", {param}, {{"alpha", number(coupled_decay)}});
+  return grad;
+}
+
+void adam(const Method& m, const Function& f, const FusedArgs& a, bool decoupled) {
+  if (a.flag("amsgrad")) throw Unsupported("torch." + a.name + " with amsgrad");
+  if (!a.none("grad_scale") || !a.none("found_inf")) throw Unsupported("torch." + a.name + " with a gradient scale (GradScaler)");
+  const double lr = a.number("lr"), beta1 = a.number("beta1"), beta2 = a.number("beta2"), wd = a.number("weight_decay"),
+               eps = a.number("eps");
+  const bool maximize = a.flag("maximize");
+  const auto &params = a.list(0), &grads = a.list(1), &exp_avgs = a.list(2), &exp_avg_sqs = a.list(3), &steps = a.list(5);
+  const size_t n = params.size();
+  if (grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n || steps.size() != n)
+    throw Unsupported("torch." + a.name + ": lists of different lengths");
+  for (size_t i = 0; i < n; ++i) {
+    const SymValue& param = params[i];
+    if (decoupled && wd != 0) m(param, "mul_", {number(1 - lr * wd)}, {});
+    const SymValue grad = effective_grad(m, param, grads[i], maximize, decoupled ? 0 : wd);
+    m(exp_avgs[i], "lerp_", {grad, number(1 - beta1)}, {});
+    m(exp_avg_sqs[i], "mul_", {number(beta2)}, {});
+    m(exp_avg_sqs[i], "addcmul_", {grad, grad}, {{"value", number(1 - beta2)}});
+    // Bias corrections from the count, which torch.optim has incremented before the call.
+    auto one_minus = [&](const SymValue& x) { return m(m(x, "neg", {}, {}), "add", {number(1)}, {}); };
+    const SymValue bc1 = one_minus(f("pow", {number(beta1), steps[i]}));
+    const SymValue bc2 = one_minus(f("pow", {number(beta2), steps[i]}));
+    const SymValue step_size = m(m(bc1, "reciprocal", {}, {}), "mul", {number(lr)}, {});
+    SymValue denom = m(exp_avg_sqs[i], "sqrt", {}, {});
+    denom = m(denom, "div", {m(bc2, "sqrt", {}, {})}, {});
+    denom = m(denom, "add", {number(eps)}, {});
+    m(param, "addcdiv_", {exp_avgs[i], denom}, {{"value", m(step_size, "neg", {}, {})}});
+  }
+}
+
+void sgd(const Method& m, const FusedArgs& a) {
+  if (!a.none("grad_scale") || !a.none("found_inf")) throw Unsupported("torch." + a.name + " with a gradient scale (GradScaler)");
+  const double wd = a.number("weight_decay"), momentum = a.number("momentum"), lr = a.number("lr"), dampening = a.number("dampening");
+  const bool nesterov = a.flag("nesterov"), maximize = a.flag("maximize"), first = a.flag("is_first_step");
+  const auto &params = a.list(0), &grads = a.list(1);
+  const size_t n = params.size();
+  if (grads.size() != n) throw Unsupported("torch." + a.name + ": lists of different lengths");
+  const std::vector<SymValue>* bufs = momentum != 0 ? &a.list(2) : nullptr;
+  if (bufs && bufs->size() != n) throw Unsupported("torch." + a.name + ": lists of different lengths");
+  for (size_t i = 0; i < n; ++i) {
+    SymValue grad = effective_grad(m, params[i], grads[i], maximize, wd);
+    if (bufs) {
+      const SymValue& buf = (*bufs)[i];
+      if (first) {
+        m(buf, "copy_", {grad}, {});
+      } else {
+        m(buf, "mul_", {number(momentum)}, {});
+        m(buf, "add_", {grad}, {{"alpha", number(1 - dampening)}});
+      }
+      grad = nesterov ? m(grad, "add", {buf}, {{"alpha", number(momentum)}}) : buf;
+    }
+    m(params[i], "add_", {grad}, {{"alpha", number(-lr)}});
+  }
+}
+
+}  // namespace
+
+bool Calls::fused_optimizer_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, SymValue& out) {
+  if (!PyCFunction_Check(fn)) return false;
+  const char* raw = reinterpret_cast<PyCFunctionObject*>(fn)->m_ml->ml_name;
+  if (!raw) return false;
+  const std::string name = raw;
+  if (name != "_fused_adam_" && name != "_fused_adamw_" && name != "_fused_sgd_") return false;
+  PyOwned torch_fn(resolve_loaded_python_name("torch." + name));
+  if (torch_fn.p != fn) return false;
+  const FusedArgs a{args, kwargs, name};
+  const Method m = [&t](const SymValue& self, const char* method, Args margs, Kwargs mkwargs) {
+    return t.call_tensor_method(self, method, std::move(margs), std::move(mkwargs));
+  };
+  const Function f = [&t, &name](const char* torch_name, Args fargs) {
+    PyOwned fn(resolve_loaded_python_name(std::string("torch.") + torch_name));
+    if (!fn.p) throw Unsupported("torch." + name + ": torch." + torch_name + " is missing");
+    return t.call(Tracer::constant(fn.p), std::move(fargs), {});
+  };
+  if (name == "_fused_sgd_") sgd(m, a);
+  else adam(m, f, a, name == "_fused_adamw_");
+  out = Tracer::constant(Py_None);
+  return true;
+}
+
+}  // namespace fastdyn::symbolic
