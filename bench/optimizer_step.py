@@ -6,8 +6,9 @@ parameters of two models, eager against fastdyn and torch.compile, one process.
 Models: an MLP of 4 linear layers 512x512 (8 parameters, 1.05M values), and a stack of 48
 linear layers 64x64 (96 small parameters: per-op overhead dominates). Each mode steps its own
 copy of the same parameters with the same gradients (set once; the step does not depend on a
-backward). Optimizers: torch's default on CPU, the single-tensor loop, and "(foreach)": the
-multi-tensor implementation over torch._foreach_* ops, CUDA's default. Modes: eager
+backward). Optimizers: torch's default on CPU, the single-tensor loop, "(foreach)": the
+multi-tensor implementation over torch._foreach_* ops, CUDA's default, and "(fused)": fused=True,
+one ATen op over every parameter (torch._fused_adam_ and friends). Modes: eager
 (`opt.step()` as written); fastdyn (`opt.step()` under `fastdyn.enable()`: the step is traced into
 one graph of in-place updates, compiled natively); inductor (`torch.compile` of a function
 calling `opt.step()`, as PyTorch's docs show). First step and second step: wall time of each
@@ -36,11 +37,12 @@ def models(device):
 
 def make_opt(name, params):
     foreach = name.endswith("(foreach)")  # the multi-tensor implementation, CUDA's default
+    fused = True if name.endswith("(fused)") else None  # one ATen op over every parameter
     if name.startswith("SGD momentum"):
-        return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=foreach)
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=foreach, fused=fused)
     if name.startswith("AdamW"):
-        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=foreach)
-    return torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, foreach=foreach, fused=fused)
+    return torch.optim.Adam(params, lr=1e-3, foreach=foreach, fused=fused)
 
 
 def main():
@@ -58,7 +60,8 @@ def main():
     print("| model | optimizer | eager ms/step | fastdyn | inductor | 1st/2nd step fastdyn (ms) | 1st/2nd step inductor (ms) | max abs diff fastdyn / inductor |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for mname, model in models(dev).items():
-        for oname in ("SGD momentum", "Adam", "AdamW", "SGD momentum (foreach)", "Adam (foreach)", "AdamW (foreach)"):
+        for oname in ("SGD momentum", "Adam", "AdamW", "SGD momentum (foreach)", "Adam (foreach)", "AdamW (foreach)",
+                      "SGD momentum (fused)", "Adam (fused)", "AdamW (fused)"):
             if args.only not in f"{mname} / {oname}":
                 continue
             modes = ["eager", "fastdyn"] + ([] if args.skip_inductor else ["inductor"])
