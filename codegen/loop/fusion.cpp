@@ -196,7 +196,35 @@ class Fuser {
       // values passed by value, where a buffer of its own costs a host kernel and an allocation
       // at every call (an Adam step over 96 parameters: hundreds of them).
       if (gpu_graph_ && host_scalar(g_.meta(v))) inline_[static_cast<size_t>(v)] = true;
+      // A write-back's value (its only reader the write-back) that reads a value a kernel stores
+      // at its own shape is computed by an ordinary kernel, which joins that one and stores into
+      // the input directly (schedule_writebacks): an optimizer's parameter update, computed from
+      // the moments its kernel has just stored, in the same pass over the parameter instead of a
+      // write-back kernel at the end reading them all again.
+      if (inline_[static_cast<size_t>(v)] && uses_[static_cast<size_t>(v)] == 1 && written_back(v) &&
+          reads_stored(l, g_.meta(v).sizes, 0))
+        inline_[static_cast<size_t>(v)] = false;
     }
+  }
+
+  bool written_back(ValueId v) const {
+    for (const WriteBack& w : lg_.writebacks)
+      if (w.value == v) return true;
+    return false;
+  }
+
+  // Whether a pointwise body reads, itself or through the inlined values it reads, a value of
+  // `sizes` that a pointwise kernel stores.
+  bool reads_stored(const NodeLowering& l, const std::vector<int64_t>& sizes, int depth) const {
+    if (depth > 8) return false;
+    for (const Access& a : l.body.loads) {
+      const int32_t prod = producer_[static_cast<size_t>(a.value)];
+      if (prod < 0) continue;
+      const NodeLowering& pl = lg_.nodes[static_cast<size_t>(prod)];
+      if (pl.kind != NodeLowering::Kind::Pointwise) continue;
+      if (!inline_[static_cast<size_t>(a.value)] ? g_.meta(a.value).sizes == sizes : reads_stored(pl, sizes, depth + 1)) return true;
+    }
+    return false;
   }
 
   // ---- building stages through inlined producers ---------------------------------------------
@@ -439,9 +467,53 @@ class Fuser {
     if (last_ && merge(*last_, b)) return;
     b.kernel.name = "k" + std::to_string(p_.kernels.size());
     p_.kernels.push_back(b.kernel);
+    // A kernel over a few scalars that neither reads what the open kernel writes nor writes what it
+    // touches runs before it, and the open kernel stays open: an Adam step's bias corrections,
+    // computed between a parameter's moments and its update, then do not keep those two apart
+    // (one pass over the parameter's tensors instead of two).
+    if (last_ && node >= 0 && scalar_kernel(b) && independent(last_->kernel, b.kernel)) {
+      p_.steps.insert(p_.steps.begin() + static_cast<std::ptrdiff_t>(last_step_),
+                      {Step::Kind::Kernel, static_cast<int32_t>(p_.kernels.size() - 1)});
+      ++last_step_;
+      return;
+    }
     p_.steps.push_back({Step::Kind::Kernel, static_cast<int32_t>(p_.kernels.size() - 1)});
     last_built_ = std::move(b);
     last_ = &last_built_;
+    last_kernel_ = p_.kernels.size() - 1;
+    last_step_ = p_.steps.size() - 1;
+  }
+
+  static bool scalar_kernel(const Built& b) {
+    int64_t points = 1;
+    for (int64_t n : b.kernel.outer) points *= n;
+    for (int64_t n : b.kernel.inner) points *= n;
+    return points <= kScalarPoints;
+  }
+
+  // The values (alias roots for views) a kernel reads and writes.
+  void touched(const Kernel& k, std::vector<ValueId>& reads, std::vector<ValueId>& writes) const {
+    auto root = [&](ValueId v) {
+      const ValuePlan& pl = p_.plans[static_cast<size_t>(v)];
+      return pl.kind == ValuePlan::Kind::Alias ? pl.root : v;
+    };
+    for (const Stage& s : k.stages) {
+      for (const Access& a : s.loads) reads.push_back(root(a.value));
+      for (const Store& st : s.stores) writes.push_back(root(st.dst.value));
+    }
+  }
+
+  // Whether a and b may run in either order: neither writes what the other reads or writes.
+  bool independent(const Kernel& a, const Kernel& b) const {
+    std::vector<ValueId> ar, aw, br, bw;
+    touched(a, ar, aw);
+    touched(b, br, bw);
+    auto meets = [](const std::vector<ValueId>& x, const std::vector<ValueId>& y) {
+      for (ValueId v : x)
+        if (std::find(y.begin(), y.end(), v) != y.end()) return true;
+      return false;
+    };
+    return !meets(aw, br) && !meets(aw, bw) && !meets(bw, ar);
   }
 
   // ---- 4. write-backs ---------------------------------------------------------------------------
@@ -669,8 +741,8 @@ class Fuser {
     for (Stage& s : merged.stages) compact_loads(s);
     for (int32_t n : b.kernel.nodes) add_node(merged.nodes, n);
     a.kernel = std::move(merged);
-    p_.kernels.back().stages = a.kernel.stages;
-    p_.kernels.back().nodes = a.kernel.nodes;
+    p_.kernels[last_kernel_].stages = a.kernel.stages;
+    p_.kernels[last_kernel_].nodes = a.kernel.nodes;
     a.pure_pointwise = a.pure_pointwise && b.pure_pointwise && into_last && merged.stages.size() == 1;
     return true;
   }
@@ -792,6 +864,8 @@ class Fuser {
   std::vector<ValueId> direct_;  // write-back values stored directly into their inputs (schedule_writebacks)
   Built last_built_;
   Built* last_ = nullptr;
+  size_t last_kernel_ = 0, last_step_ = 0;  // the open kernel's index in p_.kernels and p_.steps
+  static constexpr int64_t kScalarPoints = 16;
 };
 
 }  // namespace
