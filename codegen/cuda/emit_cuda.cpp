@@ -1132,7 +1132,6 @@ CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members) {
   out.work = {{WorkTerm{first, {}}}};
   out.per_block = 1;
   out.exact_grid = true;
-  out.members = static_cast<int>(members.size());
   return out;
 }
 

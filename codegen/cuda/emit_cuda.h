@@ -72,7 +72,6 @@ struct CudaSource {
   int split_reductions = 0;
   bool pointwise = false;    // the pointwise shape (a group may take it as a member)
   bool exact_grid = false;   // a group: exactly work / per_block blocks, each member owning its range
-  int members = 1;           // kernels this source launches as one (a group: emit_cuda_group)
   std::vector<HostValue> host_values;  // by-value parameters after the sizes (pointwise kernels only)
   bool on_host = false;      // not a GPU kernel: one over CPU scalars, interpreted (loop/interpret.h)
 };
