@@ -238,7 +238,15 @@ class AutogradExecutable final : public Executable {
       std::vector<ag::SavedVariable> saved;
       saved.reserve(lv.saved.size());
       for (int32_t k : lv.saved) {  // inputs (leaves or not) are saved as they are, like eager's
-        const at::Tensor& t = all.at(plan.num_outputs + static_cast<size_t>(k));
+        const at::Tensor& value = all.at(plan.num_outputs + static_cast<size_t>(k));
+        // A value the forward wrote into an input: that input itself where it has the value's
+        // layout (the backward reads it with the value's strides), so that eager's version check
+        // sees a later in-place write to it.
+        const int32_t into = k < static_cast<int32_t>(plan.saved_input.size()) ? plan.saved_input[static_cast<size_t>(k)] : -1;
+        const at::Tensor* in = into >= 0 ? &inputs.at(static_cast<size_t>(into)) : nullptr;
+        const bool as_input = in && in->defined() && value.defined() && in->sizes() == value.sizes() &&
+                              in->strides() == value.strides() && in->scalar_type() == value.scalar_type();
+        const at::Tensor& t = as_input ? *in : value;
         saved.emplace_back(plan.saved_detached[static_cast<size_t>(k)] && t.defined() ? t.detach() : t, false);
       }
       static_cast<CompiledFunctionBackward&>(*node).save(std::move(saved), std::move(metas));

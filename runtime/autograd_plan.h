@@ -30,6 +30,10 @@ struct AutogradPlan {
   // Per saved value: it is a graph output, which gets a node (or a view of a base with one): it is
   // saved detached, so that a node never holds another node, or itself, through a saved value.
   std::vector<bool> saved_detached;
+  // Per saved value: the graph input position whose final contents it is (the forward wrote it into
+  // that input: x[1] = 2.0; t = x * w saves x), or -1. The node saves the caller's tensor itself, as
+  // eager saves x: an in-place write to it before the backward then raises eager's error.
+  std::vector<int32_t> saved_input;
   struct Level {
     std::vector<int32_t> outputs;       // graph output positions whose values get this level's node, in its input order
     std::vector<int32_t> edge_inputs;   // graph input indices that require grad: the node's first next edges

@@ -658,8 +658,15 @@ AutogradSplit split_for_autograd(const Graph& symbolic_or_not) {
   auto saved_index = [&](ValueId v) {
     return static_cast<int32_t>(std::find(saved_list.begin(), saved_list.end(), v) - saved_list.begin());
   };
-  for (ValueId v : saved_list)  // the runtime wires graph outputs (not inputs) to nodes: saved detached
+  for (ValueId v : saved_list) {  // the runtime wires graph outputs (not inputs) to nodes: saved detached
     plan.saved_detached.push_back(!is_input(g, v) && std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end());
+    int32_t written_into = -1;
+    for (const loop::WriteBack& wb : functional.writebacks)
+      if (wb.value == v)
+        for (size_t k = 0; k < g.inputs.size(); ++k)
+          if (g.inputs[k] == wb.input) written_into = static_cast<int32_t>(k);
+    plan.saved_input.push_back(written_into);
+  }
   for (size_t L = 0; L < plan.levels.size(); ++L) {
     for (ValueId v : level_saved[L]) plan.levels[L].saved.push_back(saved_index(v));
     for (ValueId m : masks) plan.levels[L].eager_saved.push_back(saved_index(m));

@@ -723,3 +723,24 @@ def test_a_returned_output_changed_in_place_before_the_backward_leaves_the_gradi
             s.backward()
         grads.append(x.grad)
     torch.testing.assert_close(grads[1], grads[0])  # a read of the changed out: e^10 times larger, or an error
+
+
+def test_an_input_the_graph_writes_and_saves_raises_eagers_error_when_written_again():
+    # difftest seed 232131: `x[1] = ...; t = x * w` saves x for w's gradient. The compiled graph
+    # writes x and saves its new contents; the node must save x itself, so that writing x again
+    # before the backward raises eager's error instead of differentiating the old contents.
+    def f(x, w):
+        x[1] = 2.0
+        t = x * w
+        x.add_(t.clone())
+        (x * w).sum().backward()
+
+    w = torch.tensor(0.5, requires_grad=True)
+    g = fastdyn.jit(f)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            f(torch.randn(4, 4), w)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            g(torch.randn(4, 4), w)
+        fastdyn.synchronize()
+    assert fastdyn.stats()["graphs"] >= 1
