@@ -168,6 +168,19 @@ constexpr InfixRow kInfix[] = {
     {Op::Le, "<="}, {Op::Gt, ">"},  {Op::Ge, ">="}, {Op::Eq, "=="}, {Op::Ne, "!="},
 };
 
+// A kernel's (or a group member's) parameter list: its pointers a<i>, its size parameters z<j>,
+// the CPU scalars it takes by value h<k> (the ABI of emit_cuda.h), then `tail` ("char* ws", the
+// block range of a member), comma-separated.
+std::string parameter_list(int num_args, size_t num_sizes, const std::vector<HostValue>& host, const std::string& tail = "") {
+  std::string out;
+  auto add = [&](const std::string& p) { out += (out.empty() ? "" : ", ") + p; };
+  for (int i = 0; i < num_args; ++i) add("char* a" + std::to_string(i));
+  for (size_t j = 0; j < num_sizes; ++j) add("i64 z" + std::to_string(j));
+  for (size_t k = 0; k < host.size(); ++k) add("const " + std::string(storage_name(host[k].storage)) + " h" + std::to_string(k));
+  if (!tail.empty()) add(tail);
+  return out;
+}
+
 class Emitter {
  public:
   // `bid`/`grid`: the expressions of the block's index and the grid's size in the grid-stride
@@ -1073,13 +1086,8 @@ CudaSource Emitter::run() {
   std::string body;
   CudaSource out = build(body);
   Text src;
-  src << kPrelude << "extern \"C\" __global__ void __launch_bounds__(" << block_ << ") " << kSymbol << "(";
-  for (int i = 0; i < out.num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
-  bool any = out.num_args > 0;
-  for (size_t j = 0; j < params_.size(); ++j, any = true) src << (any ? ", " : "") << "i64 z" << j;
-  for (size_t j = 0; j < host_.size(); ++j, any = true) src << (any ? ", " : "") << "const " << storage_name(host_[j].storage) << " h" << j;
-  if (split_ > 0) src << (any ? ", " : "") << "char* ws";
-  src << ") {\n" << body << "}\n";
+  src << kPrelude << "extern \"C\" __global__ void __launch_bounds__(" << block_ << ") " << kSymbol << "("
+      << parameter_list(out.num_args, params_.size(), host_, split_ > 0 ? "char* ws" : "") << ") {\n" << body << "}\n";
   out.source = src.str();
   return out;
 }
@@ -1100,11 +1108,9 @@ CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members) {
     FD_CHECK(m.pointwise && m.size_params.empty() && m.block == kGroupBlock,
              "cuda emitter: a group member that is not a pointwise kernel of constant sizes");
     // NB: the key holds the parameter list too: the same body may read CPU scalars of other types.
-    std::string params;
-    for (int i = 0; i < m.num_args; ++i) params += "char* a" + std::to_string(i) + ", ";
-    for (size_t j = 0; j < m.host_values.size(); ++j) params += "const " + std::string(storage_name(m.host_values[j].storage)) + " h" + std::to_string(j) + ", ";
+    const std::string params = parameter_list(m.num_args, 0, m.host_values, "const i64 fd_bid, const i64 fd_grid");
     auto [it, fresh] = function_of.emplace(params + "\n" + body, "fd_member" + std::to_string(function_of.size()));
-    if (fresh) functions << "__device__ __noinline__ void " << it->second << "(" << params << "const i64 fd_bid, const i64 fd_grid) {\n" << body << "}\n";
+    if (fresh) functions << "__device__ __noinline__ void " << it->second << "(" << params << ") {\n" << body << "}\n";
     int64_t units = 1;
     for (const std::vector<WorkTerm>& factor : m.work) {
       int64_t sum = 0;
@@ -1123,10 +1129,8 @@ CudaSource emit_cuda_group(const std::vector<loop::KernelInput>& members) {
     first += blocks;
   }
   Text src;
-  src << kPrelude << functions.str() << "extern \"C\" __global__ void __launch_bounds__(" << kGroupBlock << ") " << kSymbol << "(";
-  for (int i = 0; i < out.num_args; ++i) src << (i ? ", " : "") << "char* a" << i;
-  for (size_t j = 0; j < out.host_values.size(); ++j) src << ", const " << storage_name(out.host_values[j].storage) << " h" << j;
-  src << ") {\n  const i64 b = blockIdx.x;\n" << dispatch.str() << "}\n";
+  src << kPrelude << functions.str() << "extern \"C\" __global__ void __launch_bounds__(" << kGroupBlock << ") " << kSymbol << "("
+      << parameter_list(out.num_args, 0, out.host_values) << ") {\n  const i64 b = blockIdx.x;\n" << dispatch.str() << "}\n";
   out.source = src.str();
   out.block = kGroupBlock;
   out.work = {{WorkTerm{first, {}}}};

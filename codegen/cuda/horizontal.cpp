@@ -30,6 +30,13 @@ bool meets(const std::set<int32_t>& a, const std::set<int32_t>& b) {
   return false;
 }
 
+// What step i is: an extern call, a host kernel (interpreted: CPU scalars), or a GPU launch.
+enum class StepKind { Extern, Host, Gpu };
+StepKind step_kind(const std::vector<int32_t>& step_source, const std::vector<CudaSource>& sources, size_t i) {
+  if (step_source[i] < 0) return StepKind::Extern;
+  return sources[static_cast<size_t>(step_source[i])].on_host ? StepKind::Host : StepKind::Gpu;
+}
+
 bool groupable(const CudaSource& s) { return !s.on_host && s.pointwise && s.size_params.empty() && s.split == 0 && s.block == kGroupBlock; }
 
 // Moves step `from` to position `to`, keeping every step's allocations and releases: a buffer
@@ -53,12 +60,6 @@ void move_step(runtime::Program& r, std::vector<int32_t>& step_source, size_t fr
   }
 }
 
-bool disjoint(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  for (int32_t s : a)
-    if (std::find(b.begin(), b.end(), s) != b.end()) return false;
-  return true;
-}
-
 // Host kernels (CPU scalars, interpreted) out of the way of the GPU launches around them, so that
 // those run one after another and group: a host kernel moves to the start of its run of GPU
 // launches when none before it there touches its slots (an Adam step's bias corrections, read by
@@ -67,19 +68,23 @@ bool disjoint(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
 // is made, so a host kernel never passes one that reads (or shares a reused slot with) what it
 // writes; nor does it pass an extern call or another host kernel.
 void move_host_kernels(runtime::Program& r, std::vector<int32_t>& step_source, const std::vector<CudaSource>& sources) {
-  auto gpu_launch = [&](size_t i) { return step_source[i] >= 0 && !sources[static_cast<size_t>(step_source[i])].on_host; };
-  auto host = [&](size_t i) { return step_source[i] >= 0 && sources[static_cast<size_t>(step_source[i])].on_host; };
-  auto args = [&](size_t i) -> const std::vector<int32_t>& { return std::get<runtime::KernelLaunch>(r.steps[i]).args; };
+  auto gpu_launch = [&](size_t i) { return step_kind(step_source, sources, i) == StepKind::Gpu; };
+  auto host = [&](size_t i) { return step_kind(step_source, sources, i) == StepKind::Host; };
+  auto disjoint = [&](size_t i, size_t j) {  // steps i and j touch no slot in common
+    const auto& a = std::get<runtime::KernelLaunch>(r.steps[i]).args;
+    const auto& b = std::get<runtime::KernelLaunch>(r.steps[j]).args;
+    return !meets(std::set<int32_t>(a.begin(), a.end()), std::set<int32_t>(b.begin(), b.end()));
+  };
   for (size_t i = 0; i < r.steps.size(); ++i) {
     if (!host(i)) continue;
     size_t to = i;
-    while (to > 0 && gpu_launch(to - 1) && disjoint(args(to - 1), args(i))) --to;
+    while (to > 0 && gpu_launch(to - 1) && disjoint(to - 1, i)) --to;
     if (to < i && !(to > 0 && gpu_launch(to - 1))) move_step(r, step_source, i, to);
   }
   for (size_t i = r.steps.size(); i-- > 0;) {
     if (!host(i)) continue;
     size_t to = i;
-    while (to + 1 < r.steps.size() && gpu_launch(to + 1) && disjoint(args(to + 1), args(i))) ++to;
+    while (to + 1 < r.steps.size() && gpu_launch(to + 1) && disjoint(to + 1, i)) ++to;
     if (to > i && !(to + 1 < r.steps.size() && gpu_launch(to + 1))) move_step(r, step_source, i, to);
   }
 }
@@ -101,7 +106,7 @@ std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_so
     open_args = 0;
     first = end;
   };
-  auto on_host = [&](size_t i) { return step_source[i] >= 0 && sources[static_cast<size_t>(step_source[i])].on_host; };
+  auto on_host = [&](size_t i) { return step_kind(step_source, sources, i) == StepKind::Host; };
   for (size_t i = 0; i < r.steps.size(); ++i) {
     const int32_t src = step_source[i];
     // Host kernels run in order: any that follow each other are one step.
@@ -144,35 +149,32 @@ std::string fuse_horizontally(runtime::Program& r, std::vector<int32_t>& step_so
       new_index[j] = index;
       if (j < r.release_after.size()) released.insert(released.end(), r.release_after[j].begin(), r.release_after[j].end());
     }
-    if (grouped && on_host(i)) {
+    if (grouped) {
+      // Host kernels run in order as one interpreted kernel; GPU launches as one group kernel.
+      const bool host_run = on_host(i);
       runtime::KernelLaunch launch;
-      std::vector<const loop::InterpretedKernel*> members;
-      text += "host k" + std::to_string(sources.size()) + ": steps " + std::to_string(i) + ".." + std::to_string(end - 1) +
-              " run as one\n";
+      std::vector<const loop::InterpretedKernel*> interpreted;
+      std::vector<loop::KernelInput> members;
       for (size_t j = i; j < end; ++j) {
         const auto& member = std::get<runtime::KernelLaunch>(r.steps[j]);
+        launch.args.insert(launch.args.end(), member.args.begin(), member.args.end());
+        if (!host_run) {
+          members.push_back(inputs[static_cast<size_t>(step_source[j])]);
+          continue;
+        }
         const auto* kernel = dynamic_cast<const loop::InterpretedKernel*>(member.kernel.get());
         FD_CHECK(kernel && kernel->num_args() == static_cast<int32_t>(member.args.size()),
                  "horizontal fusion: a host step without its interpreted kernel");
-        launch.args.insert(launch.args.end(), member.args.begin(), member.args.end());
-        members.push_back(kernel);
+        interpreted.push_back(kernel);
       }
-      launch.kernel = std::make_shared<loop::InterpretedKernel>(members);
-      sources.emplace_back().on_host = true;
-      new_source.push_back(static_cast<int32_t>(sources.size() - 1));
-      steps.emplace_back(std::move(launch));
-      ++next_run;
-    } else if (grouped) {
-      runtime::KernelLaunch launch;
-      std::vector<loop::KernelInput> members;
-      text += "group k" + std::to_string(sources.size()) + ": steps " + std::to_string(i) + ".." + std::to_string(end - 1) +
-              " launch as one\n";
-      for (size_t j = i; j < end; ++j) {
-        const auto& member = std::get<runtime::KernelLaunch>(r.steps[j]);
-        launch.args.insert(launch.args.end(), member.args.begin(), member.args.end());
-        members.push_back(inputs[static_cast<size_t>(step_source[j])]);
+      text += (host_run ? "host k" : "group k") + std::to_string(sources.size()) + ": steps " + std::to_string(i) + ".." +
+              std::to_string(end - 1) + (host_run ? " run as one\n" : " launch as one\n");
+      if (host_run) {
+        launch.kernel = std::make_shared<loop::InterpretedKernel>(interpreted);
+        sources.emplace_back().on_host = true;
+      } else {
+        sources.push_back(emit_cuda_group(members));
       }
-      sources.push_back(emit_cuda_group(members));
       new_source.push_back(static_cast<int32_t>(sources.size() - 1));
       steps.emplace_back(std::move(launch));
       ++next_run;

@@ -195,7 +195,7 @@ class Fuser {
       // recomputed where it is read: in a GPU kernel that is a few instructions per thread from
       // values passed by value, where a buffer of its own costs a host kernel and an allocation
       // at every call (an Adam step over 96 parameters: hundreds of them).
-      if (gpu_graph_ && host_scalar(g_.meta(v))) inline_[static_cast<size_t>(v)] = true;
+      if (host_value(v)) inline_[static_cast<size_t>(v)] = true;
       // A write-back's value (its only reader the write-back) that reads a value a kernel stores
       // at its own shape is computed by an ordinary kernel, which joins that one and stores into
       // the input directly (schedule_writebacks): an optimizer's parameter update, computed from
@@ -206,6 +206,9 @@ class Fuser {
         inline_[static_cast<size_t>(v)] = false;
     }
   }
+
+  // A CPU scalar in a GPU graph (loop/interpret.h): computed on the host, read by GPU kernels by value.
+  bool host_value(ValueId v) const { return gpu_graph_ && host_scalar(g_.meta(v)); }
 
   bool written_back(ValueId v) const {
     for (const WriteBack& w : lg_.writebacks)
@@ -544,11 +547,9 @@ class Fuser {
     // In a GPU graph the CPU scalars' write-backs (an optimizer's step counts) come last: GPU
     // kernels read those inputs by value when launched, so the ones before still see the old
     // counts and may write their own inputs in place.
-    std::vector<size_t> order;
-    for (size_t i = 0; i < lg_.writebacks.size(); ++i)
-      if (!(gpu_graph_ && host_scalar(g_.meta(lg_.writebacks[i].input)))) order.push_back(i);
-    for (size_t i = 0; i < lg_.writebacks.size(); ++i)
-      if (gpu_graph_ && host_scalar(g_.meta(lg_.writebacks[i].input))) order.push_back(i);
+    std::vector<size_t> order(lg_.writebacks.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_partition(order.begin(), order.end(), [&](size_t i) { return !host_value(lg_.writebacks[i].input); });
     std::vector<Built> last;
     for (size_t k = 0; k < order.size(); ++k) {
       const size_t i = order[k];
