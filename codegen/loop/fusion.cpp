@@ -196,6 +196,14 @@ class Fuser {
       // values passed by value, where a buffer of its own costs a host kernel and an allocation
       // at every call (an Adam step over 96 parameters: hundreds of them).
       if (host_value(v)) inline_[static_cast<size_t>(v)] = true;
+      // So is a GPU scalar made from scalars only (fused=True keeps an optimizer's step counts on
+      // the GPU): per thread a few instructions on values every thread loads from the same
+      // address, where a kernel of its own costs a launch and a buffer per parameter, and orders
+      // the parameters' updates after their own bias corrections, so that they cannot launch as
+      // one group (codegen/cuda/horizontal.h).
+      if (gpu_graph_ && g_.meta(v).numel() == 1 &&
+          std::all_of(l.body.loads.begin(), l.body.loads.end(), [&](const Access& a) { return g_.meta(a.value).numel() == 1; }))
+        inline_[static_cast<size_t>(v)] = true;
       // A write-back's value (its only reader the write-back) that reads a value a kernel stores
       // at its own shape is computed by an ordinary kernel, which joins that one and stores into
       // the input directly (schedule_writebacks): an optimizer's parameter update, computed from

@@ -410,6 +410,103 @@ TEST(CudaEmit, HostKernelsMoveAheadSoThatGpuLaunchesGroup) {
   expect_compiles(src);
 }
 
+// fused=True keeps the step counts on the GPU (torch.optim's fused Adam over two Linear(64, 64), as
+// fastdyn traces it): the bias corrections made from a count are recomputed in each update that
+// reads them (fusion.cpp), not computed by scalar kernels of their own, each of which the update
+// after it would have to follow: every update then launches in one group, the counts'
+// increments (which must follow the updates that read the old counts) in another.
+TEST(CudaEmit, GpuScalarsMadeFromScalarsAreRecomputedWhereRead) {
+  Graph g = on_gpu(R"(graph(%0: f32[64, 64]{64, 1}, %1: f32[64]{1}, %2: f32[64, 64]{64, 1}, %3: f32[64]{1}, %4: f32[64, 64]{64, 1}, %5: f32[]{}, %6: f32[64, 64]{64, 1}, %7: f32[64, 64]{64, 1}, %8: f32[64]{1}, %9: f32[]{}, %10: f32[64]{1}, %11: f32[64]{1}, %12: f32[64, 64]{64, 1}, %13: f32[]{}, %14: f32[64, 64]{64, 1}, %15: f32[64, 64]{64, 1}, %16: f32[64]{1}, %17: f32[]{}, %18: f32[64]{1}, %19: f32[64]{1}):
+  %20: f32[]{} = aten::add_.Scalar(%5, 1, 1)
+  %21: f32[]{} = aten::add_.Scalar(%9, 1, 1)
+  %22: f32[]{} = aten::add_.Scalar(%13, 1, 1)
+  %23: f32[]{} = aten::add_.Scalar(%17, 1, 1)
+  %24: f32[64, 64]{64, 1} = aten::lerp_.Scalar(%6, %4, 0.09999999999999998)
+  %25: f32[64, 64]{64, 1} = aten::mul_.Scalar(%7, 0.999)
+  %26: f32[64, 64]{64, 1} = aten::addcmul_(%7, %4, %4, 0.0010000000000000009)
+  %27: f32[]{} = aten::pow.Scalar(0.9, %5)
+  %28: f32[]{} = aten::neg(%27)
+  %29: f32[]{} = aten::add.Scalar(%28, 1.0, 1)
+  %30: f32[]{} = aten::pow.Scalar(0.999, %5)
+  %31: f32[]{} = aten::neg(%30)
+  %32: f32[]{} = aten::add.Scalar(%31, 1.0, 1)
+  %33: f32[]{} = aten::reciprocal(%29)
+  %34: f32[]{} = aten::mul.Scalar(%33, 0.001)
+  %35: f32[64, 64]{64, 1} = aten::sqrt(%7)
+  %36: f32[]{} = aten::sqrt(%32)
+  %37: f32[64, 64]{64, 1} = aten::div.Tensor(%35, %36)
+  %38: f32[64, 64]{64, 1} = aten::add.Scalar(%37, 1e-08, 1)
+  %39: f32[]{} = aten::neg(%34)
+  %40: f32[64, 64]{64, 1} = aten::div.Tensor(%6, %38)
+  %41: f32[64, 64]{64, 1} = aten::mul.Tensor(%40, %39)
+  %42: f32[64, 64]{64, 1} = aten::add_.Tensor(%0, %41, 1)
+  %43: f32[64]{1} = aten::lerp_.Scalar(%10, %8, 0.09999999999999998)
+  %44: f32[64]{1} = aten::mul_.Scalar(%11, 0.999)
+  %45: f32[64]{1} = aten::addcmul_(%11, %8, %8, 0.0010000000000000009)
+  %46: f32[]{} = aten::pow.Scalar(0.9, %9)
+  %47: f32[]{} = aten::neg(%46)
+  %48: f32[]{} = aten::add.Scalar(%47, 1.0, 1)
+  %49: f32[]{} = aten::pow.Scalar(0.999, %9)
+  %50: f32[]{} = aten::neg(%49)
+  %51: f32[]{} = aten::add.Scalar(%50, 1.0, 1)
+  %52: f32[]{} = aten::reciprocal(%48)
+  %53: f32[]{} = aten::mul.Scalar(%52, 0.001)
+  %54: f32[64]{1} = aten::sqrt(%11)
+  %55: f32[]{} = aten::sqrt(%51)
+  %56: f32[64]{1} = aten::div.Tensor(%54, %55)
+  %57: f32[64]{1} = aten::add.Scalar(%56, 1e-08, 1)
+  %58: f32[]{} = aten::neg(%53)
+  %59: f32[64]{1} = aten::div.Tensor(%10, %57)
+  %60: f32[64]{1} = aten::mul.Tensor(%59, %58)
+  %61: f32[64]{1} = aten::add_.Tensor(%1, %60, 1)
+  %62: f32[64, 64]{64, 1} = aten::lerp_.Scalar(%14, %12, 0.09999999999999998)
+  %63: f32[64, 64]{64, 1} = aten::mul_.Scalar(%15, 0.999)
+  %64: f32[64, 64]{64, 1} = aten::addcmul_(%15, %12, %12, 0.0010000000000000009)
+  %65: f32[]{} = aten::pow.Scalar(0.9, %13)
+  %66: f32[]{} = aten::neg(%65)
+  %67: f32[]{} = aten::add.Scalar(%66, 1.0, 1)
+  %68: f32[]{} = aten::pow.Scalar(0.999, %13)
+  %69: f32[]{} = aten::neg(%68)
+  %70: f32[]{} = aten::add.Scalar(%69, 1.0, 1)
+  %71: f32[]{} = aten::reciprocal(%67)
+  %72: f32[]{} = aten::mul.Scalar(%71, 0.001)
+  %73: f32[64, 64]{64, 1} = aten::sqrt(%15)
+  %74: f32[]{} = aten::sqrt(%70)
+  %75: f32[64, 64]{64, 1} = aten::div.Tensor(%73, %74)
+  %76: f32[64, 64]{64, 1} = aten::add.Scalar(%75, 1e-08, 1)
+  %77: f32[]{} = aten::neg(%72)
+  %78: f32[64, 64]{64, 1} = aten::div.Tensor(%14, %76)
+  %79: f32[64, 64]{64, 1} = aten::mul.Tensor(%78, %77)
+  %80: f32[64, 64]{64, 1} = aten::add_.Tensor(%2, %79, 1)
+  %81: f32[64]{1} = aten::lerp_.Scalar(%18, %16, 0.09999999999999998)
+  %82: f32[64]{1} = aten::mul_.Scalar(%19, 0.999)
+  %83: f32[64]{1} = aten::addcmul_(%19, %16, %16, 0.0010000000000000009)
+  %84: f32[]{} = aten::pow.Scalar(0.9, %17)
+  %85: f32[]{} = aten::neg(%84)
+  %86: f32[]{} = aten::add.Scalar(%85, 1.0, 1)
+  %87: f32[]{} = aten::pow.Scalar(0.999, %17)
+  %88: f32[]{} = aten::neg(%87)
+  %89: f32[]{} = aten::add.Scalar(%88, 1.0, 1)
+  %90: f32[]{} = aten::reciprocal(%86)
+  %91: f32[]{} = aten::mul.Scalar(%90, 0.001)
+  %92: f32[64]{1} = aten::sqrt(%19)
+  %93: f32[]{} = aten::sqrt(%89)
+  %94: f32[64]{1} = aten::div.Tensor(%92, %93)
+  %95: f32[64]{1} = aten::add.Scalar(%94, 1e-08, 1)
+  %96: f32[]{} = aten::neg(%91)
+  %97: f32[64]{1} = aten::div.Tensor(%18, %95)
+  %98: f32[64]{1} = aten::mul.Tensor(%97, %96)
+  %99: f32[64]{1} = aten::add_.Tensor(%3, %98, 1)
+  return ()
+)");
+  PreparedCuda p = prepare_cuda(g, rewrite_graph(g));
+  std::vector<std::string> src = cuda_sources(g);
+  EXPECT_EQ(src.size(), 2u) << "the updates, then the increments\n" << p.program;
+  EXPECT_EQ(p.program.find("f32[]{} buffer"), std::string::npos) << "no scalar of its own in memory\n" << p.program;
+  EXPECT_NE(p.program.find("Pow f32"), std::string::npos) << p.program;
+  expect_compiles(src);
+}
+
 // torch.optim's foreach Adam over four parameters, as fastdyn traces it (FASTDYN_LOG=graphs) with
 // the parameters on a GPU: the step counts, the bias corrections and the stacked step sizes are CPU
 // tensors, as in eager. The per-parameter host kernels move ahead of the GPU updates and those
