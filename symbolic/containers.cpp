@@ -46,6 +46,8 @@ void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
   e.value = c;  // the same box, as a value made in the trace: its items are the graph's outputs
   e.value.source = nullptr;
   e.kind = TraceResult::SideEffect::Kind::SetContents;
+  e.before_keys = c.box->keys;
+  e.before_items = c.box->items;
   result_.effects.push_back(std::move(e));
 }
 

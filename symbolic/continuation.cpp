@@ -857,6 +857,33 @@ void copy_instruction(CodeBuilder& b, PyCodeObject* orig, const Instruction& in)
 }
 
 // The prologue shared by every transformed code: the graph call (its outputs in `out_slot`) and
+// One path: the same steps from the same root (two reads of one path make two Sources).
+bool same_path(const Source* a, const Source* b) {
+  if (a == b) return true;
+  if (!a || !b || a->kind != b->kind || a->index != b->index || a->name != b->name || a->object != b->object) return false;
+  return same_path(a->parent.get(), b->parent.get());
+}
+
+// Whether a list or dict the trace mutated ends holding what it held before, key for key in the
+// same order: each item the very object that was there (read from the same path, or the same
+// constant object). Rewriting it would change nothing, and an optimizer step does it for every
+// parameter (torch.optim's SGD stores each momentum buffer back into its state dict): a clear,
+// an update and a dict built per parameter, a quarter of a step's time over small parameters.
+bool contents_unchanged(const TraceResult::SideEffect& e) {
+  const SymBox& now = *e.target.box;
+  if (now.keys.size() != e.before_keys.size() || now.items.size() != e.before_items.size()) return false;
+  auto same = [](const SymValue& a, const SymValue& b) {
+    if (a.kind != b.kind) return false;
+    if (a.source || b.source) return same_path(a.source.get(), b.source.get());
+    return a.kind == SymValue::Kind::Constant && !a.size && !b.size && a.obj && a.obj == b.obj;
+  };
+  for (size_t i = 0; i < now.keys.size(); ++i)
+    if (!same(now.keys[i], e.before_keys[i])) return false;
+  for (size_t i = 0; i < now.items.size(); ++i)
+    if (!same(now.items[i], e.before_items[i])) return false;
+  return true;
+}
+
 // the side effects the trace recorded, in order.
 void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
                             Rebuilder& rb, int out_slot) {
@@ -880,7 +907,7 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetContents) {
-      rb.set_contents(e.target);
+      if (!contents_unchanged(e)) rb.set_contents(e.target);
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetCell) {

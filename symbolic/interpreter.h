@@ -146,6 +146,10 @@ struct TraceResult {
     // constant tuple (a mutating method of the caller's set, replayed call by call so that its
     // table evolves as eager's does; the __exit__ of a torch.autocast block entered for real).
     enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell, SetGlobal, CallMethod } kind = Kind::SetAttr;
+    // SetContents: the keys and items the box held when the trace first mutated it (what the
+    // caller's object held), so that contents the trace only put back are not rewritten
+    // (contents_unchanged).
+    std::vector<SymValue> before_keys, before_items;
   };
   std::vector<SideEffect> effects;
 

@@ -319,3 +319,50 @@ def test_dict_of_a_dict_and_keywords_replaces_a_repeated_key():
         return x + d["x"], list(d.items()), len(d), list(e.items()), len(e)
 
     check(f, torch.zeros(2))
+
+
+def _rewrites_contents(fn):
+    """Whether fn's transformed code gives a dict the caller passed new contents (dict.clear)."""
+    code = fastdyn._C.transformed_code(fn)
+    return dict.clear in code.co_consts
+
+
+def test_a_dict_given_back_what_it_held_is_not_rewritten():
+    # torch.optim's SGD stores each momentum buffer back into its state dict: the contents do not
+    # change, and the transformed code leaves the dict alone (symbolic/continuation.cpp
+    # contents_unchanged), where it rewrote every parameter's state at every step.
+    def f(state, x):
+        buf = state["buf"]
+        buf.mul_(0.9).add_(x)
+        state["buf"] = buf
+        old = state["n"]
+        state["n"] = 7
+        state["n"] = old
+        return x + 1
+
+    jf = fastdyn.jit(f)
+    state = {"buf": torch.ones(3), "n": 5}
+    buf = state["buf"]
+    jf(state, torch.ones(3))
+    assert state == {"buf": buf, "n": 5} and state["buf"] is buf and list(state) == ["buf", "n"]
+    torch.testing.assert_close(buf, torch.full((3,), 1.9))
+    assert not _rewrites_contents(f)
+
+
+def test_a_dict_given_other_objects_or_order_is_rewritten():
+    def swap(d, x):
+        d["a"], d["b"] = d["b"], d["a"]
+        return x + 1
+
+    def reorder(d, x):
+        d["a"] = d.pop("a")
+        return x + 1
+
+    for fn, expect in ((swap, ["a", "b"]), (reorder, ["b", "a"])):
+        a, b = torch.zeros(1), torch.ones(1)
+        d = {"a": a, "b": b}
+        fastdyn.jit(fn)(d, torch.ones(1))
+        assert list(d) == expect, fn.__name__
+        if fn is swap:
+            assert d["a"] is b and d["b"] is a
+        assert _rewrites_contents(fn), fn.__name__

@@ -484,3 +484,24 @@ def test_guard_check_seconds_times_the_entry_whose_guards_hold():
     assert per_check is not None and 0 < per_check < 1e-3
     assert fastdyn._C.guard_check_seconds(ten, tuple(torch.randn(3, 2) for _ in range(10)), 10) is None
     assert fastdyn._C.guard_check_seconds(ten, xs[:9] + (torch.randn(4, 2, dtype=torch.float64),), 10) is None
+
+
+def test_aliasing_among_many_inputs_is_seen():
+    # More than 16 tensors take the sorted distinctness check (runtime/guards.cpp): two of them
+    # becoming one object must still miss the entry compiled for distinct ones.
+    def accumulate(ts):
+        for t in ts[1:]:
+            ts[0].add_(t)
+        return ts[0] * ts[-1]
+
+    f = fastdyn.jit(accumulate)
+    base = [torch.randn(3) for _ in range(20)]
+    f([t.clone() for t in base])
+    alias = [t.clone() for t in base]
+    alias[19] = alias[0]
+    expected_in = [t.clone() for t in base]
+    expected_in[19] = expected_in[0]
+    expected = accumulate(expected_in)
+    got = f(alias)
+    assert_same(got, expected)
+    assert_same(alias[0], expected_in[0], "the aliased input after the call")
