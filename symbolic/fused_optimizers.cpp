@@ -8,9 +8,11 @@
 // parameter and the cuda backend launches together (codegen/cuda/horizontal.h). Adam's bias
 // corrections come from the step count tensors (as on torch.optim's compiler path), in float32
 // where ATen's kernel takes them in double: results differ from eager's by a few ulp, as they do
-// for the other implementations under a compiler. Not recorded (the call runs as written):
-// amsgrad, a gradient scale or found_inf (GradScaler), a learning rate that is a tensor.
+// for the other implementations under a compiler. Under a GradScaler the op's grad_scale and
+// found_inf are applied as the fused kernels apply them (Writes). Not recorded (the call runs as
+// written): amsgrad, a learning rate that is a tensor.
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "runtime/errors.h"
@@ -47,10 +49,15 @@ struct FusedArgs {
     return PyFloat_AsDouble(o);
   }
   bool flag(const char* key) const { return PyObject_IsTrue(constant(key)) == 1; }
-  bool none(const char* key) const {
+  // A keyword argument that is a tensor, or nullptr where it is None or absent.
+  const SymValue* tensor(const char* key) const {
     for (const auto& [k, v] : kwargs)
-      if (k == key) return v.is_python_constant() && v.obj == Py_None;
-    return true;
+      if (k == key) {
+        if (v.kind == SymValue::Kind::Tensor) return &v;
+        if (v.is_python_constant() && v.obj == Py_None) return nullptr;
+        throw Unsupported("torch." + name + ": " + key + " is neither a tensor nor None");
+      }
+    return nullptr;
   }
   const std::vector<SymValue>& list(size_t i) const {
     if (i >= args.size() || (args[i].kind != SymValue::Kind::List && args[i].kind != SymValue::Kind::Tuple))
@@ -64,6 +71,34 @@ SymValue number(double x) {
   return Tracer::constant(o.p);
 }
 
+// Where the update's values go. Under a GradScaler the fused op takes its scale and found_inf:
+// each gradient is divided by the scale and written back unscaled, and where found_inf == 1 (an
+// inf or NaN in some gradient) the op returns before writing anything; so every write keeps the
+// old contents where that holds.
+struct Writes {
+  const Method& m;
+  const Function& f;
+  std::optional<SymValue> skip;   // found_inf == 1, a bool scalar
+  std::optional<SymValue> scale;  // grad_scale
+  void operator()(const SymValue& t, const SymValue& value) const {
+    m(t, "copy_", {skip ? f("where", {*skip, t, value}) : value}, {});
+  }
+  // The gradient the fused op reads: unscaled, and written back so, where there is a scale.
+  SymValue grad(const SymValue& g) const {
+    if (!scale) return g;
+    const SymValue unscaled = m(g, "div", {*scale}, {});
+    (*this)(g, unscaled);
+    return unscaled;
+  }
+};
+
+Writes writes(const Method& m, const Function& f, const FusedArgs& a) {
+  Writes w{m, f, std::nullopt, std::nullopt};
+  if (const SymValue* found_inf = a.tensor("found_inf")) w.skip = m(*found_inf, "eq", {number(1)}, {});
+  if (const SymValue* scale = a.tensor("grad_scale")) w.scale = *scale;
+  return w;
+}
+
 // The gradient the update uses: -grad when maximizing, plus weight_decay * param for Adam's and
 // SGD's coupled decay (out of place: the fused kernels leave the caller's gradient alone).
 SymValue effective_grad(const Method& m, const SymValue& param, SymValue grad, bool maximize, double coupled_decay) {
@@ -72,9 +107,10 @@ SymValue effective_grad(const Method& m, const SymValue& param, SymValue grad, b
   return grad;
 }
 
+// Each parameter's update computed from the old contents, then written (Writes): the values
+// torch.optim's single-tensor functions compute with their in-place ops, in the same order.
 void adam(const Method& m, const Function& f, const FusedArgs& a, bool decoupled) {
   if (a.flag("amsgrad")) throw Unsupported("torch." + a.name + " with amsgrad");
-  if (!a.none("grad_scale") || !a.none("found_inf")) throw Unsupported("torch." + a.name + " with a gradient scale (GradScaler)");
   const double lr = a.number("lr"), beta1 = a.number("beta1"), beta2 = a.number("beta2"), wd = a.number("weight_decay"),
                eps = a.number("eps");
   const bool maximize = a.flag("maximize");
@@ -82,27 +118,30 @@ void adam(const Method& m, const Function& f, const FusedArgs& a, bool decoupled
   const size_t n = params.size();
   if (grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n || steps.size() != n)
     throw Unsupported("torch." + a.name + ": lists of different lengths");
+  const Writes write = writes(m, f, a);
   for (size_t i = 0; i < n; ++i) {
     const SymValue& param = params[i];
-    if (decoupled && wd != 0) m(param, "mul_", {number(1 - lr * wd)}, {});
-    const SymValue grad = effective_grad(m, param, grads[i], maximize, decoupled ? 0 : wd);
-    m(exp_avgs[i], "lerp_", {grad, number(1 - beta1)}, {});
-    m(exp_avg_sqs[i], "mul_", {number(beta2)}, {});
-    m(exp_avg_sqs[i], "addcmul_", {grad, grad}, {{"value", number(1 - beta2)}});
+    const SymValue decayed = decoupled && wd != 0 ? m(param, "mul", {number(1 - lr * wd)}, {}) : param;
+    const SymValue grad = effective_grad(m, param, write.grad(grads[i]), maximize, decoupled ? 0 : wd);
+    const SymValue exp_avg = m(exp_avgs[i], "lerp", {grad, number(1 - beta1)}, {});
+    const SymValue exp_avg_sq =
+        m(m(exp_avg_sqs[i], "mul", {number(beta2)}, {}), "addcmul", {grad, grad}, {{"value", number(1 - beta2)}});
     // Bias corrections from the count, which torch.optim has incremented before the call.
     auto one_minus = [&](const SymValue& x) { return m(m(x, "neg", {}, {}), "add", {number(1)}, {}); };
     const SymValue bc1 = one_minus(f("pow", {number(beta1), steps[i]}));
     const SymValue bc2 = one_minus(f("pow", {number(beta2), steps[i]}));
     const SymValue step_size = m(m(bc1, "reciprocal", {}, {}), "mul", {number(lr)}, {});
-    SymValue denom = m(exp_avg_sqs[i], "sqrt", {}, {});
+    SymValue denom = m(exp_avg_sq, "sqrt", {}, {});
     denom = m(denom, "div", {m(bc2, "sqrt", {}, {})}, {});
     denom = m(denom, "add", {number(eps)}, {});
-    m(param, "addcdiv_", {exp_avgs[i], denom}, {{"value", m(step_size, "neg", {}, {})}});
+    const SymValue updated = m(decayed, "addcdiv", {exp_avg, denom}, {{"value", m(step_size, "neg", {}, {})}});
+    write(exp_avgs[i], exp_avg);
+    write(exp_avg_sqs[i], exp_avg_sq);
+    write(param, updated);
   }
 }
 
-void sgd(const Method& m, const FusedArgs& a) {
-  if (!a.none("grad_scale") || !a.none("found_inf")) throw Unsupported("torch." + a.name + " with a gradient scale (GradScaler)");
+void sgd(const Method& m, const Function& f, const FusedArgs& a) {
   const double wd = a.number("weight_decay"), momentum = a.number("momentum"), lr = a.number("lr"), dampening = a.number("dampening");
   const bool nesterov = a.flag("nesterov"), maximize = a.flag("maximize"), first = a.flag("is_first_step");
   const auto &params = a.list(0), &grads = a.list(1);
@@ -110,19 +149,16 @@ void sgd(const Method& m, const FusedArgs& a) {
   if (grads.size() != n) throw Unsupported("torch." + a.name + ": lists of different lengths");
   const std::vector<SymValue>* bufs = momentum != 0 ? &a.list(2) : nullptr;
   if (bufs && bufs->size() != n) throw Unsupported("torch." + a.name + ": lists of different lengths");
+  const Writes write = writes(m, f, a);
   for (size_t i = 0; i < n; ++i) {
-    SymValue grad = effective_grad(m, params[i], grads[i], maximize, wd);
+    SymValue grad = effective_grad(m, params[i], write.grad(grads[i]), maximize, wd);
     if (bufs) {
       const SymValue& buf = (*bufs)[i];
-      if (first) {
-        m(buf, "copy_", {grad}, {});
-      } else {
-        m(buf, "mul_", {number(momentum)}, {});
-        m(buf, "add_", {grad}, {{"alpha", number(1 - dampening)}});
-      }
-      grad = nesterov ? m(grad, "add", {buf}, {{"alpha", number(momentum)}}) : buf;
+      const SymValue next = first ? grad : m(m(buf, "mul", {number(momentum)}, {}), "add", {grad}, {{"alpha", number(1 - dampening)}});
+      write(buf, next);
+      grad = nesterov ? m(grad, "add", {next}, {{"alpha", number(momentum)}}) : next;
     }
-    m(params[i], "add_", {grad}, {{"alpha", number(-lr)}});
+    write(params[i], m(params[i], "add", {grad}, {{"alpha", number(-lr)}}));
   }
 }
 
@@ -145,7 +181,7 @@ bool Calls::fused_optimizer_call(Tracer& t, PyObject* fn, Args& args, Kwargs& kw
     if (!fn.p) throw Unsupported("torch." + name + ": torch." + torch_name + " is missing");
     return t.call(Tracer::constant(fn.p), std::move(fargs), {});
   };
-  if (name == "_fused_sgd_") sgd(m, a);
+  if (name == "_fused_sgd_") sgd(m, f, a);
   else adam(m, f, a, name == "_fused_adamw_");
   out = Tracer::constant(Py_None);
   return true;

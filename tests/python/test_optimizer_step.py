@@ -281,8 +281,8 @@ def test_on_a_gpu(opt_name):
 
 
 def test_fused_amsgrad_runs_as_written():
-    # What the trace does not record of a fused step (amsgrad here; a GradScaler's scale) runs
-    # ATen's own fused op, exactly eager's.
+    # What the trace does not record of a fused step (amsgrad here) runs ATen's own fused op,
+    # exactly eager's.
     def make_amsgrad():
         g = torch.Generator().manual_seed(0)
         params = [torch.randn(s, generator=g).requires_grad_(True) for s in ((8, 16), (16,))]
@@ -298,3 +298,70 @@ def test_fused_amsgrad_runs_as_written():
     for a, b in zip(pe, pf):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
     assert fastdyn._C.code_text(type(of).step) is None
+
+
+def scaled_steps(opt_name, device, compiled):
+    """Six GradScaler steps (scale, backward, scaler.step, update) of a small model, an inf in
+    the third step's input: its gradients are not finite, the step is skipped and the scale
+    halves. Returns the parameters, their gradients and the scales after each step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).to(device)
+    params = list(model.parameters())
+    if opt_name == "sgd_fused":
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, fused=True)
+    else:
+        opt = (torch.optim.AdamW if opt_name == "adamw_fused" else torch.optim.Adam)(params, lr=1e-2, weight_decay=0.1, fused=True)
+    scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 10)
+    history = []
+    for k in range(6):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(k)).to(device)
+        if k == 2:
+            x[0, 0] = float("inf")
+        opt.zero_grad()
+        scaler.scale(model(x).pow(2).mean()).backward()
+        if compiled:
+            fastdyn.enable()
+        try:
+            scaler.step(opt)
+        finally:
+            fastdyn.disable()
+        scaler.update()
+        history.append(([p.detach().clone() for p in params], [p.grad.clone() for p in params], scaler.get_scale()))
+    return history, opt
+
+
+def check_scaled_steps(opt_name, device):
+    eager, _ = scaled_steps(opt_name, device, compiled=False)
+    got, opt = scaled_steps(opt_name, device, compiled=True)
+    for k, ((pe, ge, se), (pf, gf, sf)) in enumerate(zip(eager, got)):
+        assert se == sf, (k, se, sf)
+        for a, b in zip(pe, pf):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+        # The fused op writes the gradients back unscaled: exactly eager's at the first step,
+        # from parameters a few roundings apart later. At the step with an inf they stay scaled,
+        # made by autograd from non-finite values: compared by where they are NaN.
+        for a, b in zip(ge, gf):
+            if k == 2:
+                assert torch.equal(a.isnan(), b.isnan())
+            else:
+                torch.testing.assert_close(b, a, rtol=0 if k == 0 else 1e-5, atol=0 if k == 0 else 1e-6)
+    for a, b in zip(eager[2][0], eager[1][0]):
+        assert torch.equal(a, b), "the step with an inf leaves the parameters"
+    code = fastdyn._C.code_text(type(opt).step)
+    assert code is not None, "the scaled fused step compiles"
+    return code
+
+
+@pytest.mark.parametrize("opt_name", ["sgd_fused", "adam_fused", "adamw_fused"])
+def test_a_grad_scalers_fused_step_is_traced(opt_name):
+    # Under a GradScaler the fused op takes grad_scale and found_inf: the trace divides each
+    # gradient by the scale, writes it back unscaled, and keeps every tensor as it was where
+    # found_inf is 1 (symbolic/fused_optimizers.cpp Writes), as ATen's kernels do.
+    check_scaled_steps(opt_name, "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("opt_name", ["sgd_fused", "adam_fused", "adamw_fused"])
+def test_a_grad_scalers_fused_step_on_a_gpu(opt_name):
+    code = check_scaled_steps(opt_name, "cuda")
+    assert code.startswith("backend cuda\n") and "launch as one" in code, code
