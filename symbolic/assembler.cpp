@@ -260,7 +260,50 @@ void CodeBuilder::load_closure(int free_index) {
 #endif
 }
 
-void CodeBuilder::load_source(const Source& s) {
+std::string source_key(const Source& s) {
+  std::string key = s.parent ? source_key(*s.parent) : std::string();
+  PyObject* object = s.object && PyWeakref_CheckRef(s.object) ? PyWeakref_GetObject(s.object) : s.object;
+  key += "/" + std::to_string(static_cast<int>(s.kind)) + ":" + std::to_string(s.index) + ":" + s.name + ":" +
+         std::to_string(reinterpret_cast<uintptr_t>(object));
+  return key;
+}
+
+std::vector<const Source*> shared_paths(const std::vector<SourcePtr>& inputs) {
+  std::unordered_map<std::string, int> uses;  // by path: the inputs under it
+  std::vector<std::pair<std::string, const Source*>> order;
+  for (const SourcePtr& in : inputs) {
+    std::vector<const Source*> chain;  // in's strict ancestors, root first
+    for (const Source* s = in->parent.get(); s; s = s->parent.get()) chain.insert(chain.begin(), s);
+    for (const Source* s : chain) {
+      if (s->kind != Source::Kind::Attr && s->kind != Source::Kind::Item && s->kind != Source::Kind::DictItem) continue;
+      std::string key = source_key(*s);
+      if (uses[key]++ == 0) order.emplace_back(std::move(key), s);
+    }
+  }
+  std::vector<const Source*> shared;
+  for (const auto& [key, s] : order)
+    if (uses[key] >= 2) shared.push_back(s);
+  return shared;
+}
+
+void CodeBuilder::load_inputs(const std::vector<SourcePtr>& inputs, const std::vector<const Source*>& shared, int first_slot) {
+  std::unordered_map<std::string, int> cached;
+  for (size_t k = 0; k < shared.size(); ++k) {
+    load_source(*shared[k], &cached);
+    emit(op::STORE_FAST, first_slot + static_cast<int>(k));
+    cached.emplace(source_key(*shared[k]), first_slot + static_cast<int>(k));
+  }
+  for (const SourcePtr& s : inputs) load_source(*s, &cached);
+}
+
+void CodeBuilder::load_source(const Source& s, const std::unordered_map<std::string, int>* cached) {
+  if (cached && s.parent) {  // a path step, perhaps cached
+    auto it = cached->find(source_key(s));
+    if (it != cached->end()) {
+      emit(op::LOAD_FAST, it->second);
+      return;
+    }
+  }
   switch (s.kind) {
     case Source::Kind::Local:
       emit(op::LOAD_FAST, s.index);
@@ -276,11 +319,11 @@ void CodeBuilder::load_source(const Source& s) {
       load_const(s.object);
       return;
     case Source::Kind::Attr:
-      load_source(*s.parent);
+      load_source(*s.parent, cached);
       load_attr(s.name);
       return;
     case Source::Kind::DictItem: {
-      load_source(*s.parent);
+      load_source(*s.parent, cached);
       if (s.object && PyWeakref_CheckRef(s.object)) {  // a key held weakly (a tensor): ref()
         emit(op::PUSH_NULL, 0);
         load_const(s.object);
@@ -296,7 +339,7 @@ void CodeBuilder::load_source(const Source& s) {
       return;
     }
     case Source::Kind::Item: {
-      load_source(*s.parent);
+      load_source(*s.parent, cached);
       PyObject* i = PyLong_FromLong(s.index);
       load_const(i);
       Py_DECREF(i);
@@ -341,15 +384,19 @@ PyCodeObject* assemble_graph_call(PyCodeObject* orig, const TraceResult& trace, 
   const int nargs = argument_slots(orig);
   const int nfree = orig->co_nfreevars;
   const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
-  CodeBuilder b(line, nargs);
+  const std::vector<const Source*> shared = shared_paths(trace.input_sources);
+  const int nshared = static_cast<int>(shared.size());
+  CodeBuilder b(line, nargs + nshared);
   b.as().emit(op::RESUME, 0, orig->co_firstlineno);
   if (nfree > 0) b.as().emit(op::COPY_FREE_VARS, nfree, orig->co_firstlineno);
   b.emit(op::PUSH_NULL, 0);
   b.load_const(graph);
-  for (const SourcePtr& s : trace.input_sources) b.load_source(*s);
+  b.load_inputs(trace.input_sources, shared, nargs);
   b.call(static_cast<int>(trace.input_sources.size()));
   b.emit(op::RETURN_VALUE, 0);
-  PyObject* varnames = PyTuple_GetSlice(orig->co_localsplusnames, 0, nargs);
+  PyObject* varnames = PyTuple_New(nargs + nshared);
+  for (int i = 0; i < nargs; ++i) PyTuple_SET_ITEM(varnames, i, Py_NewRef(PyTuple_GET_ITEM(orig->co_localsplusnames, i)));
+  for (int k = 0; k < nshared; ++k) PyTuple_SET_ITEM(varnames, nargs + k, PyUnicode_FromFormat("___path%d", k));
   PyCodeObject* out = make_code(orig, b, nargs, varnames, CO_OPTIMIZED | CO_NEWLOCALS);
   Py_XDECREF(varnames);
   return out;

@@ -399,6 +399,31 @@ ResumeAt resume_at(PyCodeObject* orig, const std::vector<Instruction>& insts, in
 
 // ---- the transformed code
 
+// Whether a list or dict the trace mutated ends holding what it held before, key for key in the
+// same order: each item the very object that was there (read from the same path, or the same
+// constant object). Rewriting it would change nothing, and an optimizer step does it for every
+// parameter (torch.optim's SGD stores each momentum buffer back into its state dict): a clear,
+// an update and a dict built per parameter, a quarter of a step's time over small parameters.
+bool contents_unchanged(const TraceResult::SideEffect& e) {
+  const SymBox& now = *e.target.box;
+  if (now.keys.size() != e.before_keys.size() || now.items.size() != e.before_items.size()) return false;
+  auto same = [](const SymValue& a, const SymValue& b) {
+    if (a.kind != b.kind) return false;
+    if (a.source || b.source) return a.source && b.source && source_key(*a.source) == source_key(*b.source);
+    return a.kind == SymValue::Kind::Constant && !a.size && !b.size && a.obj && a.obj == b.obj;
+  };
+  for (size_t i = 0; i < now.keys.size(); ++i)
+    if (!same(now.keys[i], e.before_keys[i])) return false;
+  for (size_t i = 0; i < now.items.size(); ++i)
+    if (!same(now.items[i], e.before_items[i])) return false;
+  return true;
+}
+
+// Whether the transformed code performs e: not a SetContents that changes nothing.
+bool replayed(const TraceResult::SideEffect& e) {
+  return e.kind != TraceResult::SideEffect::Kind::SetContents || !contents_unchanged(e);
+}
+
 // Lists, dicts and records (dataclass instances) made in the trace, each built once into a
 // spare local: two references to one list must stay one list after the rebuild (an append
 // through either is seen by both), and a record stored to after the break is the very object
@@ -413,7 +438,9 @@ struct BoxSlots {
   std::vector<const Source*> sources;  // preloaded when the trace replays attribute stores
   bool preload = false;
   bool functions_without_cells = false;  // a function made in the trace without a closure (or with keyword defaults)
-  size_t size() const { return boxes.size() + sources.size(); }
+  // Paths the graph's inputs share (shared_paths), read once each into spare locals.
+  std::vector<const Source*> prefixes;
+  size_t size() const { return boxes.size() + sources.size() + prefixes.size(); }
   static bool through_path(const Source* s) {
     for (; s; s = s->parent.get())
       if (s->kind == Source::Kind::Attr || s->kind == Source::Kind::Item || s->kind == Source::Kind::DictItem ||
@@ -463,11 +490,12 @@ struct BoxSlots {
       for (const SymValue& i : v.box->items) collect(i);
   }
   void collect_trace(const TraceResult& t) {
-    preload = !t.effects.empty();
+    preload = std::any_of(t.effects.begin(), t.effects.end(), replayed);
     for (const auto& l : t.locals)
       if (l) collect(*l);
     for (const SymValue& v : t.stack) collect(v);
     for (const TraceResult::SideEffect& e : t.effects) {
+      if (!replayed(e)) continue;
       collect(e.target);
       collect(e.value);
     }
@@ -491,6 +519,8 @@ struct Rebuilder {
   const TraceResult& trace;
   std::vector<bool> built = std::vector<bool>(slots.boxes.size(), false);
   std::vector<bool> building = std::vector<bool>(slots.boxes.size(), false);
+
+  int prefix_slot(size_t k) const { return first_slot + static_cast<int>(slots.boxes.size() + slots.sources.size() + k); }
 
   // Loads the values read through attribute/item paths into their slots (before the stores).
   void preload_sources() {
@@ -857,42 +887,17 @@ void copy_instruction(CodeBuilder& b, PyCodeObject* orig, const Instruction& in)
 }
 
 // The prologue shared by every transformed code: the graph call (its outputs in `out_slot`) and
-// One path: the same steps from the same root (two reads of one path make two Sources).
-bool same_path(const Source* a, const Source* b) {
-  if (a == b) return true;
-  if (!a || !b || a->kind != b->kind || a->index != b->index || a->name != b->name || a->object != b->object) return false;
-  return same_path(a->parent.get(), b->parent.get());
-}
-
-// Whether a list or dict the trace mutated ends holding what it held before, key for key in the
-// same order: each item the very object that was there (read from the same path, or the same
-// constant object). Rewriting it would change nothing, and an optimizer step does it for every
-// parameter (torch.optim's SGD stores each momentum buffer back into its state dict): a clear,
-// an update and a dict built per parameter, a quarter of a step's time over small parameters.
-bool contents_unchanged(const TraceResult::SideEffect& e) {
-  const SymBox& now = *e.target.box;
-  if (now.keys.size() != e.before_keys.size() || now.items.size() != e.before_items.size()) return false;
-  auto same = [](const SymValue& a, const SymValue& b) {
-    if (a.kind != b.kind) return false;
-    if (a.source || b.source) return same_path(a.source.get(), b.source.get());
-    return a.kind == SymValue::Kind::Constant && !a.size && !b.size && a.obj && a.obj == b.obj;
-  };
-  for (size_t i = 0; i < now.keys.size(); ++i)
-    if (!same(now.keys[i], e.before_keys[i])) return false;
-  for (size_t i = 0; i < now.items.size(); ++i)
-    if (!same(now.items[i], e.before_items[i])) return false;
-  return true;
-}
-
 // the side effects the trace recorded, in order.
 void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResult& trace, PyObject* graph,
                             Rebuilder& rb, int out_slot) {
   b.as().emit(op::RESUME, 0, orig->co_firstlineno);
   if (orig->co_nfreevars > 0) b.as().emit(op::COPY_FREE_VARS, orig->co_nfreevars, orig->co_firstlineno);
   if (graph) {
+    // The inputs' shared paths once each (BoxSlots::prefixes), only while the inputs are
+    // loaded: the effects after the graph may rebind what they read.
     b.emit(op::PUSH_NULL, 0);
     b.load_const(graph);
-    for (const SourcePtr& s : trace.input_sources) b.load_source(*s);
+    b.load_inputs(trace.input_sources, rb.slots.prefixes, rb.prefix_slot(0));
     b.call(static_cast<int>(trace.input_sources.size()));
     b.emit(op::STORE_FAST, out_slot);
   }
@@ -907,7 +912,7 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetContents) {
-      if (!contents_unchanged(e)) rb.set_contents(e.target);
+      if (replayed(e)) rb.set_contents(e.target);
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetCell) {
@@ -1025,6 +1030,7 @@ PyCodeObject* assemble_return(PyCodeObject* orig, const TraceResult& trace, PyOb
     const int line = trace.lineno > 0 ? trace.lineno : orig->co_firstlineno;
     BoxSlots slots;
     slots.collect_trace(trace);
+    if (graph) slots.prefixes = shared_paths(trace.input_sources);
     const int nboxes = static_cast<int>(slots.size());
     CodeBuilder b(line, nargs + 1 + nboxes);
     b.set_globals(globals);
@@ -1054,6 +1060,7 @@ PyCodeObject* assemble_break(PyCodeObject* orig, const TraceResult& trace, PyObj
     const int out_slot = nargs;  // a spare local after the parameters
     BoxSlots slots;
     slots.collect_trace(trace);
+    if (graph) slots.prefixes = shared_paths(trace.input_sources);
     // A function made in the frame and live at the break reaches the continuation as a new
     // function at every call: a closure is guarded by its parts, not its identity
     // (conversions.cpp); one without cells would be guarded by identity and recompile each call.

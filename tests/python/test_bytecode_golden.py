@@ -76,3 +76,32 @@ def test_transformed_code_line_numbers_point_at_the_source():
     lines = {ln for _, _, ln in code.co_lines() if ln is not None}
     first = golden_args_only.__code__.co_firstlineno
     assert lines <= {first, first + 1}, lines
+
+
+class _Layers:
+    def __init__(self, n):
+        self.layers = [{"w": torch.randn(3), "b": torch.randn(3)} for _ in range(n)]
+
+
+def shared_paths(model, x):
+    for layer in model.layers:
+        x = x * layer["w"] + layer["b"]
+    return x
+
+
+def test_paths_the_inputs_share_are_read_once():
+    # Eight inputs under `model.layers`: the transformed code reads that path once into a local
+    # and each input from there (symbolic/continuation.cpp BoxSlots::prefixes), as an optimizer
+    # step's hundreds of inputs under `opt.param_groups[0]['params']` are.
+    import dis
+
+    fastdyn.reset()
+    model, x = _Layers(4), torch.randn(3)
+    torch.testing.assert_close(fastdyn.jit(shared_paths)(model, x), shared_paths(model, x))
+    code = _C.transformed_code(shared_paths)
+    assert code is not None, "the function was not compiled"
+    reads = [i for i in dis.get_instructions(code) if i.opname == "LOAD_ATTR" and i.argval == "layers"]
+    assert len(reads) == 1, _C.disassemble(code)
+    # The cached path serves later calls with other contents, as the guards allow.
+    model.layers[2]["w"] = torch.randn(3)
+    torch.testing.assert_close(fastdyn.jit(shared_paths)(model, x), shared_paths(model, x))
