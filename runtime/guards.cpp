@@ -594,6 +594,10 @@ void GuardTree::add_lacks(GuardNode* n, const std::string& key) {
 }
 
 void GuardTree::add_same_as(GuardNode* n, int alias_slot) {
+  // The node records or compares that slot already (a path read again: an optimizer step reads
+  // `opt.state` once per parameter): a second check would compare the object with itself.
+  for (const Check& c : n->checks)
+    if (c.alias_slot == alias_slot) return;
   Check c;
   c.kind = CheckKind::SameAs;
   c.alias_slot = alias_slot;

@@ -86,6 +86,30 @@ TEST(GuardTree, OneInstanceReachedTwiceMustStayOne) {
   for (PyObject* o : {a, c, d, A}) Py_DECREF(o);
 }
 
+// The path that records an object read again (an optimizer step reads `opt.state` once per
+// parameter): its node compares the object with itself, so no second check is kept; another path
+// to the same slot still gets its own.
+TEST(GuardTree, ASameAsOnTheNodeThatRecordsTheSlotIsNotRepeated) {
+  PyObject* A = new_class("A");
+  PyObject* a = instance_of(A);
+  GuardTree tree;
+  GuardNode* n = tree.node(nullptr, local(0, "a"));
+  const int slot = tree.add_instance(n, a);
+  tree.add_same_as(n, slot);
+  tree.add_same_as(n, slot);
+  tree.add_same_as(tree.node(nullptr, local(1, "b")), slot);
+  tree.add_same_as(tree.node(nullptr, local(1, "b")), slot);
+  const auto lines = tree.describe();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "L['a'] type is A (input 0)");
+  EXPECT_EQ(lines[1], "L['b'] is input 0");
+  PyObject* c = instance_of(A);
+  PyObject* d = instance_of(A);
+  EXPECT_TRUE(check(tree, c, c));
+  EXPECT_FALSE(check(tree, c, d));
+  for (PyObject* o : {a, c, d, A}) Py_DECREF(o);
+}
+
 // TypeAttr: what obj.name resolves to through its class. Absent: neither the class nor the object
 // may gain it. Present (a plain class value, not a data descriptor): the class must keep it and
 // the object must not shadow it with its own.
