@@ -10,7 +10,7 @@
 // where ATen's kernel takes them in double: results differ from eager's by a few ulp, as they do
 // for the other implementations under a compiler. Under a GradScaler the op's grad_scale and
 // found_inf are applied as the fused kernels apply them (Writes). Not recorded (the call runs as
-// written): amsgrad, a learning rate that is a tensor.
+// written): a learning rate that is a tensor.
 #include <functional>
 #include <optional>
 #include <string>
@@ -110,13 +110,14 @@ SymValue effective_grad(const Method& m, const SymValue& param, SymValue grad, b
 // Each parameter's update computed from the old contents, then written (Writes): the values
 // torch.optim's single-tensor functions compute with their in-place ops, in the same order.
 void adam(const Method& m, const Function& f, const FusedArgs& a, bool decoupled) {
-  if (a.flag("amsgrad")) throw Unsupported("torch." + a.name + " with amsgrad");
   const double lr = a.number("lr"), beta1 = a.number("beta1"), beta2 = a.number("beta2"), wd = a.number("weight_decay"),
                eps = a.number("eps");
   const bool maximize = a.flag("maximize");
   const auto &params = a.list(0), &grads = a.list(1), &exp_avgs = a.list(2), &exp_avg_sqs = a.list(3), &steps = a.list(5);
   const size_t n = params.size();
-  if (grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n || steps.size() != n)
+  // amsgrad: the largest second moment so far, per element, is what the step divides by.
+  const std::vector<SymValue>* maxima = a.flag("amsgrad") ? &a.list(4) : nullptr;
+  if (grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n || steps.size() != n || (maxima && maxima->size() != n))
     throw Unsupported("torch." + a.name + ": lists of different lengths");
   const Writes write = writes(m, f, a);
   for (size_t i = 0; i < n; ++i) {
@@ -131,7 +132,12 @@ void adam(const Method& m, const Function& f, const FusedArgs& a, bool decoupled
     const SymValue bc1 = one_minus(f("pow", {number(beta1), steps[i]}));
     const SymValue bc2 = one_minus(f("pow", {number(beta2), steps[i]}));
     const SymValue step_size = m(m(bc1, "reciprocal", {}, {}), "mul", {number(lr)}, {});
-    SymValue denom = m(exp_avg_sq, "sqrt", {}, {});
+    SymValue second = exp_avg_sq;
+    if (maxima) {
+      second = f("maximum", {(*maxima)[i], exp_avg_sq});
+      write((*maxima)[i], second);
+    }
+    SymValue denom = m(second, "sqrt", {}, {});
     denom = m(denom, "div", {m(bc2, "sqrt", {}, {})}, {});
     denom = m(denom, "add", {number(eps)}, {});
     const SymValue updated = m(decayed, "addcdiv", {exp_avg, denom}, {{"value", m(step_size, "neg", {}, {})}});

@@ -280,9 +280,9 @@ def test_on_a_gpu(opt_name):
     assert fastdyn.stats()["recompiles"] <= 1, fastdyn.stats()
 
 
-def test_fused_amsgrad_runs_as_written():
-    # What the trace does not record of a fused step (amsgrad here) runs ATen's own fused op,
-    # exactly eager's.
+def test_fused_amsgrad_is_traced():
+    # amsgrad keeps the largest second moment so far (max_exp_avg_sqs, written each step) and
+    # divides by it: traced like the rest of the fused step (it ran as written before).
     def make_amsgrad():
         g = torch.Generator().manual_seed(0)
         params = [torch.randn(s, generator=g).requires_grad_(True) for s in ((8, 16), (16,))]
@@ -292,13 +292,25 @@ def test_fused_amsgrad_runs_as_written():
 
     pe, oe = make_amsgrad()
     pf, of = make_amsgrad()
-    for _ in range(4):
+    for k in range(6):
+        # Gradients that shrink, then grow: the maximum stays, then moves.
+        scale = 1.0 / (k + 1) if k < 3 else float(k)
+        new_grads(pe, k)
+        new_grads(pf, k)
+        for a, b in zip(pe, pf):
+            a.grad.mul_(scale)
+            b.grad.mul_(scale)
         oe.step()
         step_under_enable(of)
+        if k == 1:
+            fastdyn.synchronize()
     for a, b in zip(pe, pf):
-        torch.testing.assert_close(b, a, rtol=0, atol=0)
-    assert fastdyn._C.code_text(type(of).step) is None
-
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    for se, sf in zip(oe.state.values(), of.state.values()):
+        assert se.keys() == sf.keys() and "max_exp_avg_sq" in se
+        for key in se:
+            torch.testing.assert_close(sf[key], se[key], rtol=1e-5, atol=1e-6)
+    assert fastdyn._C.code_text(type(of).step) is not None, "the amsgrad step compiles"
 
 def scaled_steps(opt_name, device, compiled):
     """Six GradScaler steps (scale, backward, scaler.step, update) of a small model, an inf in
