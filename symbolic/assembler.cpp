@@ -260,14 +260,6 @@ void CodeBuilder::load_closure(int free_index) {
 #endif
 }
 
-std::string source_key(const Source& s) {
-  std::string key = s.parent ? source_key(*s.parent) : std::string();
-  PyObject* object = s.object && PyWeakref_CheckRef(s.object) ? PyWeakref_GetObject(s.object) : s.object;
-  key += "/" + std::to_string(static_cast<int>(s.kind)) + ":" + std::to_string(s.index) + ":" + s.name + ":" +
-         std::to_string(reinterpret_cast<uintptr_t>(object));
-  return key;
-}
-
 std::vector<const Source*> shared_paths(const std::vector<SourcePtr>& inputs) {
   std::unordered_map<std::string, int> uses;  // by path: the inputs under it
   std::vector<std::pair<std::string, const Source*>> order;

@@ -93,10 +93,6 @@ class CodeBuilder {
   PyObject* globals_ = nullptr;
 };
 
-// A path's identity: two Sources with the same steps from the same root have the same key (a
-// tensor key held weakly: by its referent).
-std::string source_key(const Source& s);
-
 // The attribute and item paths that two or more of a graph's inputs pass through, parents
 // before children (`args[0].param_groups[0]['params']` for each parameter of an optimizer step):
 // read once each by load_inputs, where each input read from the frame's arguments down was most

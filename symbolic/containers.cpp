@@ -51,6 +51,23 @@ void Tracer::mutate_visible(const SymValue& c, const std::string& what) {
   result_.effects.push_back(std::move(e));
 }
 
+bool TraceResult::SideEffect::replayed() const {
+  if (kind != Kind::SetContents) return true;
+  const SymBox& now = *target.box;
+  if (now.keys.size() != before_keys.size() || now.items.size() != before_items.size()) return true;
+  // The very object that was there: read from the same path, or the same constant object.
+  auto same = [](const SymValue& a, const SymValue& b) {
+    if (a.kind != b.kind) return false;
+    if (a.source || b.source) return a.source && b.source && source_key(*a.source) == source_key(*b.source);
+    return a.kind == SymValue::Kind::Constant && !a.size && !b.size && a.obj && a.obj == b.obj;
+  };
+  for (size_t i = 0; i < now.keys.size(); ++i)
+    if (!same(now.keys[i], before_keys[i])) return true;
+  for (size_t i = 0; i < now.items.size(); ++i)
+    if (!same(now.items[i], before_items[i])) return true;
+  return false;
+}
+
 void Tracer::replay_call(const SymValue& target, const std::string& name, PyObject* args) {
   result_.effects.push_back({target, name, constant(args), TraceResult::SideEffect::Kind::CallMethod});
 }

@@ -399,31 +399,6 @@ ResumeAt resume_at(PyCodeObject* orig, const std::vector<Instruction>& insts, in
 
 // ---- the transformed code
 
-// Whether a list or dict the trace mutated ends holding what it held before, key for key in the
-// same order: each item the very object that was there (read from the same path, or the same
-// constant object). Rewriting it would change nothing, and an optimizer step does it for every
-// parameter (torch.optim's SGD stores each momentum buffer back into its state dict): a clear,
-// an update and a dict built per parameter, a quarter of a step's time over small parameters.
-bool contents_unchanged(const TraceResult::SideEffect& e) {
-  const SymBox& now = *e.target.box;
-  if (now.keys.size() != e.before_keys.size() || now.items.size() != e.before_items.size()) return false;
-  auto same = [](const SymValue& a, const SymValue& b) {
-    if (a.kind != b.kind) return false;
-    if (a.source || b.source) return a.source && b.source && source_key(*a.source) == source_key(*b.source);
-    return a.kind == SymValue::Kind::Constant && !a.size && !b.size && a.obj && a.obj == b.obj;
-  };
-  for (size_t i = 0; i < now.keys.size(); ++i)
-    if (!same(now.keys[i], e.before_keys[i])) return false;
-  for (size_t i = 0; i < now.items.size(); ++i)
-    if (!same(now.items[i], e.before_items[i])) return false;
-  return true;
-}
-
-// Whether the transformed code performs e: not a SetContents that changes nothing.
-bool replayed(const TraceResult::SideEffect& e) {
-  return e.kind != TraceResult::SideEffect::Kind::SetContents || !contents_unchanged(e);
-}
-
 // Lists, dicts and records (dataclass instances) made in the trace, each built once into a
 // spare local: two references to one list must stay one list after the rebuild (an append
 // through either is seen by both), and a record stored to after the break is the very object
@@ -490,12 +465,12 @@ struct BoxSlots {
       for (const SymValue& i : v.box->items) collect(i);
   }
   void collect_trace(const TraceResult& t) {
-    preload = std::any_of(t.effects.begin(), t.effects.end(), replayed);
+    preload = std::any_of(t.effects.begin(), t.effects.end(), [](const TraceResult::SideEffect& e) { return e.replayed(); });
     for (const auto& l : t.locals)
       if (l) collect(*l);
     for (const SymValue& v : t.stack) collect(v);
     for (const TraceResult::SideEffect& e : t.effects) {
-      if (!replayed(e)) continue;
+      if (!e.replayed()) continue;
       collect(e.target);
       collect(e.value);
     }
@@ -912,7 +887,7 @@ void emit_graph_and_effects(CodeBuilder& b, PyCodeObject* orig, const TraceResul
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetContents) {
-      if (replayed(e)) rb.set_contents(e.target);
+      if (e.replayed()) rb.set_contents(e.target);
       continue;
     }
     if (e.kind == TraceResult::SideEffect::Kind::SetCell) {

@@ -147,9 +147,13 @@ struct TraceResult {
     // table evolves as eager's does; the __exit__ of a torch.autocast block entered for real).
     enum class Kind : uint8_t { SetAttr, ClearList, SetContents, SetCell, SetGlobal, CallMethod } kind = Kind::SetAttr;
     // SetContents: the keys and items the box held when the trace first mutated it (what the
-    // caller's object held), so that contents the trace only put back are not rewritten
-    // (contents_unchanged).
+    // caller's object held), so that contents the trace only put back are not rewritten.
     std::vector<SymValue> before_keys, before_items;
+    // Whether the transformed code performs it: not a SetContents whose list or dict ends holding
+    // what it held, key for key in the same order (torch.optim's SGD stores each momentum buffer
+    // back into its state dict: a clear, an update and a dict built per parameter at every step).
+    // It stays in the trace either way: the guards still keep the containers' aliasing.
+    bool replayed() const;
   };
   std::vector<SideEffect> effects;
 

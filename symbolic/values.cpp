@@ -3,6 +3,15 @@
 
 namespace fastdyn::symbolic {
 
+std::string source_key(const Source& s) {
+  std::string key = s.parent ? source_key(*s.parent) : std::string();
+  PyObject* object = s.object && PyWeakref_CheckRef(s.object) ? PyWeakref_GetObject(s.object) : s.object;
+  key += "/" + std::to_string(static_cast<int>(s.kind)) + ":" + std::to_string(s.index) + ":" + s.name + ":" +
+         std::to_string(reinterpret_cast<uintptr_t>(object));
+  return key;
+}
+
+
 SymValue::SymValue(const SymValue& o)
     : kind(o.kind), obj(o.obj), tensor(o.tensor), items(o.items), name(o.name),
       field_names(o.field_names), source(o.source), box(o.box), size(o.size), torch_size(o.torch_size) {

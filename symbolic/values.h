@@ -38,6 +38,10 @@ struct Source {
 };
 using SourcePtr = std::shared_ptr<Source>;
 
+// A path's identity: two Sources with the same steps from the same root have the same key (a
+// tensor key held weakly: by its referent).
+std::string source_key(const Source& s);
+
 struct SymBox;
 struct SymValue;
 
